@@ -1,0 +1,215 @@
+"""The `edgeseq` command: thin commands over library calls.
+
+Library errors become one-line `Error:` messages: exit 1 when something failed at run time,
+exit 2 when the request itself was wrong. torch is imported only inside the commands that
+train or export, so `stream` and `eval` work with the runtime-only install.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+
+import click
+
+from edgeseq import __version__
+from edgeseq.errors import EdgeseqError, UsageError
+
+
+def _errors(fn):
+    """Turn edgeseq errors (and a missing optional dependency) into one-line messages."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except UsageError as e:
+            raise click.UsageError(str(e)) from None
+        except EdgeseqError as e:
+            raise click.ClickException(str(e)) from None
+        except ModuleNotFoundError as e:
+            if e.name in ("torch", "onnx", "onnxscript", "tqdm"):
+                raise click.ClickException(
+                    f"this command needs {e.name}, which the runtime-only install leaves out; "
+                    'install the training extra: pip install "edgeseq[train]" torch==2.13.0') from None
+            raise
+    return wrapper
+
+
+def _echo_json(obj):
+    click.echo(json.dumps(obj, indent=2))
+
+
+@click.group()
+@click.version_option(__version__, prog_name="edgeseq")
+def cli():
+    """edgeseq: train, export and stream tiny sequence models on edge devices.
+
+    \b
+      edgeseq train --arch gru --data basicmotions --out runs/gru
+      edgeseq export runs/gru --out models/gru.onnx
+      edgeseq eval models/gru.onnx --data basicmotions --json
+      edgeseq stream models/gru.onnx --input readings.csv
+      edgeseq bench --json
+    """
+
+
+@cli.command()
+@click.option("--arch", default="gru", show_default=True, help="rnn, gru, lstm, transformer, bigru or bilstm.")
+@click.option("--data", default="basicmotions", show_default=True, help="'basicmotions' or a .npz / .csv path.")
+@click.option("--out", required=True, type=click.Path(), help="Run directory for checkpoint.pt and metrics.json.")
+@click.option("--epochs", type=click.IntRange(min=1), help="Override the architecture's default schedule.")
+@click.option("--lr", type=click.FloatRange(min=0, min_open=True), help="Peak learning rate.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--set", "settings", multiple=True, metavar="NAME=VALUE",
+              help="Model setting, e.g. --set hidden=32 --set layers=2.")
+@click.option("--json", "as_json", is_flag=True, help="Print metrics as JSON.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@_errors
+def train(arch, data, out, epochs, lr, seed, settings, as_json, quiet):
+    """Train a model and save a checkpoint that carries its config, normalisation and labels.
+
+    \b
+    User data: .npz with X [N,T,F], y [N], optional lengths [N]; or .csv with one reading
+    per row and columns sequence,label,<features...> (optional split=train|test column).
+      edgeseq train --arch lstm --data basicmotions --out runs/lstm
+      edgeseq train --arch gru --data mydata.npz --out runs/mine --set hidden=32
+    """
+    from dataclasses import replace
+
+    from edgeseq.data import load_dataset
+    from edgeseq.models import check_arch
+    from edgeseq.train import DEFAULTS, TrainConfig, parse_overrides, save_checkpoint
+    from edgeseq.train import train as train_fn
+
+    check_arch(arch)
+    overrides = parse_overrides(settings)
+    dataset = load_dataset(data)
+    tc = DEFAULTS.get(arch, TrainConfig())
+    tc = replace(tc, seed=seed, **({"epochs": epochs} if epochs else {}), **({"lr": lr} if lr else {}))
+    ckpt = train_fn(arch, dataset, tc, overrides, progress=not quiet and not as_json)
+    path = save_checkpoint(ckpt, out)
+    m = ckpt["metrics"]
+    if as_json:
+        _echo_json({"checkpoint": str(path), "arch": arch, **m})
+    else:
+        click.echo(f"{arch} on {dataset.name}: test accuracy {m['test_accuracy']:.3f} "
+                   f"(train {m['train_accuracy']:.3f}) in {m['train_seconds']:.1f} s -> {path}")
+
+
+@cli.command()
+@click.argument("run", type=click.Path())
+@click.option("--out", required=True, type=click.Path(), help="Model file to write (.onnx).")
+@click.option("--max-history", type=int, help="Transformer: default bound on cached readings.")
+@click.option("--json", "as_json", is_flag=True)
+@_errors
+def export(run, out, max_history, as_json):
+    """Export a trained run to one ONNX step graph, validated against torch.
+
+    The file is written only if ONNX Runtime matches torch over a 200-reading stream
+    (max abs diff <= 1e-5); an existing file at --out is left alone otherwise.
+
+    \b
+      edgeseq export runs/gru --out models/gru.onnx
+      edgeseq export runs/transformer --out models/tr.onnx --max-history 256
+    """
+    from edgeseq.train import load_checkpoint
+    from export import export_model
+
+    report = export_model(load_checkpoint(run), out, max_history=max_history)
+    if as_json:
+        _echo_json(report)
+    else:
+        click.echo(f"wrote {report['path']} ({report['bytes']:,} bytes); ONNX Runtime vs torch max abs diff "
+                   f"{report['max_abs_diff']:.2e} (tolerance {report['tolerance']:g})")
+
+
+@cli.command(name="eval")
+@click.argument("model", type=click.Path())
+@click.option("--data", default="basicmotions", show_default=True, help="'basicmotions' or a .npz / .csv path.")
+@click.option("--split", type=click.Choice(["test", "train"]), default="test", show_default=True)
+@click.option("--provider", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@_errors
+def eval_cmd(model, data, split, provider, as_json):
+    """Accuracy of an exported model, streamed one reading at a time as deployed.
+
+    \b
+      edgeseq eval models/gru.onnx --data basicmotions --json
+    """
+    from edgeseq.data import load_dataset
+    from edgeseq.runtime import evaluate
+
+    ds = load_dataset(data)
+    r = evaluate(model, getattr(ds, split), labels=ds.labels, provider=provider)
+    r["data"], r["split"] = ds.name, split
+    if as_json:
+        _echo_json(r)
+        return
+    click.echo(f"{r['arch']} on {ds.name} {split}: accuracy {r['accuracy']:.3f} ({r['n']} sequences)")
+    if r["accuracy_at_fraction"]:
+        parts = ", ".join(f"{float(k):.0%}: {v:.3f}" for k, v in r["accuracy_at_fraction"].items())
+        click.echo(f"running prediction after {parts} of each sequence")
+
+
+@cli.command()
+@click.argument("model", type=click.Path())
+@click.option("--input", "input_", default="-", show_default=True, type=click.Path(allow_dash=True),
+              help="CSV of readings, one per line ('-' for stdin).")
+@click.option("--provider", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("--max-history", type=click.IntRange(min=1), help="Transformer: bound on cached readings.")
+@click.option("--on-full", type=click.Choice(["error", "slide"]), default="slide", show_default=True,
+              help="When --max-history is reached: stop, or drop the oldest reading.")
+@click.option("--on-bad", type=click.Choice(["error", "skip"]), default="error", show_default=True,
+              help="A bad reading stops the stream, or is reported and skipped.")
+@click.option("--json", "as_json", is_flag=True, help="JSON lines: one object per reading.")
+@_errors
+def stream(model, input_, provider, max_history, on_full, on_bad, as_json):
+    """Stream readings through a model, one per line, printing the prediction after each.
+
+    Input: one reading per line, comma-separated, features in the model's order. A first line
+    of feature names is read as a header and may reorder the columns.
+
+    \b
+      edgeseq stream models/gru.onnx --input readings.csv
+      tail -f sensor.csv | edgeseq stream models/gru.onnx --input - --json
+    """
+    from edgeseq.runtime import StreamSession
+    from edgeseq.runtime.stream import stream_lines
+
+    sess = StreamSession(model, provider=provider, max_history=max_history, on_full=on_full)
+    fh = click.open_file(input_, "r")
+    with fh:
+        stats = stream_lines(sess, fh, on_bad=on_bad, as_json=as_json, echo=click.echo)
+    click.echo(f"{stats['readings']} readings, {stats['skipped']} skipped; state {sess.state_nbytes()} bytes",
+               err=True)
+
+
+@cli.command()
+@click.option("--repeats", type=click.IntRange(min=10), default=2000, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@_errors
+def bench(repeats, as_json):
+    """Per-reading latency: GRU in torch eager, ONNX Runtime and edgeseq against the ORT floor;
+    the Transformer with its KV cache against recomputing the history.
+
+    \b
+      edgeseq bench
+      edgeseq bench --json > bench.json
+    """
+    from edgeseq.report.bench import format_bench, run_bench
+
+    r = run_bench(repeats=repeats)
+    if as_json:
+        _echo_json(r)
+    else:
+        click.echo(format_bench(r))
+
+
+def main():
+    cli(prog_name="edgeseq")
+
+
+if __name__ == "__main__":
+    main()

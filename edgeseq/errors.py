@@ -1,0 +1,42 @@
+"""Exceptions the library raises; the CLI turns them into one-line `Error:` messages."""
+
+
+class EdgeseqError(Exception):
+    """Base class: a foreseeable problem with a message that says what to do."""
+
+    exit_code = 1
+
+
+class UsageError(EdgeseqError):
+    """The request itself is wrong (bad option, unknown architecture): exit code 2."""
+
+    exit_code = 2
+
+
+class DataError(EdgeseqError):
+    """A data file or a reading cannot be used."""
+
+
+class ReadingError(DataError):
+    """A reading was rejected before it touched any stream state."""
+
+
+class ModelFileError(EdgeseqError):
+    """A model file is missing, corrupt, or not an edgeseq model."""
+
+
+class HistoryFullError(EdgeseqError):
+    """A bounded-history stream is full and was asked to raise rather than slide."""
+
+
+class ProviderError(EdgeseqError):
+    """The requested execution provider is not available in this onnxruntime."""
+
+
+class ExportValidationError(EdgeseqError):
+    """ONNX Runtime disagrees with torch by more than the tolerance."""
+
+    def __init__(self, message, max_diff=None, tolerance=None):
+        super().__init__(message)
+        self.max_diff = max_diff
+        self.tolerance = tolerance

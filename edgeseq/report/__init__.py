@@ -1,0 +1,1 @@
+"""Benchmarks and reports: figures measured side by side in one run."""

@@ -1,0 +1,210 @@
+"""`edgeseq bench`: per-reading latency, measured side by side in one process.
+
+- the bare onnxruntime per-call floor: an Identity graph on one reading, called the plain way
+  (`session.run`) and the way the runtime calls (IO binding);
+- the GRU (hidden 64) step: torch eager, a plain `session.run` loop, and `StreamSession.push`;
+- the Transformer step at cache lengths 16, 256, 1024 against recomputing the whole history
+  (the same model's full-sequence graph on T + 1 readings).
+
+Models have random weights: latency does not depend on what they learned. Figures are medians
+over `repeats` timed calls after `warmup` untimed ones, single-threaded onnxruntime and torch.
+"""
+
+from __future__ import annotations
+
+import platform
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def _median_us(fn, repeats: int, warmup: int) -> dict:
+    for _ in range(warmup):
+        fn()
+    times = np.empty(repeats)
+    clock = time.perf_counter
+    for i in range(repeats):
+        t0 = clock()
+        fn()
+        times[i] = clock() - t0
+    return {"median_us": float(np.median(times) * 1e6), "p99_us": float(np.percentile(times, 99) * 1e6)}
+
+
+def identity_model(features: int):
+    import onnx
+    from onnx import TensorProto, helper
+    from edgeseq import contract
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", features])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", features])
+    m = helper.make_model(helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "floor", [x], [y]),
+                          opset_imports=[helper.make_opsetid("", contract.OPSET)])
+    m.ir_version = contract.IR_VERSION
+    onnx.checker.check_model(m)
+    return m.SerializeToString()
+
+
+def _random_checkpoint(arch, **overrides):
+    import torch
+    import edgeseq
+    from edgeseq.data import load_dataset, Normalization
+    from edgeseq.models import build_model, config_dict, make_config
+    ds = load_dataset("basicmotions")
+    torch.manual_seed(0)
+    cfg = make_config(arch, n_features=ds.n_features, n_classes=len(ds.labels), **overrides)
+    model = build_model(arch, cfg).eval()
+    norm = Normalization.fit(ds.train)
+    model.norm.set(norm.mean, norm.std)
+    return {"edgeseq_version": edgeseq.__version__, "arch": arch, "config": config_dict(cfg),
+            "state_dict": model.state_dict(), "normalization": norm.to_json(), "labels": ds.labels,
+            "features": ds.features}
+
+
+class _Recompute:
+    """The Transformer's full-sequence graph: what a step costs without a cache."""
+
+    def __init__(self, ckpt, path):
+        import torch
+        from edgeseq.train import model_from_checkpoint
+        from export.step import _trace
+        import onnx
+        model = model_from_checkpoint(ckpt)
+
+        class Full(torch.nn.Module):
+            def __init__(self, m):
+                super().__init__()
+                self.m = m
+
+            def forward(self, x):
+                return self.m(x)
+
+        T = torch.export.Dim("time", min=2, max=8192)
+        proto = _trace(Full(model), (torch.randn(1, 5, model.config.n_features),), ["window"], ["logits"],
+                       ({1: T},), None)
+        proto.ir_version = 9
+        onnx.save_model(proto, path)
+
+
+def run_bench(repeats: int = 2000, warmup: int = 200, cache_lengths=(16, 256, 1024), progress=True) -> dict:
+    import onnxruntime as ort
+    import torch
+
+    from edgeseq.runtime import StreamSession
+    from edgeseq.runtime.providers import session_options
+    from export import export_model
+
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(0)
+    out = {"repeats": repeats, "warmup": warmup, "machine": machine_info(), "threads": 1}
+    with tempfile.TemporaryDirectory() as tmp:
+        gru_ckpt = _random_checkpoint("gru", hidden=64)
+        gru_path = Path(tmp) / "gru.onnx"
+        export_model(gru_ckpt, gru_path)
+        F = len(gru_ckpt["features"])
+        x = rng.standard_normal((1, F)).astype(np.float32)
+
+        floor = ort.InferenceSession(identity_model(F), session_options(1), providers=["CPUExecutionProvider"])
+        floor_run = _median_us(lambda: floor.run(None, {"x": x}), repeats, warmup)
+        xo = ort.OrtValue.ortvalue_from_numpy(x)
+        yo = ort.OrtValue.ortvalue_from_numpy(np.zeros_like(x))
+        b = floor.io_binding()
+        b.bind_ortvalue_input("x", xo)
+        b.bind_ortvalue_output("y", yo)
+        floor_bind = _median_us(lambda: floor.run_with_iobinding(b), repeats, warmup)
+
+        from edgeseq.train import model_from_checkpoint
+        model = model_from_checkpoint(gru_ckpt)
+        xt = torch.from_numpy(x)
+        state = [model.init_state(1)]
+
+        @torch.no_grad()
+        def torch_step():
+            _, state[0] = model.step(xt, state[0])
+        torch_eager = _median_us(torch_step, repeats, warmup)
+
+        sess = StreamSession(gru_path)
+        plain = sess.session
+        feeds = {"reading": x, "state_in.0": np.zeros((1, 64), np.float32)}
+        names = [o.name for o in plain.get_outputs()]
+
+        def plain_step():
+            res = plain.run(names, feeds)
+            feeds["state_in.0"] = res[-1]
+        ort_plain = _median_us(plain_step, repeats, warmup)
+        runtime = _median_us(lambda: sess.push(x), repeats, warmup)
+        out["gru"] = {
+            "hidden": 64,
+            "torch_eager": torch_eager,
+            "ort_session_run": ort_plain,
+            "edgeseq_push": runtime,
+            "ort_floor_session_run": floor_run,
+            "ort_floor_iobinding": floor_bind,
+            "ratio_push_to_floor": runtime["median_us"] / floor_run["median_us"],
+            "ratio_push_to_floor_iobinding": runtime["median_us"] / floor_bind["median_us"],
+            "speedup_vs_torch_eager": torch_eager["median_us"] / runtime["median_us"],
+        }
+
+        tr_ckpt = _random_checkpoint("transformer")
+        tr_path = Path(tmp) / "transformer.onnx"
+        export_model(tr_ckpt, tr_path)
+        full_path = Path(tmp) / "transformer_full.onnx"
+        _Recompute(tr_ckpt, full_path)
+        full = ort.InferenceSession(str(full_path), session_options(1), providers=["CPUExecutionProvider"])
+        rows = []
+        n_rep = max(repeats // 10, 50)
+        for T in cache_lengths:
+            s = StreamSession(tr_path)
+            for _ in range(T):
+                s.push(x)
+            snap = s.snapshot()
+
+            def cached():
+                s.restore(snap)                 # the cache stays at T rows for every timed call
+                s.push(x)
+            restore_only = _median_us(lambda: s.restore(snap), n_rep, 10)
+            c = _median_us(cached, n_rep, 10)
+            c_net = c["median_us"] - restore_only["median_us"]
+            window = rng.standard_normal((1, T + 1, F)).astype(np.float32)
+            r = _median_us(lambda: full.run(["logits"], {"window": window}), max(n_rep // 5, 20), 3)
+            rows.append({"history": T, "cached_us": c_net, "cached_with_restore_us": c["median_us"],
+                         "recompute_us": r["median_us"], "speedup": r["median_us"] / c_net,
+                         "state_bytes_per_stream": s.state_nbytes()})
+        out["transformer"] = rows
+    return out
+
+
+def machine_info() -> dict:
+    import os
+    import onnxruntime as ort
+    info = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
+            "onnxruntime": ort.__version__, "numpy": np.__version__, "processor": platform.processor()}
+    try:
+        import torch
+        info["torch"] = torch.__version__
+    except ImportError:
+        pass
+    return info
+
+
+def format_bench(r: dict) -> str:
+    g = r["gru"]
+    lines = [
+        f"GRU step (hidden {g['hidden']}, batch 1), median per reading over {r['repeats']} calls:",
+        f"  onnxruntime floor, Identity, session.run   {g['ort_floor_session_run']['median_us']:8.1f} us",
+        f"  onnxruntime floor, Identity, IO binding    {g['ort_floor_iobinding']['median_us']:8.1f} us",
+        f"  torch eager step                           {g['torch_eager']['median_us']:8.1f} us",
+        f"  onnxruntime session.run loop               {g['ort_session_run']['median_us']:8.1f} us",
+        f"  edgeseq StreamSession.push                 {g['edgeseq_push']['median_us']:8.1f} us",
+        f"  push / floor (session.run): {g['ratio_push_to_floor']:.2f}x   push / floor (IO binding): "
+        f"{g['ratio_push_to_floor_iobinding']:.2f}x   torch eager / push: {g['speedup_vs_torch_eager']:.2f}x",
+        "Transformer step, cached vs recomputing the whole history:",
+        "  history   cached us   recompute us   speedup   cache bytes/stream",
+    ]
+    for row in r["transformer"]:
+        lines.append(f"  {row['history']:7d}   {row['cached_us']:9.1f}   {row['recompute_us']:12.1f}   "
+                     f"{row['speedup']:6.1f}x   {row['state_bytes_per_stream']:10d}")
+    m = r["machine"]
+    lines.append(f"({m['machine']}, {m['cpus']} cpus, onnxruntime {m['onnxruntime']}, torch {m.get('torch', '-')}, "
+                 "1 thread)")
+    return "\n".join(lines)

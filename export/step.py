@@ -1,0 +1,183 @@
+"""torch -> ONNX: one step graph per streaming model, one window graph per bidirectional model.
+
+`export_model(ckpt, out)` writes a single file (no external data) that speaks the contract in
+`edgeseq.contract`, with IR version 9 and opset 18 so that onnxruntime 1.16 and newer load it.
+The file is written next to its destination under a temporary name, validated against torch
+and only then renamed over the destination: a failed export leaves nothing behind and never
+replaces a good model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import torch
+from torch import nn
+
+import edgeseq
+from edgeseq import contract
+from edgeseq.errors import EdgeseqError, UsageError
+from edgeseq.train import model_from_checkpoint
+from export.validate import validate_stream, validate_window
+
+
+class RecurrentStep(nn.Module):
+    """(reading, state_in.0, ...) -> (logits, state_out.0, ...)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, reading, *state):
+        logits, new = self.model.step(reading, state)
+        return (logits, torch.softmax(logits, -1), *new)
+
+
+class TransformerStep(nn.Module):
+    """(reading, position, past.0.key, past.0.value, ...) -> (logits, present.0.key, ...)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, reading, position, *past):
+        logits, new = self.model.step(reading, (position, *past))
+        return (logits, torch.softmax(logits, -1), *new[1:])        # the runtime advances the position, not the graph
+
+
+class WindowGraph(nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, window, lengths):
+        return self.model(window, lengths)
+
+
+def meta_for(ckpt: dict, model, mode: str, max_history=None, quantization=None) -> contract.ModelMeta:
+    state = model.state_specs() if mode == "stream" else []
+    return contract.ModelMeta(
+        arch=ckpt["arch"], mode=mode, features=list(ckpt["features"]), labels=list(ckpt["labels"]),
+        state=state, max_history=max_history, quantization=quantization,
+        version=edgeseq.__version__, normalization=ckpt["normalization"], config=ckpt["config"],
+    )
+
+
+def _trace(module, args, input_names, output_names, dynamic_shapes, path):
+    """Run the torch.export-based exporter quietly; return the ONNX ModelProto."""
+    buf = io.StringIO()
+    logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+    with warnings.catch_warnings(), contextlib.redirect_stdout(buf):
+        warnings.simplefilter("ignore")
+        prog = torch.onnx.export(module, args, None, dynamo=True, external_data=False,
+                                 input_names=input_names, output_names=output_names,
+                                 dynamic_shapes=dynamic_shapes, opset_version=contract.OPSET,
+                                 verbose=False)
+    return prog.model_proto
+
+
+def build_graph(ckpt: dict, max_history: int | None = None):
+    """(onnx.ModelProto, ModelMeta, torch model) for a checkpoint, not yet validated."""
+    model = model_from_checkpoint(ckpt)
+    arch = ckpt["arch"]
+    F = model.config.n_features
+    batch = torch.export.Dim("batch", min=1, max=65536)
+    if arch in contract.WINDOW_ARCHS:
+        time = torch.export.Dim("time", min=1, max=1 << 20)
+        args = (torch.randn(2, 7, F), torch.tensor([7, 4]))
+        names_in, names_out = [contract.WINDOW, contract.LENGTHS], [contract.LOGITS]
+        dyn = ({0: batch, 1: time}, {0: batch})
+        proto = _trace(WindowGraph(model), args, names_in, names_out, dyn, None)
+        meta = meta_for(ckpt, model, "window")
+    else:
+        specs = model.state_specs()
+        if arch == "transformer":
+            history = torch.export.Dim("history", min=0, max=1 << 20)
+            state = model.init_state(2, history=3)
+            args = (torch.randn(2, F), torch.tensor([3, 1]), *state[1:])
+            names_in = [contract.READING, contract.POSITION] + [s.name for s in specs]
+            dyn = ({0: batch}, {0: batch}, tuple({0: batch, 2: history} for _ in specs))
+            wrapper = TransformerStep(model)
+        else:
+            if max_history is not None:
+                raise UsageError("--max-history applies to the transformer only; recurrent state is fixed")
+            args = (torch.randn(2, F), *model.init_state(2))
+            names_in = [contract.READING] + [s.name for s in specs]
+            dyn = ({0: batch}, tuple({0: batch} for _ in specs))
+            wrapper = RecurrentStep(model)
+        names_out = [contract.LOGITS, contract.PROBS] + [s.output for s in specs]
+        proto = _trace(wrapper, args, names_in, names_out, dyn, None)
+        meta = meta_for(ckpt, model, "stream", max_history=max_history)
+    proto.ir_version = contract.IR_VERSION
+    stamp(proto, meta)
+    onnx.checker.check_model(proto)
+    return proto, meta, model
+
+
+def stamp(proto: onnx.ModelProto, meta: contract.ModelMeta):
+    """Replace edgeseq metadata on `proto` with `meta`."""
+    keep = [p for p in proto.metadata_props if not p.key.startswith("edgeseq.")]
+    del proto.metadata_props[:]
+    proto.metadata_props.extend(keep)
+    for k, v in meta.to_props().items():
+        proto.metadata_props.add(key=k, value=v)
+    proto.producer_name = "edgeseq"
+    proto.producer_version = edgeseq.__version__
+
+
+def export_model(ckpt: dict, out: str | os.PathLike, max_history: int | None = None,
+                 validate_readings: int = contract.VALIDATION_READINGS, tolerance: float | None = None,
+                 seed: int = 0) -> dict:
+    """Export, validate, then move into place. Returns a report dict (path, sizes, max diff)."""
+    out = Path(out)
+    if out.suffix != ".onnx":
+        raise UsageError(f"output '{out}' must end in .onnx")
+    if out.is_dir():
+        raise UsageError(f"output '{out}' is a directory; give a file name ending in .onnx")
+    if max_history is not None and max_history < 1:
+        raise UsageError("--max-history must be at least 1")
+    if validate_readings < contract.VALIDATION_READINGS and ckpt["arch"] in contract.STREAM_ARCHS:
+        raise UsageError(f"validation needs at least {contract.VALIDATION_READINGS} readings")
+    proto, meta, model = build_graph(ckpt, max_history)
+    tol = contract.TOLERANCE[ckpt["arch"]] if tolerance is None else tolerance
+    return write_validated(proto, out, lambda path: _validate(path, model, meta, validate_readings, tol, seed))
+
+
+def _validate(path, model, meta, readings, tol, seed):
+    if meta.mode == "window":
+        return validate_window(path, model, meta, tol, seed)
+    return validate_stream(path, model, meta, readings, tol, seed)
+
+
+def write_validated(proto: onnx.ModelProto, out: Path, validate) -> dict:
+    """Write `proto` to a temporary file beside `out`, run `validate(tmp)`, rename on success."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    os.close(fd)
+    try:
+        onnx.save_model(proto, tmp)
+        report = validate(tmp)
+        os.replace(tmp, out)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    report = dict(report)
+    report["path"] = str(out)
+    report["bytes"] = out.stat().st_size
+    return report
+
+
+def initializer_bytes(proto: onnx.ModelProto) -> int:
+    return sum(onnx.numpy_helper.to_array(t).nbytes for t in proto.graph.initializer)
+
+
+__all__ = ["export_model", "build_graph", "write_validated", "stamp", "EdgeseqError", "np"]

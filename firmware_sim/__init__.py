@@ -1,0 +1,1 @@
+"""Microcontroller targets, memory planning and integer-only execution (not built yet)."""
