@@ -28,7 +28,9 @@ def open_model(path: str | os.PathLike, provider: str = "cpu", threads: int = 1)
     try:
         meta = contract.ModelMeta.from_props(props)
     except KeyError as e:
-        raise ModelFileError(f"'{path}' is an ONNX model but not an edgeseq model (no {e.args[0]} metadata); "
+        what = "no edgeseq metadata" if not any(k.startswith("edgeseq.") for k in props) \
+            else f"missing metadata {e.args[0]}"
+        raise ModelFileError(f"'{path}' is an ONNX model but not an edgeseq model ({what}); "
                              "export it with `edgeseq export`") from None
     except (ValueError, TypeError):
         raise ModelFileError(f"'{path}' has unreadable edgeseq metadata; export it again") from None

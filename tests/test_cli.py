@@ -1,0 +1,131 @@
+"""CLI: the user's commands end to end, exit codes and the exact one-line errors."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from onnx import TensorProto, helper
+
+from edgeseq.cli import cli
+
+
+@pytest.fixture
+def runner(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return CliRunner()
+
+
+def _err(result):
+    lines = [l for l in result.output.splitlines() if l.startswith("Error:")]
+    assert len(lines) == 1, result.output
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+def _readings_csv(path, rows, header=True):
+    d = np.load(Path(__file__).resolve().parents[1] / "edgeseq" / "data" / "basicmotions.npz")
+    lines = [",".join(d["features"])] if header else []
+    lines += [",".join(f"{v:.6f}" for v in r) for r in d["X_test"][0][:rows]]
+    Path(path).write_text("\n".join(lines) + "\n")
+
+
+def test_train_export_eval_stream(runner, exported):
+    r = runner.invoke(cli, ["train", "--arch", "gru", "--epochs", "2", "--set", "hidden=8", "--out", "runs/g", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["arch"] == "gru"
+    r = runner.invoke(cli, ["export", "runs/g", "--out", "models/g.onnx"])
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith("wrote models/g.onnx") and Path("models/g.onnx").exists()
+
+    model = str(exported("gru")[0])
+    r = runner.invoke(cli, ["eval", model, "--data", "basicmotions", "--json"])
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output)
+    assert res["n"] == 40 and res["accuracy"] >= 0.95
+
+    _readings_csv("r.csv", 12)
+    r = runner.invoke(cli, ["stream", model, "--input", "r.csv"])
+    assert r.exit_code == 0, r.output
+    rows = [l for l in r.stdout.splitlines() if l and l[0].isdigit()]
+    assert len(rows) == 12 and rows[0].split(",")[0] == "1"
+    r = runner.invoke(cli, ["stream", model, "--input", "-", "--json"], input=Path("r.csv").read_text())
+    assert r.exit_code == 0
+    objs = [json.loads(l) for l in r.stdout.splitlines()]
+    assert len(objs) == 12 and abs(sum(objs[-1]["probs"].values()) - 1) < 1e-4
+
+
+def test_header_may_reorder_columns(runner, exported):
+    model = str(exported("gru")[0])
+    _readings_csv("a.csv", 5)
+    rows = [l.split(",") for l in Path("a.csv").read_text().split()]
+    Path("b.csv").write_text("\n".join(",".join(r[::-1]) for r in rows) + "\n")
+    a = runner.invoke(cli, ["stream", model, "--input", "a.csv"]).stdout
+    b = runner.invoke(cli, ["stream", model, "--input", "b.csv"]).stdout
+    assert a == b and a.count("\n") == 5
+
+
+@pytest.mark.parametrize("line,message", [
+    ("1,2,3", "Error: input line 2: 3 values, the model expects 6; fix it or pass --on-bad skip (state before it is kept)"),
+    ("1,2,x,4,5,6", "Error: input line 2: non-numeric value 'x'; fix it or pass --on-bad skip (state before it is kept)"),
+    ("1,2,nan,4,5,6", "Error: input line 2: NaN or Inf value; fix it or pass --on-bad skip (state before it is kept)"),
+])
+def test_stream_bad_readings(runner, exported, line, message):
+    model = str(exported("gru")[0])
+    text = "0,0,0,0,0,0\n" + line + "\n0,0,0,0,0,0\n"
+    r = runner.invoke(cli, ["stream", model], input=text)
+    assert r.exit_code == 1 and _err(r) == message
+    r = runner.invoke(cli, ["stream", model, "--on-bad", "skip"], input=text)
+    assert r.exit_code == 0 and "line 2 skipped" in r.output
+    clean = runner.invoke(cli, ["stream", model], input="0,0,0,0,0,0\n0,0,0,0,0,0\n")
+    good = [l for l in r.stdout.splitlines() if not l.startswith("#")]
+    assert good == clean.stdout.splitlines()      # the skipped reading changed nothing
+
+
+def test_model_file_errors(runner):
+    r = runner.invoke(cli, ["eval", "missing.onnx"])
+    assert r.exit_code == 1
+    assert _err(r) == "Error: model file 'missing.onnx' not found; export one with `edgeseq export RUN --out missing.onnx`"
+    Path("corrupt.onnx").write_bytes(b"\x00garbage")
+    r = runner.invoke(cli, ["stream", "corrupt.onnx"], input="1,2,3,4,5,6\n")
+    assert r.exit_code == 1 and _err(r).startswith("Error: 'corrupt.onnx' is not a readable ONNX model (")
+    g = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 9
+    onnx.save(m, "plain.onnx")
+    r = runner.invoke(cli, ["eval", "plain.onnx"])
+    assert r.exit_code == 1
+    assert _err(r) == ("Error: 'plain.onnx' is an ONNX model but not an edgeseq model (no edgeseq metadata); "
+                       "export it with `edgeseq export`")
+
+
+def test_usage_errors_exit_2(runner, exported):
+    r = runner.invoke(cli, ["train", "--arch", "mamba", "--out", "x"])
+    assert r.exit_code == 2
+    assert _err(r) == "Error: unknown architecture 'mamba': choose one of rnn, gru, lstm, transformer, bigru, bilstm"
+    r = runner.invoke(cli, ["train", "--set", "depth=3", "--out", "x"])
+    assert r.exit_code == 2 and _err(r).startswith("Error: 'gru' has no setting depth;")
+    r = runner.invoke(cli, ["stream", str(exported("bigru")[0])], input="")
+    assert r.exit_code == 2 and "cannot stream one reading at a time" in _err(r)
+    r = runner.invoke(cli, ["export", "nowhere", "--out", "m.onnx"])
+    assert r.exit_code == 1
+    assert _err(r) == "Error: no checkpoint at 'nowhere': run `edgeseq train --out nowhere` first"
+
+
+def test_data_errors(runner):
+    Path("d.csv").write_text("sequence,label,a\ns,x,1\ns,x,zz\n")
+    r = runner.invoke(cli, ["train", "--data", "d.csv", "--out", "x"])
+    assert r.exit_code == 1
+    assert _err(r) == "Error: 'd.csv' line 3: non-numeric value 'zz'; fix or remove that row"
+
+
+def test_cuda_provider_missing_is_an_error(runner, exported):
+    import onnxruntime as ort
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("this onnxruntime has CUDA")
+    r = runner.invoke(cli, ["eval", str(exported("gru")[0]), "--provider", "cuda"])
+    assert r.exit_code == 1 and _err(r).startswith("Error: provider 'cuda' is not available in this onnxruntime")

@@ -1,0 +1,85 @@
+"""Export: one file, IR <= 9, metadata, and ONNX Runtime == torch step loop == torch forward."""
+
+import os
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+import torch
+
+from edgeseq import contract
+from edgeseq.errors import ExportValidationError, UsageError
+from edgeseq.train import model_from_checkpoint
+from export import export_model
+from export.validate import ort_stream, synthetic_readings, torch_stream
+from helpers import assert_close
+
+STREAM = ["rnn", "gru", "lstm", "transformer"]
+
+
+@pytest.mark.parametrize("arch", STREAM + ["bigru"])
+def test_export_is_one_loadable_file_with_metadata(exported, arch):
+    path, report = exported(arch)
+    assert report["max_abs_diff"] <= 1e-5
+    m = onnx.load(str(path), load_external_data=False)
+    assert m.ir_version <= 9
+    assert all(o.version <= 19 for o in m.opset_import if o.domain in ("", "ai.onnx"))
+    assert not any(t.data_location == onnx.TensorProto.EXTERNAL for t in m.graph.initializer)
+    assert [p for p in os.listdir(path.parent) if p.startswith(path.name) and p != path.name] == []
+    props = {p.key: p.value for p in m.metadata_props}
+    meta = contract.ModelMeta.from_props(props)
+    assert meta.arch == arch and meta.labels == ["Standing", "Running", "Walking", "Badminton"]
+    assert len(meta.features) == 6 and len(meta.normalization["mean"]) == 6 and meta.version
+
+
+@pytest.mark.parametrize("arch", STREAM)
+def test_three_way_parity_over_a_long_stream(exported, trained, arch):
+    """torch forward over the sequence == torch step loop == plain ONNX Runtime loop, 300 readings."""
+    path, _ = exported(arch)
+    model = model_from_checkpoint(trained(arch))
+    meta = contract.ModelMeta.from_props(
+        ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).get_modelmeta().custom_metadata_map)
+    xs = synthetic_readings(meta, 300, batch=3, seed=7)           # (T, B, F)
+    with torch.no_grad():
+        full = model.forward_all(torch.from_numpy(xs.transpose(1, 0, 2))).numpy().transpose(1, 0, 2)
+    steps = torch_stream(model, xs)
+    onnx_out = ort_stream(ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]), meta, xs)
+    assert_close(steps, full, f"{arch} torch step vs forward", atol=1e-5)
+    assert_close(onnx_out, steps, f"{arch} onnxruntime vs torch step", atol=1e-5)
+    assert np.array_equal(onnx_out.argmax(-1), full.argmax(-1))
+
+
+def test_transformer_history_axis_is_dynamic_from_zero(exported):
+    path, _ = exported("transformer")
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    shapes = {i.name: i.shape for i in sess.get_inputs()}
+    assert shapes["past.0.key"] == ["batch", 4, "history", 8]
+    assert shapes["position"] == ["batch"]
+    feeds = {"reading": np.zeros((5, 6), np.float32), "position": np.zeros(5, np.int64)}
+    feeds.update({i.name: np.zeros((5, 4, 0, 8), np.float32) for i in sess.get_inputs() if i.name.startswith("past")})
+    out = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
+    assert out["present.1.value"].shape == (5, 4, 1, 8) and out["logits"].shape == (5, 4)
+
+
+def test_failed_validation_leaves_no_file_and_keeps_the_good_one(trained, tmp_path):
+    good = tmp_path / "gru.onnx"
+    export_model(trained("gru"), good)
+    before = good.read_bytes()
+    with pytest.raises(ExportValidationError, match=r"differs from torch by .* \(tolerance -1\)") as e:
+        export_model(trained("gru"), good, tolerance=-1.0)
+    assert e.value.max_diff is not None and e.value.max_diff >= 0
+    assert good.read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["gru.onnx"]
+    fresh = tmp_path / "new.onnx"
+    with pytest.raises(ExportValidationError):
+        export_model(trained("gru"), fresh, tolerance=-1.0)
+    assert not fresh.exists() and sorted(os.listdir(tmp_path)) == ["gru.onnx"]
+
+
+def test_export_rejects_bad_requests(trained, tmp_path):
+    with pytest.raises(UsageError, match="must end in .onnx"):
+        export_model(trained("gru"), tmp_path / "gru.bin")
+    with pytest.raises(UsageError, match="transformer only"):
+        export_model(trained("gru"), tmp_path / "gru.onnx", max_history=10)
+    assert os.listdir(tmp_path) == []
