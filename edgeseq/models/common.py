@@ -1,0 +1,108 @@
+"""Pieces every architecture shares: in-graph normalisation and the recurrent classifier.
+
+A recurrent model trains with torch's fused layer (`nn.RNN`/`nn.GRU`/`nn.LSTM`) and streams
+with `step()`, which spells the same cell out as matrix products on the same weights. The
+exported step graph is therefore made of MatMul/Gemm and element-wise nodes, which int8
+quantizers can handle, and parity between the two paths is a real check of the cell math.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from edgeseq import contract
+
+
+class Normalize(nn.Module):
+    """(x - mean) / std per feature; fitted on training data, exported as the graph's first node."""
+
+    def __init__(self, n_features: int):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(n_features))
+        self.register_buffer("std", torch.ones(n_features))
+
+    def set(self, mean, std):
+        self.mean.copy_(torch.as_tensor(mean, dtype=torch.float32))
+        self.std.copy_(torch.as_tensor(std, dtype=torch.float32))
+
+    def forward(self, x):
+        return (x - self.mean) / self.std
+
+
+def last_valid(out: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:
+    """out (B, T, H) -> (B, H): the row after each sequence's last valid reading."""
+    if lengths is None:
+        return out[:, -1]
+    idx = (lengths - 1).clamp(min=0).view(-1, 1, 1).expand(-1, 1, out.shape[-1])  # (B, 1, H)
+    return out.gather(1, idx).squeeze(1)
+
+
+class RecurrentClassifier(nn.Module):
+    """Stacked recurrent layer + linear head. Subclasses set `rnn_cls`, `n_state` and `cell`."""
+
+    rnn_cls: type = nn.RNN
+    n_state = 1  # state tensors per layer: h (RNN, GRU) or h and c (LSTM)
+    state_roles = ("h",)
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.norm = Normalize(config.n_features)
+        self.rnn = self.rnn_cls(config.n_features, config.hidden, config.layers, batch_first=True,
+                                dropout=config.dropout if config.layers > 1 else 0.0)
+        self.drop = nn.Dropout(config.dropout)
+        self.head = nn.Linear(config.hidden, config.n_classes)
+
+    def forward_all(self, x: torch.Tensor) -> torch.Tensor:
+        """x (B, T, F) -> logits after every reading (B, T, C)."""
+        out, _ = self.rnn(self.norm(x))                       # (B, T, H)
+        return self.head(out)
+
+    def forward(self, x: torch.Tensor, lengths: torch.Tensor | None = None) -> torch.Tensor:
+        """x (B, T, F) -> logits after each sequence's last valid reading (B, C)."""
+        out, _ = self.rnn(self.norm(x))                       # (B, T, H)
+        return self.head(self.drop(last_valid(out, lengths)))
+
+    def init_state(self, batch: int) -> tuple:
+        H = self.config.hidden
+        return tuple(torch.zeros(batch, H) for _ in range(self.config.layers * self.n_state))
+
+    def step(self, x: torch.Tensor, state: tuple | None = None):
+        """x (B, F), state (tensors per layer) -> (logits (B, C), next state)."""
+        if state is None:
+            state = self.init_state(x.shape[0])
+        inp, new = self.norm(x), []
+        for layer in range(self.config.layers):
+            s = state[layer * self.n_state:(layer + 1) * self.n_state]
+            w_ih = getattr(self.rnn, f"weight_ih_l{layer}")
+            w_hh = getattr(self.rnn, f"weight_hh_l{layer}")
+            b_ih = getattr(self.rnn, f"bias_ih_l{layer}")
+            b_hh = getattr(self.rnn, f"bias_hh_l{layer}")
+            gi = inp @ w_ih.t() + b_ih                        # (B, G*H)
+            s = self.cell(gi, s, w_hh, b_hh)
+            new.extend(s)
+            inp = s[0]
+        return self.head(inp), tuple(new)
+
+    def cell(self, gi, state, w_hh, b_hh):
+        raise NotImplementedError
+
+    def state_specs(self) -> list:
+        specs = []
+        for layer in range(self.config.layers):
+            for k, role in enumerate(self.state_roles):
+                i = layer * self.n_state + k
+                specs.append(contract.StateSpec(
+                    name=contract.state_in(i), output=contract.state_out(i),
+                    shape=(contract.BATCH_AXIS, self.config.hidden), role=f"{role}.{layer}"))
+        return specs
+
+    def macs_per_reading(self) -> int:
+        c = self.config
+        gates = {nn.RNN: 1, nn.GRU: 3, nn.LSTM: 4}[self.rnn_cls]
+        macs = 0
+        for layer in range(c.layers):
+            n_in = c.n_features if layer == 0 else c.hidden
+            macs += gates * c.hidden * (n_in + c.hidden)
+        return macs + c.hidden * c.n_classes

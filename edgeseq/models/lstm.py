@@ -1,0 +1,39 @@
+"""LSTM classifier, with torch's gate order (input i, forget f, cell g, output o):
+
+    i, f, g, o = σ, σ, tanh, σ of (W_i x + b_i + W_h h + b_h)
+    c' = f ⊙ c + i ⊙ g        h' = o ⊙ tanh(c')
+
+State per layer is (h, c): state_in.{2l} is h and state_in.{2l+1} is c of layer l.
+"""
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from edgeseq.models.common import RecurrentClassifier
+
+
+@dataclass(frozen=True)
+class LSTMConfig:
+    n_features: int = 6      # sensor channels per reading
+    n_classes: int = 4       # activity classes
+    hidden: int = 64         # h and c each hold this many floats per layer and stream
+    layers: int = 1          # one layer is enough for 100-reading windows
+    dropout: float = 0.1     # on the head input; also between layers when layers > 1
+
+
+class LSTM(RecurrentClassifier):
+    rnn_cls = nn.LSTM
+    n_state = 2
+    state_roles = ("h", "c")
+
+    def cell(self, gi, state, w_hh, b_hh):
+        h, c = state
+        gates = gi + h @ w_hh.t() + b_hh                      # (B, 4H)
+        H = h.shape[-1]
+        ifo = torch.sigmoid(torch.cat([gates[:, :2 * H], gates[:, 3 * H:]], dim=-1))  # (B, 3H)
+        i, f, o = ifo[:, :H], ifo[:, H:2 * H], ifo[:, 2 * H:]                         # (B, H) each
+        c = f * c + i * torch.tanh(gates[:, 2 * H:3 * H])
+        h = o * torch.tanh(c)
+        return (h, c)

@@ -1,0 +1,168 @@
+"""Causal Transformer classifier with a KV cache for streaming.
+
+Pre-norm blocks (LayerNorm before attention and MLP), sinusoidal positions computed from the
+reading's index (no position table, so the history has no built-in limit), multi-head
+self-attention under a causal mask. `forward` runs a whole window; `step` takes one reading,
+the stream's position and the cache, and returns the cache grown by one row per layer.
+
+Streams in one batch share the cache length T but may have seen different numbers of
+readings (a stream reset mid-batch starts again at position 0): each stream attends only to
+its own last `position + 1` rows, the rest are masked with a large negative number (not
+-inf, which breaks int8 calibration).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from edgeseq import contract
+from edgeseq.models.common import Normalize, last_valid
+
+MASKED = -1e9  # added to scores of keys a query must not see
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    n_features: int = 6      # sensor channels per reading
+    n_classes: int = 4       # activity classes
+    d_model: int = 32        # width; each cached reading costs 2 * layers * d_model floats
+    heads: int = 4           # head_dim = d_model / heads = 8
+    layers: int = 2          # two blocks reach >= 0.90 on BasicMotions
+    d_ff: int = 64           # MLP width
+    dropout: float = 0.1     # on attention output, MLP output and head input
+
+
+def sinusoid(position: torch.Tensor, d_model: int) -> torch.Tensor:
+    """position (...,) int -> (..., d_model): [sin(p w_i), cos(p w_i)], w_i = 10000^(-2i/d)."""
+    i = torch.arange(d_model // 2, dtype=torch.float32, device=position.device)
+    w = torch.exp(i * (-2.0 * math.log(10000.0) / d_model))   # (d/2,)
+    angle = position.to(torch.float32).unsqueeze(-1) * w      # (..., d/2)
+    return torch.cat([torch.sin(angle), torch.cos(angle)], dim=-1)
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, c: TransformerConfig):
+        super().__init__()
+        self.heads, self.head_dim = c.heads, c.d_model // c.heads
+        self.qkv = nn.Linear(c.d_model, 3 * c.d_model)
+        self.proj = nn.Linear(c.d_model, c.d_model)
+        self.drop = nn.Dropout(c.dropout)
+
+    def split(self, t):
+        B, T, _ = t.shape
+        return t.view(B, T, self.heads, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
+
+    def attend(self, q, k, v, bias):
+        """q (B, nh, Tq, hs), k/v (B, nh, Tk, hs), bias broadcastable to (B, nh, Tq, Tk)."""
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_dim) + bias  # (B, nh, Tq, Tk)
+        y = F.softmax(scores, dim=-1) @ v                     # (B, nh, Tq, hs)
+        B, nh, Tq, hs = y.shape
+        return self.drop(self.proj(y.transpose(1, 2).reshape(B, Tq, nh * hs)))  # (B, Tq, C)
+
+    def forward(self, x, bias):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)                # (B, T, C) each
+        return self.attend(self.split(q), self.split(k), self.split(v), bias)
+
+    def step(self, x, past_k, past_v, bias):
+        """x (B, 1, C); past (B, nh, T, hs) -> y (B, 1, C), present (B, nh, T+1, hs)."""
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        k = torch.cat([past_k, self.split(k)], dim=2)         # (B, nh, T+1, hs)
+        v = torch.cat([past_v, self.split(v)], dim=2)
+        return self.attend(self.split(q), k, v, bias), k, v
+
+
+class Block(nn.Module):
+    def __init__(self, c: TransformerConfig):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(c.d_model)
+        self.attn = SelfAttention(c)
+        self.ln2 = nn.LayerNorm(c.d_model)
+        self.mlp = nn.Sequential(nn.Linear(c.d_model, c.d_ff), nn.GELU(), nn.Linear(c.d_ff, c.d_model),
+                                 nn.Dropout(c.dropout))
+
+    def forward(self, x, bias):
+        x = x + self.attn(self.ln1(x), bias)
+        return x + self.mlp(self.ln2(x))
+
+    def step(self, x, past_k, past_v, bias):
+        a, k, v = self.attn.step(self.ln1(x), past_k, past_v, bias)
+        x = x + a
+        return x + self.mlp(self.ln2(x)), k, v
+
+
+class Transformer(nn.Module):
+    def __init__(self, config: TransformerConfig):
+        super().__init__()
+        assert config.d_model % config.heads == 0, "d_model must be a multiple of heads"
+        self.config = config
+        self.norm = Normalize(config.n_features)
+        self.embed = nn.Linear(config.n_features, config.d_model)
+        self.blocks = nn.ModuleList(Block(config) for _ in range(config.layers))
+        self.ln_f = nn.LayerNorm(config.d_model)
+        self.drop = nn.Dropout(config.dropout)
+        self.head = nn.Linear(config.d_model, config.n_classes)
+
+    def _hidden(self, x):
+        B, T, _ = x.shape
+        pos = torch.arange(T, device=x.device)
+        h = self.embed(self.norm(x)) + sinusoid(pos, self.config.d_model)  # (B, T, C)
+        causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+        bias = torch.zeros(T, T, device=x.device).masked_fill(~causal, MASKED)  # (T, T)
+        for block in self.blocks:
+            h = block(h, bias)
+        return self.ln_f(h)                                   # (B, T, C)
+
+    def forward_all(self, x):
+        """x (B, T, F) -> logits after every reading (B, T, classes)."""
+        return self.head(self._hidden(x))
+
+    def forward(self, x, lengths=None):
+        """x (B, T, F) -> logits after each sequence's last valid reading (B, classes)."""
+        return self.head(self.drop(last_valid(self._hidden(x), lengths)))
+
+    def init_state(self, batch: int, history: int = 0) -> tuple:
+        c = self.config
+        hs = c.d_model // c.heads
+        kv = tuple(torch.zeros(batch, c.heads, history, hs) for _ in range(2 * c.layers))
+        return (torch.zeros(batch, dtype=torch.int64),) + kv
+
+    def step(self, x, state=None):
+        """x (B, F), state (position (B,), past k0, v0, k1, v1, ...) -> (logits, next state)."""
+        if state is None:
+            state = self.init_state(x.shape[0])
+        position, past = state[0], state[1:]
+        T = past[0].shape[2]
+        h = self.embed(self.norm(x)) + sinusoid(position, self.config.d_model)  # (B, C)
+        h = h.unsqueeze(1)                                    # (B, 1, C)
+        # Key j (of T + 1) is this stream's iff j >= T - position.
+        j = torch.arange(T + 1, device=x.device)              # (T+1,)
+        own = j.unsqueeze(0) >= (T - position).unsqueeze(1)   # (B, T+1)
+        bias = torch.where(own, 0.0, MASKED).view(-1, 1, 1, T + 1)  # (B, 1, 1, T+1)
+        present = []
+        for layer, block in enumerate(self.blocks):
+            h, k, v = block.step(h, past[2 * layer], past[2 * layer + 1], bias)
+            present += [k, v]
+        logits = self.head(self.ln_f(h[:, 0]))                # (B, classes)
+        return logits, (position + 1,) + tuple(present)
+
+    def state_specs(self) -> list:
+        c = self.config
+        shape = (contract.BATCH_AXIS, c.heads, contract.HISTORY_AXIS, c.d_model // c.heads)
+        specs = []
+        for layer in range(c.layers):
+            for kv in ("key", "value"):
+                specs.append(contract.StateSpec(
+                    name=contract.past(layer, kv), output=contract.present(layer, kv),
+                    shape=shape, kind=contract.KIND_GROWING, role=f"{kv}.{layer}"))
+        return specs
+
+    def macs_per_reading(self, history: int = 0) -> int:
+        """Multiply-accumulates for one reading with `history` cached readings."""
+        c = self.config
+        per_block = 4 * c.d_model * c.d_model + 2 * c.d_model * c.d_ff + 2 * (history + 1) * c.d_model
+        return c.n_features * c.d_model + c.layers * per_block + c.d_model * c.n_classes
