@@ -169,7 +169,7 @@ def run_bench(repeats: int = 2000, warmup: int = 200, cache_lengths=(16, 256, 10
             r = _median_us(lambda: full.run(["logits"], {"window": window}), max(n_rep // 5, 20), 3)
             rows.append({"history": T, "cached_us": c_net, "cached_with_restore_us": c["median_us"],
                          "recompute_us": r["median_us"], "speedup": r["median_us"] / c_net,
-                         "state_bytes_per_stream": s.state_nbytes()})
+                         "state_bytes_per_stream": s.state_nbytes_at(T)})
         out["transformer"] = rows
     return out
 

@@ -71,7 +71,10 @@ class StreamSession:
             raise UsageError("max_history must be at least 1")
         self.on_full = on_full
         self._has_position = contract.POSITION in {i.name for i in self.session.get_inputs()}
-        self.position = np.zeros(streams, np.int64)      # readings each stream has seen
+        # Readings each stream has seen. A cache model feeds it to the graph, so it is an array
+        # that advances in place; a fixed-state model only counts, so a Python int (cheaper).
+        self._pos = np.zeros(streams, np.int64)
+        self._calls = 0
         self._x = np.zeros((streams, self.n_features), np.float32)
         self._x_ort = ort.OrtValue.ortvalue_from_numpy(self._x)
         self._logits = np.zeros((streams, len(self.labels)), np.float32)
@@ -79,7 +82,7 @@ class StreamSession:
         self._has_probs = contract.PROBS in {o.name for o in self.session.get_outputs()}
         self._probs = np.zeros_like(self._logits)
         self._probs_ort = ort.OrtValue.ortvalue_from_numpy(self._probs)
-        self._pos_ort = ort.OrtValue.ortvalue_from_numpy(self.position)
+        self._pos_ort = ort.OrtValue.ortvalue_from_numpy(self._pos)
         self.reset()
 
     # -- state ---------------------------------------------------------------------------
@@ -107,16 +110,14 @@ class StreamSession:
         """Forget the history of one stream, or of all streams (stream=None)."""
         if stream is not None:
             self._check_stream(stream)
-            if self.growing:
-                self.position[stream] = 0    # its old cache rows are masked out from now on
-            else:
+            if not self.growing:             # a cache stream's old rows are masked from now on
                 for v in self._state:
                     a = v.numpy()
                     a[stream] = 0.0
                     v.update_inplace(a)
-                self.position[stream] = 0
+            self._set_position(stream, 0)
             return
-        self.position[:] = 0
+        self._set_position(slice(None), 0)
         if self.growing:
             self._state = [self._zeros(s, 0) for s in self.meta.state]
             self._binding = self.session.io_binding()
@@ -126,6 +127,19 @@ class StreamSession:
             self._banks = banks
             self._bank = 0
             self._state = banks[0]
+
+    @property
+    def position(self) -> np.ndarray:
+        """Readings each stream has seen since it started or was reset (a copy)."""
+        if self.growing:
+            return self._pos.copy()
+        return self._calls - self._pos
+
+    def _set_position(self, index, value):
+        if self.growing:
+            self._pos[index] = value
+        else:
+            self._pos[index] = self._calls - np.asarray(value)   # stores the call count at the start
 
     def _check_stream(self, stream):
         if not 0 <= stream < self.streams:
@@ -174,7 +188,7 @@ class StreamSession:
         else:
             for v, a in zip(self._state, arrays):
                 v.update_inplace(np.ascontiguousarray(a, np.float32))
-        self.position[:] = snap["position"]
+        self._set_position(slice(None), np.asarray(snap["position"], np.int64))
 
     # -- the hot path --------------------------------------------------------------------
 
@@ -213,11 +227,12 @@ class StreamSession:
             raise self._bad_reading(x)
         if self.growing:
             self._step_cache()
+            self._pos += 1
         else:
             self.session.run_with_iobinding(self._bindings[self._bank])
             self._bank ^= 1
             self._state = self._banks[self._bank]
-        self.position += 1
+            self._calls += 1
         return self._logits
 
     def push(self, readings) -> np.ndarray:
