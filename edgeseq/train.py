@@ -175,7 +175,7 @@ def _progress(total, desc, enabled):
     if not enabled:
         return _NoBar()
     from tqdm import tqdm
-    return tqdm(total=total, desc=desc, unit="epoch", leave=False)
+    return tqdm(total=total, desc=desc, unit="epoch", leave=False, disable=None)  # None: only on a terminal
 
 
 class _NoBar:
