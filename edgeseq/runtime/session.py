@@ -120,7 +120,14 @@ class StreamSession:
         self._set_position(slice(None), 0)
         if self.growing:
             self._state = [self._zeros(s, 0) for s in self.meta.state]
-            self._binding = self.session.io_binding()
+            b = self._binding = self.session.io_binding()
+            # Reading, position and logits live in fixed buffers: bound once. The cache is
+            # re-bound every call since it grows.
+            b.bind_ortvalue_input(contract.READING, self._x_ort)
+            b.bind_ortvalue_input(contract.POSITION, self._pos_ort)
+            b.bind_ortvalue_output(contract.LOGITS, self._logits_ort)
+            if self._has_probs:
+                b.bind_ortvalue_output(contract.PROBS, self._probs_ort)
         else:
             banks = [[self._zeros(s) for s in self.meta.state] for _ in range(2)]
             self._bindings = [self._bind_fixed(banks[0], banks[1]), self._bind_fixed(banks[1], banks[0])]
@@ -252,13 +259,8 @@ class StreamSession:
             past = [ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v.numpy()[:, :, T - keep:]), self.device, 0)
                     for v in past]
         b = self._binding
-        b.bind_ortvalue_input(contract.READING, self._x_ort)
-        b.bind_ortvalue_input(contract.POSITION, self._pos_ort)
         for spec, v in zip(self.meta.state, past):
             b.bind_ortvalue_input(spec.name, v)
-        b.bind_ortvalue_output(contract.LOGITS, self._logits_ort)
-        if self._has_probs:
-            b.bind_ortvalue_output(contract.PROBS, self._probs_ort)
         for spec in self.meta.state:
             b.bind_output(spec.output, self.device)
         self.session.run_with_iobinding(b)
