@@ -17,14 +17,13 @@ import tempfile
 import warnings
 from pathlib import Path
 
-import numpy as np
 import onnx
 import torch
 from torch import nn
 
 import edgeseq
 from edgeseq import contract
-from edgeseq.errors import EdgeseqError, UsageError
+from edgeseq.errors import UsageError
 from edgeseq.train import model_from_checkpoint
 from export.validate import validate_stream, validate_window
 
@@ -124,7 +123,7 @@ def meta_for(ckpt: dict, model, mode: str, max_history=None, quantization=None) 
     )
 
 
-def _trace(module, args, input_names, output_names, dynamic_shapes, path):
+def _trace(module, args, input_names, output_names, dynamic_shapes):
     """Run the torch.export-based exporter quietly; return the ONNX ModelProto."""
     buf = io.StringIO()
     logging.getLogger("torch.onnx").setLevel(logging.ERROR)
@@ -148,7 +147,7 @@ def build_graph(ckpt: dict, max_history: int | None = None):
         args = (torch.randn(2, 7, F), torch.tensor([7, 4]))
         names_in, names_out = [contract.WINDOW, contract.LENGTHS], [contract.LOGITS]
         dyn = ({0: batch, 1: time}, {0: batch})
-        proto = _trace(WindowGraph(model), args, names_in, names_out, dyn, None)
+        proto = _trace(WindowGraph(model), args, names_in, names_out, dyn)
         meta = meta_for(ckpt, model, "window")
     else:
         specs = model.state_specs()
@@ -167,7 +166,7 @@ def build_graph(ckpt: dict, max_history: int | None = None):
             dyn = ({0: batch}, tuple({0: batch} for _ in specs))
             wrapper = FusedRecurrentStep(model)
         names_out = [contract.LOGITS, contract.PROBS] + [s.output for s in specs]
-        proto = _trace(wrapper, args, names_in, names_out, dyn, None)
+        proto = _trace(wrapper, args, names_in, names_out, dyn)
         meta = meta_for(ckpt, model, "stream", max_history=max_history)
     proto.ir_version = contract.IR_VERSION
     stamp(proto, meta)
@@ -233,4 +232,3 @@ def initializer_bytes(proto: onnx.ModelProto) -> int:
     return sum(onnx.numpy_helper.to_array(t).nbytes for t in proto.graph.initializer)
 
 
-__all__ = ["export_model", "build_graph", "write_validated", "stamp", "EdgeseqError", "np"]

@@ -81,7 +81,7 @@ class _Recompute:
 
         T = torch.export.Dim("time", min=2, max=8192)
         proto = _trace(Full(model), (torch.randn(1, 5, model.config.n_features),), ["window"], ["logits"],
-                       ({1: T},), None)
+                       ({1: T},))
         proto.ir_version = 9
         onnx.save_model(proto, path)
 

@@ -12,15 +12,20 @@ import time
 import numpy as np
 
 from edgeseq.data import Split
-from edgeseq.errors import DataError
+from edgeseq.errors import DataError, UsageError
 from edgeseq.runtime.session import StreamSession, WindowSession
 
 
 def evaluate(model: str, split: Split, labels: list | None = None, provider: str = "cpu",
              features: list | None = None) -> dict:
     """{'accuracy', 'n', 'accuracy_at_fraction', 'confusion', ...} for `model` on `split`."""
-    probe = WindowSession(model, provider) if _is_window(model, provider) else None
-    sess = probe or StreamSession(model, streams=len(split), provider=provider)
+    try:
+        sess = StreamSession(model, streams=len(split), provider=provider)
+        probe = None
+    except UsageError:
+        probe = sess = WindowSession(model, provider)     # a whole-window (bidirectional) model
+        if sess.meta.mode != "window":
+            raise
     if split.X.shape[2] != len(sess.meta.features):
         raise DataError(f"data has {split.X.shape[2]} features, the model expects {len(sess.meta.features)} "
                         f"({', '.join(sess.meta.features)})")
@@ -57,8 +62,3 @@ def evaluate(model: str, split: Split, labels: list | None = None, provider: str
         "seconds": round(seconds, 3),
     }
 
-
-def _is_window(model, provider) -> bool:
-    from edgeseq.runtime.model import open_model
-    _, meta = open_model(model, provider)
-    return meta.mode == "window"
