@@ -8,6 +8,8 @@ quantizers can handle, and parity between the two paths is a real check of the c
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
@@ -28,6 +30,15 @@ class Normalize(nn.Module):
 
     def forward(self, x):
         return (x - self.mean) / self.std
+
+
+@dataclass(frozen=True)
+class RecurrentConfig:
+    n_features: int = 6      # sensor channels per reading
+    n_classes: int = 4       # activity classes
+    hidden: int = 64         # state size: 4 bytes per unit, layer and state tensor (LSTM has h and c)
+    layers: int = 1          # one layer is enough for 100-reading windows
+    dropout: float = 0.1     # on the head input; also between layers when layers > 1
 
 
 def last_valid(out: torch.Tensor, lengths: torch.Tensor | None) -> torch.Tensor:

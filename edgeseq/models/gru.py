@@ -4,21 +4,14 @@
     n = tanh(W_in x + b_in + r ⊙ (W_hn h + b_hn))    h' = (1 - z) ⊙ n + z ⊙ h
 """
 
-from dataclasses import dataclass
-
 import torch
 from torch import nn
 
-from edgeseq.models.common import RecurrentClassifier
+from edgeseq.models.common import RecurrentClassifier, RecurrentConfig
 
 
-@dataclass(frozen=True)
-class GRUConfig:
-    n_features: int = 6      # sensor channels per reading
-    n_classes: int = 4       # activity classes
-    hidden: int = 64         # state size: the per-stream memory, 4 bytes per unit and layer
-    layers: int = 1          # one layer is enough for 100-reading windows
-    dropout: float = 0.1     # on the head input; also between layers when layers > 1
+class GRUConfig(RecurrentConfig):
+    """Settings in RecurrentConfig; a type of its own so a checkpoint names its architecture."""
 
 
 class GRU(RecurrentClassifier):

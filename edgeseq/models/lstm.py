@@ -6,21 +6,14 @@
 State per layer is (h, c): state_in.{2l} is h and state_in.{2l+1} is c of layer l.
 """
 
-from dataclasses import dataclass
-
 import torch
 from torch import nn
 
-from edgeseq.models.common import RecurrentClassifier
+from edgeseq.models.common import RecurrentClassifier, RecurrentConfig
 
 
-@dataclass(frozen=True)
-class LSTMConfig:
-    n_features: int = 6      # sensor channels per reading
-    n_classes: int = 4       # activity classes
-    hidden: int = 64         # h and c each hold this many floats per layer and stream
-    layers: int = 1          # one layer is enough for 100-reading windows
-    dropout: float = 0.1     # on the head input; also between layers when layers > 1
+class LSTMConfig(RecurrentConfig):
+    """Settings in RecurrentConfig; a type of its own so a checkpoint names its architecture."""
 
 
 class LSTM(RecurrentClassifier):

@@ -1,20 +1,13 @@
 """Elman RNN classifier: h' = tanh(W_ih x + b_ih + W_hh h + b_hh)."""
 
-from dataclasses import dataclass
-
 import torch
 from torch import nn
 
-from edgeseq.models.common import RecurrentClassifier
+from edgeseq.models.common import RecurrentClassifier, RecurrentConfig
 
 
-@dataclass(frozen=True)
-class RNNConfig:
-    n_features: int = 6      # sensor channels per reading
-    n_classes: int = 4       # activity classes
-    hidden: int = 64         # state size: the per-stream memory, 4 bytes per unit and layer
-    layers: int = 1          # one layer is enough for 100-reading windows
-    dropout: float = 0.1     # on the head input; also between layers when layers > 1
+class RNNConfig(RecurrentConfig):
+    """Settings in RecurrentConfig; a type of its own so a checkpoint names its architecture."""
 
 
 class RNN(RecurrentClassifier):

@@ -161,10 +161,7 @@ class StreamSession:
 
     def state_nbytes(self) -> int:
         """Bytes of state each stream holds now: flat for recurrent models, growing for a cache."""
-        total = 0
-        for spec, v in zip(self.meta.state, self._state):
-            total += int(np.prod(v.shape()[1:])) * 4
-        return total
+        return sum(int(np.prod(v.shape()[1:])) * 4 for v in self._state)
 
     def state_nbytes_at(self, history: int) -> int:
         """Bytes one stream would hold after `history` readings (bounded by max_history)."""
@@ -175,7 +172,7 @@ class StreamSession:
 
     def snapshot(self) -> dict:
         """A copy of every stream's state and position, for `restore` (or to save to disk)."""
-        return {"model": self.path, "position": self.position.copy(),
+        return {"model": self.path, "position": self.position,
                 "state": [v.numpy().copy() for v in self._state]}
 
     def restore(self, snap: dict) -> None:
@@ -213,13 +210,20 @@ class StreamSession:
 
     def check_reading(self, readings) -> np.ndarray:
         """Readings as float32 [streams, F], or ReadingError naming the problem."""
+        x = self._coerce(readings)
+        if not np.isfinite(x).all():
+            raise self._bad_reading(x)
+        return x
+
+    def _coerce(self, readings) -> np.ndarray:
+        """Readings as float32 [streams, F]; finiteness is checked on the hot path."""
         try:
             x = np.asarray(readings, dtype=np.float32)
         except (TypeError, ValueError):
             raise ReadingError("reading is not numeric; stream state unchanged") from None
         if x.shape != self._x.shape and x.ndim == 1 and self.streams == 1:
             x = x.reshape(1, -1)
-        if x.shape != self._x.shape or not np.isfinite(x).all():
+        if x.shape != self._x.shape:
             raise self._bad_reading(x)
         return x
 
@@ -227,7 +231,7 @@ class StreamSession:
         """Advance every stream by one reading; returns logits [streams, classes] (a view, copy to keep)."""
         x = readings
         if type(x) is not np.ndarray or x.dtype != np.float32 or x.shape != self._x.shape:
-            x = self.check_reading(x)
+            x = self._coerce(x)
         # The input buffer is not state: filling it before the check loses nothing.
         np.copyto(self._x, x)
         if not np.isfinite(self._x).all():
