@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import json
-import sys
 
 import click
 
@@ -49,7 +48,9 @@ def cli():
     \b
       edgeseq train --arch gru --data basicmotions --out runs/gru
       edgeseq export runs/gru --out models/gru.onnx
+      edgeseq export runs/gru --int8 --out models/gru-int8.onnx
       edgeseq eval models/gru.onnx --data basicmotions --json
+      edgeseq compare models/gru.onnx models/gru-int8.onnx
       edgeseq stream models/gru.onnx --input readings.csv
       edgeseq bench --json
     """
@@ -102,27 +103,83 @@ def train(arch, data, out, epochs, lr, seed, settings, as_json, quiet):
 @click.argument("run", type=click.Path())
 @click.option("--out", required=True, type=click.Path(), help="Model file to write (.onnx).")
 @click.option("--max-history", type=int, help="Transformer: default bound on cached readings.")
+@click.option("--int8", is_flag=True, help="Quantize weights to int8 (MatMul/Gemm, per channel).")
+@click.option("--int8-scheme", type=click.Choice(["static", "dynamic"]), default="static", show_default=True,
+              help="static: int8 activations with scales calibrated on training streams; "
+                   "dynamic: uint8 activations scaled per call.")
+@click.option("--data", help="int8: data for calibration and checks (default: the run's training data).")
+@click.option("--max-error", type=click.FloatRange(min=0), default=0.02, show_default=True,
+              help="int8: bound on the mean output error, as a fraction of the float output range.")
+@click.option("--max-accuracy-drop", type=click.FloatRange(min=0), default=0.01, show_default=True,
+              help="int8: bound on test accuracy lost to quantization (0.01 = one point).")
+@click.option("--keep-anyway", is_flag=True, help="int8: write the model even if it breaks a bound.")
 @click.option("--json", "as_json", is_flag=True)
 @_errors
-def export(run, out, max_history, as_json):
-    """Export a trained run to one ONNX step graph, validated against torch.
+def export(run, out, max_history, int8, int8_scheme, data, max_error, max_accuracy_drop, keep_anyway, as_json):
+    """Export a trained run to one ONNX step graph, validated before it is written.
 
-    The file is written only if ONNX Runtime matches torch over a 200-reading stream
-    (max abs diff <= 1e-5); an existing file at --out is left alone otherwise.
+    Float: written only if ONNX Runtime matches torch over a 200-reading stream (max abs diff
+    <= 1e-5). int8 (--int8): also written only if, against its float twin, the mean logit
+    error stays within --max-error of the output range over 4 streams of 500 real readings
+    and test accuracy drops by at most --max-accuracy-drop. A failed export leaves an
+    existing file at --out alone.
 
     \b
       edgeseq export runs/gru --out models/gru.onnx
+      edgeseq export runs/gru --int8 --out models/gru-int8.onnx
+      edgeseq export runs/lstm --int8 --int8-scheme dynamic --out models/lstm-int8.onnx
       edgeseq export runs/transformer --out models/tr.onnx --max-history 256
     """
     from edgeseq.train import load_checkpoint
-    from export import export_model
+    from export import export_int8, export_model
 
-    report = export_model(load_checkpoint(run), out, max_history=max_history)
+    int8_only = [name for name, given in (("--int8-scheme", int8_scheme != "static"), ("--data", data),
+                                           ("--max-error", max_error != 0.02),
+                                           ("--max-accuracy-drop", max_accuracy_drop != 0.01),
+                                           ("--keep-anyway", keep_anyway)) if given]
+    if int8_only and not int8:
+        raise UsageError(f"{', '.join(int8_only)} applies to int8 export only; add --int8")
+    ckpt = load_checkpoint(run)
+    if int8:
+        report = export_int8(ckpt, out, int8_scheme, data=data, max_history=max_history, max_error=max_error,
+                             max_accuracy_drop=max_accuracy_drop, keep_anyway=keep_anyway)
+    else:
+        report = export_model(ckpt, out, max_history=max_history)
     if as_json:
         _echo_json(report)
+    elif int8:
+        r = report
+        click.echo(f"wrote {r['path']} ({r['bytes']:,} bytes, float {r['float_bytes']:,}); int8 {int8_scheme} vs "
+                   f"float over {r['streams']}x{r['readings']} readings: mean error {r['mean_rel']:.2%} of range "
+                   f"(max {r['max_rel']:.1%}), test accuracy {r['int8_accuracy']:.3f} vs {r['float_accuracy']:.3f}")
+        if not r["within_bounds"]:
+            click.echo("warning: this model breaks its bound (kept because of --keep-anyway)", err=True)
     else:
         click.echo(f"wrote {report['path']} ({report['bytes']:,} bytes); ONNX Runtime vs torch max abs diff "
                    f"{report['max_abs_diff']:.2e} (tolerance {report['tolerance']:g})")
+
+
+@cli.command()
+@click.argument("models", nargs=-1, required=True, type=click.Path())
+@click.option("--data", default="basicmotions", show_default=True, help="'basicmotions' or a .npz / .csv path.")
+@click.option("--readings", type=click.IntRange(min=1), default=500, show_default=True,
+              help="Readings per stream for the output difference.")
+@click.option("--rounds", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Latency: interleaved rounds of 100 readings per model.")
+@click.option("--json", "as_json", is_flag=True)
+@_errors
+def compare(models, data, readings, rounds, as_json):
+    """Compare models side by side: size, test accuracy, output difference from the first
+    model over long streams, and per-reading latency.
+
+    \b
+      edgeseq compare models/gru.onnx models/gru-int8.onnx --data basicmotions
+      edgeseq compare models/lstm.onnx models/lstm-int8.onnx models/lstm-dyn.onnx --json
+    """
+    from edgeseq.report.compare import compare_models, format_compare
+
+    r = compare_models(list(models), data=data, readings=readings, rounds=rounds)
+    click.echo(json.dumps(r, indent=2) if as_json else format_compare(r))
 
 
 @cli.command(name="eval")

@@ -115,6 +115,7 @@ class ModelMeta:
     format: int = FORMAT_VERSION
     normalization: dict | None = None
     config: dict | None = None
+    validation: dict | None = None      # figures the export measured (read-only here: export writes it)
 
     def to_props(self) -> dict:
         return {
@@ -143,5 +144,5 @@ class ModelMeta:
             state=[StateSpec.from_json(s) for s in get(META_STATE)],
             max_history=get(META_MAX_HISTORY), quantization=get(META_QUANT),
             version=get(META_VERSION, ""), format=get(META_FORMAT),
-            normalization=get(META_NORM), config=get(META_CONFIG),
+            normalization=get(META_NORM), config=get(META_CONFIG), validation=get(META_VALIDATION),
         )

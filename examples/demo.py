@@ -1,9 +1,9 @@
-"""The main demo: train, export and stream all four streaming architectures on BasicMotions.
+"""The main demo: train, export (float and int8) and stream all four streaming architectures on BasicMotions.
 
     make demo            # or: python examples/demo.py [--out DIR]
 
-Each model is trained with its default schedule, exported to one validated ONNX step graph,
-evaluated by streaming the test split one reading per call, and one test sequence is
+Each model is trained with its default schedule, exported to one validated ONNX step graph
+and to an int8 twin (checked against it), evaluated by streaming the test split one reading per call, and one test sequence is
 streamed live. The summary compares accuracy, file size, state held per stream and latency.
 """
 
@@ -16,7 +16,7 @@ import numpy as np
 from edgeseq.data import load_dataset
 from edgeseq.runtime import StreamSession, evaluate
 from edgeseq.train import save_checkpoint, train
-from export import export_model
+from export import export_int8, export_model
 
 ARCHS = ["rnn", "gru", "lstm", "transformer"]
 
@@ -37,6 +37,7 @@ def main():
         model = out / "models" / f"{arch}.onnx"
         rep = export_model(ckpt, model)
         ev = evaluate(str(model), ds.test, labels=ds.labels)
+        q = export_int8(ckpt, out / "models" / f"{arch}-int8.onnx", data=ds)
 
         # Stream one test sequence live, one reading per call.
         seq, label = ds.test.X[5], ds.labels[ds.test.y[5]]
@@ -50,14 +51,17 @@ def main():
         print(f"{arch:11s} trained in {ckpt['metrics']['train_seconds']:5.1f} s; exported {model} "
               f"(ORT vs torch max diff {rep['max_abs_diff']:.1e}); streamed a '{label}' sequence -> "
               f"'{guess}' ({probs.max():.2f})")
-        rows.append((arch, ev["accuracy"], rep["bytes"], sess.state_nbytes(), sess.state_nbytes_at(4096),
-                     np.median(times) * 1e6))
+        rows.append((arch, ev["accuracy"], rep["bytes"], q["int8_accuracy"], q["bytes"], sess.state_nbytes(),
+                     sess.state_nbytes_at(4096), np.median(times) * 1e6))
 
-    print("\nmodel        test acc   file bytes   state after 100   state after 4096   median step")
-    for arch, acc, size, s100, s4096, us in rows:
-        print(f"{arch:11s}  {acc:8.3f}   {size:10,d}   {s100:13,d} B   {s4096:14,d} B   {us:8.1f} us")
+    print("\nmodel        test acc   file bytes   int8 acc   int8 bytes   state after 100   state after 4096"
+          "   median step")
+    for arch, acc, size, qacc, qsize, s100, s4096, us in rows:
+        print(f"{arch:11s}  {acc:8.3f}   {size:10,d}   {qacc:8.3f}   {qsize:10,d}   {s100:13,d} B   "
+              f"{s4096:14,d} B   {us:8.1f} us")
     print("\nRecurrent models hold the same state whatever the history; the Transformer's KV cache grows "
-          "by one row per reading.\nNext: `edgeseq stream models/gru.onnx --input -`, `edgeseq bench`.")
+          "by one row per reading.\nNext: `edgeseq stream models/gru.onnx --input -`, "
+          "`edgeseq compare models/gru.onnx models/gru-int8.onnx`, `edgeseq bench`.")
 
 
 if __name__ == "__main__":

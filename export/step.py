@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import logging
 import os
 import tempfile
@@ -34,15 +35,21 @@ class FusedRecurrentStep(nn.Module):
     fewer graph nodes: a GRU layer is 11 nodes instead of 18, and per-node dispatch is most of
     what a step this small costs in onnxruntime.
 
+    With `split=True` the cell is x @ W_ih^T + h @ W_hh^T (+ biases) instead: two MatMuls, so
+    that int8 quantization gives the reading and the state their own activation scales (one
+    scale over [x, h] spends most of its 256 steps on the reading's range and leaves the state
+    coarse), and the GRU's weights carry no zero blocks.
+
     Fused weight layouts, W is (in + H, gates) and the product is [x, h] @ W + b:
       RNN  [W_ih; W_hh]                             -> tanh
       LSTM [W_ih; W_hh], gates i f g o               -> sigmoid(i, f), tanh(g), sigmoid(o)
       GRU  [[W_ir W_iz W_in 0], [W_hr W_hz 0 W_hn]]   -> columns rz | x-part of n | h-part of n
     """
 
-    def __init__(self, model):
+    def __init__(self, model, split: bool = False):
         super().__init__()
         self.model = model
+        self.split = split
         self.kind = {nn.RNN: "rnn", nn.GRU: "gru", nn.LSTM: "lstm"}[type(model.rnn)]
         c = model.config
         self.H, self.layers, self.n_state = c.hidden, c.layers, model.n_state
@@ -54,6 +61,16 @@ class FusedRecurrentStep(nn.Module):
                 b_ih = getattr(model.rnn, f"bias_ih_l{layer}")
                 b_hh = getattr(model.rnn, f"bias_hh_l{layer}")
                 n_in = w_ih.shape[1]
+                if split:                                            # x @ wx + h @ wh + b
+                    self.register_buffer(f"wx{layer}", w_ih.t().contiguous())
+                    self.register_buffer(f"wh{layer}", w_hh.t().contiguous())
+                    if self.kind == "gru":                           # n needs the h-part on its own
+                        b = torch.cat([b_ih[:2 * H] + b_hh[:2 * H], b_ih[2 * H:]])
+                        self.register_buffer(f"bh{layer}", torch.cat([torch.zeros(2 * H), b_hh[2 * H:]]))
+                    else:
+                        b = b_ih + b_hh
+                    self.register_buffer(f"b{layer}", b.contiguous())
+                    continue
                 if self.kind == "gru":
                     W = torch.zeros(n_in + H, 4 * H)
                     W[:n_in, :3 * H] = w_ih.t()
@@ -71,7 +88,19 @@ class FusedRecurrentStep(nn.Module):
         inp, new = self.model.norm(reading), []
         for layer in range(self.layers):
             h = state[layer * self.n_state]
-            g = torch.cat([inp, h], dim=-1) @ getattr(self, f"w{layer}") + getattr(self, f"b{layer}")  # (B, G*H)
+            if self.split and self.kind == "gru":
+                gx = inp @ getattr(self, f"wx{layer}") + getattr(self, f"b{layer}")     # (B, 3H)
+                gh = h @ getattr(self, f"wh{layer}") + getattr(self, f"bh{layer}")      # (B, 3H)
+                r, z = torch.sigmoid(gx[:, :2 * H] + gh[:, :2 * H]).split([H, H], dim=-1)
+                n = torch.tanh(gx[:, 2 * H:] + r * gh[:, 2 * H:])
+                h = n + z * (h - n)
+                new.append(h)
+                inp = h
+                continue
+            if self.split:
+                g = inp @ getattr(self, f"wx{layer}") + h @ getattr(self, f"wh{layer}") + getattr(self, f"b{layer}")
+            else:
+                g = torch.cat([inp, h], dim=-1) @ getattr(self, f"w{layer}") + getattr(self, f"b{layer}")  # (B, G*H)
             if self.kind == "rnn":
                 h = torch.tanh(g)
                 new.append(h)
@@ -136,8 +165,11 @@ def _trace(module, args, input_names, output_names, dynamic_shapes):
     return prog.model_proto
 
 
-def build_graph(ckpt: dict, max_history: int | None = None):
-    """(onnx.ModelProto, ModelMeta, torch model) for a checkpoint, not yet validated."""
+def build_graph(ckpt: dict, max_history: int | None = None, split: bool = False):
+    """(onnx.ModelProto, ModelMeta, torch model) for a checkpoint, not yet validated.
+
+    `split` exports recurrent cells with separate input and state MatMuls (the form int8
+    quantization wants); the contract is the same either way."""
     model = model_from_checkpoint(ckpt)
     arch = ckpt["arch"]
     F = model.config.n_features
@@ -164,14 +196,25 @@ def build_graph(ckpt: dict, max_history: int | None = None):
             args = (torch.randn(2, F), *model.init_state(2))
             names_in = [contract.READING] + [s.name for s in specs]
             dyn = ({0: batch}, tuple({0: batch} for _ in specs))
-            wrapper = FusedRecurrentStep(model)
+            wrapper = FusedRecurrentStep(model, split=split)
         names_out = [contract.LOGITS, contract.PROBS] + [s.output for s in specs]
         proto = _trace(wrapper, args, names_in, names_out, dyn)
         meta = meta_for(ckpt, model, "stream", max_history=max_history)
     proto.ir_version = contract.IR_VERSION
+    strip(proto)
     stamp(proto, meta)
     onnx.checker.check_model(proto)
     return proto, meta, model
+
+
+def strip(proto: onnx.ModelProto):
+    """Drop what the exporter records for debugging (per-node source lines and stack traces,
+    intermediate shapes): it is most of a small model's file and names paths on the build machine."""
+    for node in proto.graph.node:
+        del node.metadata_props[:]
+        node.doc_string = ""
+    del proto.graph.value_info[:]
+    proto.doc_string = ""
 
 
 def stamp(proto: onnx.ModelProto, meta: contract.ModelMeta):
@@ -216,16 +259,29 @@ def write_validated(proto: onnx.ModelProto, out: Path, validate) -> dict:
     os.close(fd)
     try:
         onnx.save_model(proto, tmp)
-        report = validate(tmp)
+        report = dict(validate(tmp))
+        record_validation(tmp, report)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)                # mkstemp makes 0600; a model is meant to be shared
         os.replace(tmp, out)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    report = dict(report)
     report["path"] = str(out)
     report["bytes"] = out.stat().st_size
     return report
+
+
+def record_validation(path, report: dict):
+    """Store the validation figures in the file's metadata (numerics untouched)."""
+    proto = onnx.load_model(str(path))
+    keep = [p for p in proto.metadata_props if p.key != contract.META_VALIDATION]
+    del proto.metadata_props[:]
+    proto.metadata_props.extend(keep)
+    proto.metadata_props.add(key=contract.META_VALIDATION, value=json.dumps(report))
+    onnx.save_model(proto, str(path))
 
 
 def initializer_bytes(proto: onnx.ModelProto) -> int:

@@ -8,9 +8,10 @@ import torch
 
 from edgeseq import contract
 from edgeseq.errors import ExportValidationError
+from edgeseq.runtime.evaluate import run_streams
 
 
-def _session(path):
+def cpu_session(path):
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     so.log_severity_level = 3
@@ -37,29 +38,13 @@ def torch_stream(model, readings: np.ndarray) -> np.ndarray:
 
 def ort_stream(sess, meta: contract.ModelMeta, readings: np.ndarray) -> np.ndarray:
     """Logits (n, B, C) of a plain ONNX Runtime loop over the contract (no edgeseq runtime)."""
-    B = readings.shape[1]
-    feeds = {}
-    for s in meta.state:
-        shape = [B if d == contract.BATCH_AXIS else 0 if d == contract.HISTORY_AXIS else d for d in s.shape]
-        feeds[s.name] = np.zeros(shape, np.float32)
-    names = [contract.LOGITS] + [s.output for s in meta.state]
-    has_pos = contract.POSITION in {i.name for i in sess.get_inputs()}
-    out = []
-    for t, x in enumerate(readings):
-        feeds[contract.READING] = x
-        if has_pos:
-            feeds[contract.POSITION] = np.full(B, t, np.int64)
-        res = sess.run(names, feeds)
-        out.append(res[0])
-        for s, v in zip(meta.state, res[1:]):
-            feeds[s.name] = v
-    return np.stack(out)
+    return run_streams(sess, meta, readings.transpose(1, 0, 2))
 
 
 def validate_stream(path, model, meta, readings: int, tol: float, seed: int = 0) -> dict:
     xs = synthetic_readings(meta, readings, batch=2, seed=seed)
     ref = torch_stream(model, xs)
-    got = ort_stream(_session(path), meta, xs)
+    got = ort_stream(cpu_session(path), meta, xs)
     diff = float(np.abs(ref - got).max())
     if not diff <= tol:
         raise ExportValidationError(
@@ -76,7 +61,7 @@ def validate_window(path, model, meta, tol: float, seed: int = 0) -> dict:
     x = (mean + std * rng.standard_normal((4, 37, len(mean)))).astype(np.float32)
     lengths = np.array([37, 20, 5, 1], np.int64)
     ref = model(torch.from_numpy(x), torch.from_numpy(lengths)).numpy()
-    got = _session(path).run([contract.LOGITS], {contract.WINDOW: x, contract.LENGTHS: lengths})[0]
+    got = cpu_session(path).run([contract.LOGITS], {contract.WINDOW: x, contract.LENGTHS: lengths})[0]
     diff = float(np.abs(ref - got).max())
     if not diff <= tol:
         raise ExportValidationError(

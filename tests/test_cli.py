@@ -129,3 +129,35 @@ def test_cuda_provider_missing_is_an_error(runner, exported):
         pytest.skip("this onnxruntime has CUDA")
     r = runner.invoke(cli, ["eval", str(exported("gru")[0]), "--provider", "cuda"])
     assert r.exit_code == 1 and _err(r).startswith("Error: provider 'cuda' is not available in this onnxruntime")
+
+
+def test_export_int8_and_compare(runner, trained, exported):
+    from edgeseq.train import save_checkpoint
+    save_checkpoint(trained("gru"), "runs/gru")
+    r = runner.invoke(cli, ["export", "runs/gru", "--int8", "--out", "models/g8.onnx"])
+    assert r.exit_code == 0, r.output
+    assert r.output.startswith("wrote models/g8.onnx") and "int8 static vs float" in r.output
+    float_model = str(exported("gru")[0])
+    r = runner.invoke(cli, ["compare", float_model, "models/g8.onnx", "--rounds", "1", "--json"])
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output)
+    first, q = res["models"]
+    assert first["quantization"] == "float" and q["quantization"] == "int8 static"
+    assert first["vs_first"] is None and 0 < q["vs_first"]["mean_rel"] <= 0.02
+    assert q["bytes"] * 2.5 < first["bytes"] and q["latency_us_median"] > 0
+    assert res["readings_per_stream"] == 500
+    r = runner.invoke(cli, ["compare", float_model, "models/g8.onnx", "--rounds", "1"])
+    assert r.exit_code == 0 and "int8 static" in r.output.splitlines()[3]
+
+
+def test_int8_and_compare_errors(runner, trained, exported):
+    from edgeseq.train import save_checkpoint
+    save_checkpoint(trained("gru"), "runs/gru")
+    r = runner.invoke(cli, ["export", "runs/gru", "--keep-anyway", "--out", "m.onnx"])
+    assert r.exit_code == 2 and "--keep-anyway applies to int8 export only; add --int8" in r.output
+    r = runner.invoke(cli, ["export", "runs/gru", "--int8", "--max-error", "0", "--out", "m.onnx"])
+    assert r.exit_code == 1 and "breaks its bound" in _err(r) and not Path("m.onnx").exists()
+    r = runner.invoke(cli, ["compare", str(exported("gru")[0])])
+    assert r.exit_code == 2 and "at least two models" in _err(r)
+    r = runner.invoke(cli, ["compare", str(exported("gru")[0]), "nope.onnx"])
+    assert r.exit_code == 1 and "not found" in _err(r)

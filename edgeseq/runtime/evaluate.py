@@ -12,8 +12,11 @@ import time
 import numpy as np
 
 from edgeseq.data import Split
+from edgeseq import contract
 from edgeseq.errors import DataError, UsageError
 from edgeseq.runtime.session import StreamSession, WindowSession
+
+STREAM_READINGS = 500         # readings per stream when two models are compared over long streams
 
 
 def evaluate(model: str, split: Split, labels: list | None = None, provider: str = "cpu",
@@ -62,3 +65,78 @@ def evaluate(model: str, split: Split, labels: list | None = None, provider: str
         "seconds": round(seconds, 3),
     }
 
+
+
+def run_streams(sess, meta: contract.ModelMeta, X: np.ndarray, lengths: np.ndarray | None = None,
+                record: list | None = None) -> np.ndarray:
+    """Logits (T, N, C) of a plain ONNX Runtime loop, every row of X (N, T, F) its own stream.
+
+    A stream stops at its length (later entries are NaN); `record` collects the feeds of
+    every call (reading, position and the state as it was fed back), for calibration."""
+    N, T, _ = X.shape
+    lengths = np.full(N, T) if lengths is None else np.asarray(lengths)
+    state = {}
+    for s in meta.state:
+        shape = [N if d == contract.BATCH_AXIS else 0 if d == contract.HISTORY_AXIS else d for d in s.shape]
+        state[s.name] = np.zeros(shape, np.float32)
+    has_pos = contract.POSITION in {i.name for i in sess.get_inputs()}
+    names = [contract.LOGITS] + [s.output for s in meta.state]
+    out = np.full((T, N, len(meta.labels)), np.nan, np.float32)
+    for t in range(T):
+        rows = np.flatnonzero(lengths > t)
+        if len(rows) == 0:
+            break
+        every = len(rows) == N
+        feeds = {k: (v if every else v[rows]) for k, v in state.items()}
+        feeds[contract.READING] = np.ascontiguousarray(X[rows, t], np.float32)
+        if has_pos:
+            feeds[contract.POSITION] = np.full(len(rows), t, np.int64)
+        if record is not None:
+            record.append(feeds)
+        res = sess.run(names, feeds)
+        out[t, rows] = res[0]
+        for s, v in zip(meta.state, res[1:]):
+            if every:
+                state[s.name] = v
+            else:                                # new arrays: recorded feeds must not change under us
+                grown = np.zeros((N, *v.shape[1:]), np.float32) if s.kind == contract.KIND_GROWING \
+                    else state[s.name].copy()    # finished streams' rows are never read again
+                grown[rows] = v
+                state[s.name] = grown
+    return out
+
+
+def final_accuracy(logits: np.ndarray, split: Split) -> float:
+    last = logits[split.lengths - 1, np.arange(len(split))]
+    return float((last.argmax(-1) == split.y).mean())
+
+
+def long_streams(split: Split, min_readings: int = STREAM_READINGS, streams: int = 4, seed: int = 0) -> np.ndarray:
+    """(streams, T, F): the split's sequences (valid readings only) joined end to end in a seeded
+    order per stream, repeated as needed, cut to `min_readings`. Real readings,
+    and a state that runs on across sequence boundaries as it does on a device."""
+    rng = np.random.default_rng(seed)
+    parts = [split.X[i, :split.lengths[i]] for i in range(len(split))]
+    out = []
+    for _ in range(streams):
+        chunks, n = [], 0
+        while n < min_readings:
+            for i in rng.permutation(len(parts)):
+                chunks.append(parts[i])
+                n += len(parts[i])
+        out.append(np.concatenate(chunks))
+    return np.stack([o[:min_readings] for o in out]).astype(np.float32)
+
+
+def output_error(ref: np.ndarray, got: np.ndarray) -> dict:
+    """int8 vs float logits over the same readings: absolute and relative to the float range."""
+    ok = ~np.isnan(ref)
+    d = np.abs(got[ok] - ref[ok])
+    span = float(ref[ok].max() - ref[ok].min()) or 1.0
+    agree = ref.argmax(-1) == got.argmax(-1)
+    return {
+        "max_abs": float(d.max()), "mean_abs": float(d.mean()), "output_range": span,
+        "max_rel": float(d.max() / span), "mean_rel": float(d.mean() / span),
+        "p99_rel": float(np.quantile(d, 0.99) / span),
+        "argmax_agreement": float(agree[~np.isnan(ref[..., 0])].mean()),
+    }

@@ -1,0 +1,215 @@
+"""int8 models: onnxruntime's quantizer on the exported step graph, validated against the float twin.
+
+Both schemes quantize the weights of every MatMul and Gemm (the recurrent cells are exported
+with separate input and state MatMuls for this, see `FusedRecurrentStep`), symmetric int8 per
+output channel. Everything else (gate arithmetic, layer norm, softmax, the state and the KV
+cache between calls) stays float, so an int8 model speaks the same step contract as its float
+twin and the runtime treats both alike.
+
+- `dynamic`: activations are quantized per call to uint8 from their observed range
+  (`quantize_dynamic`, MatMulInteger). Nothing to calibrate.
+- `static`: activations are int8 with a fixed symmetric scale per tensor, calibrated by
+  running the float model over every training sequence as a stream, state fed back, and
+  taking each tensor's min/max (QDQ format). Fixed scales are what integer-only targets
+  need, so this is the default.
+
+Both use `reduce_range` (7-bit weights, -64..63): x86 CPUs with AVX2 but no VNNI multiply
+uint8 x int8 with VPMADDUBSW, which adds two products into int16 and saturates when both are
+large (2 x 255 x 127 > 32767); with 7-bit weights the pair sum cannot pass 32767. Full-range
+weights measured no better here and can be silently wrong on such CPUs.
+
+Validation: the int8 model and its float twin run the same real readings (test sequences
+concatenated into long streams, state never reset) and the test split. The export fails,
+leaving no file, when the mean output error passes `max_error` of the float output range or
+test accuracy drops by more than `max_accuracy_drop`, unless `keep_anyway` is set.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import tempfile
+from pathlib import Path
+
+import onnx
+import onnxruntime as ort
+
+from edgeseq import contract
+from edgeseq.data import Dataset, load_dataset
+from edgeseq.errors import DataError, ExportValidationError, UsageError
+from edgeseq.runtime.evaluate import STREAM_READINGS, final_accuracy, long_streams, output_error, run_streams
+from export.validate import cpu_session
+
+SCHEMES = ("static", "dynamic")
+DEFAULT_SCHEME = "static"
+MAX_ERROR = 0.02              # mean |int8 - float| logit error, as a fraction of the float logits' range
+MAX_ACCURACY_DROP = 0.01      # test accuracy, float minus int8 (0.01 = one point)
+OP_TYPES = ["MatMul", "Gemm"]
+
+
+def _reader(feeds: list):
+    from onnxruntime.quantization import CalibrationDataReader
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(feeds)
+
+        def get_next(self):
+            return next(self.it, None)
+    return Reader()
+
+
+@contextlib.contextmanager
+def _quiet():
+    """The quantizer logs a pre-processing hint on the root logger for every model; we do not
+    pre-process (the graphs are already optimised and fully shaped), so keep it off screen."""
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        root.setLevel(level)
+
+
+def isolate_matmul_inputs(proto: onnx.ModelProto) -> int:
+    """Give every MatMul/Gemm activation input that other nodes also read its own Identity copy.
+
+    The static quantizer puts one Q/DQ pair on a tensor and hands the dequantized value to
+    every consumer. For the GRU's state h (read by its MatMul and by z * (h - n)) that both
+    feeds rounding error into the state update and stops onnxruntime from fusing the pair
+    into QLinearMatMul, leaving a weight dequantization on every call. onnxruntime removes
+    the Identity when it loads the model. Returns the number of copies made."""
+    readers: dict = {}
+    for node in proto.graph.node:
+        for name in node.input:
+            readers[name] = readers.get(name, 0) + 1
+    inits = {t.name for t in proto.graph.initializer}
+    nodes, made = [], 0
+    for node in proto.graph.node:
+        if node.op_type in OP_TYPES and node.input[0] not in inits and readers[node.input[0]] > 1:
+            copy = f"{node.input[0]}.{node.name or made}.q"
+            nodes.append(onnx.helper.make_node("Identity", [node.input[0]], [copy], name=f"{copy}.identity"))
+            node.input[0] = copy
+            made += 1
+        nodes.append(node)
+    del proto.graph.node[:]
+    proto.graph.node.extend(nodes)
+    return made
+
+
+def quantize(float_path, out_path, scheme: str, calibration: list | None = None) -> dict:
+    """Quantize the float step graph at `float_path` into `out_path`; returns the settings used."""
+    from onnxruntime.quantization import (CalibrationMethod, QuantFormat, QuantType, quantize_dynamic,
+                                          quantize_static)
+    if scheme not in SCHEMES:
+        raise UsageError(f"unknown int8 scheme '{scheme}'; use {' or '.join(SCHEMES)}")
+    settings = {"scheme": scheme, "weights": "int8", "weight_scale": "symmetric, per output channel",
+                "reduce_range": True, "op_types": OP_TYPES, "tool": f"onnxruntime {ort.__version__}"}
+    with _quiet():
+        if scheme == "dynamic":
+            quantize_dynamic(str(float_path), str(out_path), op_types_to_quantize=OP_TYPES, per_channel=True,
+                             reduce_range=True, weight_type=QuantType.QInt8)
+            settings["activations"] = "uint8, range measured per call"
+        else:
+            if not calibration:
+                raise UsageError("static int8 needs calibration readings")
+            quantize_static(str(float_path), str(out_path), _reader(calibration), quant_format=QuantFormat.QDQ,
+                            op_types_to_quantize=OP_TYPES, per_channel=True, reduce_range=True,
+                            activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                            calibrate_method=CalibrationMethod.MinMax,
+                            extra_options={"ActivationSymmetric": False, "WeightSymmetric": True,
+                                           "MatMulConstBOnly": True})
+            settings["activations"] = "int8, symmetric per tensor, calibrated (min/max)"
+    return settings
+
+
+def dataset_for(ckpt: dict, data: str | Dataset | None) -> Dataset:
+    if isinstance(data, Dataset):
+        return data
+    spec = data or ckpt.get("dataset") or "basicmotions"
+    try:
+        ds = load_dataset(spec)
+    except DataError as e:
+        raise DataError(f"int8 export needs the training data for calibration and checks: {e}; "
+                        "pass it with --data") from None
+    if list(ds.features) != list(ckpt["features"]) or list(ds.labels) != list(ckpt["labels"]):
+        raise DataError(f"data '{ds.name}' has other features or labels than the model was trained on; "
+                        "pass the training data with --data")
+    return ds
+
+
+def export_int8(ckpt: dict, out, scheme: str = DEFAULT_SCHEME, data=None, max_history: int | None = None,
+                max_error: float = MAX_ERROR, max_accuracy_drop: float = MAX_ACCURACY_DROP,
+                keep_anyway: bool = False, stream_readings: int = STREAM_READINGS, seed: int = 0) -> dict:
+    """Export the float step graph (validated against torch), quantize it, validate the int8
+    model against the float one and move it into place. Returns the export report."""
+    from export.step import build_graph, stamp, strip, write_validated
+    from export.validate import validate_stream
+
+    out = Path(out)
+    if scheme not in SCHEMES:
+        raise UsageError(f"unknown int8 scheme '{scheme}'; use {' or '.join(SCHEMES)}")
+    if ckpt["arch"] not in contract.STREAM_ARCHS:
+        raise UsageError(f"int8 export covers the streaming architectures ({', '.join(contract.STREAM_ARCHS)}), "
+                         f"not {ckpt['arch']}")
+    if out.suffix != ".onnx" or out.is_dir():
+        raise UsageError(f"output '{out}' must be a file name ending in .onnx")
+    if stream_readings < STREAM_READINGS:
+        raise UsageError(f"int8 validation needs streams of at least {STREAM_READINGS} readings")
+    ds = dataset_for(ckpt, data)
+    proto, meta, model = build_graph(ckpt, max_history, split=True)
+    with tempfile.TemporaryDirectory(prefix="edgeseq-int8-") as tmp:
+        float_path = os.path.join(tmp, "float.onnx")
+        if scheme == "static":
+            isolate_matmul_inputs(proto)
+        onnx.save_model(proto, float_path)
+        float_check = validate_stream(float_path, model, meta, contract.VALIDATION_READINGS,
+                                      contract.TOLERANCE[ckpt["arch"]], seed)
+        fsess = cpu_session(float_path)
+        calibration = []
+        run_streams(fsess, meta, ds.train.X, ds.train.lengths, record=calibration)
+        run_streams(fsess, meta, long_streams(ds.train, stream_readings, seed=seed + 1), record=calibration)
+        q_path = os.path.join(tmp, "int8.onnx")
+        settings = quantize(float_path, q_path, scheme, calibration)
+        if scheme == "static":
+            settings["calibration"] = {
+                "data": ds.name, "calls": len(calibration),
+                "streams": f"{len(ds.train)} training sequences, then 4 streams of {stream_readings} readings "
+                           "joining them end to end (state fed back throughout)"}
+        qproto = onnx.load_model(q_path)
+        qproto.ir_version = contract.IR_VERSION
+        strip(qproto)
+        meta.quantization = settings
+        stamp(qproto, meta)
+
+        def check(path):
+            qsess = cpu_session(path)
+            X = long_streams(ds.test, stream_readings, seed=seed)
+            err = output_error(run_streams(fsess, meta, X), run_streams(qsess, meta, X))
+            acc_f = final_accuracy(run_streams(fsess, meta, ds.test.X, ds.test.lengths), ds.test)
+            acc_q = final_accuracy(run_streams(qsess, meta, ds.test.X, ds.test.lengths), ds.test)
+            report = {"float_vs_torch_max_abs_diff": float_check["max_abs_diff"],
+                      "streams": int(X.shape[0]), "readings": int(X.shape[1]), **err,
+                      "float_accuracy": acc_f, "int8_accuracy": acc_q, "accuracy_drop": acc_f - acc_q,
+                      "data": ds.name, "max_error": max_error, "max_accuracy_drop": max_accuracy_drop}
+            broken = []
+            if not err["mean_rel"] <= max_error:
+                broken.append(f"mean output error {err['mean_rel']:.2%} of the output range "
+                              f"(bound {max_error:.2%})")
+            if not acc_f - acc_q <= max_accuracy_drop + 1e-9:
+                broken.append(f"test accuracy {acc_q:.3f} vs float {acc_f:.3f} "
+                              f"(bound: a drop of {max_accuracy_drop:.3f})")
+            report["within_bounds"] = not broken
+            if broken and not keep_anyway:
+                raise ExportValidationError(
+                    f"int8 ({scheme}) breaks its bound: {'; '.join(broken)}; the model was not written "
+                    "(try the other --int8-scheme, or --keep-anyway to write it regardless)",
+                    max_diff=err["max_abs"], tolerance=max_error)
+            return report
+
+        report = write_validated(qproto, out, check)
+    report["float_bytes"] = len(proto.SerializeToString())
+    report["quantization"] = settings
+    return report
