@@ -10,3 +10,27 @@ def assert_close(a, b, name, atol, rtol=0.0):
     bound = atol + rtol * np.abs(b.astype(np.float64))
     assert (diff <= bound).all(), f"{name}: max abs diff {diff.max():.3g} > atol {atol:g} (rtol {rtol:g})"
     return float(diff.max())
+
+
+BLOCK_TORCH = """
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("torch", "onnx", "onnxscript", "export"):
+            raise ModuleNotFoundError("No module named " + repr(name), name=name)
+sys.meta_path.insert(0, Block())
+"""
+
+
+def run_without_torch(body: str, cwd) -> str:
+    """Run `body` in a fresh interpreter where importing torch, onnx or export fails; it must
+    print a line starting with OK. Returns stdout."""
+    import subprocess
+    import sys
+    import textwrap
+    script = BLOCK_TORCH + textwrap.dedent(body) + \
+        "\nassert not any(m.split('.')[0] in ('torch', 'onnx') for m in sys.modules)\n"
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=cwd)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.startswith("OK"), out.stdout[-2000:]
+    return out.stdout

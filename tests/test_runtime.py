@@ -1,9 +1,5 @@
 """StreamSession against torch, state bookkeeping, bad readings, and the torch-free import."""
 
-import subprocess
-import sys
-import textwrap
-
 import numpy as np
 import pytest
 import torch
@@ -11,7 +7,7 @@ import torch
 from edgeseq.errors import HistoryFullError, ProviderError, ReadingError, UsageError
 from edgeseq.runtime import StreamSession, WindowSession, evaluate
 from edgeseq.train import model_from_checkpoint
-from helpers import assert_close
+from helpers import assert_close, run_without_torch
 
 STREAM = ["rnn", "gru", "lstm", "transformer"]
 
@@ -166,13 +162,7 @@ def test_evaluate_matches_training_accuracy(exported, trained, basicmotions):
 def test_runtime_runs_without_torch(exported, tmp_path):
     """The runtime imports neither torch nor onnx: block both and stream, eval and use the CLI."""
     path = exported("gru")[0]
-    script = textwrap.dedent(f"""
-        import sys
-        class Block:
-            def find_spec(self, name, path=None, target=None):
-                if name.split(".")[0] in ("torch", "onnx", "onnxscript", "export"):
-                    raise ModuleNotFoundError("No module named " + repr(name), name=name)
-        sys.meta_path.insert(0, Block())
+    run_without_torch(f"""
         import numpy as np
         from edgeseq.runtime import StreamSession, evaluate
         from edgeseq.data import load_dataset
@@ -185,11 +175,9 @@ def test_runtime_runs_without_torch(exported, tmp_path):
         from edgeseq.cli import cli
         res = CliRunner().invoke(cli, ["eval", {str(path)!r}])
         assert res.exit_code == 0, res.output
+        res = CliRunner().invoke(cli, ["compare", {str(path)!r}, {str(path)!r}, "--rounds", "1"])
+        assert res.exit_code == 0 and "float" in res.output, res.output
         res = CliRunner().invoke(cli, ["train", "--out", "x"])
         assert res.exit_code == 1 and "needs torch" in res.output, res.output
-        assert not any(m.split(".")[0] in ("torch", "onnx") for m in sys.modules)
         print("OK", r["accuracy"])
-    """)
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.startswith("OK")
+    """, tmp_path)
