@@ -270,6 +270,33 @@ def bench(repeats, as_json):
         click.echo(format_bench(r))
 
 
+@cli.command()
+@click.option("--out", required=True, type=click.Path(), help="Directory for index.html, report.md, report.json, PNGs.")
+@click.option("--quick", is_flag=True, help="Fewer readings and repeats, shorter training: under a minute.")
+@click.option("--runs", type=click.Path(), help="Reuse trained runs from this directory (runs/<arch>/checkpoint.pt).")
+@click.option("--quiet", is_flag=True, help="No progress bars.")
+@_errors
+def report(out, quick, runs, quiet):
+    """Memory/latency report: fixed recurrent state against a growing KV cache, float and int8.
+
+    Trains (or reuses with --runs) RNN, GRU, LSTM and Transformer on the embedded data, exports
+    float and int8, and measures memory per stream against history, latency per reading against
+    the step index, throughput with many streams and process memory over a long stream.
+
+    \b
+      edgeseq report --out reports/edge             # a few minutes
+      edgeseq report --quick --out /tmp/r           # under a minute
+      edgeseq report --runs runs --out reports/edge # reuse `make demo`'s trained runs
+    """
+    from edgeseq.report.edge import _summary, build_report
+
+    r = build_report(out, quick=quick, runs=runs, progress=not quiet)
+    for line in _summary(r):
+        click.echo(line)
+    click.echo(f"wrote {out}/index.html, report.md, report.json and {len(r['files']) - 3} plots "
+               f"in {r['meta']['seconds']:.0f} s")
+
+
 @cli.group()
 def translate():
     """English -> French translation: encoder-decoder Transformer or LSTM with attention.
