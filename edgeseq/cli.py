@@ -298,6 +298,132 @@ def report(out, quick, runs, quiet):
 
 
 @cli.group()
+def firmware():
+    """Microcontroller targets: will a model fit, what a reading costs, integer-only execution, C code.
+
+    \b
+      edgeseq firmware targets
+      edgeseq firmware check models/gru-int8.onnx --target nrf52840
+      edgeseq firmware check models/transformer-int8.onnx --target rp2040 --history 512
+      edgeseq firmware simulate models/gru-int8.onnx --data basicmotions --json
+      edgeseq firmware emit models/gru-int8.onnx --out firmware/gru
+    """
+
+
+@firmware.command(name="targets")
+@click.option("--targets-file", type=click.Path(), help="JSON file with more target profiles.")
+@click.option("--json", "as_json", is_flag=True)
+@_errors
+def firmware_targets(targets_file, as_json):
+    """List the built-in (and file) target profiles with their datasheet figures."""
+    from firmware_sim.targets import load_targets
+
+    ts = load_targets(targets_file)
+    if as_json:
+        _echo_json([t.to_json() for t in ts.values()])
+        return
+    click.echo(f"{'name':10s} {'core':16s} {'MHz':>5s} {'flash KB':>9s} {'SRAM KB':>8s} {'cyc/MAC':>8s}  part")
+    for t in ts.values():
+        click.echo(f"{t.name:10s} {t.core:16s} {t.clock_mhz:5.0f} {t.flash_kb:9,d} {t.sram_kb:8,d} {t.cycles_per_mac:8.2f}  "
+                   f"{t.part}")
+    click.echo("sources: `edgeseq firmware targets --json` (field 'source'); cycles/MAC are estimates, see --help of check")
+
+
+def _fmt_check(r):
+    f, m, c = r["flash"], r["ram"], r["cost"]
+    t = r["target"]
+    lines = [f"{r['model']} ({r['arch']}, {r['quantization']}) on {t['name']} ({t['part']}, {t['core']} "
+             f"{t['clock_mhz']:.0f} MHz)" + ('' if r['history'] is None else f", history {r['history']:,}"),
+             f"  plan of: {r['plan_of']}",
+             "  flash            bytes",
+             *[f"    {k:16s} {v:>9,d}" for k, v in f.items() if k not in ("total", "available", "margin")],
+             f"    {'total':16s} {f['total']:>9,d} of {f['available']:,}  (margin {f['margin']:,})",
+             "  RAM              bytes",
+             f"    {'arena':16s} {m['arena']['used']:>9,d}  ({m['arena']['count']} buffers, {m['arena']['requested']:,} B "
+             "requested before reuse)",
+             f"    {'state/cache':16s} {m['state']:>9,d}",
+             f"    {'inputs/outputs':16s} {m['io']:>9,d}",
+             f"    {'total':16s} {m['total']:>9,d} of {m['available']:,}  (margin {m['margin']:,})",
+             f"  cost per reading: {c['macs']:,} MACs x {c['cycles_per_mac']:g} + {c['other_ops']:,} other ops x "
+             f"{c['cycles_per_op']:g} = {c['cycles']:,} cycles = {c['us_per_reading']:.0f} us; "
+             f"highest sample rate about {c['max_rate_hz']:,.0f} Hz",
+             f"  fits: {'yes' if r['fits'] else 'NO'}"]
+    if "longest_history" in r:
+        lines.append(f"  longest history that fits in RAM: {r['longest_history']:,} readings")
+    return "\n".join(lines)
+
+
+@firmware.command(name="check")
+@click.argument("model", type=click.Path())
+@click.option("--target", required=True, help="A profile name (see `edgeseq firmware targets`).")
+@click.option("--history", type=int, help="Transformer: readings held in the cache.")
+@click.option("--cycles-per-mac", type=click.FloatRange(min=0, min_open=True), help="Override the target's estimate.")
+@click.option("--targets-file", type=click.Path(), help="JSON file with more target profiles.")
+@click.option("--json", "as_json", is_flag=True)
+@_errors
+def firmware_check(model, target, history, cycles_per_mac, targets_file, as_json):
+    """Flash and RAM plan against a part, and cycles and time per reading.
+
+    int8 RNN/GRU/LSTM are planned as the integer-only C step runs them (`firmware emit`);
+    other models as their ONNX graph runs (float intermediates). Cycles per MAC are per-core
+    estimates from published instruction timings (see firmware_sim/targets.py); measure on
+    the part and pass --cycles-per-mac to refine. Exit 1 if the model does not fit.
+    """
+    from firmware_sim.plan import check_model, verdict
+    from firmware_sim.targets import get_target
+
+    r = check_model(model, get_target(target, targets_file), history, cycles_per_mac)
+    click.echo(json.dumps(r, indent=2) if as_json else _fmt_check(r))
+    why = verdict(r)
+    if why:
+        raise EdgeseqError(why)
+
+
+@firmware.command(name="simulate")
+@click.argument("model", type=click.Path())
+@click.option("--data", default="basicmotions", show_default=True)
+@click.option("--float", "float_model", type=click.Path(), help="The float twin, for accuracy and output difference.")
+@click.option("--json", "as_json", is_flag=True)
+@_errors
+def firmware_simulate(model, data, float_model, as_json):
+    """Run the int8 step integer-only (no float on the path) over the test split and a long stream."""
+    from firmware_sim.simulate import simulate
+
+    r = simulate(model, data, float_model)
+    if as_json:
+        _echo_json(r)
+        return
+    a = r["accuracy"]
+    click.echo(f"{r['arch']} integer-only on {r['data']} test ({r['test_sequences']} sequences): accuracy "
+               f"{a['integer_only']:.3f}; onnxruntime int8 {a['onnxruntime_int8']:.3f}"
+               + (f"; float {a['float']:.3f}" if "float" in a else ""))
+    for key, name in (("vs_onnxruntime_int8", "onnxruntime int8"), ("vs_float", "float")):
+        if key in r:
+            d = r[key]
+            click.echo(f"  logits vs {name} over {r['stream_readings']} readings: mean {d['mean_rel']:.2%} of range, "
+                       f"max {d['max_rel']:.1%}, same top class {d['argmax_agreement']:.1%}")
+
+
+@firmware.command(name="emit")
+@click.argument("model", type=click.Path())
+@click.option("--out", required=True, type=click.Path(), help="Directory for edgeseq_model.h and example_main.c.")
+@click.option("--json", "as_json", is_flag=True)
+@_errors
+def firmware_emit(model, out, as_json):
+    """Write C99: a header with the int8 weights, tables and the integer-only step function."""
+    from firmware_sim.cemit import emit
+    from firmware_sim.intsim import from_onnx
+
+    r = emit(from_onnx(model), out)
+    if as_json:
+        _echo_json(r)
+    else:
+        click.echo(f"wrote {out}/edgeseq_model.h ({r['header_bytes']:,} bytes of source: {r['int8_weights']:,} int8 "
+                   f"weights, {r['tables_bytes']:,} B of tables) and {out}/example_main.c; "
+                   f"build: gcc -std=c99 -O2 -o stream {out}/example_main.c")
+
+
+@cli.group()
 def translate():
     """English -> French translation: encoder-decoder Transformer or LSTM with attention.
 

@@ -1,1 +1,2 @@
-"""Microcontroller targets, memory planning and integer-only execution (not built yet)."""
+"""Microcontroller simulator: target profiles, memory planning and cost (`plan`), integer-only
+execution of int8 recurrent step graphs (`intsim`, `simulate`) and C99 emission (`cemit`)."""

@@ -44,3 +44,18 @@ def exported(trained, tmp_path_factory):
             cache[arch] = (path, export_model(trained(arch), path))
         return cache[arch]
     return get
+
+
+@pytest.fixture(scope="session")
+def int8(trained, tmp_path_factory):
+    """(arch, scheme) -> (path, export report), exported once per run."""
+    root = tmp_path_factory.mktemp("int8")
+    cache = {}
+
+    def get(arch, scheme):
+        if (arch, scheme) not in cache:
+            path = root / f"{arch}-{scheme}.onnx"
+            from export import export_int8
+            cache[arch, scheme] = (path, export_int8(trained(arch), path, scheme))
+        return cache[arch, scheme]
+    return get

@@ -24,20 +24,6 @@ ARCHS = ["rnn", "gru", "lstm", "transformer"]
 SCHEMES = ["static", "dynamic"]
 
 
-@pytest.fixture(scope="session")
-def int8(trained, tmp_path_factory):
-    """(arch, scheme) -> (path, export report), exported once per run."""
-    root = tmp_path_factory.mktemp("int8")
-    cache = {}
-
-    def get(arch, scheme):
-        if (arch, scheme) not in cache:
-            path = root / f"{arch}-{scheme}.onnx"
-            cache[arch, scheme] = (path, export_int8(trained(arch), path, scheme))
-        return cache[arch, scheme]
-    return get
-
-
 @pytest.mark.parametrize("scheme", SCHEMES)
 @pytest.mark.parametrize("arch", ARCHS)
 def test_int8_stays_within_its_bound_over_long_streams(exported, int8, basicmotions, arch, scheme):

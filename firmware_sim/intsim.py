@@ -1,0 +1,247 @@
+"""Integer-only execution of int8 recurrent step graphs (RNN, GRU, LSTM), as a microcontroller runs them.
+
+Taken from the static int8 ONNX model: the int8 weights (symmetric, per output channel), their
+scales, and the calibrated scale and zero point of every MatMul/Gemm input. Everything else is
+fixed here and is the same in the C code `firmware_sim.cemit` writes:
+
+- A reading enters as Q16.16 fixed point (int32, value x 65536: what a sensor driver with a
+  fixed scale hands over). Normalisation and quantization to int8 are one multiply-shift per
+  feature.
+- Each MatMul is an int8 x int8 dot product into int32. The accumulator is scaled to a Q12
+  pre-activation (int32, 12 fractional bits) by a per-channel multiplier and shift:
+  y = (acc * m + 2^(s-1)) >> s (64-bit product, arithmetic shift). Biases are added in Q12.
+- sigmoid and tanh are int16 tables of 2049 knots over [-8, 8] (steps of 1/128) with linear
+  interpolation between knots (Q12 input: index x >> 5, weight x & 31), giving Q15 outputs;
+  outside the range they saturate. Without interpolation the RNN lost a test sequence.
+- The recurrent state h is int16 Q15; the LSTM cell c is int32 Q15. h is quantized to int8
+  with the model's calibrated scale before each MatMul.
+- The head gives Q12 logits; the prediction is their argmax. No float on the path: floats
+  appear only when the tables and multipliers are built, and when outputs are compared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from edgeseq.errors import UsageError
+
+Q = 12                      # fractional bits of pre-activations and logits
+LUT_SIZE = 2048             # table intervals over [-8, 8]: step 1/128, 2049 knots
+LUT_SHIFT = 5               # Q12 -> table index: (x + 8 * 4096) >> 5
+ONE_Q15 = 1 << 15
+
+
+def multiplier(real: float) -> tuple:
+    """real > 0 -> (m, s) with m in [2^30, 2^31) and real ~= m / 2^s (s <= 62)."""
+    if not real > 0:
+        return 0, 1
+    s = 30 - int(np.floor(np.log2(real)))
+    m = int(round(real * 2.0 ** s))
+    if m >= 1 << 31:
+        m, s = m // 2, s - 1
+    if s > 62:
+        m, s = int(round(real * 2.0 ** 62)), 62
+    if s < 1:
+        raise UsageError(f"scale ratio {real:g} is too large for a 31-bit multiplier")
+    return m, s
+
+
+def requant(acc, m, s):
+    """(acc * m + 2^(s-1)) >> s on int64, element-wise; m, s scalars or per-channel arrays."""
+    acc = np.asarray(acc, np.int64)
+    m = np.asarray(m, np.int64)
+    s = np.asarray(s, np.int64)
+    return (acc * m + (np.int64(1) << (s - 1))) >> s
+
+
+def _table(fn) -> np.ndarray:
+    x = (np.arange(LUT_SIZE + 1) * (1 << LUT_SHIFT) - 8 * (1 << Q)) / (1 << Q)          # knots -8 .. 8
+    return np.clip(np.round(fn(x) * ONE_Q15), -ONE_Q15, ONE_Q15 - 1).astype(np.int16)
+
+
+SIGMOID = _table(lambda x: 1 / (1 + np.exp(-x)))
+TANH = _table(np.tanh)
+
+
+def lut(table: np.ndarray, x_q12) -> np.ndarray:
+    """Table lookup with linear interpolation between knots (integer only)."""
+    u = np.clip(np.asarray(x_q12, np.int64), -8 << Q, (8 << Q) - 1) + (8 << Q)           # 0 .. 65535
+    i, f = u >> LUT_SHIFT, u & ((1 << LUT_SHIFT) - 1)
+    lo, hi = table[i].astype(np.int64), table[i + 1].astype(np.int64)
+    return lo + (((hi - lo) * f) >> LUT_SHIFT)
+
+
+@dataclass
+class MatMulQ:
+    """int8 weights W [in, out] and everything to turn the int32 dot product into Q12."""
+    w: np.ndarray            # int8 [in, out]
+    in_scale: float
+    in_zp: int
+    m: np.ndarray            # int64 [out] multipliers
+    s: np.ndarray            # int64 [out] shifts
+
+    @classmethod
+    def make(cls, w_q: np.ndarray, w_scale: np.ndarray, in_scale: float, in_zp: int) -> "MatMulQ":
+        ms = [multiplier(float(in_scale) * float(ws) * (1 << Q)) for ws in np.broadcast_to(w_scale, w_q.shape[1:])]
+        return cls(w=w_q.astype(np.int8), in_scale=float(in_scale), in_zp=int(in_zp),
+                   m=np.array([a for a, _ in ms], np.int64), s=np.array([b for _, b in ms], np.int64))
+
+    def __call__(self, a_q: np.ndarray) -> np.ndarray:
+        acc = (a_q.astype(np.int64) - self.in_zp) @ self.w.astype(np.int64)      # int32 range
+        return requant(acc, self.m, self.s)
+
+    def quantize_q15(self, h_q15: np.ndarray, hm: int, hs: int) -> np.ndarray:
+        """Q15 state -> this MatMul's int8 input."""
+        return np.clip(requant(h_q15, hm, hs) + self.in_zp, -128, 127)
+
+
+@dataclass
+class IntModel:
+    kind: str                # rnn, gru, lstm
+    hidden: int
+    layers: int
+    labels: list
+    feat_m: np.ndarray       # reading Q16.16 -> int8 input: per-feature multiplier, shift, offset
+    feat_s: np.ndarray
+    mean_q16: np.ndarray
+    cells: list              # per layer: {"x": MatMulQ, "h": MatMulQ, "hq": (m, s), "b": Q12, "bh": Q12|None}
+    head: MatMulQ
+    head_hq: tuple
+    head_b: np.ndarray
+    logit_scale: float = 1.0 / (1 << Q)
+    meta: dict = field(default_factory=dict)
+
+    def init_state(self, B: int = 1) -> list:
+        st = []
+        for _ in range(self.layers):
+            st.append(np.zeros((B, self.hidden), np.int64))                        # h, Q15
+            if self.kind == "lstm":
+                st.append(np.zeros((B, self.hidden), np.int64))                    # c, Q15
+        return st
+
+    def quantize_reading(self, x_q16: np.ndarray) -> np.ndarray:
+        first = self.cells[0]["x"]
+        return np.clip(requant(np.asarray(x_q16, np.int64) - self.mean_q16, self.feat_m, self.feat_s) + first.in_zp,
+                       -128, 127)
+
+    def step(self, x_q16: np.ndarray, state: list):
+        """x_q16 int [B, F] -> (logits Q12 int [B, C], new state)."""
+        a = self.quantize_reading(x_q16)
+        H, new, per = self.hidden, [], 2 if self.kind == "lstm" else 1
+        h = None
+        for layer, cell in enumerate(self.cells):
+            h = state[layer * per]
+            if layer > 0:
+                a = cell["x"].quantize_q15(new[(layer - 1) * per], *cell["aq"])
+            gx = cell["x"](a) + cell["b"]
+            gh = cell["h"](cell["h"].quantize_q15(h, *cell["hq"]))
+            if cell["bh"] is not None:
+                gh = gh + cell["bh"]
+            if self.kind == "rnn":
+                h = lut(TANH, gx + gh)
+                new.append(h)
+            elif self.kind == "gru":
+                r = lut(SIGMOID, gx[:, :H] + gh[:, :H])
+                z = lut(SIGMOID, gx[:, H:2 * H] + gh[:, H:2 * H])
+                n = lut(TANH, gx[:, 2 * H:] + ((r * gh[:, 2 * H:]) >> 15))
+                h = n + ((z * (h - n)) >> 15)
+                new.append(h)
+            else:
+                g = gx + gh
+                i, f = lut(SIGMOID, g[:, :H]), lut(SIGMOID, g[:, H:2 * H])
+                gg, o = lut(TANH, g[:, 2 * H:3 * H]), lut(SIGMOID, g[:, 3 * H:])
+                c = ((f * state[layer * per + 1]) >> 15) + ((i * gg) >> 15)
+                h = (o * lut(TANH, c >> 3)) >> 15
+                new += [h, c]
+        logits = self.head(self.head.quantize_q15(h, *self.head_hq)) + self.head_b
+        return logits, new
+
+
+def _q12(v) -> np.ndarray:
+    return np.round(np.asarray(v, np.float64) * (1 << Q)).astype(np.int64)
+
+
+def from_onnx(path) -> IntModel:
+    """Build the integer model from a static int8 edgeseq model file."""
+    import onnx
+    from onnx import numpy_helper
+
+    from edgeseq.contract import ModelMeta
+    from edgeseq.errors import ModelFileError
+
+    proto = onnx.load(str(path))
+    meta = ModelMeta.from_props({p.key: p.value for p in proto.metadata_props})
+    check_int8(meta, path)
+    init = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
+    producer = {o: n for n in proto.graph.node for o in n.output}
+
+    def dq_params(tensor):
+        n = producer.get(tensor)
+        if n is None or n.op_type != "DequantizeLinear":
+            raise ModelFileError(f"'{path}': {tensor} is not dequantized from int8; export it again with --int8")
+        return n
+
+    mm = {}
+    for n in proto.graph.node:
+        if n.op_type not in ("MatMul", "Gemm"):
+            continue
+        a, w = dq_params(n.input[0]), dq_params(n.input[1])
+        w_name = w.input[0].replace("_quantized", "")
+        w_q = init[w.input[0]]
+        if n.op_type == "Gemm":
+            w_q = w_q.T                                                         # (C, H) -> (H, C)
+        mm[w_name] = MatMulQ.make(w_q, init[w.input[1]], float(init[a.input[1]]), int(init[a.input[2]]))
+        if n.op_type == "Gemm":
+            b_dq = dq_params(n.input[2])
+            mm["head.bias"] = init[b_dq.input[0]].astype(np.float64) * init[b_dq.input[1]]
+    c = meta.config
+    H, L = c["hidden"], c["layers"]
+    norm = meta.normalization
+    mean, std = np.asarray(norm["mean"], np.float64), np.asarray(norm["std"], np.float64)
+    x0 = mm["wx0"]
+    feat = [multiplier(1.0 / (sd * x0.in_scale * 65536.0)) for sd in std]
+    cells = []
+    for layer in range(L):
+        x, h = mm[f"wx{layer}"], mm[f"wh{layer}"]
+        cell = {"x": x, "h": h, "hq": multiplier(1.0 / (ONE_Q15 * h.in_scale)),
+                "b": _q12(init[f"b{layer}"]), "bh": _q12(init[f"bh{layer}"]) if f"bh{layer}" in init else None}
+        if layer > 0:
+            cell["aq"] = multiplier(1.0 / (ONE_Q15 * x.in_scale))
+        cells.append(cell)
+    head_key = next(k for k in mm if k.startswith("model.head.weight"))
+    head = mm[head_key]
+    return IntModel(kind=meta.arch, hidden=H, layers=L, labels=list(meta.labels),
+                    feat_m=np.array([m for m, _ in feat], np.int64), feat_s=np.array([s for _, s in feat], np.int64),
+                    mean_q16=np.round(mean * 65536).astype(np.int64), cells=cells, head=head,
+                    head_hq=multiplier(1.0 / (ONE_Q15 * head.in_scale)), head_b=_q12(mm["head.bias"]),
+                    meta={"arch": meta.arch, "features": meta.features, "quantization": meta.quantization})
+
+
+def check_int8(meta, path):
+    from edgeseq.errors import DataError
+    if not meta.quantization:
+        raise DataError(f"'{path}' is a float model; integer-only execution needs int8: "
+                        f"export it with `edgeseq export RUN --int8 --out ...`")
+    if meta.quantization.get("scheme") != "static":
+        raise DataError(f"'{path}' is int8 {meta.quantization.get('scheme')}: its activation scales are computed "
+                        "at run time; integer-only execution needs fixed scales: export with --int8-scheme static")
+    if meta.arch not in ("rnn", "gru", "lstm"):
+        raise DataError(f"integer-only execution covers the rnn, gru and lstm step graphs, not {meta.arch}; "
+                        "`edgeseq firmware check` still plans its memory and cost")
+
+
+def to_q16(readings: np.ndarray) -> np.ndarray:
+    """Float readings -> Q16.16 integers (the simulator's input format)."""
+    return np.round(np.asarray(readings, np.float64) * 65536).astype(np.int64)
+
+
+def run_stream(model: IntModel, X_q16: np.ndarray, lengths=None) -> np.ndarray:
+    """X_q16 [N, T, F] -> logits Q12 [T, N, C], each row its own stream."""
+    N, T, _ = X_q16.shape
+    state = model.init_state(N)
+    out = np.zeros((T, N, len(model.labels)), np.int64)
+    for t in range(T):
+        out[t], state = model.step(X_q16[:, t], state)
+    return out

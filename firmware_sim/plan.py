@@ -1,0 +1,275 @@
+"""Memory plan and cost of one reading on a microcontroller.
+
+Arena planning: every intermediate buffer has a size and a lifetime (the first and last
+operation that touches it). Buffers are placed largest first, each at the lowest offset where
+it overlaps no placed buffer that is alive at the same time (the greedy planner TensorFlow
+Lite Micro uses). The arena is the highest end offset.
+
+Where the buffers come from:
+- int8 RNN/GRU/LSTM (static): the buffers of the integer-only step that `firmware emit`
+  writes, op by op (`integer_buffers`). This is what the C code allocates.
+- anything else (the Transformer, float models): the ONNX graph run once at batch 1 and the
+  given history, every intermediate tensor at its real size and type (`graph_buffers`).
+  Tensors computed from constants only are weights, not activations.
+
+MACs per reading are counted from the graph's MatMul/Gemm shapes in that run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from edgeseq.errors import DataError, UsageError
+
+CODE_BASE = 3072          # bytes: step function, requantization, table lookup, call overhead (estimate)
+CODE_PER_KERNEL = 512     # bytes per distinct kernel in the graph (estimate)
+NO_COMPUTE = {"Identity", "Reshape", "Squeeze", "Unsqueeze", "Shape", "Constant", "QuantizeLinear",
+              "DequantizeLinear", "Cast", "Flatten"}
+SUPPORTED = {"MatMul", "Gemm", "Add", "Sub", "Mul", "Div", "Sigmoid", "Tanh", "Softmax", "Split", "Slice",
+             "Concat", "Gather", "Transpose", "LayerNormalization", "Erf", "Sin", "Cos", "Range", "Where",
+             "GreaterOrEqual", "Less", "Expand", "Neg", "Sqrt", "Pow", "ReduceMean", "Equal", "Max", "Min",
+             "Relu", "Tile"} | NO_COMPUTE
+
+
+@dataclass(frozen=True)
+class Buffer:
+    name: str
+    size: int
+    first: int
+    last: int
+
+    def overlaps_in_time(self, other: "Buffer") -> bool:
+        return self.first <= other.last and other.first <= self.last
+
+
+def plan(buffers: list) -> tuple:
+    """Greedy placement: ({name: offset}, arena bytes)."""
+    placed = []                                            # (offset, buffer)
+    for b in sorted(buffers, key=lambda b: (-b.size, b.first, b.name)):
+        live = sorted(((off, o) for off, o in placed if o.overlaps_in_time(b)), key=lambda p: p[0])
+        offset = 0
+        for off, o in live:
+            if offset + b.size <= off:
+                break
+            offset = max(offset, off + o.size)
+        placed.append((offset, b))
+    offsets = {b.name: off for off, b in placed}
+    arena = max((off + b.size for off, b in placed), default=0)
+    return offsets, arena
+
+
+def integer_buffers(m) -> list:
+    """The integer step's buffers in op order (see firmware_sim.cemit), sizes in bytes."""
+    H, F, C = m.hidden, len(m.mean_q16), len(m.labels)
+    G = {"rnn": 1, "gru": 3, "lstm": 4}[m.kind]
+    bufs, t = [], 0
+    a_size = max(H, F)
+    bufs.append(Buffer("a (int8 layer input)", a_size, 0, 2 * len(m.cells)))
+    for layer in range(len(m.cells)):
+        bufs.append(Buffer(f"gx{layer} (int64 Q12)", 8 * G * H, t + 1, t + 4))
+        bufs.append(Buffer(f"ah{layer} (int8 state input)", H, t + 2, t + 3))
+        bufs.append(Buffer(f"gh{layer} (int64 Q12)", 8 * G * H, t + 3, t + 4))
+        t += 4
+    bufs.append(Buffer("ah (int8 head input)", H, t + 1, t + 2))
+    bufs.append(Buffer("y (int64 logits)", 8 * C, t + 2, t + 3))
+    return bufs
+
+
+def run_shapes(path, history: int = 16) -> tuple:
+    """Run the graph once at batch 1 (history `history` for cache inputs) with every node output
+    exposed: ({tensor: (shape, itemsize)}, proto)."""
+    import onnx
+    import onnxruntime as ort
+    from edgeseq import contract
+
+    proto = onnx.load(str(path))
+    unsupported = sorted({n.op_type for n in proto.graph.node} - SUPPORTED)
+    if unsupported:
+        raise DataError(f"'{path}' uses {', '.join(unsupported)}, which the firmware cost model and planner do "
+                        "not support; export the model with edgeseq")
+    g = onnx.ModelProto()
+    g.CopyFrom(proto)
+    have = {o.name for o in g.graph.output}
+    for n in g.graph.node:
+        for o in n.output:
+            if o and o not in have:
+                g.graph.output.append(onnx.ValueInfoProto(name=o))
+    feeds = {}
+    for i in proto.graph.input:
+        shape = []
+        for d in i.type.tensor_type.shape.dim:
+            if d.dim_value:
+                shape.append(d.dim_value)
+            elif d.dim_param == contract.HISTORY_AXIS or "history" in d.dim_param:
+                shape.append(history)
+            else:
+                shape.append(1)
+        if i.name == contract.POSITION:
+            feeds[i.name] = np.full(shape, history, np.int64)
+        elif i.type.tensor_type.elem_type == onnx.TensorProto.INT64:
+            feeds[i.name] = np.ones(shape, np.int64)
+        else:
+            feeds[i.name] = np.zeros(shape, np.float32)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(g.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    vals = sess.run(names, feeds)
+    shapes = {n: (tuple(v.shape), v.dtype.itemsize) for n, v in zip(names, vals)}
+    for k, v in feeds.items():
+        shapes[k] = (tuple(v.shape), v.dtype.itemsize)
+    return shapes, proto
+
+
+def graph_buffers(proto, shapes) -> list:
+    """Intermediate activations with lifetimes, from the graph run."""
+    consts = {t.name for t in proto.graph.initializer}
+    io = {i.name for i in proto.graph.input} | {o.name for o in proto.graph.output}
+    first, last = {}, {}
+    for t, n in enumerate(proto.graph.node):
+        if n.op_type == "Constant" or all((i in consts or not i) for i in n.input):
+            consts.update(n.output)                        # computed from weights alone: flash
+            continue
+        for i in n.input:
+            if i in first:
+                last[i] = t
+        for o in n.output:
+            if o and o not in io:
+                first[o], last[o] = t, t
+    return [Buffer(name, int(np.prod(shapes[name][0], dtype=np.int64)) * shapes[name][1], first[name], last[name])
+            for name in first if name in shapes]
+
+
+def macs_and_ops(proto, shapes) -> tuple:
+    consts = {t.name for t in proto.graph.initializer}
+    macs = ops = 0
+    for n in proto.graph.node:
+        if n.op_type in ("MatMul", "Gemm"):
+            a, b = shapes[n.input[0]][0], shapes[n.output[0]][0]
+            K = a[-1] if not (n.op_type == "Gemm" and any(x.name == "transA" and x.i for x in n.attribute)) else a[-2]
+            macs += int(np.prod(b, dtype=np.int64)) * K
+        elif n.op_type not in NO_COMPUTE and not all(i in consts or not i for i in n.input):
+            ops += sum(int(np.prod(shapes[o][0], dtype=np.int64)) for o in n.output if o in shapes)
+    return macs, ops
+
+
+def flash_of(proto) -> dict:
+    from onnx import numpy_helper
+    weights = scales = 0
+    for t in proto.graph.initializer:
+        a = numpy_helper.to_array(t)
+        if a.dtype.itemsize == 1 and a.ndim >= 2:
+            weights += a.nbytes
+        elif a.ndim >= 2:
+            weights += a.nbytes
+        else:
+            scales += a.nbytes
+    kernels = {n.op_type for n in proto.graph.node} - NO_COMPUTE
+    return {"weights": weights, "scales_biases": scales, "code_estimate": CODE_BASE + CODE_PER_KERNEL * len(kernels)}
+
+
+def check_model(path, target, history: int | None = None, cycles_per_mac: float | None = None) -> dict:
+    """Will `path` fit `target`, and what does one reading cost there."""
+    from edgeseq.runtime.model import open_model
+    from firmware_sim.intsim import LUT_SIZE, from_onnx
+
+    _, meta = open_model(path)
+    if meta.mode != "stream":
+        raise DataError(f"'{path}' is a window model; the firmware check covers streaming step graphs")
+    growing = any(s.kind == "growing" for s in meta.state)
+    if history is not None and not growing:
+        raise UsageError("--history applies to models with a growing cache (the transformer); recurrent state is fixed")
+    if history is not None and history < 1:
+        raise UsageError("--history must be at least 1")
+    H = history or (16 if growing else 1)
+    shapes, proto = run_shapes(path, H)
+    macs, ops = macs_and_ops(proto, shapes)
+    flash = flash_of(proto)
+    integer = bool(meta.quantization and meta.quantization.get("scheme") == "static" and meta.arch in ("rnn", "gru", "lstm"))
+    if integer:
+        m = from_onnx(path)
+        bufs = integer_buffers(m)
+        G = {"rnn": 1, "gru": 3, "lstm": 4}[m.kind]
+        channels = sum(c["x"].w.shape[1] + c["h"].w.shape[1] for c in m.cells) + m.head.w.shape[1]
+        flash = {"weights": int(sum(c["x"].w.size + c["h"].w.size for c in m.cells) + m.head.w.size),
+                 "scales_biases": int(channels * 8 + (G * m.hidden * len(m.cells) + len(m.labels)) * 4
+                                      + (G * m.hidden * 4 if m.kind == "gru" else 0) + len(m.mean_q16) * 12),
+                 "activation_tables": 2 * (LUT_SIZE + 1) * 2,
+                 "code_estimate": CODE_BASE + CODE_PER_KERNEL * 4}
+        state = m.layers * m.hidden * (2 + (4 if m.kind == "lstm" else 0))
+        io = len(m.mean_q16) * 4 + len(m.labels) * 4
+        kind = "integer-only step (as `firmware emit` writes it): int8 weights, int16/int32 state"
+    else:
+        bufs = graph_buffers(proto, shapes)
+        state = sum(s.bytes_per_reading() * (H if s.kind == "growing" else 1) for s in meta.state)
+        io = sum(int(np.prod(shapes[i.name][0])) * shapes[i.name][1] for i in proto.graph.input
+                 if not i.name.startswith(("state_in", "past")))
+        io += sum(int(np.prod(shapes[o.name][0])) * shapes[o.name][1] for o in proto.graph.output
+                  if not o.name.startswith(("state_out", "present")))
+        kind = ("graph as exported (float intermediates, float state/cache)" if not meta.quantization
+                else "graph as exported: int8 weights, float intermediates and cache")
+    offsets, arena = plan(bufs)
+    flash_total = sum(flash.values())
+    ram = {"arena": {"requested": int(sum(b.size for b in bufs)), "used": int(arena), "count": len(bufs)},
+           "state": int(state), "io": int(io)}
+    ram_total = arena + state + io
+    cpm = target.cycles_per_mac if cycles_per_mac is None else cycles_per_mac
+    cycles = macs * cpm + ops * target.cycles_per_op
+    us = cycles / target.clock_mhz
+    r = {
+        "model": str(path), "arch": meta.arch, "quantization": (meta.quantization or {}).get("scheme", "float"),
+        "target": target.to_json(), "history": H if growing else None, "plan_of": kind,
+        "flash": {**{k: int(v) for k, v in flash.items()}, "total": int(flash_total),
+                  "available": target.flash_kb * 1024, "margin": target.flash_kb * 1024 - int(flash_total)},
+        "ram": {**ram, "total": int(ram_total), "available": target.sram_kb * 1024,
+                "margin": target.sram_kb * 1024 - int(ram_total)},
+        "buffers": [{"name": b.name, "size": b.size, "first": b.first, "last": b.last, "offset": offsets[b.name]}
+                    for b in bufs],
+        "cost": {"macs": int(macs), "other_ops": int(ops), "cycles_per_mac": cpm,
+                 "cycles_per_op": target.cycles_per_op, "cycles": int(cycles), "us_per_reading": us,
+                 "max_rate_hz": 1e6 / us if us else None},
+    }
+    r["fits"] = r["flash"]["margin"] >= 0 and r["ram"]["margin"] >= 0
+    if growing:
+        r["longest_history"] = longest_history(path, target, meta, r)
+    return r
+
+
+def verdict(r: dict) -> str | None:
+    """None if the model fits, else a one-line reason with what to do."""
+    if r["fits"]:
+        return None
+    t = r["target"]["name"]
+    if r["flash"]["margin"] < 0:
+        return (f"{r['model']} needs {r['flash']['total']:,} B of flash, {t} has {r['flash']['available']:,} B; "
+                "export it with --int8 or choose a smaller model")
+    if r.get("history"):
+        return (f"history {r['history']:,} does not fit {t}: RAM {r['ram']['total']:,} B of {r['ram']['available']:,} B "
+                f"(cache {r['ram']['state']:,} B); the longest history that fits is {r['longest_history']:,} readings, "
+                "pass --history with at most that")
+    return (f"{r['model']} needs {r['ram']['total']:,} B of RAM, {t} has {r['ram']['available']:,} B; "
+            "choose a smaller model or a larger part")
+
+
+def longest_history(path, target, meta, at) -> int:
+    """Largest history whose RAM (arena + cache + io) fits, found by bisection on the real plan."""
+    per = sum(s.bytes_per_reading() for s in meta.state if s.kind == "growing")
+    avail = target.sram_kb * 1024
+
+    def ram(h):
+        shapes, proto = run_shapes(path, h)
+        _, arena = plan(graph_buffers(proto, shapes))
+        return arena + per * h + at["ram"]["io"]
+    if ram(1) > avail:
+        return 0
+    lo, hi = 1, max(2, avail // per + 1)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if ram(mid) <= avail:
+            lo = mid
+        else:
+            hi = mid
+    return lo

@@ -1,0 +1,43 @@
+"""Accuracy and per-reading output of the integer-only step against ONNX Runtime (int8 and float)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgeseq.data import load_dataset
+from edgeseq.runtime.evaluate import final_accuracy, long_streams, output_error, run_streams
+from edgeseq.runtime.model import open_model
+from firmware_sim.intsim import Q, from_onnx, run_stream, to_q16
+
+
+def simulate(model, data: str = "basicmotions", float_model=None, readings: int = 1000) -> dict:
+    m = from_onnx(model)
+    ds = load_dataset(data)
+    split = ds.test
+    if list(ds.features) != list(m.meta["features"]):
+        from edgeseq.errors import DataError
+        raise DataError(f"data '{ds.name}' has features {ds.features}, the model reads {m.meta['features']}")
+    logits_int = run_stream(m, to_q16(split.X)).astype(np.float64) / (1 << Q)
+    for t in range(split.X.shape[1]):                       # past a sequence's end: not scored
+        logits_int[t, split.lengths <= t] = np.nan
+    qsess, qmeta = open_model(model)
+    ort_int8 = run_streams(qsess, qmeta, split.X, split.lengths)
+    r = {"model": str(model), "arch": m.kind, "data": ds.name, "test_sequences": len(split),
+         "accuracy": {"integer_only": final_accuracy(np.nan_to_num(logits_int), split),
+                      "onnxruntime_int8": final_accuracy(ort_int8, split)}}
+    X = long_streams(split, readings, streams=1, seed=0)
+    stream_int = run_stream(m, to_q16(X)).astype(np.float64) / (1 << Q)
+    r["stream_readings"] = int(X.shape[1])
+    r["vs_onnxruntime_int8"] = output_error(run_streams(qsess, qmeta, X), stream_int)
+    v = qmeta.validation or {}
+    if float_model is not None:
+        fsess, fmeta = open_model(float_model)
+        r["accuracy"]["float"] = final_accuracy(run_streams(fsess, fmeta, split.X, split.lengths), split)
+        r["vs_float"] = output_error(run_streams(fsess, fmeta, X), stream_int)
+        r["float_from"] = str(float_model)
+    elif "float_accuracy" in v:
+        r["accuracy"]["float"] = v["float_accuracy"]
+        r["float_from"] = "the int8 model's export validation (same test split)"
+    if "float" in r["accuracy"]:
+        r["drop_vs_float"] = r["accuracy"]["float"] - r["accuracy"]["integer_only"]
+    return r

@@ -1,0 +1,93 @@
+"""Microcontroller profiles: memory and clock from each part's datasheet, and the cost figures
+the estimate uses.
+
+`cycles_per_mac` is the cost of one int8 multiply-accumulate in an optimised kernel on that
+core, and `cycles_per_op` the cost of one other element operation (add, table lookup with
+interpolation, requantization). Both are estimates from the cores' published instruction
+timings, not measurements. Override them with `--cycles-per-mac` or in a profile file.
+
+- Cortex-M0+: no DSP extension. An int8 MAC is two byte loads, a 1-cycle MULS and an add,
+  plus loop overhead: about 7 cycles (Arm Cortex-M0+ Technical Reference Manual, instruction
+  timings).
+- Cortex-M4: SMLAD does two 16-bit MACs in one cycle, and SXTB16 unpacks the int8 pairs. Arm's
+  CMSIS-NN s8 fully-connected kernel is built on this; about 1 cycle per MAC.
+- Cortex-M7: dual-issue with the same DSP instructions; about 0.5 cycle per MAC.
+- Xtensa LX7 (ESP32-S3): 128-bit PIE SIMD, used by Espressif's ESP-NN; about 0.5 cycle per
+  MAC for these small matrices.
+
+User profiles: a JSON file with a list (or a name -> profile mapping) of objects carrying the
+fields of `Target`; `--targets-file` adds them to the built-in ones.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from edgeseq.errors import DataError, UsageError
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    part: str
+    core: str
+    clock_mhz: float
+    flash_kb: int
+    sram_kb: int
+    cycles_per_mac: float
+    cycles_per_op: float
+    source: str
+    note: str = ""
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+BUILTIN = {t.name: t for t in [
+    Target("rp2040", "Raspberry Pi RP2040 (on the Pico board)", "2x Cortex-M0+", 133, 2048, 264, 7.0, 12.0,
+           "RP2040 datasheet: 264 KB SRAM, 133 MHz; flash is external QSPI, 2 MB on the Raspberry Pi Pico",
+           "one core used"),
+    Target("nrf52840", "Nordic nRF52840", "Cortex-M4F", 64, 1024, 256, 1.0, 4.0,
+           "nRF52840 Product Specification v1.7: 1 MB flash, 256 KB RAM, 64 MHz"),
+    Target("stm32f446", "STMicroelectronics STM32F446RE", "Cortex-M4F", 180, 512, 128, 1.0, 4.0,
+           "STM32F446xC/E datasheet DS10693: 512 KB flash, 128 KB SRAM, 180 MHz"),
+    Target("stm32h743", "STMicroelectronics STM32H743ZI", "Cortex-M7", 480, 2048, 1024, 0.5, 2.0,
+           "STM32H742xI/G STM32H743xI/G datasheet DS12110: 2 MB flash, 1 MB RAM (all banks), 480 MHz",
+           "RAM is split into banks (512 KB AXI SRAM is the largest); the total is used here"),
+    Target("esp32s3", "Espressif ESP32-S3 (ESP32-S3-WROOM-1-N8 module)", "2x Xtensa LX7", 240, 8192, 512, 0.5, 3.0,
+           "ESP32-S3 datasheet v1.9: 512 KB SRAM, 240 MHz; flash is external, 8 MB on the -N8 module",
+           "one core used; part of SRAM goes to Wi-Fi/RTOS if used"),
+]}
+
+
+def load_targets(path=None) -> dict:
+    targets = dict(BUILTIN)
+    if path is None:
+        return targets
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"targets file '{path}' not found")
+    try:
+        data = json.loads(p.read_text())
+    except ValueError as e:
+        raise DataError(f"targets file '{path}' is not valid JSON ({e})") from None
+    items = data if isinstance(data, list) else [{"name": k, **v} for k, v in data.items()]
+    fields = set(Target.__dataclass_fields__)
+    for i, item in enumerate(items):
+        missing = sorted(fields - {"note"} - set(item))
+        unknown = sorted(set(item) - fields)
+        if missing or unknown:
+            raise DataError(f"targets file '{path}' entry {i + 1}: "
+                            + (f"missing {', '.join(missing)}" if missing else f"unknown {', '.join(unknown)}"))
+        targets[item["name"]] = Target(**item)
+    return targets
+
+
+def get_target(name: str, path=None) -> Target:
+    targets = load_targets(path)
+    if name not in targets:
+        raise UsageError(f"unknown target '{name}'; built in: {', '.join(sorted(targets))} "
+                         "(see `edgeseq firmware targets`, or add one with --targets-file)")
+    return targets[name]

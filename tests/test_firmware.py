@@ -1,0 +1,167 @@
+"""Firmware simulator: the planner's properties and a plan checked by hand, integer-only accuracy,
+C code bit-exact with the simulator, fit checks, and the CLI's errors."""
+
+import shutil
+import subprocess
+
+import numpy as np
+import onnx
+import pytest
+from click.testing import CliRunner
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+
+from edgeseq.cli import cli
+from edgeseq.data import load_dataset
+from firmware_sim.cemit import emit
+from firmware_sim.intsim import from_onnx, multiplier, requant, to_q16
+from firmware_sim.plan import Buffer, check_model, graph_buffers, macs_and_ops, plan, run_shapes
+from firmware_sim.simulate import simulate
+from firmware_sim.targets import get_target, load_targets
+
+RECURRENT = ["rnn", "gru", "lstm"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 4096), st.integers(0, 30), st.integers(0, 10)), min_size=1, max_size=25))
+def test_planner_never_overlaps_live_buffers(specs):
+    bufs = [Buffer(f"t{i}", size, first, first + span) for i, (size, first, span) in enumerate(specs)]
+    offsets, arena = plan(bufs)
+    for i, a in enumerate(bufs):
+        for b in bufs[i + 1:]:
+            if a.overlaps_in_time(b):
+                ea, eb = offsets[a.name], offsets[b.name]
+                assert ea + a.size <= eb or eb + b.size <= ea, (a, b, ea, eb)
+    assert max(b.size for b in bufs) <= arena <= sum(b.size for b in bufs)
+    assert all(offsets[b.name] + b.size <= arena for b in bufs)
+
+
+def test_a_small_plan_by_hand():
+    # A lives in ops 0-1, B in 1-2, C in 2-3. Largest first: A at 0; C (not alive with A) reuses 0;
+    # B is alive with both, so it goes above them at 100. Arena 150 of 250 requested.
+    offsets, arena = plan([Buffer("A", 100, 0, 1), Buffer("B", 50, 1, 2), Buffer("C", 100, 2, 3)])
+    assert offsets == {"A": 0, "C": 0, "B": 100} and arena == 150
+
+
+def _tiny_graph(path):
+    """x[1,4] -> MatMul W1[4,8] -> t1 -> Relu -> t2 -> MatMul W2[8,2] -> y."""
+    w1 = numpy_helper.from_array(np.ones((4, 8), np.float32), "W1")
+    w2 = numpy_helper.from_array(np.ones((8, 2), np.float32), "W2")
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W1"], ["t1"]), helper.make_node("Relu", ["t1"], ["t2"]),
+         helper.make_node("MatMul", ["t2", "W2"], ["y"])], "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 2])], [w1, w2])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    m.ir_version = 9
+    onnx.save(m, path)
+
+
+def test_a_known_graph_is_planned_and_counted(tmp_path):
+    _tiny_graph(tmp_path / "tiny.onnx")
+    shapes, proto = run_shapes(tmp_path / "tiny.onnx")
+    bufs = {b.name: b for b in graph_buffers(proto, shapes)}
+    assert bufs == {"t1": Buffer("t1", 32, 0, 1), "t2": Buffer("t2", 32, 1, 2)}   # 8 floats each, both live at op 1
+    assert plan(list(bufs.values()))[1] == 64
+    assert macs_and_ops(proto, shapes) == (4 * 8 + 8 * 2, 8)                       # Relu: 8 elements
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(1e-9, 1e3), st.integers(-(1 << 30), 1 << 30))
+def test_fixed_point_multiplier_is_close(real, acc):
+    m, s = multiplier(real)
+    assert (1 << 30) <= m < (1 << 31) and 1 <= s <= 62 or s == 62
+    got = int(requant(acc, m, s))
+    assert abs(got - acc * real) <= 1 + abs(acc * real) * 2 ** -29
+
+
+@pytest.mark.parametrize("arch", RECURRENT)
+def test_integer_only_accuracy_is_within_two_points_of_float(int8, exported, arch):
+    r = simulate(int8(arch, "static")[0], float_model=exported(arch)[0])
+    a = r["accuracy"]
+    assert a["integer_only"] >= a["float"] - 0.02, a
+    assert r["vs_float"]["mean_rel"] <= 0.02 and r["vs_float"]["argmax_agreement"] >= 0.9, r["vs_float"]
+    assert r["stream_readings"] == 1000
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc on the host")
+@pytest.mark.parametrize("arch", RECURRENT)
+def test_emitted_c_is_bit_exact_with_the_simulator(int8, arch, tmp_path):
+    m = from_onnx(int8(arch, "static")[0])
+    report = emit(m, tmp_path)
+    exe = tmp_path / "stream"
+    cc = subprocess.run(["gcc", "-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-pedantic", "-o", str(exe),
+                         str(tmp_path / "example_main.c")], capture_output=True, text=True)
+    assert cc.returncode == 0, cc.stderr[-3000:]
+    header = (tmp_path / "edgeseq_model.h").read_text()
+    assert "malloc" not in header and "float" not in header and "double" not in header
+    ds = load_dataset("basicmotions")
+    X = np.concatenate([ds.test.X[i, :ds.test.lengths[i]] for i in range(len(ds.test))])[:1200]
+    xq = to_q16(X)
+    run = subprocess.run([str(exe)], input="\n".join(" ".join(map(str, r)) for r in xq) + "\n",
+                         capture_output=True, text=True, timeout=60)
+    got = np.array([[int(v) for v in line.split()] for line in run.stdout.splitlines()])
+    state, want = m.init_state(1), []
+    for x in xq:
+        logits, state = m.step(x[None], state)
+        want.append(list(logits[0]) + [int(np.argmax(logits[0]))])
+    assert got.shape == (1200, len(m.labels) + 1)
+    assert np.array_equal(got, np.array(want))
+    assert report["int8_weights"] == sum(c["x"].w.size + c["h"].w.size for c in m.cells) + m.head.w.size
+
+
+def test_recurrent_models_fit_and_the_transformer_has_a_longest_history(int8):
+    nrf, rp = get_target("nrf52840"), get_target("rp2040")
+    for arch in ("gru", "lstm"):
+        r = check_model(int8(arch, "static")[0], nrf)
+        assert r["fits"] and r["ram"]["total"] < 8192 and r["cost"]["macs"] > 10000
+        assert r["ram"]["arena"]["used"] <= r["ram"]["arena"]["requested"]
+        assert r["ram"]["arena"]["used"] >= max(b["size"] for b in r["buffers"])
+    tr = int8("transformer", "static")[0]
+    r = check_model(tr, rp, history=512)
+    assert not r["fits"] and r["ram"]["state"] == 512 * 512
+    n = r["longest_history"]
+    assert check_model(tr, rp, history=n)["fits"] and not check_model(tr, rp, history=n + 1)["fits"]
+    assert check_model(tr, rp, history=64)["cost"]["macs"] < r["cost"]["macs"]      # attention grows with history
+
+
+def test_targets_file(tmp_path):
+    p = tmp_path / "t.json"
+    p.write_text('[{"name": "mypart", "part": "X", "core": "Cortex-M33", "clock_mhz": 150, "flash_kb": 512, '
+                 '"sram_kb": 128, "cycles_per_mac": 1.0, "cycles_per_op": 4.0, "source": "my datasheet"}]')
+    assert load_targets(p)["mypart"].sram_kb == 128
+    p.write_text('[{"name": "bad"}]')
+    with pytest.raises(Exception, match="entry 1: missing"):
+        load_targets(p)
+
+
+def test_firmware_cli(int8, exported, tmp_path):
+    runner = CliRunner()
+    q = str(int8("gru", "static")[0])
+    r = runner.invoke(cli, ["firmware", "check", q, "--target", "nrf52840"])
+    assert r.exit_code == 0 and "fits: yes" in r.output, r.output
+    r = runner.invoke(cli, ["firmware", "targets"])
+    assert r.exit_code == 0 and "rp2040" in r.output and "esp32s3" in r.output
+    r = runner.invoke(cli, ["firmware", "emit", q, "--out", str(tmp_path / "fw")])
+    assert r.exit_code == 0 and (tmp_path / "fw" / "edgeseq_model.h").exists()
+    r = runner.invoke(cli, ["firmware", "simulate", q, "--json"])
+    assert r.exit_code == 0 and '"integer_only"' in r.output
+
+    def err(args, code):
+        res = runner.invoke(cli, args)
+        lines = [l for l in res.output.splitlines() if l.startswith("Error:")]
+        assert res.exit_code == code and len(lines) == 1 and "Traceback" not in res.output, res.output
+        return lines[0]
+    assert "is a float model" in err(["firmware", "simulate", str(exported("gru")[0])], 1)
+    assert "--int8-scheme static" in err(["firmware", "emit", str(int8("gru", "dynamic")[0]), "--out", "x"], 1)
+    assert "unknown target 'foo'" in err(["firmware", "check", q, "--target", "foo"], 2)
+    assert "longest history that fits is" in err(["firmware", "check", str(int8("transformer", "static")[0]),
+                                                   "--target", "rp2040", "--history", "512"], 1)
+    assert "covers the rnn, gru and lstm" in err(["firmware", "emit", str(int8("transformer", "static")[0]),
+                                                  "--out", "x"], 1)
+    proto = onnx.load(q)                                                    # an op the planner does not know
+    proto.graph.node.append(helper.make_node("Hardmax", ["logits"], ["hard"]))
+    proto.graph.output.append(helper.make_tensor_value_info("hard", TensorProto.FLOAT, ["batch", 4]))
+    onnx.save(proto, tmp_path / "odd.onnx")
+    assert "uses Hardmax" in err(["firmware", "check", str(tmp_path / "odd.onnx"), "--target", "nrf52840"], 1)
