@@ -9,7 +9,7 @@ TORCH ?= torch==2.13.0
 
 $(STAMP): pyproject.toml Makefile
 	python3 -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH)" -e ".[train,translate,dev]"
+	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH)" -e ".[train,translate,pi,dev]"
 	touch $(STAMP)
 
 setup: $(STAMP)

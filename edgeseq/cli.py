@@ -227,8 +227,11 @@ def eval_cmd(model, data, split, provider, as_json):
 @click.option("--on-bad", type=click.Choice(["error", "skip"]), default="error", show_default=True,
               help="A bad reading stops the stream, or is reported and skipped.")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines: one object per reading.")
+@click.option("--state-file", type=click.Path(), help="Resume from this file if it matches the model; save to it "
+              "atomically every --save-every readings and on exit, Ctrl-C or SIGTERM.")
+@click.option("--save-every", type=click.IntRange(min=1), default=500, show_default=True)
 @_errors
-def stream(model, input_, provider, max_history, on_full, on_bad, as_json):
+def stream(model, input_, provider, max_history, on_full, on_bad, as_json, state_file, save_every):
     """Stream readings through a model, one per line, printing the prediction after each.
 
     Input: one reading per line, comma-separated, features in the model's order. A first line
@@ -241,12 +244,46 @@ def stream(model, input_, provider, max_history, on_full, on_bad, as_json):
     from edgeseq.runtime import StreamSession
     from edgeseq.runtime.stream import stream_lines
 
+    import signal
+
+    from edgeseq.runtime.statefile import StateFileError, load_state, model_sha256, save_state
+
     sess = StreamSession(model, provider=provider, max_history=max_history, on_full=on_full)
+    start, model_hash = 0, None
+    if state_file:
+        model_hash = model_sha256(model)
+        try:
+            start = load_state(state_file, sess, model_hash)["readings"]
+            click.echo(f"resumed from {state_file} at reading {start}", err=True)
+        except FileNotFoundError:
+            pass
+        except StateFileError as e:
+            click.echo(f"{e}; starting fresh", err=True)
+    count = {"n": start}
+
+    def on_reading(n):
+        count["n"] = n
+        if state_file and n % save_every == 0:
+            save_state(state_file, sess, n, model_hash)
+
+    def on_term(signum, frame):
+        raise KeyboardInterrupt
+    old = signal.signal(signal.SIGTERM, on_term)
     fh = click.open_file(input_, "r")
-    with fh:
-        stats = stream_lines(sess, fh, on_bad=on_bad, as_json=as_json, echo=click.echo)
-    click.echo(f"{stats['readings']} readings, {stats['skipped']} skipped; state {sess.state_nbytes()} bytes",
-               err=True)
+    stats = {"readings": start, "skipped": 0}
+    try:
+        with fh:
+            stats = stream_lines(sess, fh, on_bad=on_bad, as_json=as_json, echo=click.echo, on_reading=on_reading,
+                                 start=start)
+    except KeyboardInterrupt:
+        stats["readings"] = count["n"]
+        click.echo("stopped", err=True)
+    finally:
+        signal.signal(signal.SIGTERM, old)
+        if state_file:
+            save_state(state_file, sess, count["n"], model_hash)
+    click.echo(f"{stats['readings'] - start} readings, {stats['skipped']} skipped; state {sess.state_nbytes()} bytes"
+               + (f"; saved to {state_file}" if state_file else ""), err=True)
 
 
 @cli.command()

@@ -43,8 +43,9 @@ def header_order(line: str, features: list):
     return np.array([cells.index(f) for f in features])
 
 
-def stream_lines(sess, lines, on_bad="error", as_json=False, echo=print) -> dict:
-    stats = {"readings": 0, "skipped": 0}
+def stream_lines(sess, lines, on_bad="error", as_json=False, echo=print, on_reading=None, start: int = 0) -> dict:
+    """Stream CSV lines; `on_reading(count)` runs after each good reading (e.g. to save state)."""
+    stats = {"readings": start, "skipped": 0}
     order = None
     for lineno, line in enumerate(lines, start=1):
         if not line.strip():
@@ -74,4 +75,6 @@ def stream_lines(sess, lines, on_bad="error", as_json=False, echo=print) -> dict
                              "probs": {l: round(float(p), 6) for l, p in zip(sess.labels, probs)}}))
         else:
             echo(f"{stats['readings']},{sess.labels[k]},{probs[k]:.4f}")
+        if on_reading is not None:
+            on_reading(stats["readings"])
     return stats

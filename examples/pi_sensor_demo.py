@@ -1,0 +1,71 @@
+"""Streaming sensor demo for a Raspberry Pi (or any machine): one reading per call, live.
+
+    python examples/pi_sensor_demo.py --model models/gru-int8.onnx --source serial:/dev/ttyUSB0 --rate 50
+    python examples/pi_sensor_demo.py --model models/gru-int8.onnx --source replay:basicmotions   # no hardware
+    python examples/pi_sensor_demo.py --model models/gru-int8.onnx --source replay:basicmotions \\
+        --state-file /var/lib/edgeseq/gru.state --json
+
+Needs only the runtime install (numpy, onnxruntime; pyserial for serial sources). Prints the
+prediction with its probability for every reading (or every --print-every), the latency
+(median and p99 over the last 1,000 readings), the state bytes held, and late, dropped and bad
+reading counts. With --state-file the stream's state is written atomically every
+--save-every readings and on Ctrl-C / SIGTERM, and a matching file is resumed on start (a
+replay source then continues from the reading after the saved one). Sources: see
+`edgeseq.runtime.live` (replay, csv, stdin, serial, sim, or your own driver class).
+"""
+
+import argparse
+import json
+import sys
+
+from edgeseq.errors import EdgeseqError
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--source", default="replay:basicmotions")
+    ap.add_argument("--rate", type=float, default=50.0, help="readings per second for replay sources (0: unpaced)")
+    ap.add_argument("--state-file")
+    ap.add_argument("--save-every", type=int, default=500)
+    ap.add_argument("--on-bad", choices=["skip", "error"], default="skip")
+    ap.add_argument("--json", action="store_true", help="JSON lines on stdout")
+    ap.add_argument("--print-every", type=int, default=1)
+    ap.add_argument("--max-readings", type=int)
+    ap.add_argument("--max-history", type=int, help="Transformer: bound the cache (sliding window)")
+    args = ap.parse_args(argv)
+    from edgeseq.runtime import StreamSession
+    from edgeseq.runtime.live import open_source, run_live
+    from edgeseq.runtime.statefile import StateFileError, load_state, model_sha256
+
+    try:
+        sess = StreamSession(args.model, max_history=args.max_history, on_full="slide")
+        model_hash = model_sha256(args.model)
+        start = 0
+        if args.state_file:
+            try:
+                start = load_state(args.state_file, sess, model_hash)["readings"]
+                print(f"resumed from {args.state_file} at reading {start}", file=sys.stderr)
+            except FileNotFoundError:
+                pass
+            except StateFileError as e:
+                print(f"{e}; starting fresh", file=sys.stderr)
+        source = open_source(args.source, sess.features, skip=start if args.source.startswith(("replay:", "csv:")) else 0)
+        summary = run_live(sess, source, rate=args.rate or None, on_bad=args.on_bad, as_json=args.json,
+                           echo=lambda s: print(s, flush=True), state_file=args.state_file,
+                           save_every=args.save_every, model_hash=model_hash, start_readings=start,
+                           print_every=args.print_every, max_readings=args.max_readings)
+    except EdgeseqError as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps({"summary": summary}), flush=True)
+    print(f"{summary['this_run']} readings in {summary['seconds']} s ({summary['rate_hz']} Hz; target "
+          f"{summary['target_rate_hz']}), latency median {summary['median_us']} us p99 {summary['p99_us']} us, "
+          f"late {summary['late']}, dropped {summary['dropped']}, bad {summary['bad']}, RSS "
+          f"{summary['rss_kb_end']} kB; stopped by {summary['stopped_by']}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,209 @@
+"""Live sensor streaming: the Pi demo without torch, kill-and-resume equality, atomic state
+files, every kind of bad reading, serial and plugin sources, and the JSON lines format."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edgeseq.errors import ReadingError
+from edgeseq.runtime import StreamSession
+from edgeseq.runtime.live import LineSource, SimSource, open_source, run_live
+from edgeseq.runtime.statefile import StateFileError, load_state, read_state, save_state
+from helpers import run_without_torch
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "examples" / "pi_sensor_demo.py"
+LINE_KEYS = {"reading", "label", "prob", "latency_us", "median_us", "p99_us", "state_bytes", "late", "dropped", "bad"}
+
+
+def test_demo_runs_without_torch_on_the_replay_source(int8, tmp_path):
+    model = int8("gru", "static")[0]
+    out = run_without_torch(f"""
+        import contextlib, io, json, runpy, sys
+        buf = io.StringIO()
+        sys.argv = ["pi_sensor_demo.py", "--model", {str(model)!r}, "--source", "replay:basicmotions", "--rate", "0",
+                    "--max-readings", "300", "--print-every", "50", "--json"]
+        with contextlib.redirect_stdout(buf):
+            try:
+                runpy.run_path({str(DEMO)!r}, run_name="__main__")
+            except SystemExit as e:
+                assert e.code == 0, e.code
+        lines = [json.loads(l) for l in buf.getvalue().splitlines()]
+        assert [l["reading"] for l in lines[:-1]] == [50, 100, 150, 200, 250, 300], lines
+        assert set(lines[0]) == {LINE_KEYS!r} and lines[-1]["summary"]["readings"] == 300
+        print("OK")
+    """, tmp_path)
+    assert out.startswith("OK")
+
+
+def _demo(args, **kw):
+    return subprocess.Popen([sys.executable, str(DEMO), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, **kw)
+
+
+def test_killed_mid_stream_then_resumed_equals_an_uninterrupted_run(int8, tmp_path):
+    model, state = str(int8("lstm", "static")[0]), tmp_path / "lstm.state"
+    common = ["--model", model, "--source", "replay:basicmotions", "--json", "--state-file", str(state),
+              "--save-every", "50"]
+    p = _demo(common + ["--rate", "500"])
+    seen = 0
+    for line in p.stdout:
+        seen = json.loads(line).get("reading", seen)
+        if seen >= 230:
+            break
+    p.send_signal(signal.SIGKILL)                                       # a power cut: no chance to save
+    p.wait(timeout=30)
+    n = read_state(state)[0]["readings"]
+    assert n % 50 == 0 and 150 <= n <= seen
+    p = _demo(common + ["--rate", "0", "--max-readings", "60"])
+    resumed = [json.loads(l) for l in p.communicate(timeout=60)[0].splitlines()][:-1]
+    p = _demo(["--model", model, "--source", "replay:basicmotions", "--json", "--rate", "0",
+               "--max-readings", str(n + 60)])
+    whole = [json.loads(l) for l in p.communicate(timeout=60)[0].splitlines()][:-1]
+    assert [r["reading"] for r in resumed] == list(range(n + 1, n + 61))
+    assert [(r["label"], r["prob"]) for r in resumed] == [(r["label"], r["prob"]) for r in whole[n:n + 60]]
+
+
+def test_sigterm_saves_the_state_at_the_last_reading(int8, tmp_path):
+    state = tmp_path / "g.state"
+    p = _demo(["--model", str(int8("gru", "static")[0]), "--source", "replay:basicmotions", "--rate", "300",
+               "--json", "--state-file", str(state), "--save-every", "100000"])
+    last = 0
+    for line in p.stdout:
+        last = json.loads(line).get("reading", last)
+        if last >= 40:
+            break
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=30)
+    summary = json.loads(out.splitlines()[-1])["summary"]
+    assert p.returncode == 0 and summary["stopped_by"] == "SIGTERM"
+    assert read_state(state)[0]["readings"] == summary["readings"] >= 40
+
+
+def test_state_writes_are_atomic_and_bad_files_are_refused(int8, exported, tmp_path, monkeypatch):
+    s = StreamSession(int8("gru", "static")[0])
+    X = np.random.default_rng(0).standard_normal((20, 1, 6)).astype(np.float32)
+    for x in X[:10]:
+        s.push(x)
+    path = tmp_path / "s.state"
+    save_state(path, s, 10)
+    good = path.read_bytes()
+    for x in X[10:]:
+        s.push(x)
+
+    def crash(*a, **k):
+        raise OSError("power cut during rename")
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(OSError):
+        save_state(path, s, 20)
+    monkeypatch.undo()
+    assert path.read_bytes() == good and [p.name for p in tmp_path.iterdir()] == ["s.state"]   # temp removed
+    fresh = StreamSession(int8("gru", "static")[0])
+    assert load_state(path, fresh)["readings"] == 10
+
+    bad = bytearray(good)
+    bad[-5] ^= 0xFF
+    path.write_bytes(bytes(bad))
+    with pytest.raises(StateFileError, match="checksum mismatch"):
+        load_state(path, fresh)
+    path.write_bytes(good[:40])
+    with pytest.raises(StateFileError, match="corrupt"):
+        load_state(path, fresh)
+    path.write_bytes(b"hello")
+    with pytest.raises(StateFileError, match="not an edgeseq state file"):
+        load_state(path, fresh)
+    path.write_bytes(good)
+    with pytest.raises(StateFileError, match="another model"):
+        load_state(path, StreamSession(exported("gru")[0]))
+
+
+def test_bad_readings_are_counted_and_never_touch_the_state(int8):
+    model = int8("gru", "static")[0]
+    mixed, clean = StreamSession(model), StreamSession(model)
+    out = []
+    summary = run_live(mixed, SimSource(200, 6, bad=True), on_bad="skip", as_json=True, echo=out.append)
+    assert summary["bad"] == {"nan_inf": 14, "field_count": 7, "garbage": 7, "non_numeric": 0}
+    assert summary["readings"] == 200 - 28
+    src = SimSource(200, 6, bad=True)
+    good = [src.read() for _ in range(200)]
+    for line in good:
+        try:
+            x = np.array([float(v) for v in line.split(",")], np.float32)
+        except ValueError:
+            continue
+        if x.size == 6 and np.isfinite(x).all():
+            clean.push(x[None])
+    for a, b in zip(mixed.snapshot()["state"], clean.snapshot()["state"]):
+        assert np.array_equal(a, b)
+    skipped = [json.loads(l) for l in out if "skipped" in l]
+    assert len(skipped) == 28 and {s["kind"] for s in skipped} == {"nan_inf", "field_count", "garbage"}
+
+    before = mixed.snapshot()
+    with pytest.raises(ReadingError, match=r"NaN or Inf value \(nan_inf\); pass --on-bad skip"):
+        run_live(mixed, LineSource(iter_file(["0.1,0.2,0.3,0.4,0.5,nan"])), on_bad="error", echo=lambda s: None)
+    assert all(np.array_equal(a, b) for a, b in zip(before["state"], mixed.snapshot()["state"]))
+
+
+class iter_file:
+    def __init__(self, lines):
+        self.lines = [l + "\n" for l in lines]
+
+    def readline(self):
+        return self.lines.pop(0) if self.lines else ""
+
+
+def test_serial_source_with_garbage_bytes(int8):
+    pytest.importorskip("serial")
+    src = open_source("serial:loop://@115200", ["a"] * 6)
+    src.fh.write(b"0.1,0.2,0.3,0.4,0.5,0.6\r\n\xff\xfe\x00\x13\r\n0.1,0.2,0.3\r\n0.1,0.2,0.3,0.4,0.5,0.7\r\n")
+    src.fh.timeout = 0.2
+    s = StreamSession(int8("gru", "static")[0])
+    summary = run_live(s, src, on_bad="skip", echo=lambda line: None)
+    assert summary["readings"] == 2 and summary["bad"]["garbage"] == 1 and summary["bad"]["field_count"] == 1
+
+
+def test_plugin_source_and_unknown_sources(int8, tmp_path, monkeypatch):
+    (tmp_path / "myimu.py").write_text(
+        "class IMU:\n"
+        "    def __init__(self):\n        self.n = 0\n"
+        "    def read(self):\n        self.n += 1\n        return None if self.n > 5 else [0.1 * self.n] * 6\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    s = StreamSession(int8("gru", "static")[0])
+    assert run_live(s, open_source("python:myimu:IMU", s.features), echo=lambda line: None)["readings"] == 5
+    from edgeseq.errors import UsageError
+    with pytest.raises(UsageError, match="unknown source 'usb'"):
+        open_source("usb", s.features)
+
+
+def test_paced_replay_keeps_up_at_50_hz(int8):
+    s = StreamSession(int8("gru", "static")[0])
+    t = time.perf_counter()
+    summary = run_live(s, open_source("replay:basicmotions", s.features), rate=50, max_readings=25,
+                       echo=lambda line: None)
+    assert 0.4 <= time.perf_counter() - t < 5 and summary["readings"] == 25
+    assert summary["late"] + summary["dropped"] <= 2 and summary["median_us"] < 20000
+
+
+def test_edgeseq_stream_state_file_resumes(exported, tmp_path):
+    from click.testing import CliRunner
+
+    from edgeseq.cli import cli
+    from edgeseq.data import load_dataset
+    ds = load_dataset("basicmotions")
+    rows = [",".join(f"{v:.5f}" for v in r) for r in np.concatenate([ds.test.X[0], ds.test.X[1]])]
+    model, state = str(exported("gru")[0]), str(tmp_path / "g.state")
+    run = CliRunner()
+    first = run.invoke(cli, ["stream", model, "--input", "-", "--state-file", state, "--save-every", "30"],
+                       input="\n".join(rows[:120]) + "\n")
+    assert first.exit_code == 0 and read_state(state)[0]["readings"] == 120
+    second = run.invoke(cli, ["stream", model, "--input", "-", "--state-file", state], input="\n".join(rows[120:]) + "\n")
+    whole = run.invoke(cli, ["stream", model, "--input", "-"], input="\n".join(rows) + "\n")
+    lines = lambda r: [l for l in r.stdout.splitlines() if l[:1].isdigit()]  # noqa: E731
+    assert lines(second) == lines(whole)[120:] and lines(second)[0].startswith("121,")
