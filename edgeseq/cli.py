@@ -59,6 +59,9 @@ def cli():
       edgeseq compare models/gru.onnx models/gru-int8.onnx
       edgeseq stream models/gru.onnx --input readings.csv
       edgeseq bench --json
+      edgeseq report --out reports/edge
+      edgeseq firmware check models/gru-int8.onnx --target nrf52840
+      edgeseq translate run models/mt "Save the notebook" --beam 4
     """
 
 
