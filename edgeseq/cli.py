@@ -494,7 +494,8 @@ def translate_train(arch, corpus, out, epochs, lr, seed, settings, as_json, quie
     """Train a translation model (a few minutes on 2 cores) and save its run directory."""
     from edgeseq.train import parse_overrides
     from edgeseq.translate.corpus import load_corpus
-    from edgeseq.translate.train import DEFAULTS, check_arch, save_run, train_mt, with_overrides
+    from edgeseq.translate.models import check_arch
+    from edgeseq.translate.train import DEFAULTS, save_run, train_mt, with_overrides
 
     check_arch(arch)
     overrides = parse_overrides(settings)

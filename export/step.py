@@ -261,9 +261,7 @@ def write_validated(proto: onnx.ModelProto, out: Path, validate) -> dict:
         onnx.save_model(proto, tmp)
         report = dict(validate(tmp))
         record_validation(tmp, report)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)                # mkstemp makes 0600; a model is meant to be shared
+        os.chmod(tmp, shareable_mode(0o666))         # mkstemp makes 0600; a model is meant to be shared
         os.replace(tmp, out)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -272,6 +270,13 @@ def write_validated(proto: onnx.ModelProto, out: Path, validate) -> dict:
     report["path"] = str(out)
     report["bytes"] = out.stat().st_size
     return report
+
+
+def shareable_mode(mode: int) -> int:
+    """`mode` less the process umask: what a plainly created file or directory would get."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return mode & ~umask
 
 
 def record_validation(path, report: dict):

@@ -40,7 +40,7 @@ from edgeseq import contract
 from edgeseq.errors import ExportValidationError, UsageError
 from edgeseq.translate.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
 from edgeseq.translate.train import greedy_torch, model_from, source_batch
-from export.step import _trace, strip
+from export.step import _trace, shareable_mode, strip
 
 FORMAT = 1
 TOLERANCE = 1e-4          # max |log-prob| difference, ONNX Runtime vs torch, along the greedy path
@@ -187,11 +187,9 @@ def export_translation(ckpt: dict, out, sentences: list | None = None) -> dict:
         report = validate(tmp, model, tok, sentences)
         meta["validation"] = report
         (tmp / "model.json").write_text(json.dumps(meta, indent=2) + "\n")
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o777 & ~umask)
+        os.chmod(tmp, shareable_mode(0o777))         # mkdtemp makes 0700
         for f in tmp.iterdir():
-            os.chmod(f, 0o666 & ~umask)
+            os.chmod(f, shareable_mode(0o666))
         _replace_dir(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -237,7 +237,7 @@ def to_q16(readings: np.ndarray) -> np.ndarray:
     return np.round(np.asarray(readings, np.float64) * 65536).astype(np.int64)
 
 
-def run_stream(model: IntModel, X_q16: np.ndarray, lengths=None) -> np.ndarray:
+def run_stream(model: IntModel, X_q16: np.ndarray) -> np.ndarray:
     """X_q16 [N, T, F] -> logits Q12 [T, N, C], each row its own stream."""
     N, T, _ = X_q16.shape
     state = model.init_state(N)

@@ -161,9 +161,7 @@ def flash_of(proto) -> dict:
     weights = scales = 0
     for t in proto.graph.initializer:
         a = numpy_helper.to_array(t)
-        if a.dtype.itemsize == 1 and a.ndim >= 2:
-            weights += a.nbytes
-        elif a.ndim >= 2:
+        if a.ndim >= 2:
             weights += a.nbytes
         else:
             scales += a.nbytes

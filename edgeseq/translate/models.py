@@ -24,6 +24,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from edgeseq.errors import UsageError
 from edgeseq.models.birnn import reverse_within
 from edgeseq.models.transformer import sinusoid
 from edgeseq.translate.tokenizer import PAD_ID
@@ -260,10 +261,14 @@ class LSTMAttn(nn.Module):
         return F.log_softmax(logits, dim=-1), [h, c], w
 
 
-def build(arch: str, config: dict | None = None, vocab: int | None = None):
+def check_arch(arch: str) -> str:
     if arch not in ARCHS:
-        from edgeseq.errors import UsageError
         raise UsageError(f"unknown translation architecture '{arch}'; use {' or '.join(ARCHS)}")
+    return arch
+
+
+def build(arch: str, config: dict | None = None, vocab: int | None = None):
+    check_arch(arch)
     cls, cfg = (TransformerMT, TransformerMTConfig) if arch == "transformer" else (LSTMAttn, LSTMAttnConfig)
     config = dict(config or {})
     if vocab is not None:
@@ -271,7 +276,6 @@ def build(arch: str, config: dict | None = None, vocab: int | None = None):
     known = set(cfg.__dataclass_fields__)
     unknown = sorted(set(config) - known)
     if unknown:
-        from edgeseq.errors import UsageError
         raise UsageError(f"unknown {arch} setting {', '.join(unknown)}; known: {', '.join(sorted(known - {'vocab'}))}")
     return cls(cfg(**config))
 

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from edgeseq.errors import ModelFileError, UsageError
+from edgeseq.errors import ModelFileError
 from edgeseq.translate.corpus import Corpus, load_corpus
 from edgeseq.translate.models import build, config_of
 from edgeseq.translate.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB, Tokenizer
@@ -190,8 +190,3 @@ def greedy_torch(model, source, lengths, max_len: int, cache: bool = True):
 def with_overrides(tc: MTTrainConfig, **kw) -> MTTrainConfig:
     return replace(tc, **{k: v for k, v in kw.items() if v is not None})
 
-
-def check_arch(arch: str):
-    from edgeseq.translate.models import ARCHS
-    if arch not in ARCHS:
-        raise UsageError(f"unknown translation architecture '{arch}'; use {' or '.join(ARCHS)}")
