@@ -21,7 +21,7 @@ test: setup
 	$(PY) -m pytest
 
 bench: setup
-	$(VENV)/bin/edgeseq bench
+	$(VENV)/bin/edgeseq bench --train
 
 clean:
 	rm -rf runs models .pytest_cache

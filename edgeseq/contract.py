@@ -47,7 +47,9 @@ META_ARCH = "edgeseq.arch"
 META_MODE = "edgeseq.mode"               # "stream" (one reading per call) or "window"
 META_FEATURES = "edgeseq.features"
 META_LABELS = "edgeseq.labels"
-META_NORM = "edgeseq.normalization"      # {"mean": [...], "std": [...]}, applied inside the graph
+META_NORM = "edgeseq.normalization"      # {"mean", "std"[, "input_scale"]}: the graph computes
+                                         # (reading - mean) / (std * input_scale); input_scale (int8
+                                         # models) is the input equalization, all ones when absent
 META_STATE = "edgeseq.state"
 META_MAX_HISTORY = "edgeseq.max_history"
 META_QUANT = "edgeseq.quantization"
@@ -61,10 +63,23 @@ STREAM_ARCHS = ("rnn", "gru", "lstm", "transformer")
 WINDOW_ARCHS = ("bigru", "bilstm")
 ARCHS = STREAM_ARCHS + WINDOW_ARCHS
 
-# Export validation: ONNX Runtime against torch over a stream of this many readings.
+# Export validation: ONNX Runtime against torch over streams of this many readings. float32
+# rounding grows with the size of the outputs (and, a little, with the stream's length), so the
+# bound scales with the reference: |ort - torch| <= ATOL + RTOL * max|torch logits| over the whole
+# run, for the logits and for the probabilities alike. The top class must agree at every reading
+# whose reference top-two margin is wider than twice the bound (closer calls may flip on rounding).
+# Measured here (seed-0 BasicMotions models, 200 readings): float32 rounding differs by 2e-7 to
+# 7e-7 of max|logit|; the largest weight of any one matrix moved by 1% of its value changes the
+# logits by 5e-5 to 6e-3 of it (tests/test_export.py checks both sides with 5%).
 VALIDATION_READINGS = 200
-TOLERANCE = {"rnn": 1e-5, "gru": 1e-5, "lstm": 1e-5, "transformer": 1e-5,
-             "bigru": 1e-5, "bilstm": 1e-5}
+VALIDATION_RTOL = 2e-5
+VALIDATION_ATOL = 1e-6
+
+
+def validation_bound(scale: float, rtol: float = VALIDATION_RTOL, atol: float = VALIDATION_ATOL) -> float:
+    """The largest |ONNX Runtime - torch| difference export accepts when the reference outputs
+    reach `scale` = max|logit| over the validation run (float, in logit units)."""
+    return atol + rtol * scale
 
 KIND_FIXED = "fixed"        # constant bytes per stream (recurrent state)
 KIND_GROWING = "growing"    # one row per reading (KV cache)

@@ -21,7 +21,17 @@ weights measured no better here and can be silently wrong on such CPUs.
 Validation: the int8 model and its float twin run the same real readings (test sequences
 concatenated into long streams, state never reset) and the test split. The export fails,
 leaving no file, when the mean output error passes `max_error` of the float output range or
-test accuracy drops by more than `max_accuracy_drop`, unless `keep_anyway` is set.
+test accuracy drops by more than `max_accuracy_drop`, unless `keep_anyway` is set. Accuracy
+is scored at every reading past the first quarter of each test sequence (each sequence its
+own stream, the per-sequence protocol): 3,000 readings on BasicMotions, where the 40 final
+readings alone would make one point less than one sequence, and a single near-tie decide.
+
+What makes the error small (measured on BasicMotions, seeds 0-4, README "int8"):
+- input equalization (`equalize_input`): the reading's features share one activation scale;
+  evening their ranges out first cut the worst RNN's static error from 2.0% to 0.3%.
+- MatMuls of two activations (the Transformer's attention scores and weighted sum over the
+  KV cache) stay float: they have no weights to shrink, and one fixed scale for a cache
+  whose history grows cost the Transformer 1-2% mean error (0.5% without them).
 """
 
 from __future__ import annotations
@@ -38,13 +48,15 @@ import onnxruntime as ort
 from edgeseq import contract
 from edgeseq.data import Dataset, load_dataset
 from edgeseq.errors import DataError, ExportValidationError, UsageError
-from edgeseq.runtime.evaluate import STREAM_READINGS, final_accuracy, long_streams, output_error, run_streams
+from edgeseq.runtime.evaluate import (STREAM_READINGS, final_accuracy, long_streams, output_error, reading_accuracy,
+                                      run_each, run_streams)
 from export.validate import cpu_session
 
 SCHEMES = ("static", "dynamic")
 DEFAULT_SCHEME = "static"
+EQUALIZE_ALPHA = 0.5         # input equalization strength (SmoothQuant's migration strength)
 MAX_ERROR = 0.02              # mean |int8 - float| logit error, as a fraction of the float logits' range
-MAX_ACCURACY_DROP = 0.01      # test accuracy, float minus int8 (0.01 = one point)
+MAX_ACCURACY_DROP = 0.01      # per-reading test accuracy, float minus int8 (0.01 = one point)
 OP_TYPES = ["MatMul", "Gemm"]
 
 
@@ -99,18 +111,63 @@ def isolate_matmul_inputs(proto: onnx.ModelProto) -> int:
     return made
 
 
+def equalize_input(ckpt: dict, train_split, alpha: float = EQUALIZE_ALPHA) -> tuple:
+    """(checkpoint computing the same function, per-feature scale s (F,) float64).
+
+    One int8 activation scale covers all features of the normalised reading, and their
+    ranges differ (BasicMotions: 3.8 to 16.5 standard deviations), so a narrow feature keeps
+    only a few of its 256 steps. Dividing feature f by s_f inside the graph's normalisation and
+    multiplying the input weights' column f by s_f changes nothing in float and evens the
+    ranges out. s_f = r_f^alpha / w_f^(1 - alpha), r_f the largest |normalised value| in the
+    training split, w_f the largest |weight| that reads feature f: alpha 1 equalizes the
+    activations alone and coarsens the weights of wide features; 0.5 splits the difficulty
+    (Xiao et al. 2023, "SmoothQuant", eq. 4). Measured here on BasicMotions RNNs, seeds 0-4:
+    mean int8 error 0.3-2.0% of range without it, less than half that with it."""
+    import copy
+
+    import numpy as np
+    import torch
+
+    from edgeseq.models import build_model
+    norm = ckpt["normalization"]
+    mean, std = np.asarray(norm["mean"], np.float64), np.asarray(norm["std"], np.float64)
+    X = np.concatenate([train_split.X[i, :n] for i, n in enumerate(train_split.lengths)])
+    r = np.maximum(np.abs((X - mean) / std).max(0), 1e-6)                       # (F,)
+    key = build_model(ckpt["arch"], ckpt["config"]).input_weight
+    w = np.maximum(np.abs(ckpt["state_dict"][key].double().numpy()).max(0), 1e-12)   # (F,)
+    s = r ** alpha / w ** (1 - alpha)
+    s = s / s.max()
+    out = copy.copy(ckpt)
+    sd = dict(ckpt["state_dict"])
+    st = torch.tensor(s, dtype=torch.float32)
+    sd["norm.std"] = sd["norm.std"] * st
+    sd[key] = sd[key] * st                                                      # columns: (out, F) * (F,)
+    out["state_dict"] = sd
+    out["normalization"] = {**norm, "input_scale": s.tolist()}
+    return out, s
+
+
+def activation_products(proto: onnx.ModelProto) -> list:
+    """Names of the MatMul nodes whose inputs are both activations (no weight initializer)."""
+    inits = {t.name for t in proto.graph.initializer}
+    return [n.name for n in proto.graph.node
+            if n.op_type in OP_TYPES and not any(i in inits for i in n.input[:2])]
+
+
 def quantize(float_path, out_path, scheme: str, calibration: list | None = None) -> dict:
     """Quantize the float step graph at `float_path` into `out_path`; returns the settings used."""
     from onnxruntime.quantization import (CalibrationMethod, QuantFormat, QuantType, quantize_dynamic,
                                           quantize_static)
     if scheme not in SCHEMES:
         raise UsageError(f"unknown int8 scheme '{scheme}'; use {' or '.join(SCHEMES)}")
+    exclude = activation_products(onnx.load_model(str(float_path)))
     settings = {"scheme": scheme, "weights": "int8", "weight_scale": "symmetric, per output channel",
-                "reduce_range": True, "op_types": OP_TYPES, "tool": f"onnxruntime {ort.__version__}"}
+                "reduce_range": True, "op_types": OP_TYPES, "float_nodes": exclude,
+                "tool": f"onnxruntime {ort.__version__}"}
     with _quiet():
         if scheme == "dynamic":
             quantize_dynamic(str(float_path), str(out_path), op_types_to_quantize=OP_TYPES, per_channel=True,
-                             reduce_range=True, weight_type=QuantType.QInt8)
+                             reduce_range=True, weight_type=QuantType.QInt8, nodes_to_exclude=exclude)
             settings["activations"] = "uint8, range measured per call"
         else:
             if not calibration:
@@ -118,7 +175,7 @@ def quantize(float_path, out_path, scheme: str, calibration: list | None = None)
             quantize_static(str(float_path), str(out_path), _reader(calibration), quant_format=QuantFormat.QDQ,
                             op_types_to_quantize=OP_TYPES, per_channel=True, reduce_range=True,
                             activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
-                            calibrate_method=CalibrationMethod.MinMax,
+                            calibrate_method=CalibrationMethod.MinMax, nodes_to_exclude=exclude,
                             extra_options={"ActivationSymmetric": False, "WeightSymmetric": True,
                                            "MatMulConstBOnly": True})
             settings["activations"] = "int8, symmetric per tensor, calibrated (min/max)"
@@ -159,20 +216,23 @@ def export_int8(ckpt: dict, out, scheme: str = DEFAULT_SCHEME, data=None, max_hi
     if stream_readings < STREAM_READINGS:
         raise UsageError(f"int8 validation needs streams of at least {STREAM_READINGS} readings")
     ds = dataset_for(ckpt, data)
+    ckpt, _ = equalize_input(ckpt, ds.train)
     proto, meta, model = build_graph(ckpt, max_history, split=True)
     with tempfile.TemporaryDirectory(prefix="edgeseq-int8-") as tmp:
         float_path = os.path.join(tmp, "float.onnx")
         if scheme == "static":
             isolate_matmul_inputs(proto)
         onnx.save_model(proto, float_path)
-        float_check = validate_stream(float_path, model, meta, contract.VALIDATION_READINGS,
-                                      contract.TOLERANCE[ckpt["arch"]], seed)
+        float_check = validate_stream(float_path, model, meta, contract.VALIDATION_READINGS, seed=seed)
         fsess = cpu_session(float_path)
         calibration = []
         run_streams(fsess, meta, ds.train.X, ds.train.lengths, record=calibration)
         run_streams(fsess, meta, long_streams(ds.train, stream_readings, seed=seed + 1), record=calibration)
         q_path = os.path.join(tmp, "int8.onnx")
         settings = quantize(float_path, q_path, scheme, calibration)
+        if scheme == "dynamic":
+            settings["checked"] = "one stream per call (a call's batch shares its activation scales)"
+        settings["input_equalization"] = {"alpha": EQUALIZE_ALPHA, "scale": meta.normalization["input_scale"]}
         if scheme == "static":
             settings["calibration"] = {
                 "data": ds.name, "calls": len(calibration),
@@ -184,22 +244,29 @@ def export_int8(ckpt: dict, out, scheme: str = DEFAULT_SCHEME, data=None, max_hi
         meta.quantization = settings
         stamp(qproto, meta)
 
+        # Dynamic int8 scales each call's whole batch at once, so a stream's answer depends on
+        # the streams beside it; it is checked one stream per call, as a single-stream device runs it.
+        run_q = run_each if scheme == "dynamic" else run_streams
+
         def check(path):
             qsess = cpu_session(path)
             X = long_streams(ds.test, stream_readings, seed=seed)
-            err = output_error(run_streams(fsess, meta, X), run_streams(qsess, meta, X))
-            acc_f = final_accuracy(run_streams(fsess, meta, ds.test.X, ds.test.lengths), ds.test)
-            acc_q = final_accuracy(run_streams(qsess, meta, ds.test.X, ds.test.lengths), ds.test)
+            err = output_error(run_streams(fsess, meta, X), run_q(qsess, meta, X))
+            lf = run_streams(fsess, meta, ds.test.X, ds.test.lengths)
+            lq = run_q(qsess, meta, ds.test.X, ds.test.lengths)
+            racc_f, racc_q = reading_accuracy(lf, ds.test), reading_accuracy(lq, ds.test)
             report = {"float_vs_torch_max_abs_diff": float_check["max_abs_diff"],
                       "streams": int(X.shape[0]), "readings": int(X.shape[1]), **err,
-                      "float_accuracy": acc_f, "int8_accuracy": acc_q, "accuracy_drop": acc_f - acc_q,
+                      "float_accuracy": final_accuracy(lf, ds.test), "int8_accuracy": final_accuracy(lq, ds.test),
+                      "float_reading_accuracy": racc_f, "int8_reading_accuracy": racc_q,
+                      "accuracy_drop": racc_f - racc_q, "error_margin": max_error / max(err["mean_rel"], 1e-12),
                       "data": ds.name, "max_error": max_error, "max_accuracy_drop": max_accuracy_drop}
             broken = []
             if not err["mean_rel"] <= max_error:
                 broken.append(f"mean output error {err['mean_rel']:.2%} of the output range "
                               f"(bound {max_error:.2%})")
-            if not acc_f - acc_q <= max_accuracy_drop + 1e-9:
-                broken.append(f"test accuracy {acc_q:.3f} vs float {acc_f:.3f} "
+            if not racc_f - racc_q <= max_accuracy_drop + 1e-9:
+                broken.append(f"per-reading test accuracy {racc_q:.3f} vs float {racc_f:.3f} "
                               f"(bound: a drop of {max_accuracy_drop:.3f})")
             report["within_bounds"] = not broken
             if broken and not keep_anyway:

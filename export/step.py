@@ -229,9 +229,14 @@ def stamp(proto: onnx.ModelProto, meta: contract.ModelMeta):
 
 
 def export_model(ckpt: dict, out: str | os.PathLike, max_history: int | None = None,
-                 validate_readings: int = contract.VALIDATION_READINGS, tolerance: float | None = None,
+                 validate_readings: int = contract.VALIDATION_READINGS, rtol: float | None = None,
                  seed: int = 0) -> dict:
-    """Export, validate, then move into place. Returns a report dict (path, sizes, max diff)."""
+    """Export, validate, then move into place. Returns a report dict (path, bytes, and the
+    validation figures of `export.validate.check_parity`: max_abs_diff, tolerance, ...).
+
+    rtol: the relative part of the validation bound (default `contract.VALIDATION_RTOL`).
+    Raises UsageError for a bad request, ExportValidationError when ONNX Runtime and torch
+    disagree (nothing is written then, and an existing file at `out` is left as it was)."""
     out = Path(out)
     if out.suffix != ".onnx":
         raise UsageError(f"output '{out}' must end in .onnx")
@@ -242,14 +247,14 @@ def export_model(ckpt: dict, out: str | os.PathLike, max_history: int | None = N
     if validate_readings < contract.VALIDATION_READINGS and ckpt["arch"] in contract.STREAM_ARCHS:
         raise UsageError(f"validation needs at least {contract.VALIDATION_READINGS} readings")
     proto, meta, model = build_graph(ckpt, max_history)
-    tol = contract.TOLERANCE[ckpt["arch"]] if tolerance is None else tolerance
-    return write_validated(proto, out, lambda path: _validate(path, model, meta, validate_readings, tol, seed))
+    return write_validated(proto, out, lambda path: validate_graph(path, model, meta, validate_readings, rtol, seed))
 
 
-def _validate(path, model, meta, readings, tol, seed):
+def validate_graph(path, model, meta, readings=contract.VALIDATION_READINGS, rtol=None, seed=0) -> dict:
+    """Validate the graph at `path` against the torch `model` (stream or window, by `meta.mode`)."""
     if meta.mode == "window":
-        return validate_window(path, model, meta, tol, seed)
-    return validate_stream(path, model, meta, readings, tol, seed)
+        return validate_window(path, model, meta, rtol, seed)
+    return validate_stream(path, model, meta, readings, rtol, seed)
 
 
 def write_validated(proto: onnx.ModelProto, out: Path, validate) -> dict:

@@ -200,6 +200,7 @@ def from_onnx(path) -> IntModel:
     H, L = c["hidden"], c["layers"]
     norm = meta.normalization
     mean, std = np.asarray(norm["mean"], np.float64), np.asarray(norm["std"], np.float64)
+    std = std * np.asarray(norm.get("input_scale", np.ones_like(std)), np.float64)   # what the graph divides by
     x0 = mm["wx0"]
     feat = [multiplier(1.0 / (sd * x0.in_scale * 65536.0)) for sd in std]
     cells = []

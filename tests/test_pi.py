@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -182,13 +181,52 @@ def test_plugin_source_and_unknown_sources(int8, tmp_path, monkeypatch):
         open_source("usb", s.features)
 
 
+class FakeClock:
+    """A clock that moves only when slept on or stepped: pacing is tested without wall time."""
+
+    def __init__(self):
+        self.now = 100.0
+        self.slept = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        assert seconds > 0
+        self.now += seconds
+        self.slept += seconds
+
+
 def test_paced_replay_keeps_up_at_50_hz(int8):
     s = StreamSession(int8("gru", "static")[0])
-    t = time.perf_counter()
+    clock = FakeClock()
     summary = run_live(s, open_source("replay:basicmotions", s.features), rate=50, max_readings=25,
-                       echo=lambda line: None)
-    assert 0.4 <= time.perf_counter() - t < 5 and summary["readings"] == 25
-    assert summary["late"] + summary["dropped"] <= 2 and summary["median_us"] < 20000
+                       echo=lambda line: None, clock=clock, sleep=clock.sleep)
+    assert summary["readings"] == 25 and summary["late"] == summary["dropped"] == 0 and summary["kept_up"]
+    assert clock.slept == pytest.approx(24 / 50)               # slot k is due at k / 50 s
+    assert summary["seconds"] == pytest.approx(24 / 50) and summary["median_us"] > 0
+
+
+def test_paced_replay_counts_late_and_drops_when_it_falls_behind(int8):
+    """A stall of 3 periods makes readings late; one past max_lag periods drops the backlog."""
+    s = StreamSession(int8("gru", "static")[0])
+    clock = FakeClock()
+    src = open_source("replay:basicmotions", s.features)
+    read = src.read
+    calls = {"n": 0}
+
+    def stalling_read():
+        calls["n"] += 1
+        if calls["n"] == 5:
+            clock.now += 3 / 50                                # 3 periods behind: late, not dropped
+        if calls["n"] == 12:
+            clock.now += 20 / 50                               # past max_lag=10 periods: drop to catch up
+        return read()
+    src.read = stalling_read
+    summary = run_live(s, src, rate=50, max_readings=30, max_lag=10, echo=lambda line: None,
+                       clock=clock, sleep=clock.sleep)
+    assert summary["readings"] == 30
+    assert summary["late"] >= 1 and summary["dropped"] >= 10 and not summary["kept_up"]
 
 
 def test_edgeseq_stream_state_file_resumes(exported, tmp_path):

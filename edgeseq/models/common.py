@@ -53,6 +53,7 @@ class RecurrentClassifier(nn.Module):
     """Stacked recurrent layer + linear head. Subclasses set `rnn_cls`, `n_state` and `cell`."""
 
     rnn_cls: type = nn.RNN
+    input_weight = "rnn.weight_ih_l0"   # state_dict key of the matrix that reads the normalised reading
     n_state = 1  # state tensors per layer: h (RNN, GRU) or h and c (LSTM)
     state_roles = ("h",)
 

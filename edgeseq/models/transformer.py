@@ -96,6 +96,8 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
+    input_weight = "embed.weight"       # state_dict key of the matrix that reads the normalised reading
+
     def __init__(self, config: TransformerConfig):
         super().__init__()
         assert config.d_model % config.heads == 0, "d_model must be a multiple of heads"

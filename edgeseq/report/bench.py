@@ -6,6 +6,9 @@
 - the Transformer step at cache lengths 16, 256, 1024 against recomputing the whole history
   (the same model's full-sequence graph on T + 1 readings).
 
+- training time of each streaming architecture's default schedule on BasicMotions (`train=True`),
+  against the target of well under a minute for the default GRU on 2 cores.
+
 Models have random weights: latency does not depend on what they learned. Figures are medians
 over `repeats` timed calls after `warmup` untimed ones, single-threaded onnxruntime and torch.
 """
@@ -84,6 +87,28 @@ class _Recompute:
                        ({1: T},))
         proto.ir_version = 9
         onnx.save_model(proto, path)
+
+
+TRAIN_TARGET_S = 60.0      # the default GRU's training on 2 cores must stay well under this
+
+
+def run_train_bench(archs=("rnn", "gru", "lstm", "transformer"), threads: int | None = None) -> dict:
+    """Seconds each architecture's default schedule takes on the embedded data (wall clock,
+    torch intra-op threads as given or torch's default)."""
+    import torch
+
+    from edgeseq.data import load_dataset
+    from edgeseq.train import DEFAULTS, train
+    if threads:
+        torch.set_num_threads(threads)
+    ds = load_dataset("basicmotions")
+    rows = {}
+    for arch in archs:
+        ck = train(arch, ds, progress=False)
+        rows[arch] = {"seconds": ck["metrics"]["train_seconds"], "epochs": DEFAULTS[arch].epochs,
+                      "test_accuracy": ck["metrics"]["test_accuracy"]}
+    return {"archs": rows, "threads": torch.get_num_threads(), "target_s": TRAIN_TARGET_S,
+            "gru_within_target": rows.get("gru", {}).get("seconds", 0.0) < TRAIN_TARGET_S}
 
 
 def run_bench(repeats: int = 2000, warmup: int = 200, cache_lengths=(16, 256, 1024), progress=True) -> dict:
@@ -204,6 +229,14 @@ def format_bench(r: dict) -> str:
     for row in r["transformer"]:
         lines.append(f"  {row['history']:7d}   {row['cached_us']:9.1f}   {row['recompute_us']:12.1f}   "
                      f"{row['speedup']:6.1f}x   {row['state_bytes_per_stream']:10d}")
+    if "train" in r:
+        t = r["train"]
+        lines.append(f"Training, default schedule on BasicMotions ({t['threads']} torch threads):")
+        for arch, row in t["archs"].items():
+            lines.append(f"  {arch:12s} {row['seconds']:6.1f} s  ({row['epochs']} epochs, test accuracy "
+                         f"{row['test_accuracy']:.3f})")
+        if "gru" in t["archs"]:
+            lines.append(f"  default GRU under {t['target_s']:.0f} s: {'met' if t['gru_within_target'] else 'NOT met'}")
     m = r["machine"]
     lines.append(f"({m['machine']}, {m['cpus']} cpus, onnxruntime {m['onnxruntime']}, torch {m.get('torch', '-')}, "
                  "1 thread)")

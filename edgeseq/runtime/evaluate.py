@@ -68,11 +68,12 @@ def evaluate(model: str, split: Split, labels: list | None = None, provider: str
 
 
 def run_streams(sess, meta: contract.ModelMeta, X: np.ndarray, lengths: np.ndarray | None = None,
-                record: list | None = None) -> np.ndarray:
-    """Logits (T, N, C) of a plain ONNX Runtime loop, every row of X (N, T, F) its own stream.
+                record: list | None = None, probs: list | None = None) -> np.ndarray:
+    """Logits (T, N, C) float32 of a plain ONNX Runtime loop, every row of X (N, T, F) its own stream.
 
     A stream stops at its length (later entries are NaN); `record` collects the feeds of
-    every call (reading, position and the state as it was fed back), for calibration."""
+    every call (reading, position and the state as it was fed back), for calibration; `probs`
+    collects the graph's `probs` output, one (N, C) array per reading."""
     N, T, _ = X.shape
     lengths = np.full(N, T) if lengths is None else np.asarray(lengths)
     state = {}
@@ -80,7 +81,8 @@ def run_streams(sess, meta: contract.ModelMeta, X: np.ndarray, lengths: np.ndarr
         shape = [N if d == contract.BATCH_AXIS else 0 if d == contract.HISTORY_AXIS else d for d in s.shape]
         state[s.name] = np.zeros(shape, np.float32)
     has_pos = contract.POSITION in {i.name for i in sess.get_inputs()}
-    names = [contract.LOGITS] + [s.output for s in meta.state]
+    names = [contract.LOGITS] + ([contract.PROBS] if probs is not None else []) + [s.output for s in meta.state]
+    first_state = len(names) - len(meta.state)
     out = np.full((T, N, len(meta.labels)), np.nan, np.float32)
     for t in range(T):
         rows = np.flatnonzero(lengths > t)
@@ -95,7 +97,11 @@ def run_streams(sess, meta: contract.ModelMeta, X: np.ndarray, lengths: np.ndarr
             record.append(feeds)
         res = sess.run(names, feeds)
         out[t, rows] = res[0]
-        for s, v in zip(meta.state, res[1:]):
+        if probs is not None:
+            p = np.full(out.shape[1:], np.nan, np.float32)
+            p[rows] = res[1]
+            probs.append(p)
+        for s, v in zip(meta.state, res[first_state:]):
             if every:
                 state[s.name] = v
             else:                                # new arrays: recorded feeds must not change under us
@@ -106,9 +112,30 @@ def run_streams(sess, meta: contract.ModelMeta, X: np.ndarray, lengths: np.ndarr
     return out
 
 
+def run_each(sess, meta: contract.ModelMeta, X: np.ndarray, lengths: np.ndarray | None = None) -> np.ndarray:
+    """`run_streams` one stream per call (batch 1): what a device running one stream computes
+    with a model whose result depends on the batch (dynamic int8 scales a call's whole batch)."""
+    lengths = np.full(len(X), X.shape[1]) if lengths is None else np.asarray(lengths)
+    return np.concatenate([run_streams(sess, meta, X[i:i + 1], lengths[i:i + 1]) for i in range(len(X))], axis=1)
+
+
 def final_accuracy(logits: np.ndarray, split: Split) -> float:
     last = logits[split.lengths - 1, np.arange(len(split))]
     return float((last.argmax(-1) == split.y).mean())
+
+
+def reading_accuracy(logits: np.ndarray, split: Split, skip: float = 0.25) -> float:
+    """Per-sequence protocol, scored at every reading: logits (T, N, C) from streams that each
+    start one sequence of `split` from zero state; readings from ceil(skip x length) - 1 to
+    the sequence's end count (the first quarter is too early to call). 40 sequences of 100
+    readings give 3,000 scored readings, so one point is 30 readings, not a fraction of one
+    sequence."""
+    T = logits.shape[0]
+    t = np.arange(T)[:, None]                                                       # (T, 1)
+    L = np.asarray(split.lengths)[None, :]                                          # (1, N)
+    keep = (t < L) & (t >= np.maximum(np.ceil(L * skip).astype(int) - 1, 0))
+    hit = logits.argmax(-1) == np.asarray(split.y)[None, :]
+    return float(hit[keep].mean())
 
 
 def long_streams(split: Split, min_readings: int = STREAM_READINGS, streams: int = 4, seed: int = 0) -> np.ndarray:
