@@ -200,7 +200,11 @@ def compare(models, data, readings, rounds, as_json):
 @click.option("--json", "as_json", is_flag=True)
 @_errors
 def eval_cmd(model, data, split, provider, as_json):
-    """Accuracy of an exported model, streamed one reading at a time as deployed.
+    """Accuracy of an exported model, streamed one reading at a time as deployed, on two
+    protocols: per sequence (each test sequence its own stream, from zero state) and
+    continuous (the test sequences joined end to end in 3 seeded orders, never reset, as a
+    device sees them; scored per reading after a 20-reading grace period after each change
+    of label, at each sequence's last reading, and by the readings taken to follow a change).
 
     \b
       edgeseq eval models/gru.onnx --data basicmotions --json
@@ -214,10 +218,18 @@ def eval_cmd(model, data, split, provider, as_json):
     if as_json:
         _echo_json(r)
         return
-    click.echo(f"{r['arch']} on {ds.name} {split}: accuracy {r['accuracy']:.3f} ({r['n']} sequences)")
+    click.echo(f"{r['arch']} on {ds.name} {split}, per sequence (reset at each start): accuracy {r['accuracy']:.3f} "
+               f"({r['n']} sequences)")
     if r["accuracy_at_fraction"]:
         parts = ", ".join(f"{float(k):.0%}: {v:.3f}" for k, v in r["accuracy_at_fraction"].items())
-        click.echo(f"running prediction after {parts} of each sequence")
+        click.echo(f"  running prediction after {parts} of each sequence")
+    c = r["continuous"]
+    if c:
+        follow = "never" if c["median_readings_to_follow"] is None else f"{c['median_readings_to_follow']:.0f}"
+        click.echo(f"continuous (never reset, {c['orders']} orders x {c['readings_per_stream']:,} readings): "
+                   f"per reading {c['reading_accuracy']:.3f} (past {c['grace']} readings after each change), "
+                   f"at each sequence's last reading {c['last_reading_accuracy']:.3f}; median readings to follow "
+                   f"a change {follow} ({c['followed']:.0%} of {c['changes']} changes followed)")
 
 
 @cli.command()

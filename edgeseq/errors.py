@@ -40,3 +40,22 @@ class ExportValidationError(EdgeseqError):
         super().__init__(message)
         self.max_diff = max_diff
         self.tolerance = tolerance
+
+
+def run_script(main) -> None:
+    """Run an example script's `main()`: an edgeseq error or an OS error (a file that cannot be
+    written, a full disk) ends it with one `Error: ...` line on stderr and the error's exit
+    code (1, or 2 for a wrong request) instead of a traceback; Ctrl-C exits 130."""
+    import sys
+    try:
+        rc = main()
+    except EdgeseqError as e:
+        print(f"Error: {e}", file=sys.stderr)
+        sys.exit(e.exit_code)
+    except OSError as e:
+        where = f" '{e.filename}'" if getattr(e, "filename", None) else ""
+        print(f"Error: {e.strerror or e}{where}; check the path and free space, then run it again", file=sys.stderr)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    sys.exit(rc or 0)

@@ -39,7 +39,7 @@ def main(argv=None):
     from edgeseq.runtime.statefile import StateFileError, load_state, model_sha256
 
     try:
-        sess = StreamSession(args.model, max_history=args.max_history, on_full="slide")
+        sess = StreamSession(args.model, max_history=args.max_history, on_full="slide")  # a window never stops
         model_hash = model_sha256(args.model)
         start = 0
         if args.state_file:
@@ -64,6 +64,10 @@ def main(argv=None):
           f"{summary['target_rate_hz']}), latency median {summary['median_us']} us p99 {summary['p99_us']} us, "
           f"late {summary['late']}, dropped {summary['dropped']}, bad {summary['bad']}, RSS "
           f"{summary['rss_kb_end']} kB; stopped by {summary['stopped_by']}", file=sys.stderr)
+    if summary["continuous_accuracy"] is not None:
+        print(f"continuous accuracy (never reset, true labels known for this replay): "
+              f"{summary['continuous_accuracy']:.3f} over {summary['scored_readings']} readings past the grace period "
+              "after each change", file=sys.stderr)
     return 0
 
 

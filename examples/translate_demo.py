@@ -48,4 +48,5 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    from edgeseq.errors import run_script
+    run_script(main)

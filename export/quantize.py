@@ -21,14 +21,16 @@ weights measured no better here and can be silently wrong on such CPUs.
 Validation: the int8 model and its float twin run the same real readings (test sequences
 concatenated into long streams, state never reset) and the test split. The export fails,
 leaving no file, when the mean output error passes `max_error` of the float output range or
-test accuracy drops by more than `max_accuracy_drop`, unless `keep_anyway` is set. Accuracy
-is scored at every reading past the first quarter of each test sequence (each sequence its
-own stream, the per-sequence protocol): 3,000 readings on BasicMotions, where the 40 final
-readings alone would make one point less than one sequence, and a single near-tie decide.
+test accuracy drops by more than `max_accuracy_drop` on either protocol, unless `keep_anyway`
+is set. Accuracy is scored per reading: per sequence, at every reading past the first quarter
+of each test sequence, each its own stream (3,000 readings on BasicMotions, where the 40
+final readings alone would make one point less than one sequence, and a single near-tie
+decide); continuous, on the test sequences joined in 3 seeded orders and never reset, past
+the grace period after each change (`edgeseq.runtime.evaluate.continuous`).
 
 What makes the error small (measured on BasicMotions, seeds 0-4, README "int8"):
 - input equalization (`equalize_input`): the reading's features share one activation scale;
-  evening their ranges out first cut the worst RNN's static error from 2.0% to 0.3%.
+  evening their ranges out first cut the worst RNN's static error from 2.04% to 0.59%.
 - MatMuls of two activations (the Transformer's attention scores and weighted sum over the
   KV cache) stay float: they have no weights to shrink, and one fixed scale for a cache
   whose history grows cost the Transformer 1-2% mean error (0.5% without them).
@@ -48,8 +50,8 @@ import onnxruntime as ort
 from edgeseq import contract
 from edgeseq.data import Dataset, load_dataset
 from edgeseq.errors import DataError, ExportValidationError, UsageError
-from edgeseq.runtime.evaluate import (STREAM_READINGS, final_accuracy, long_streams, output_error, reading_accuracy,
-                                      run_each, run_streams)
+from edgeseq.runtime.evaluate import (STREAM_READINGS, final_accuracy, joined_streams, long_streams, output_error,
+                                      reading_accuracy, run_each, run_streams, score_continuous)
 from export.validate import cpu_session
 
 SCHEMES = ("static", "dynamic")
@@ -121,8 +123,13 @@ def equalize_input(ckpt: dict, train_split, alpha: float = EQUALIZE_ALPHA) -> tu
     ranges out. s_f = r_f^alpha / w_f^(1 - alpha), r_f the largest |normalised value| in the
     training split, w_f the largest |weight| that reads feature f: alpha 1 equalizes the
     activations alone and coarsens the weights of wide features; 0.5 splits the difficulty
-    (Xiao et al. 2023, "SmoothQuant", eq. 4). Measured here on BasicMotions RNNs, seeds 0-4:
-    mean int8 error 0.3-2.0% of range without it, less than half that with it."""
+    (Xiao et al. 2023, "SmoothQuant", eq. 4). Measured here on BasicMotions RNNs, seeds 0-4,
+    static: the worst mean int8 error went from 2.04% of range to 0.59% (seed 3: 2.04% to
+    0.27%; seed 1 rose from 0.29% to 0.59%).
+
+    ckpt: an edgeseq checkpoint dict; train_split: a `Split` (X (N, T, F) raw readings).
+    Returns a new checkpoint (the given one is not changed) whose normalization carries
+    `input_scale`, and s, scaled so that its largest entry is 1."""
     import copy
 
     import numpy as np
@@ -178,7 +185,7 @@ def quantize(float_path, out_path, scheme: str, calibration: list | None = None)
                             calibrate_method=CalibrationMethod.MinMax, nodes_to_exclude=exclude,
                             extra_options={"ActivationSymmetric": False, "WeightSymmetric": True,
                                            "MatMulConstBOnly": True})
-            settings["activations"] = "int8, symmetric per tensor, calibrated (min/max)"
+            settings["activations"] = "int8, asymmetric per tensor, calibrated (min/max)"
     return settings
 
 
@@ -255,11 +262,16 @@ def export_int8(ckpt: dict, out, scheme: str = DEFAULT_SCHEME, data=None, max_hi
             lf = run_streams(fsess, meta, ds.test.X, ds.test.lengths)
             lq = run_q(qsess, meta, ds.test.X, ds.test.lengths)
             racc_f, racc_q = reading_accuracy(lf, ds.test), reading_accuracy(lq, ds.test)
+            Xc, Yc, ends = joined_streams(ds.test, seed=seed)                  # never reset, as a device runs
+            cf = score_continuous(run_streams(fsess, meta, Xc).argmax(-1).T, Yc, ends)["reading_accuracy"]
+            cq = score_continuous(run_q(qsess, meta, Xc).argmax(-1).T, Yc, ends)["reading_accuracy"]
             report = {"float_vs_torch_max_abs_diff": float_check["max_abs_diff"],
                       "streams": int(X.shape[0]), "readings": int(X.shape[1]), **err,
                       "float_accuracy": final_accuracy(lf, ds.test), "int8_accuracy": final_accuracy(lq, ds.test),
                       "float_reading_accuracy": racc_f, "int8_reading_accuracy": racc_q,
                       "accuracy_drop": racc_f - racc_q, "error_margin": max_error / max(err["mean_rel"], 1e-12),
+                      "float_continuous_accuracy": cf, "int8_continuous_accuracy": cq,
+                      "continuous_accuracy_drop": cf - cq,
                       "data": ds.name, "max_error": max_error, "max_accuracy_drop": max_accuracy_drop}
             broken = []
             if not err["mean_rel"] <= max_error:
@@ -267,6 +279,9 @@ def export_int8(ckpt: dict, out, scheme: str = DEFAULT_SCHEME, data=None, max_hi
                               f"(bound {max_error:.2%})")
             if not racc_f - racc_q <= max_accuracy_drop + 1e-9:
                 broken.append(f"per-reading test accuracy {racc_q:.3f} vs float {racc_f:.3f} "
+                              f"(bound: a drop of {max_accuracy_drop:.3f})")
+            if not cf - cq <= max_accuracy_drop + 1e-9:
+                broken.append(f"continuous (never reset) per-reading accuracy {cq:.3f} vs float {cf:.3f} "
                               f"(bound: a drop of {max_accuracy_drop:.3f})")
             report["within_bounds"] = not broken
             if broken and not keep_anyway:

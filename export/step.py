@@ -184,6 +184,8 @@ def build_graph(ckpt: dict, max_history: int | None = None, split: bool = False)
     else:
         specs = model.state_specs()
         if arch == "transformer":
+            if max_history is None and model.config.window:
+                max_history = model.config.window           # the window it was trained with
             history = torch.export.Dim("history", min=0, max=1 << 20)
             state = model.init_state(2, history=3)
             args = (torch.randn(2, F), torch.tensor([3, 1]), *state[1:])

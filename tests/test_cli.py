@@ -10,6 +10,7 @@ from click.testing import CliRunner
 from onnx import TensorProto, helper
 
 from edgeseq.cli import cli
+from edgeseq.errors import ExportValidationError, UsageError
 
 
 @pytest.fixture
@@ -161,3 +162,21 @@ def test_int8_and_compare_errors(runner, trained, exported):
     assert r.exit_code == 2 and "at least two models" in _err(r)
     r = runner.invoke(cli, ["compare", str(exported("gru")[0]), "nope.onnx"])
     assert r.exit_code == 1 and "not found" in _err(r)
+
+
+@pytest.mark.parametrize("exc, code, line", [
+    (lambda: ExportValidationError("int8 (static) breaks its bound; the model was not written"), 1,
+     "Error: int8 (static) breaks its bound; the model was not written\n"),
+    (lambda: UsageError("unknown architecture 'cnn'"), 2, "Error: unknown architecture 'cnn'\n"),
+    (lambda: PermissionError(13, "Permission denied", "/ro/models"), 1,
+     "Error: Permission denied '/ro/models'; check the path and free space, then run it again\n"),
+])
+def test_example_scripts_end_in_one_error_line(capsys, exc, code, line):
+    """examples/*.py run their main() through run_script: no traceback for a foreseeable failure."""
+    from edgeseq.errors import run_script
+
+    def main():
+        raise exc()
+    with pytest.raises(SystemExit) as e:
+        run_script(main)
+    assert e.value.code == code and capsys.readouterr().err == line

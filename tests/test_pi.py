@@ -19,7 +19,8 @@ from helpers import run_without_torch
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "examples" / "pi_sensor_demo.py"
-LINE_KEYS = {"reading", "label", "prob", "latency_us", "median_us", "p99_us", "state_bytes", "late", "dropped", "bad"}
+LINE_KEYS = {"reading", "label", "prob", "true", "latency_us", "median_us", "p99_us", "state_bytes", "late", "dropped",
+             "bad"}
 
 
 def test_demo_runs_without_torch_on_the_replay_source(int8, tmp_path):

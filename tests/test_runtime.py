@@ -106,8 +106,8 @@ def test_state_bytes_flat_for_recurrent_growing_for_cache(exported, basicmotions
         gru.push(x), lstm.push(x), tr.push(x)
         assert gru.state_nbytes() == 64 * 4
         assert lstm.state_nbytes() == 2 * 64 * 4
-        assert tr.state_nbytes() == t * per_row
-    assert tr.state_nbytes_at(4096) == 4096 * per_row
+        assert tr.state_nbytes() == min(t, tr.max_history) * per_row      # grows, then slides at its window
+    assert tr.max_history == 50 and tr.state_nbytes_at(4096) == 50 * per_row
 
 
 def test_bounded_history_error_and_slide(exported, trained, basicmotions):

@@ -2,7 +2,8 @@
 
 numpy only, so the runtime can read the embedded test split without torch.
 
-User `.npz`: `X` float [N, T, F], `y` labels [N] (ints or strings), optional `lengths` [N]
+User `.npz`: `X` float [N, T, F], `y` labels [N] (ints or strings) or [N, T] (one label per
+reading: a long recording whose activity changes), optional `lengths` [N]
 (valid readings per sequence; the rest is padding), optional `labels` (class names for
 integer `y`) and `features` (channel names). A held-out split may ship as `X_test`,
 `y_test`, `lengths_test`; without it the last quarter of each class (in file order) is held
@@ -11,7 +12,9 @@ out, so the split is deterministic.
 User `.csv`: one reading per row with a header. Columns `sequence` (an id) and `label` are
 required, every other column is a feature, in header order; an optional `split` column
 holds `train` or `test`. Rows of one sequence are contiguous and in time order; sequences
-may differ in length.
+may differ in length. The label belongs to the row and may change within a sequence (a
+recording whose activity changes); a sequence's class, for per-sequence scores, is the
+label of its last row.
 
     sequence,label,acc_x,acc_y,acc_z
     s1,walk,0.1,0.2,9.7
@@ -36,11 +39,22 @@ EMBEDDED = {"basicmotions": DATA_DIR / "basicmotions.npz"}
 @dataclass
 class Split:
     X: np.ndarray        # float32 [N, T, F], zero padded past `lengths`
-    y: np.ndarray        # int64 [N]
+    y: np.ndarray        # int64 [N]: each sequence's class, the label of its last valid reading
     lengths: np.ndarray  # int64 [N]
+    Y: np.ndarray | None = None   # int64 [N, T]: the label of every reading, -1 past `lengths`
+                                  # (None: every reading carries its sequence's y)
+
+    def __post_init__(self):
+        if self.Y is None:
+            Y = np.repeat(np.asarray(self.y, np.int64)[:, None], self.X.shape[1], axis=1)
+            Y[np.arange(self.X.shape[1])[None, :] >= np.asarray(self.lengths)[:, None]] = -1
+            self.Y = Y
 
     def __len__(self):
         return len(self.y)
+
+    def take(self, rows) -> "Split":
+        return Split(self.X[rows], self.y[rows], self.lengths[rows], self.Y[rows])
 
 
 @dataclass
@@ -77,6 +91,15 @@ class Normalization:
     @classmethod
     def from_json(cls, d):
         return cls(np.asarray(d["mean"], np.float32), np.asarray(d["std"], np.float32))
+
+
+def since_change(y: np.ndarray) -> np.ndarray:
+    """Readings since the label last changed, y (L,) int -> (L,) int: 0 at a change and at
+    the start of the stream."""
+    change = np.ones(len(y), bool)
+    change[1:] = y[1:] != y[:-1]
+    start = np.maximum.accumulate(np.where(change, np.arange(len(y)), 0))
+    return np.arange(len(y)) - start
 
 
 def load_dataset(spec: str) -> Dataset:
@@ -116,22 +139,45 @@ def _load_npz(path: Path, name: str) -> Dataset:
 
     Xtr = _check_X(Xtr, path, "X")
     Ltr = _check_lengths(Ltr, Xtr, path)
-    ytr_raw = np.asarray(ytr)
+    ytr_raw = _check_y(ytr, Xtr, Ltr, path, "y")
     if Xte is not None:
         Xte = _check_X(Xte, path, "X_test")
         Lte = _check_lengths(Lte, Xte, path)
         if Xte.shape[2] != Xtr.shape[2]:
             raise DataError(f"'{path}': X_test has {Xte.shape[2]} features, X has {Xtr.shape[2]}")
-        y_all, labels = _encode_labels(np.concatenate([ytr_raw, np.asarray(yte)]), labels, path)
-        train = Split(Xtr, y_all[: len(Xtr)], Ltr)
-        test = Split(Xte, y_all[len(Xtr):], Lte)
+        yte_raw = _check_y(yte, Xte, Lte, path, "y_test")
+        codes, labels = _encode_labels(np.concatenate([ytr_raw.ravel(), yte_raw.ravel()]), labels, path)
+        train = _split(Xtr, codes[: ytr_raw.size].reshape(ytr_raw.shape), Ltr)
+        test = _split(Xte, codes[ytr_raw.size:].reshape(yte_raw.shape), Lte)
     else:
-        y_all, labels = _encode_labels(ytr_raw, labels, path)
-        train, test = _holdout(Split(Xtr, y_all, Ltr))
-    if len(ytr_raw) != len(Xtr):
-        raise DataError(f"'{path}': X has {len(Xtr)} sequences but y has {len(ytr_raw)} labels")
+        codes, labels = _encode_labels(ytr_raw.ravel(), labels, path)
+        train, test = _holdout(_split(Xtr, codes.reshape(ytr_raw.shape), Ltr))
     features = features or [f"f{i}" for i in range(Xtr.shape[2])]
     return Dataset(name, train, test, labels, features)
+
+
+def _check_y(y, X, L, path, key):
+    """y [N] or [N, T] as given; per-reading labels past a sequence's length are filled with
+    its last valid label (they are never used)."""
+    y = np.asarray(y)
+    if y.ndim == 1 and len(y) == len(X):
+        return y
+    if y.ndim == 2 and y.shape == X.shape[:2]:
+        y = y.copy()
+        for n, length in enumerate(L):
+            y[n, length:] = y[n, length - 1]
+        return y
+    raise DataError(f"'{path}': {key} must be [N] (one label per sequence) or [N, T] (one per reading) "
+                    f"for X of shape {list(X.shape)}, got {list(y.shape)}")
+
+
+def _split(X, codes, L) -> "Split":
+    """A Split from integer labels [N] or [N, T]."""
+    if codes.ndim == 1:
+        return Split(X, codes, L)
+    Y = codes.astype(np.int64)
+    Y[np.arange(X.shape[1])[None, :] >= L[:, None]] = -1
+    return Split(X, codes[np.arange(len(X)), L - 1].astype(np.int64), L, Y)
 
 
 def _check_X(X, path, key):
@@ -179,8 +225,7 @@ def _holdout(split: Split, fraction=0.25):
             test[idx[-k:]] = True
     if not test.any():
         raise DataError("too few sequences to hold out a test split; add X_test/y_test or more data")
-    take = lambda m: Split(split.X[m], split.y[m], split.lengths[m])  # noqa: E731
-    return take(~test), take(test)
+    return split.take(~test), split.take(test)
 
 
 def _load_csv(path: Path) -> Dataset:
@@ -211,9 +256,8 @@ def _load_csv(path: Path) -> Dataset:
         if not np.isfinite(values).all():
             raise DataError(f"'{path}' line {lineno}: NaN or Inf value; fix or remove that row")
         key = row[i_seq]
-        entry = seqs.setdefault(key, {"label": row[i_lab], "split": row[i_split] if i_split is not None else "", "values": []})
-        if entry["label"] != row[i_lab]:
-            raise DataError(f"'{path}' line {lineno}: sequence '{key}' changes label")
+        entry = seqs.setdefault(key, {"labels": [], "split": row[i_split] if i_split is not None else "", "values": []})
+        entry["labels"].append(row[i_lab])
         entry["values"].append(values)
     if not seqs:
         raise DataError(f"'{path}' has a header but no readings")
@@ -224,16 +268,22 @@ def _load_csv(path: Path) -> Dataset:
     for n, e in enumerate(seqs.values()):
         X[n, : len(e["values"])] = e["values"]
         L[n] = len(e["values"])
-    y, labels = _encode_labels(np.array([e["label"] for e in seqs.values()]), None, path)
+    flat = [lab for e in seqs.values() for lab in e["labels"]]
+    codes, labels = _encode_labels(np.array(flat), None, path)
+    Y = np.full((len(seqs), T), -1, np.int64)
+    at = 0
+    for n, e in enumerate(seqs.values()):
+        Y[n, : len(e["labels"])] = codes[at: at + len(e["labels"])]
+        at += len(e["labels"])
+    data = Split(X, Y[np.arange(len(seqs)), L - 1], L, Y)
     features = [header[i] for i in feat_idx]
     splits = np.array([e["split"].strip().lower() for e in seqs.values()])
     if i_split is not None:
         tr, te = splits == "train", splits == "test"
         if not te.any() or not tr.any():
             raise DataError(f"'{path}': the split column needs both 'train' and 'test' sequences")
-        take = lambda m: Split(X[m], y[m], L[m])  # noqa: E731
-        return Dataset(path.stem, take(tr), take(te), labels, features)
-    train, test = _holdout(Split(X, y, L))
+        return Dataset(path.stem, data.take(tr), data.take(te), labels, features)
+    train, test = _holdout(data)
     return Dataset(path.stem, train, test, labels, features)
 
 

@@ -36,12 +36,17 @@ def make_config(arch: str, **overrides):
     unknown = sorted(set(overrides) - names)
     if unknown:
         raise UsageError(f"'{arch}' has no setting {', '.join(unknown)}; it has {', '.join(sorted(names))}")
-    return cfg_cls(**{**overrides, **fixed})
+    try:
+        return cfg_cls(**{**overrides, **fixed})
+    except (TypeError, ValueError) as e:
+        raise UsageError(f"'{arch}' settings {overrides}: {e}") from None
 
 
 def build_model(arch: str, config):
     cls, cfg_cls, _ = REGISTRY[check_arch(arch)]
     if isinstance(config, dict):
+        if arch == "transformer" and "positions" not in config:   # written before window/positions existed
+            config = {**config, "positions": "sinusoid", "window": 0}
         config = cfg_cls(**config)
     return cls(config)
 

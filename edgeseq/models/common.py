@@ -76,6 +76,14 @@ class RecurrentClassifier(nn.Module):
         out, _ = self.rnn(self.norm(x))                       # (B, T, H)
         return self.head(self.drop(last_valid(out, lengths)))
 
+    def forward_stream(self, x: torch.Tensor, carry=None):
+        """One chunk of a long stream, for truncated BPTT: x (B, T, F), `carry` what the previous
+        chunk returned (None: zero state) -> (logits after every reading (B, T, C), carry).
+        The carry is the fused layer's state, detached: gradients stop at the chunk's start."""
+        out, state = self.rnn(self.norm(x), carry)            # (B, T, H)
+        carry = tuple(s.detach() for s in state) if isinstance(state, tuple) else state.detach()
+        return self.head(self.drop(out)), carry
+
     def init_state(self, batch: int) -> tuple:
         H = self.config.hidden
         return tuple(torch.zeros(batch, H) for _ in range(self.config.layers * self.n_state))

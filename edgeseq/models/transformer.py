@@ -1,9 +1,15 @@
 """Causal Transformer classifier with a KV cache for streaming.
 
-Pre-norm blocks (LayerNorm before attention and MLP), sinusoidal positions computed from the
-reading's index (no position table, so the history has no built-in limit), multi-head
-self-attention under a causal mask. `forward` runs a whole window; `step` takes one reading,
-the stream's position and the cache, and returns the cache grown by one row per layer.
+Pre-norm blocks (LayerNorm before attention and MLP), multi-head self-attention under a
+causal mask that reaches back `window` readings (each reading sees itself and the
+`window - 1` before it). `forward` runs a whole sequence; `step` takes one reading, the
+stream's position and the cache, and returns the cache grown by one row per layer.
+
+No position signal by default: a device's stream never ends, so an absolute position grows
+past anything seen in training, and a sliding window should look the same wherever it is in
+the stream. Causal attention still tells a reading from its predecessors. `positions =
+"sinusoid"` adds sinusoidal positions from the reading's index (checkpoints written before
+this setting existed use it).
 
 Streams in one batch share the cache length T but may have seen different numbers of
 readings (a stream reset mid-batch starts again at position 0): each stream attends only to
@@ -35,6 +41,15 @@ class TransformerConfig:
     layers: int = 2          # two blocks reach >= 0.90 on BasicMotions
     d_ff: int = 64           # MLP width
     dropout: float = 0.1     # on attention output, MLP output and head input
+    window: int = 50         # readings attended (own + 49 before): trained and deployed alike, so the
+                             # cache is bounded; 0 = the whole history (grows without limit)
+    positions: str = "none"  # "none" (shift-invariant, for endless streams) or "sinusoid"
+
+    def __post_init__(self):
+        if self.positions not in ("none", "sinusoid"):
+            raise ValueError("positions must be 'none' or 'sinusoid'")
+        if self.window < 0:
+            raise ValueError("window must be 0 (unbounded) or a number of readings")
 
 
 def sinusoid(position: torch.Tensor, d_model: int) -> torch.Tensor:
@@ -109,12 +124,20 @@ class Transformer(nn.Module):
         self.drop = nn.Dropout(config.dropout)
         self.head = nn.Linear(config.d_model, config.n_classes)
 
+    def _embed(self, x, position):
+        h = self.embed(self.norm(x))
+        if self.config.positions == "sinusoid":
+            h = h + sinusoid(position, self.config.d_model)
+        return h
+
     def _hidden(self, x):
         B, T, _ = x.shape
-        pos = torch.arange(T, device=x.device)
-        h = self.embed(self.norm(x)) + sinusoid(pos, self.config.d_model)  # (B, T, C)
-        causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-        bias = torch.zeros(T, T, device=x.device).masked_fill(~causal, MASKED)  # (T, T)
+        h = self._embed(x, torch.arange(T, device=x.device))  # (B, T, C)
+        i = torch.arange(T, device=x.device)
+        seen = i.unsqueeze(1) >= i.unsqueeze(0)               # (T, T): key j <= query i
+        if self.config.window:
+            seen &= i.unsqueeze(1) - i.unsqueeze(0) < self.config.window
+        bias = torch.zeros(T, T, device=x.device).masked_fill(~seen, MASKED)  # (T, T)
         for block in self.blocks:
             h = block(h, bias)
         return self.ln_f(h)                                   # (B, T, C)
@@ -122,6 +145,18 @@ class Transformer(nn.Module):
     def forward_all(self, x):
         """x (B, T, F) -> logits after every reading (B, T, classes)."""
         return self.head(self._hidden(x))
+
+    def forward_stream(self, x, carry=None):
+        """One chunk of a long stream, for truncated BPTT: x (B, T, F), `carry` the last
+        window - 1 readings before it (None: the stream starts here) -> (logits after every
+        reading of the chunk (B, T, C), carry). Each reading attends to the window it would
+        see in deployment (the runtime slides the cache); without positions, where the window
+        sits in the stream does not matter."""
+        ctx = 0 if carry is None else carry.shape[1]
+        full = x if carry is None else torch.cat([carry, x], dim=1)     # (B, ctx + T, F)
+        logits = self.head(self.drop(self._hidden(full)))[:, ctx:]      # (B, T, C)
+        keep = (self.config.window or full.shape[1]) - 1
+        return logits, full[:, full.shape[1] - keep:].detach() if keep else full[:, :0]
 
     def forward(self, x, lengths=None):
         """x (B, T, F) -> logits after each sequence's last valid reading (B, classes)."""
@@ -139,11 +174,12 @@ class Transformer(nn.Module):
             state = self.init_state(x.shape[0])
         position, past = state[0], state[1:]
         T = past[0].shape[2]
-        h = self.embed(self.norm(x)) + sinusoid(position, self.config.d_model)  # (B, C)
-        h = h.unsqueeze(1)                                    # (B, 1, C)
-        # Key j (of T + 1) is this stream's iff j >= T - position.
+        h = self._embed(x, position).unsqueeze(1)             # (B, 1, C)
+        # Key j (of T + 1) is this stream's iff j >= T - position, and in its window iff j > T - window.
         j = torch.arange(T + 1, device=x.device)              # (T+1,)
         own = j.unsqueeze(0) >= (T - position).unsqueeze(1)   # (B, T+1)
+        if self.config.window:
+            own &= (j > T - self.config.window).unsqueeze(0)
         bias = torch.where(own, 0.0, MASKED).view(-1, 1, 1, T + 1)  # (B, 1, 1, T+1)
         present = []
         for layer, block in enumerate(self.blocks):

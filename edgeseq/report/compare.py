@@ -69,7 +69,7 @@ def compare_models(paths: list, data: str = "basicmotions", readings: int = STRE
         t = np.asarray(lat[i]) * 1e6
         row = {
             "model": str(p), "arch": s.meta.arch, "quantization": _quant_name(s.meta),
-            "bytes": os.path.getsize(p), "accuracy": acc["accuracy"],
+            "bytes": os.path.getsize(p), "accuracy": acc["accuracy"], "continuous": acc["continuous"],
             "latency_us_median": float(np.median(t)), "latency_us_p99": float(np.quantile(t, 0.99)),
         }
         row["vs_first"] = None if i == 0 else output_error(outputs[0], outputs[i])
@@ -84,8 +84,8 @@ def compare_models(paths: list, data: str = "basicmotions", readings: int = STRE
 
 
 def format_compare(r: dict) -> str:
-    head = ["model", "quant", "KB", "x smaller", "accuracy", "max diff", "mean diff", "agree",
-            "us/reading", "p99 us"]
+    head = ["model", "quant", "KB", "x smaller", "per seq", "continuous", "follow", "max diff", "mean diff",
+            "agree", "us/reading", "p99 us"]
     base = r["models"][0]
     lines = []
     for m in r["models"]:
@@ -93,6 +93,9 @@ def format_compare(r: dict) -> str:
         lines.append([
             os.path.basename(m["model"]), m["quantization"], f"{m['bytes'] / 1000:.1f}",
             f"{base['bytes'] / m['bytes']:.2f}", f"{m['accuracy']:.3f}",
+            f"{m['continuous']['reading_accuracy']:.3f}",
+            "-" if m["continuous"]["median_readings_to_follow"] is None
+            else f"{m['continuous']['median_readings_to_follow']:.0f}",
             "-" if d is None else f"{d['max_abs']:.3f} ({d['max_rel']:.1%})",
             "-" if d is None else f"{d['mean_abs']:.4f} ({d['mean_rel']:.2%})",
             "-" if d is None else f"{d['argmax_agreement']:.1%}",
@@ -102,7 +105,12 @@ def format_compare(r: dict) -> str:
     fmt = lambda row: "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))  # noqa: E731
     out = [fmt(head), fmt(["-" * w for w in widths])] + [fmt(row) for row in lines]
     out.append("")
-    out.append(f"accuracy: {r['test_sequences']} test sequences of {r['data']}, streamed. diff: logits against the "
+    c = base["continuous"]
+    out.append(f"per seq: accuracy at the last reading of each of {r['test_sequences']} test sequences of {r['data']}, "
+               f"each its own stream. continuous: per-reading accuracy on {c['orders']} never-reset streams of "
+               f"{c['readings_per_stream']} readings (test sequences joined; {c['grace']} readings after each change "
+               "not scored); follow: median readings to follow a change of label.")
+    out.append(f"diff: logits against the "
                f"first model over {r['streams']} streams x {r['readings_per_stream']} readings (test sequences "
                "end to end, state fed back); % of the first model's output range. agree: same top class.")
     lat = r["latency"]

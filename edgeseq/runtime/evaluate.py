@@ -1,8 +1,14 @@
-"""Accuracy of an exported model on a data split, run the way it is deployed.
+"""Accuracy of an exported model on a data split, run the way it is deployed, on two protocols.
 
-Streaming models see one reading per call with every test sequence as its own stream; the
-prediction after each sequence's last valid reading is scored, and so is the running
-prediction after each quarter of the sequence (what a live stream would have shown then).
+- per sequence: every test sequence is its own stream, started from zero state; the
+  prediction after each sequence's last valid reading is scored, and so is the running
+  prediction after each quarter of the sequence.
+- continuous (never reset): the test sequences joined end to end in `ORDERS` fixed seeded
+  orders, each one stream that is never reset, as a device sees them. Scored per reading
+  (leaving out the first `GRACE` readings after each change of label and at the stream's
+  start), at each sequence's last reading, and by the readings the prediction takes to
+  follow a change of label (the first reading from which it names the new label for
+  `HOLD` readings in a row, or to the sequence's end).
 """
 
 from __future__ import annotations
@@ -11,12 +17,15 @@ import time
 
 import numpy as np
 
-from edgeseq.data import Split
+from edgeseq.data import Split, since_change
 from edgeseq import contract
 from edgeseq.errors import DataError, UsageError
 from edgeseq.runtime.session import StreamSession, WindowSession
 
 STREAM_READINGS = 500         # readings per stream when two models are compared over long streams
+ORDERS = 3                    # continuous protocol: seeded orders of the test split, one stream each
+GRACE = 20                    # readings after a change of label that are not scored (training leaves them out too)
+HOLD = 10                     # a change is followed once the prediction holds the new label this many readings
 
 
 def evaluate(model: str, split: Split, labels: list | None = None, provider: str = "cpu",
@@ -48,6 +57,7 @@ def evaluate(model: str, split: Split, labels: list | None = None, provider: str
         for frac in (0.25, 0.5, 0.75, 1.0):
             idx = np.maximum(np.ceil(split.lengths * frac).astype(int) - 1, 0)
             running[str(frac)] = float((probs[idx, np.arange(N)].argmax(-1) == split.y).mean())
+    cont = None if probe is not None else continuous(model, split, provider=provider)
     seconds = time.perf_counter() - t0
     pred = final.argmax(-1)
     C = len(sess.labels)
@@ -62,8 +72,69 @@ def evaluate(model: str, split: Split, labels: list | None = None, provider: str
         "accuracy_at_fraction": running,
         "labels": list(sess.labels),
         "confusion": confusion.tolist(),
+        "continuous": cont,
         "seconds": round(seconds, 3),
     }
+
+
+def joined_streams(split: Split, orders: int = ORDERS, seed: int = 0):
+    """The split's sequences (valid readings) joined end to end in `orders` seeded orders.
+    Returns X (orders, L, F) float32, labels (orders, L) int64 and the index of each
+    sequence's last reading (orders, N); L is the sum of the lengths."""
+    rng = np.random.default_rng(seed)
+    X, Y, ends = [], [], []
+    for _ in range(orders):
+        order = rng.permutation(len(split))
+        X.append(np.concatenate([split.X[i, :split.lengths[i]] for i in order]))
+        Y.append(np.concatenate([split.Y[i, :split.lengths[i]] for i in order]))
+        ends.append(np.cumsum(split.lengths[order]) - 1)
+    return np.stack(X).astype(np.float32), np.stack(Y), np.stack(ends)
+
+
+def score_continuous(pred: np.ndarray, Y: np.ndarray, ends: np.ndarray, grace: int = GRACE,
+                     hold: int = HOLD) -> dict:
+    """Scores of predicted classes pred (S, L) int against labels Y (S, L) on never-reset
+    streams whose sequences end at `ends` (S, N). Returns per-reading accuracy past the grace
+    period, accuracy at each sequence's last reading, and the readings taken to follow each
+    change of label (median, and the share of changes followed before the sequence ended)."""
+    hits, n_scored, delays, changes = 0, 0, [], 0
+    for p, y in zip(pred, Y):
+        scored = since_change(y) >= grace
+        hits += int((p[scored] == y[scored]).sum())
+        n_scored += int(scored.sum())
+        starts = np.flatnonzero(np.r_[False, y[1:] != y[:-1]])
+        stops = np.r_[starts[1:], len(y)]
+        for a, b in zip(starts, stops):
+            changes += 1
+            ok = (p[a:b] == y[a]).astype(np.int64)
+            run = np.convolve(ok, np.ones(hold, np.int64))[hold - 1:]    # run[t] = hits in p[t:t+hold]
+            need = np.minimum(hold, b - a - np.arange(b - a))             # up to the sequence's end
+            done = np.flatnonzero(run >= need)
+            if len(done):
+                delays.append(int(done[0]))
+    last = np.take_along_axis(pred, ends, 1) == np.take_along_axis(Y, ends, 1)
+    return {"reading_accuracy": hits / max(n_scored, 1), "scored_readings": n_scored,
+            "last_reading_accuracy": float(last.mean()),
+            "median_readings_to_follow": float(np.median(delays)) if delays else None,
+            "changes": changes, "followed": len(delays) / max(changes, 1),
+            "grace": grace, "hold": hold}
+
+
+def continuous(model: str, split: Split, orders: int = ORDERS, provider: str = "cpu", seed: int = 0,
+               grace: int = GRACE) -> dict:
+    """The continuous protocol for a stream model file: `orders` never-reset streams, each
+    pushed one reading per call through its own single-stream StreamSession (a device runs
+    one stream; dynamic int8 would otherwise scale streams together). Returns
+    `score_continuous`'s figures plus the streams' length."""
+    X, Y, ends = joined_streams(split, orders, seed)
+    pred = np.zeros(Y.shape, np.int64)
+    for s in range(orders):
+        sess = StreamSession(model, streams=1, provider=provider)
+        for t in range(X.shape[1]):
+            pred[s, t] = sess.push_logits(X[s, t:t + 1]).argmax()
+    r = score_continuous(pred, Y, ends, grace)
+    r.update({"orders": orders, "readings_per_stream": int(X.shape[1])})
+    return r
 
 
 

@@ -43,13 +43,22 @@ from edgeseq.runtime.stream import header_order, parse_line
 
 
 class ReplaySource:
+    """Replayed readings. The embedded test set also knows each reading's true label
+    (`truth()`), so a replay can be scored as it runs (continuous protocol, never reset)."""
+
     paced = True
+    labels = None              # per row: the true label's name (embedded data only)
+    scored = None              # per row: past the grace period after a change of label
 
     def __init__(self, what: str, features: list, skip: int = 0):
         if what == "basicmotions":
-            from edgeseq.data import load_dataset
+            from edgeseq.data import load_dataset, since_change
+            from edgeseq.runtime.evaluate import GRACE
             ds = load_dataset("basicmotions")
             self.rows = np.concatenate([ds.test.X[i, :ds.test.lengths[i]] for i in range(len(ds.test))])
+            y = np.concatenate([ds.test.Y[i, :ds.test.lengths[i]] for i in range(len(ds.test))])
+            self.labels = [ds.labels[k] for k in y]
+            self.scored = since_change(y) >= GRACE
         else:
             try:
                 with open(what, encoding="utf-8", errors="replace") as f:
@@ -65,10 +74,17 @@ class ReplaySource:
             return None
         r = self.rows[self.i]
         self.i += 1
+        self.last = self.i - 1
         if isinstance(r, str) and getattr(self, "order", None) is not None:
             cells = r.split(",")
             return ",".join(cells[j] for j in self.order) if len(cells) == len(self.order) else r
         return r
+
+    def truth(self):
+        """(true label, scored) of the row read last, or None where the labels are unknown."""
+        if self.labels is None or getattr(self, "last", None) is None:
+            return None
+        return self.labels[self.last], bool(self.scored[self.last])
 
     def close(self):
         pass
@@ -175,6 +191,8 @@ class Stats:
     late: int = 0
     dropped: int = 0
     saves: int = 0
+    scored: int = 0          # readings with a known true label, past the grace period after a change
+    hits: int = 0            # of those, predicted right
     latencies: deque = field(default_factory=lambda: deque(maxlen=1000))
 
     def latency(self) -> dict:
@@ -276,16 +294,22 @@ def run_live(sess, source, rate: float | None = None, on_bad: str = "skip", as_j
                 continue
             st.latencies.append(time.perf_counter() - t_start)
             st.readings += 1
+            k = int(probs.argmax())
+            truth = source.truth() if hasattr(source, "truth") else None
+            if truth is not None and truth[1]:
+                st.scored += 1
+                st.hits += sess.labels[k] == truth[0]
             if st.readings % print_every == 0:
-                k = int(probs.argmax())
                 lat = st.latency()
                 if as_json:
                     echo(json.dumps({"reading": st.readings, "label": sess.labels[k], "prob": round(float(probs[k]), 5),
+                                     **({"true": truth[0]} if truth else {}),
                                      "latency_us": round(st.latencies[-1] * 1e6, 1), **lat,
                                      "state_bytes": sess.state_nbytes(), "late": st.late, "dropped": st.dropped,
                                      "bad": sum(st.bad.values())}))
                 else:
-                    echo(f"{st.readings:8d} {sess.labels[k]:>10s} {probs[k]:.2f}  {st.latencies[-1] * 1e6:7.1f} us "
+                    true = f" (true {truth[0]:>9s})" if truth else ""
+                    echo(f"{st.readings:8d} {sess.labels[k]:>10s} {probs[k]:.2f}{true}  {st.latencies[-1] * 1e6:7.1f} us "
                          f"(median {lat['median_us']}, p99 {lat['p99_us']})  state {sess.state_nbytes()} B  "
                          f"late {st.late} dropped {st.dropped} bad {sum(st.bad.values())}")
             if state_file and st.readings % save_every == 0:
@@ -301,5 +325,6 @@ def run_live(sess, source, rate: float | None = None, on_bad: str = "skip", as_j
                "seconds": round(seconds, 2), "rate_hz": round(done / seconds, 1) if seconds else None,
                "target_rate_hz": rate, "kept_up": st.late == 0 and st.dropped == 0, **st.latency(),
                "state_bytes": sess.state_nbytes(), "rss_kb_start": rss_start, "rss_kb_end": rss_kb(),
-               "saves": st.saves, "stopped_by": stop["signal"] or "end of source", "started": started}
+               "saves": st.saves, "stopped_by": stop["signal"] or "end of source", "started": started,
+               "continuous_accuracy": st.hits / st.scored if st.scored else None, "scored_readings": st.scored}
     return summary

@@ -40,14 +40,19 @@ class StreamSession:
     >>> snap = s.snapshot(); s.restore(snap); s.reset(stream=2)
 
     `max_history` bounds a Transformer's cache (default: the model's `edgeseq.max_history`,
-    unbounded if none); when it is full, `on_full="error"` raises HistoryFullError and
-    `on_full="slide"` drops the oldest reading.
+    the window it was trained with, unbounded if none); when it is full, `on_full="error"`
+    raises HistoryFullError and `on_full="slide"` drops the oldest reading. `on_full=None`
+    slides a window the model was trained with and raises for a bound given here.
+    `max_history=0` keeps every reading (no bound, whatever the model's default): the cache
+    grows, though a model trained with a window still attends to that window only.
     """
 
     def __init__(self, model: str | os.PathLike, streams: int = 1, provider: str = "cpu",
-                 max_history: int | None = None, on_full: str = "error", threads: int = 1):
+                 max_history: int | None = None, on_full: str | None = None, threads: int = 1):
         if streams < 1:
             raise UsageError("streams must be at least 1")
+        if on_full is None:
+            on_full = "error" if max_history is not None else "slide"
         if on_full not in ON_FULL:
             raise UsageError(f"on_full must be one of {', '.join(ON_FULL)}, got '{on_full}'")
         self.path = str(model)
@@ -64,11 +69,11 @@ class StreamSession:
         self.features = list(self.meta.features)
         self.n_features = len(self.features)
         self.growing = any(s.kind == contract.KIND_GROWING for s in self.meta.state)
-        self.max_history = self.meta.max_history if max_history is None else max_history
+        if max_history is not None and max_history < 0:
+            raise UsageError("max_history must be at least 1 (or 0: no bound)")
+        self.max_history = self.meta.max_history if max_history is None else (max_history or None)
         if self.max_history is not None and not self.growing:
             self.max_history = None          # a fixed state has no history to bound
-        if self.max_history is not None and self.max_history < 1:
-            raise UsageError("max_history must be at least 1")
         self.on_full = on_full
         self._has_position = contract.POSITION in {i.name for i in self.session.get_inputs()}
         # Readings each stream has seen. A cache model feeds it to the graph, so it is an array
