@@ -81,3 +81,33 @@ def test_reverse_within_lengths_is_an_involution(B, T, data):
         L = int(lengths[b])
         assert torch.equal(r[b, :L], x[b, :L].flip(0))
         assert torch.equal(r[b, L:], x[b, L:])
+
+
+@pytest.mark.parametrize("y, match", [
+    (np.array([["a"] * 5, ["b"] * 3 + [""] * 2, ["a"] * 5, ["b"] * 5]), "some labels are empty"),
+    (np.array([0.0, 1.0, np.nan, 1.0]), "non-integer numbers"),
+    (np.array([0, 1, None, 1], dtype=object), "Object arrays|Python objects|cannot read"),
+])
+def test_unusable_labels_are_refused(tmp_path, y, match):
+    np.savez(tmp_path / "d.npz", X=np.zeros((4, 5, 2), np.float32), y=y)
+    with pytest.raises(DataError, match=match):
+        load_dataset(str(tmp_path / "d.npz"))
+
+
+def test_csv_sequence_split_over_the_file_and_empty_labels_are_refused(tmp_path):
+    (tmp_path / "a.csv").write_text("sequence,label,ax\ns1,a,1\ns2,b,2\ns1,a,3\n")
+    with pytest.raises(DataError, match=r"line 4: sequence 's1' continues after other rows"):
+        load_dataset(str(tmp_path / "a.csv"))
+    (tmp_path / "b.csv").write_text("sequence,label,ax\ns1,a,1\ns1,,2\ns2,b,3\n")
+    with pytest.raises(DataError, match="some labels are empty"):
+        load_dataset(str(tmp_path / "b.csv"))
+
+
+@pytest.mark.parametrize("arch, setting", [("gru", {"hidden": 0}), ("lstm", {"dropout": 1.5}),
+                                           ("rnn", {"hidden": 2.5}), ("transformer", {"heads": 3}),
+                                           ("transformer", {"window": 2.5}), ("transformer", {"positions": "x"})])
+def test_settings_that_cannot_build_a_model_are_usage_errors(arch, setting):
+    from edgeseq.errors import UsageError
+    from edgeseq.models import make_config
+    with pytest.raises(UsageError, match=f"'{arch}' settings"):
+        make_config(arch, n_features=6, n_classes=4, **setting)

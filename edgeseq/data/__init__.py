@@ -119,8 +119,9 @@ def load_dataset(spec: str) -> Dataset:
 
 def _load_npz(path: Path, name: str) -> Dataset:
     try:
-        z = np.load(path, allow_pickle=False)
-        keys = set(z.files)
+        with np.load(path, allow_pickle=False) as f:
+            z = {k: f[k] for k in f.files}      # read here: an object array fails now, not later
+        keys = set(z)
     except Exception as e:  # zipfile/pickle/OS errors all mean the same thing here
         raise DataError(f"cannot read '{path}' as .npz ({type(e).__name__}); re-save it with numpy.savez") from None
     if {"X_train", "y_train", "X_test", "y_test"} <= keys:
@@ -204,6 +205,13 @@ def _check_lengths(L, X, path):
 
 
 def _encode_labels(y, labels, path):
+    """Labels (integers, or strings / anything else by name) -> (int64 codes, class names)."""
+    if y.dtype.kind == "f":
+        if not np.isfinite(y).all() or (y != np.round(y)).any():
+            raise DataError(f"'{path}': labels must be integers or names; found non-integer numbers (NaN, 0.5, ...)")
+        y = y.astype(np.int64)
+    if y.dtype.kind == "O":
+        raise DataError(f"'{path}': labels are Python objects; save them as integers or strings")
     if y.dtype.kind in "iu":
         if labels is None:
             labels = [str(v) for v in range(int(y.max()) + 1)]
@@ -211,6 +219,9 @@ def _encode_labels(y, labels, path):
             raise DataError(f"'{path}': labels must be integers in 0..{len(labels) - 1}")
         return y.astype(np.int64), labels
     names = sorted({str(v) for v in y})
+    if any(not n.strip() for n in names):
+        raise DataError(f"'{path}': some labels are empty; label every reading (for padding past a sequence's "
+                        "end, give `lengths`)")
     index = {n: i for i, n in enumerate(names)}
     return np.array([index[str(v)] for v in y], dtype=np.int64), names
 
@@ -243,6 +254,7 @@ def _load_csv(path: Path) -> Dataset:
     if not feat_idx:
         raise DataError(f"'{path}': no feature columns besides sequence/label")
     seqs: dict = {}
+    last_key = None
     for lineno, row in enumerate(rows[1:], start=2):
         if not row or all(not c.strip() for c in row):
             continue
@@ -256,6 +268,10 @@ def _load_csv(path: Path) -> Dataset:
         if not np.isfinite(values).all():
             raise DataError(f"'{path}' line {lineno}: NaN or Inf value; fix or remove that row")
         key = row[i_seq]
+        if key in seqs and key != last_key:
+            raise DataError(f"'{path}' line {lineno}: sequence '{key}' continues after other rows; keep each "
+                            "sequence's rows together, in time order")
+        last_key = key
         entry = seqs.setdefault(key, {"labels": [], "split": row[i_split] if i_split is not None else "", "values": []})
         entry["labels"].append(row[i_lab])
         entry["values"].append(values)

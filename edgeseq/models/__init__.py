@@ -37,9 +37,11 @@ def make_config(arch: str, **overrides):
     if unknown:
         raise UsageError(f"'{arch}' has no setting {', '.join(unknown)}; it has {', '.join(sorted(names))}")
     try:
-        return cfg_cls(**{**overrides, **fixed})
-    except (TypeError, ValueError) as e:
-        raise UsageError(f"'{arch}' settings {overrides}: {e}") from None
+        config = cfg_cls(**{**overrides, **fixed})
+        build_model(arch, config)              # the layers check their sizes: hidden=0, dropout=1.5, heads=3 ...
+    except (TypeError, ValueError, AssertionError, RuntimeError) as e:
+        raise UsageError(f"'{arch}' settings {overrides} cannot build a model: {e}") from None
+    return config
 
 
 def build_model(arch: str, config):

@@ -48,6 +48,8 @@ class TransformerConfig:
     def __post_init__(self):
         if self.positions not in ("none", "sinusoid"):
             raise ValueError("positions must be 'none' or 'sinusoid'")
+        if not isinstance(self.window, int) or isinstance(self.window, bool):
+            raise ValueError(f"window must be a whole number of readings, got {self.window!r}")
         if self.window < 0:
             raise ValueError("window must be 0 (unbounded) or a number of readings")
 

@@ -56,7 +56,8 @@ def evaluate(model: str, split: Split, labels: list | None = None, provider: str
         running = {}
         for frac in (0.25, 0.5, 0.75, 1.0):
             idx = np.maximum(np.ceil(split.lengths * frac).astype(int) - 1, 0)
-            running[str(frac)] = float((probs[idx, np.arange(N)].argmax(-1) == split.y).mean())
+            truth = split.Y[np.arange(N), idx]                      # the label at that reading
+            running[str(frac)] = float((probs[idx, np.arange(N)].argmax(-1) == truth).mean())
     cont = None if probe is not None else continuous(model, split, provider=provider)
     seconds = time.perf_counter() - t0
     pred = final.argmax(-1)

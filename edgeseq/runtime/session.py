@@ -263,7 +263,7 @@ class StreamSession:
             if self.on_full == "error":
                 raise HistoryFullError(
                     f"history is full ({self.max_history} readings); reset the stream, raise max_history "
-                    "or use on_full='slide'; stream state unchanged")
+                    "or slide (on_full='slide', --on-full slide); stream state unchanged")
             keep = self.max_history - 1
             past = [ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v.numpy()[:, :, T - keep:]), self.device, 0)
                     for v in past]
