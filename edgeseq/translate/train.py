@@ -144,7 +144,7 @@ def load_run(run) -> dict:
         raise ModelFileError(f"no translation checkpoint at '{run}'; train one with "
                              f"`edgeseq translate train --out {run}`")
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)    # tensors and plain data only: no code runs
     except Exception as e:
         raise ModelFileError(f"'{path}' is not a readable checkpoint ({type(e).__name__}); train it again") from None
     if not isinstance(ckpt, dict) or "tokenizer" not in ckpt or "arch" not in ckpt:
