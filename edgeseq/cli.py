@@ -7,27 +7,61 @@ train or export, so `stream` and `eval` work with the runtime-only install.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
 import json
+import os
 import sys
+from pathlib import Path
 
 import click
 
 from edgeseq import __version__
-from edgeseq.errors import EdgeseqError, UsageError
+from edgeseq.errors import DataError, EdgeseqError, UsageError
+
+
+def _one_line(text) -> str:
+    """An error message as one line (a library message may quote a multi-line OS error)."""
+    return " ".join(str(text).split())
+
+
+def _os_error(e: OSError) -> str:
+    """One line for an OSError: what failed, on which file, and what to do."""
+    what = e.strerror or type(e).__name__
+    where = e.filename if e.filename is not None else None
+    if isinstance(e, (FileNotFoundError, NotADirectoryError)):
+        todo = "check the path"
+    elif isinstance(e, PermissionError) or e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        todo = "choose a path you can write to (or fix its permissions)"
+    elif e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        todo = "free some space, then run it again"
+    elif isinstance(e, IsADirectoryError):
+        todo = "give a file, not a directory"
+    else:
+        todo = "check the path and the device, then run it again"
+    return f"{what}: '{where}'; {todo}" if where is not None else f"{what}; {todo}"
 
 
 def _errors(fn):
-    """Turn edgeseq errors (and a missing optional dependency) into one-line messages."""
+    """The CLI's one error boundary: every foreseeable failure becomes one `Error:` line with
+    exit 1 (it failed at run time) or 2 (the request was wrong), never a traceback.
+
+    edgeseq errors keep their own message; an OSError names the file and what to do; text
+    that is not UTF-8 names the encoding problem; a missing optional dependency names the
+    extra to install. Anything else is a bug: one line says so (EDGESEQ_TRACEBACK=1 shows it).
+    """
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
+        except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt):
+            raise
         except UsageError as e:
-            raise click.UsageError(str(e)) from None
+            raise click.UsageError(_one_line(e)) from None
         except EdgeseqError as e:
-            raise click.ClickException(str(e)) from None
+            raise click.ClickException(_one_line(e)) from None
         except ModuleNotFoundError as e:
             top = (e.name or "").split(".")[0]
             if top in ("torch", "onnx", "onnxscript", "tqdm"):
@@ -38,15 +72,71 @@ def _errors(fn):
                 raise click.ClickException(
                     f"this command needs {top}; install the translation extra: "
                     'pip install "edgeseq[translate]"') from None
-            raise
+            raise click.ClickException(f"this command needs the module {e.name}; reinstall edgeseq") from None
+        except OSError as e:
+            if e.errno == errno.EPIPE:       # the reader went away (e.g. `| head`): nothing to report
+                raise click.exceptions.Exit(1) from None
+            raise click.ClickException(_one_line(_os_error(e))) from None
+        except UnicodeError as e:
+            raise click.ClickException(_one_line(f"text that is not UTF-8 ({e.reason} at byte {e.start}); "
+                                                 "save the file as UTF-8")) from None
+        except MemoryError:
+            raise click.ClickException("out of memory; ask for less (fewer readings, streams or history)") from None
+        except Exception as e:
+            if os.environ.get("EDGESEQ_TRACEBACK"):
+                raise
+            raise click.ClickException(_one_line(
+                f"unexpected {type(e).__name__}: {e}; this is a bug in edgeseq, please report it "
+                "(EDGESEQ_TRACEBACK=1 shows where)")) from None
     return wrapper
+
+
+@contextlib.contextmanager
+def _writing(path):
+    """An OSError while writing `path` names it (a failed write() carries no file name)."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename is None and path is not None:
+            e.filename = str(path)
+        raise
+
+
+class _Cli(click.Group):
+    """The top-level group: click's own usage errors also end in one `Error:` line (the
+    command's --help is named in it) instead of click's three-line usage block."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, False, **extra)
+        except click.UsageError as e:
+            path = e.ctx.command_path if e.ctx is not None else (prog_name or "edgeseq")
+            click.echo(f"Error: {_one_line(e.format_message())} (see '{path} --help')", err=True)
+            sys.exit(e.exit_code)
+        except click.ClickException as e:
+            e.show()
+            sys.exit(e.exit_code)
+        except click.Abort:
+            click.echo("stopped", err=True)
+            sys.exit(130)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _note_window(max_history, window):
+    """A note on stderr when a cache bound exceeds the window a Transformer attends to."""
+    if max_history and isinstance(window, int) and 0 < window < max_history:
+        click.echo(f"note: the model attends to its last {window} readings (its training window); a cache of "
+                   f"{max_history} holds {max_history - window} readings it never reads: --max-history {window} "
+                   "gives the same answers with less memory", err=True)
 
 
 def _echo_json(obj):
     click.echo(json.dumps(obj, indent=2))
 
 
-@click.group()
+@click.group(cls=_Cli)
 @click.version_option(__version__, prog_name="edgeseq")
 def cli():
     """edgeseq: train, export and stream tiny sequence models on edge devices.
@@ -99,7 +189,8 @@ def train(arch, data, out, epochs, lr, seed, settings, as_json, quiet):
     tc = DEFAULTS.get(arch, TrainConfig())
     tc = replace(tc, seed=seed, **({"epochs": epochs} if epochs else {}), **({"lr": lr} if lr else {}))
     ckpt = train_fn(arch, dataset, tc, overrides, progress=not quiet and not as_json)
-    path = save_checkpoint(ckpt, out)
+    with _writing(out):
+        path = save_checkpoint(ckpt, out)
     m = ckpt["metrics"]
     if as_json:
         _echo_json({"checkpoint": str(path), "arch": arch, **m})
@@ -150,11 +241,13 @@ def export(run, out, max_history, int8, int8_scheme, data, max_error, max_accura
     if int8_only and not int8:
         raise UsageError(f"{', '.join(int8_only)} applies to int8 export only; add --int8")
     ckpt = load_checkpoint(run)
-    if int8:
-        report = export_int8(ckpt, out, int8_scheme, data=data, max_history=max_history, max_error=max_error,
-                             max_accuracy_drop=max_accuracy_drop, keep_anyway=keep_anyway)
-    else:
-        report = export_model(ckpt, out, max_history=max_history)
+    _note_window(max_history, (ckpt.get("config") or {}).get("window"))
+    with _writing(out):
+        if int8:
+            report = export_int8(ckpt, out, int8_scheme, data=data, max_history=max_history, max_error=max_error,
+                                 max_accuracy_drop=max_accuracy_drop, keep_anyway=keep_anyway)
+        else:
+            report = export_model(ckpt, out, max_history=max_history)
     if as_json:
         _echo_json(report)
     elif int8:
@@ -213,7 +306,7 @@ def eval_cmd(model, data, split, provider, as_json):
     from edgeseq.runtime import evaluate
 
     ds = load_dataset(data)
-    r = evaluate(model, getattr(ds, split), labels=ds.labels, provider=provider)
+    r = evaluate(model, getattr(ds, split), labels=ds.labels, provider=provider, features=ds.features)
     r["data"], r["split"] = ds.name, split
     if as_json:
         _echo_json(r)
@@ -234,7 +327,8 @@ def eval_cmd(model, data, split, provider, as_json):
 
 @cli.command()
 @click.argument("model", type=click.Path())
-@click.option("--input", "input_", default="-", show_default=True, type=click.Path(allow_dash=True),
+@click.option("--input", "input_", default="-", show_default=True,
+              type=click.Path(allow_dash=True, exists=True, dir_okay=False),
               help="CSV of readings, one per line ('-' for stdin).")
 @click.option("--provider", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option("--max-history", type=click.IntRange(min=1), help="Transformer: bound on cached readings.")
@@ -258,13 +352,25 @@ def stream(model, input_, provider, max_history, on_full, on_bad, as_json, state
       tail -f sensor.csv | edgeseq stream models/gru.onnx --input - --json
     """
     from edgeseq.runtime import StreamSession
-    from edgeseq.runtime.stream import stream_lines
+    from edgeseq.runtime.live import stdin_bytes
+    from edgeseq.runtime.statefile import lock_state_file
 
+    if state_file and Path(state_file).is_dir():
+        raise UsageError(f"--state-file '{state_file}' is a directory; give a file name")
+    sess = StreamSession(model, provider=provider, max_history=max_history, on_full=on_full)
+    _note_window(max_history, (sess.meta.config or {}).get("window"))
+    fh = stdin_bytes() if input_ == "-" else open(input_, "rb")
+    with fh, (lock_state_file(state_file) if state_file else contextlib.nullcontext()), _writing(state_file):
+        _stream(sess, model, fh, on_bad, as_json, state_file, save_every)
+
+
+def _stream(sess, model, fh, on_bad, as_json, state_file, save_every):
+    """`edgeseq stream` once the input is open and the state file (if any) is held."""
     import signal
 
     from edgeseq.runtime.statefile import StateFileError, load_state, model_sha256, save_state
+    from edgeseq.runtime.stream import read_lines, stream_lines
 
-    sess = StreamSession(model, provider=provider, max_history=max_history, on_full=on_full)
     start, model_hash = 0, None
     if state_file:
         model_hash = model_sha256(model)
@@ -285,12 +391,10 @@ def stream(model, input_, provider, max_history, on_full, on_bad, as_json, state
     def on_term(signum, frame):
         raise KeyboardInterrupt
     old = signal.signal(signal.SIGTERM, on_term)
-    fh = click.open_file(input_, "r")
     stats = {"readings": start, "skipped": 0}
     try:
-        with fh:
-            stats = stream_lines(sess, fh, on_bad=on_bad, as_json=as_json, echo=click.echo, on_reading=on_reading,
-                                 start=start)
+        stats = stream_lines(sess, read_lines(fh), on_bad=on_bad, as_json=as_json, echo=click.echo,
+                             on_reading=on_reading, start=start)
     except KeyboardInterrupt:
         stats["readings"] = count["n"]
         click.echo("stopped", err=True)
@@ -349,7 +453,8 @@ def report(out, quick, runs, quiet):
     """
     from edgeseq.report.edge import _summary, build_report
 
-    r = build_report(out, quick=quick, runs=runs, progress=not quiet)
+    with _writing(out):
+        r = build_report(out, quick=quick, runs=runs, progress=not quiet)
     for line in _summary(r):
         click.echo(line)
     click.echo(f"wrote {out}/index.html, report.md, report.json and {len(r['files']) - 3} plots "
@@ -473,7 +578,9 @@ def firmware_emit(model, out, as_json):
     from firmware_sim.cemit import emit
     from firmware_sim.intsim import from_onnx
 
-    r = emit(from_onnx(model), out)
+    m = from_onnx(model)
+    with _writing(out):
+        r = emit(m, out)
     if as_json:
         _echo_json(r)
     else:
@@ -521,7 +628,8 @@ def translate_train(arch, corpus, out, epochs, lr, seed, settings, as_json, quie
     c = load_corpus(corpus)
     tc = with_overrides(DEFAULTS[arch], epochs=epochs, lr=lr, seed=seed)
     ckpt = train_mt(arch, c, tc, overrides, progress=not quiet and not as_json)
-    path = save_run(ckpt, out)
+    with _writing(out):
+        path = save_run(ckpt, out)
     m = ckpt["metrics"]
     if as_json:
         _echo_json({"checkpoint": str(path), "arch": arch, "corpus": c.name, "pairs": ckpt["pairs"], **m})
@@ -541,7 +649,9 @@ def translate_export(run, out, as_json):
     from edgeseq.translate.train import load_run
     from export.translate import export_translation
 
-    r = export_translation(load_run(run), out)
+    ckpt = load_run(run)
+    with _writing(out):
+        r = export_translation(ckpt, out)
     if as_json:
         _echo_json(r)
     else:
@@ -551,10 +661,38 @@ def translate_export(run, out, as_json):
 
 
 def _read_sentences(text):
+    """(sentences, from_stdin): TEXT itself, or stdin's lines (UTF-8, split at line feeds only)."""
     if text != "-":
         return [text], False
-    lines = sys.stdin.read().splitlines()
+    from edgeseq.runtime.live import stdin_bytes
+    raw = stdin_bytes().read()
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raw = raw[3:]
+    parts = raw.split(b"\n")
+    if parts and parts[-1] == b"":
+        parts.pop()
+    lines = []
+    for n, part in enumerate(parts, start=1):
+        try:
+            lines.append(part.decode("utf-8").rstrip("\r"))
+        except UnicodeDecodeError:
+            raise DataError(f"input line {n} is not UTF-8 text; save the input as UTF-8") from None
     return lines, True
+
+
+def _writable_file(path, option, suffix=None):
+    """UsageError unless `path` can be created: its folder exists and is writable."""
+    from pathlib import Path
+    p = Path(path)
+    parent = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        raise UsageError(f"{option} '{path}' is a directory; give a file name")
+    if suffix and p.suffix.lower() != suffix:
+        raise UsageError(f"{option} '{path}' must end in {suffix}")
+    if not parent.is_dir():
+        raise UsageError(f"{option} '{path}': folder '{parent}' does not exist; create it first")
+    if not os.access(parent, os.W_OK):
+        raise UsageError(f"{option} '{path}': folder '{parent}' is not writable; choose another path")
 
 
 @translate.command(name="run")
@@ -578,8 +716,10 @@ def translate_run(model, text, beam, alpha, max_len, provider, truncate, attenti
     """
     from edgeseq.translate.runtime import Translator, attention_png
 
-    tr = Translator(model, provider=provider)
+    if attention is not None:
+        _writable_file(attention, "--attention", ".png")
     sentences, from_stdin = _read_sentences(text)
+    tr = Translator(model, provider=provider)
     want_att = attention is not None
     first = True
     for i in range(0, len(sentences), batch):

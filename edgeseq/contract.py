@@ -7,7 +7,11 @@ names, axes, metadata keys and tolerances only, and imports neither torch nor on
 from __future__ import annotations
 
 import json
+import math
+from collections import Counter
 from dataclasses import dataclass, field
+
+from edgeseq.errors import ModelFileError
 
 FORMAT_VERSION = 1
 OPSET = 18          # ONNX Runtime 1.16 reads opset <= 19
@@ -82,7 +86,57 @@ def validation_bound(scale: float, rtol: float = VALIDATION_RTOL, atol: float = 
     return atol + rtol * scale
 
 KIND_FIXED = "fixed"        # constant bytes per stream (recurrent state)
-KIND_GROWING = "growing"    # one row per reading (KV cache)
+KIND_GROWING = "growing"    # one row per reading (KV cache); the history axis is axis 2: [B, heads, T, head_dim]
+KINDS = (KIND_FIXED, KIND_GROWING)
+STATE_DTYPES = ("float32",)  # the runtime allocates and feeds float32 state
+MODES = ("stream", "window")
+GROWING_HISTORY_AXIS = 2
+
+
+class MetadataError(ModelFileError):
+    """edgeseq metadata that is missing, is not valid JSON of the right types, or disagrees with
+    the graph it describes. `key` is the metadata key at fault; `missing` lists the required
+    keys that are absent (empty otherwise). The message has no file name: `open_model` adds it."""
+
+    def __init__(self, key: str, message: str, missing=()):
+        super().__init__(message)
+        self.key = key
+        self.missing = list(missing)
+
+
+def _fail(key: str, what: str, remedy: str = "export it again"):
+    raise MetadataError(key, f"metadata {key} {what}; {remedy}")
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _show(v) -> str:
+    """A short, one-line rendering of a bad metadata value for an error message."""
+    kind = {str: "a string", dict: "an object", list: "a list", bool: "a boolean", int: "a number",
+            float: "a number", type(None): "null"}.get(type(v), type(v).__name__)
+    text = json.dumps(v) if isinstance(v, (str, int, float, bool, type(None))) else ""
+    if len(text) > 40:
+        text = text[:37] + "..."
+    return f"{kind} ({text})" if text else kind
+
+
+def _names(key: str, v, what: str) -> list:
+    """A non-empty list of distinct, non-empty strings (feature or label names)."""
+    if not isinstance(v, list) or not v:
+        _fail(key, f"must be a non-empty list of {what} names, got {_show(v)}")
+    for i, name in enumerate(v):
+        if not isinstance(name, str) or not name.strip():
+            _fail(key, f"entry {i} must be a non-empty name, got {_show(name)}")
+    dup = sorted(n for n, k in Counter(v).items() if k > 1)
+    if dup:
+        _fail(key, f"names {', '.join(repr(d) for d in dup)} more than once")
+    return list(v)
 
 
 @dataclass(frozen=True)
@@ -101,10 +155,39 @@ class StateSpec:
                 "kind": self.kind, "dtype": self.dtype, "role": self.role}
 
     @classmethod
-    def from_json(cls, d: dict) -> "StateSpec":
-        return cls(name=d["name"], output=d["output"], shape=tuple(d["shape"]),
-                   kind=d.get("kind", KIND_FIXED), dtype=d.get("dtype", "float32"),
-                   role=d.get("role", ""))
+    def from_json(cls, d, index: int = 0) -> "StateSpec":
+        """Parse one entry of `edgeseq.state` strictly; MetadataError (key edgeseq.state) names
+        the entry and field at fault. Absent kind/dtype/role default to fixed/float32/""."""
+        def bad(what):
+            _fail(META_STATE, f"entry {index} {what}")
+        if not isinstance(d, dict):
+            bad(f"must be an object with name, output and shape, got {_show(d)}")
+        for k in ("name", "output"):
+            if not isinstance(d.get(k), str) or not d[k]:
+                bad(f"needs '{k}': a graph {'input' if k == 'name' else 'output'} name, got {_show(d.get(k))}")
+        shape = d.get("shape")
+        if not isinstance(shape, list) or not shape:
+            bad(f"('{d['name']}') needs 'shape': a list of sizes, got {_show(shape)}")
+        for k, s in enumerate(shape):
+            if not (s in (BATCH_AXIS, HISTORY_AXIS) or (_is_int(s) and s >= 1)):
+                bad(f"('{d['name']}') shape axis {k} must be a size >= 1, '{BATCH_AXIS}' or '{HISTORY_AXIS}', "
+                    f"got {_show(s)}")
+        if shape[0] != BATCH_AXIS or shape.count(BATCH_AXIS) != 1:
+            bad(f"('{d['name']}') shape must have '{BATCH_AXIS}' on axis 0 and nowhere else, got {shape}")
+        kind, dtype, role = d.get("kind", KIND_FIXED), d.get("dtype", "float32"), d.get("role", "")
+        if kind not in KINDS:
+            bad(f"('{d['name']}') has kind {_show(kind)}; this runtime reads {' or '.join(KINDS)}")
+        if kind == KIND_GROWING and (len(shape) <= GROWING_HISTORY_AXIS or shape[GROWING_HISTORY_AXIS] != HISTORY_AXIS
+                                     or shape.count(HISTORY_AXIS) != 1):
+            bad(f"('{d['name']}') is growing but its shape {shape} lacks '{HISTORY_AXIS}' on axis "
+                f"{GROWING_HISTORY_AXIS} (batch, heads, history, head_dim)")
+        if kind == KIND_FIXED and HISTORY_AXIS in shape:
+            bad(f"('{d['name']}') is fixed but its shape {shape} has a '{HISTORY_AXIS}' axis")
+        if dtype not in STATE_DTYPES:
+            bad(f"('{d['name']}') has dtype {_show(dtype)}; this runtime holds {', '.join(STATE_DTYPES)} state")
+        if not isinstance(role, str):
+            bad(f"('{d['name']}') role must be a string, got {_show(role)}")
+        return cls(name=d["name"], output=d["output"], shape=tuple(shape), kind=kind, dtype=dtype, role=role)
 
     def bytes_per_reading(self) -> int:
         """Bytes one stream holds per history row (growing) or in all (fixed)."""
@@ -113,6 +196,45 @@ class StateSpec:
             if isinstance(d, int):
                 n *= d
         return n
+
+
+def _load_json(props: dict, key: str):
+    raw = props[key]
+    if isinstance(raw, bytes):
+        try:
+            raw = raw.decode()
+        except UnicodeDecodeError:
+            _fail(key, "is not UTF-8 text")
+    if not isinstance(raw, str):
+        _fail(key, f"must be JSON text, got {type(raw).__name__}")
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        _fail(key, f"is not valid JSON ({raw[:30]!r}{'...' if len(raw) > 30 else ''})")
+
+
+def _normalization(v):
+    """null, or {"mean", "std"[, "input_scale"]}: lists of one finite number per feature (their
+    count against the features is checked with the graph, in `check_graph`), std and input_scale > 0."""
+    if v is None:
+        return None
+    if not isinstance(v, dict):
+        _fail(META_NORM, f"must be an object with mean and std, got {_show(v)}")
+    n = None
+    for k in ("mean", "std", "input_scale"):
+        if k == "input_scale" and k not in v:
+            continue
+        a = v.get(k)
+        if not isinstance(a, list) or not a or n is not None and len(a) != n:
+            _fail(META_NORM, f"'{k}' must be a list of {n or 'one per feature'} numbers, got {_show(a)}"
+                  + (f" of {len(a)}" if isinstance(a, list) else ""))
+        n = len(a)
+        for i, x in enumerate(a):
+            if not _is_number(x):
+                _fail(META_NORM, f"'{k}' entry {i} must be a finite number, got {_show(x)}")
+            if k != "mean" and x <= 0:
+                _fail(META_NORM, f"'{k}' entry {i} is {x}; it must be > 0")
+    return v
 
 
 @dataclass
@@ -147,17 +269,128 @@ class ModelMeta:
             META_CONFIG: json.dumps(self.config),
         }
 
+    @property
+    def batch_dependent(self) -> bool:
+        """True when one stream's output depends on the other rows of its call: dynamic int8
+        (`quantization.scheme == "dynamic"`) scales each call's activations over the whole batch."""
+        return isinstance(self.quantization, dict) and self.quantization.get("scheme") == "dynamic"
+
     @classmethod
     def from_props(cls, props: dict) -> "ModelMeta":
+        """Parse `metadata_props` (key -> JSON text) strictly, once.
+
+        Raises MetadataError (a ModelFileError) naming the key: required keys missing
+        (`missing` lists them), text that is not JSON, or values of the wrong type or range
+        (labels/features: non-empty lists of distinct names; state: objects with valid
+        name/output/shape/kind/dtype; max_history: null or an int >= 1; format: an int this
+        runtime reads; normalization: mean/std lists of finite values, std > 0;
+        quantization/config/validation: null or an object). Never TypeError/KeyError."""
+        if not isinstance(props, dict):
+            raise MetadataError("", "metadata is not a key -> JSON text map; export it again")
         missing = [k for k in REQUIRED_KEYS if k not in props]
         if missing:
-            raise KeyError(", ".join(missing))
-        get = lambda k, default=None: json.loads(props[k]) if k in props else default  # noqa: E731
-        return cls(
-            arch=get(META_ARCH), mode=get(META_MODE), features=get(META_FEATURES),
-            labels=get(META_LABELS),
-            state=[StateSpec.from_json(s) for s in get(META_STATE)],
-            max_history=get(META_MAX_HISTORY), quantization=get(META_QUANT),
-            version=get(META_VERSION, ""), format=get(META_FORMAT),
-            normalization=get(META_NORM), config=get(META_CONFIG), validation=get(META_VALIDATION),
-        )
+            raise MetadataError(missing[0], f"missing metadata {', '.join(missing)}; export it again", missing)
+        get = lambda k, default=None: _load_json(props, k) if k in props else default  # noqa: E731
+        fmt = get(META_FORMAT)
+        if not _is_int(fmt) or fmt < 1:
+            _fail(META_FORMAT, f"must be a format number >= 1, got {_show(fmt)}")
+        if fmt > FORMAT_VERSION:
+            _fail(META_FORMAT, f"is {fmt}, this runtime reads up to {FORMAT_VERSION}", "upgrade edgeseq")
+        arch, mode = get(META_ARCH), get(META_MODE)
+        if not isinstance(arch, str) or not arch:
+            _fail(META_ARCH, f"must be an architecture name, got {_show(arch)}")
+        if mode not in MODES:
+            _fail(META_MODE, f"must be {' or '.join(repr(m) for m in MODES)}, got {_show(mode)}")
+        features = _names(META_FEATURES, get(META_FEATURES), "feature")
+        labels = _names(META_LABELS, get(META_LABELS), "label")
+        raw_state = get(META_STATE)
+        if not isinstance(raw_state, list):
+            _fail(META_STATE, f"must be a list of state tensors, got {_show(raw_state)}")
+        state = [StateSpec.from_json(s, i) for i, s in enumerate(raw_state)]
+        for attr, reserved in (("name", (READING, POSITION, WINDOW, LENGTHS)), ("output", (LOGITS, PROBS))):
+            seen = [getattr(s, attr) for s in state]
+            dup = sorted({n for n in seen if seen.count(n) > 1 or n in reserved})
+            if dup:
+                _fail(META_STATE, f"uses {attr} {', '.join(repr(d) for d in dup)} twice or for another tensor")
+        max_history = get(META_MAX_HISTORY)
+        if max_history is not None and not (_is_int(max_history) and max_history >= 1):
+            _fail(META_MAX_HISTORY, f"must be null or a number of readings >= 1, got {_show(max_history)}")
+        quantization = get(META_QUANT)
+        if quantization is not None and not isinstance(quantization, dict):
+            _fail(META_QUANT, f"must be null or an object, got {_show(quantization)}")
+        if quantization is not None and not isinstance(quantization.get("scheme", ""), str):
+            _fail(META_QUANT, f"'scheme' must be a string, got {_show(quantization['scheme'])}")
+        version = get(META_VERSION, "")
+        if not isinstance(version, str):
+            _fail(META_VERSION, f"must be a version string, got {_show(version)}")
+        extra = {}
+        for key, attr in ((META_CONFIG, "config"), (META_VALIDATION, "validation")):
+            extra[attr] = get(key)
+            if extra[attr] is not None and not isinstance(extra[attr], dict):
+                _fail(key, f"must be null or an object, got {_show(extra[attr])}")
+        return cls(arch=arch, mode=mode, features=features, labels=labels, state=state, max_history=max_history,
+                   quantization=quantization, version=version, format=fmt,
+                   normalization=_normalization(get(META_NORM)), **extra)
+
+    def check_graph(self, inputs: dict, outputs: dict) -> None:
+        """Check this metadata against the graph it came with.
+
+        inputs, outputs: graph tensor name -> (dtype, shape), dtype a numpy name ("float32",
+        "int64", or the runtime's own name for others), shape a list of ints (static), strings
+        or None (dynamic), or None when unknown. Raises MetadataError naming the key that
+        disagrees: the reading's feature axis vs `edgeseq.features`, the logits' class axis vs
+        `edgeseq.labels` (where static), one mean and std per feature in `edgeseq.normalization`,
+        each state tensor's presence, dtype, rank and static
+        sizes vs `edgeseq.state`, or a graph input the runtime would not know how to feed."""
+        def tensor(table, name, where, key, dtype, rank):
+            if name not in table:
+                _fail(key, f"promises graph {where} '{name}' but the graph has none")
+            have, shape = table[name]
+            if have != dtype:
+                _fail(key, f"needs {where} '{name}' as {dtype} but the graph's is {have}")
+            if shape is not None and len(shape) != rank:
+                _fail(key, f"needs {where} '{name}' with {rank} axes but the graph's has {len(shape)} ({shape})")
+            return shape
+
+        def static(shape, axis):
+            return shape[axis] if shape is not None and _is_int(shape[axis]) else None
+
+        F, C = len(self.features), len(self.labels)
+        if self.mode == "window":
+            shape = tensor(inputs, WINDOW, "input", META_MODE, "float32", 3)
+            fed = {WINDOW, LENGTHS}
+            if LENGTHS in inputs:
+                tensor(inputs, LENGTHS, "input", META_MODE, "int64", 1)
+            feature_axis, what = 2, "windows have"
+            if self.state:
+                _fail(META_STATE, "lists state for a window model; a window model holds none")
+        else:
+            shape = tensor(inputs, READING, "input", META_MODE, "float32", 2)
+            fed = {READING, POSITION} | {s.name for s in self.state}
+            if POSITION in inputs:
+                tensor(inputs, POSITION, "input", META_MODE, "int64", 1)
+            feature_axis, what = 1, "reading has"
+        if static(shape, feature_axis) not in (None, F):
+            _fail(META_FEATURES, f"names {F} features but the graph's {what} {shape[feature_axis]} values")
+        if self.normalization is not None and len(self.normalization["mean"]) != F:
+            _fail(META_NORM, f"has {len(self.normalization['mean'])} means and stds for {F} features")
+        for name in (LOGITS, PROBS):
+            if name == PROBS and name not in outputs:
+                continue
+            shape = tensor(outputs, name, "output", META_MODE, "float32", 2)
+            if static(shape, 1) not in (None, C):
+                _fail(META_LABELS, f"has {C} labels but the graph's {name} have {shape[1]} classes")
+        for spec in self.state:
+            for table, name, where in ((inputs, spec.name, "input"), (outputs, spec.output, "output")):
+                shape = tensor(table, name, where, META_STATE, spec.dtype, len(spec.shape))
+                if shape is None:
+                    continue
+                for axis, (want, got) in enumerate(zip(spec.shape, shape)):
+                    if _is_int(want) and _is_int(got) and want != got or not _is_int(want) and _is_int(got):
+                        _fail(META_STATE, f"gives '{name}' the shape {list(spec.shape)} but the graph's is "
+                                          f"{list(shape)} (axis {axis})")
+        unfed = sorted(set(inputs) - fed)
+        if unfed:
+            _fail(META_STATE if self.mode == "stream" else META_MODE,
+                  f"does not describe graph input{'s' if len(unfed) > 1 else ''} {', '.join(repr(u) for u in unfed)}, "
+                  "which the runtime would not know how to feed")

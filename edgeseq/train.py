@@ -35,8 +35,8 @@ from torch import nn
 
 import edgeseq
 from edgeseq.data import Dataset, Normalization, Split, load_dataset, since_change
-from edgeseq.errors import ModelFileError, UsageError
-from edgeseq.models import build_model, config_dict, make_config
+from edgeseq.errors import DataError, ModelFileError, UsageError
+from edgeseq.models import build_model, check_arch, config_dict, make_config
 from edgeseq.runtime.evaluate import GRACE
 
 CHECKPOINT = "checkpoint.pt"
@@ -91,14 +91,73 @@ def training_streams(split: Split, streams: int, grace: int, rng: np.random.Gene
     return X, Y, scored
 
 
+# What each TrainConfig field may be: (whole number?, smallest, largest); lr and clip must be above 0.
+TRAIN_LIMITS = {
+    "epochs": (True, 1, 100_000),
+    "batch_size": (True, 1, 100_000),
+    "lr": (False, 0.0, 10.0),
+    "weight_decay": (False, 0.0, 10.0),
+    "clip": (False, 0.0, 1e6),
+    "seed": (True, 0, 2**32 - 1),             # numpy's seed range
+    "aux_weight": (False, 0.0, 1e3),
+    "streams": (True, 1, 100_000),
+    "chunk": (True, 1, 1_000_000),
+    "grace": (True, 0, 1_000_000),
+    "stream_weight": (False, 0.0, 1e3),
+    "threads": (True, 1, 1024),
+}
+
+
+def check_train_config(tc: TrainConfig) -> TrainConfig:
+    """UsageError naming the first training setting of the wrong type or out of range."""
+    for name, (whole, lo, hi) in TRAIN_LIMITS.items():
+        v = getattr(tc, name)
+        number = isinstance(v, (int, float)) and not isinstance(v, bool) and (isinstance(v, int) or not whole)
+        positive = name in ("lr", "clip")
+        if not number or not lo <= v <= hi or (positive and v <= 0):          # NaN fails `lo <= v`
+            what = "a whole number" if whole else "a number"
+            rng = f"above {lo} up to {hi}" if positive else f"in {lo}..{hi}"
+            raise UsageError(f"training setting {name} must be {what} {rng}, got {v!r}")
+    return tc
+
+
+def check_trainable(dataset: Dataset) -> None:
+    """DataError unless every class can be learnt: the training split holds at least 2
+    classes, and every label of the dataset (one seen only in the test split, or named in a
+    file's `labels` but never used) occurs in it. A class without training readings would
+    be a silent, never-trained output."""
+    Y = dataset.train.Y
+    seen = set(np.unique(Y[Y >= 0]).tolist())
+    if not len(dataset.train):
+        raise DataError(f"data '{dataset.name}' has no training sequences")
+    if len(seen) < 2:
+        only = ", ".join(f"'{dataset.labels[c]}'" for c in sorted(seen))
+        raise DataError(f"the training split of '{dataset.name}' holds one class ({only}); training needs at "
+                        "least 2 classes: add sequences of another class")
+    unseen = [c for c in range(len(dataset.labels)) if c not in seen]
+    if unseen:
+        Yt = dataset.test.Y
+        in_test = set(np.unique(Yt[Yt >= 0]).tolist())
+        names = ", ".join(f"'{dataset.labels[c]}'" for c in unseen)
+        where = "occur only in the test split" if set(unseen) <= in_test else "never occur in the training split"
+        raise DataError(f"label(s) {names} of '{dataset.name}' {where}; a model cannot learn them: add training "
+                        "sequences with them, or drop them (and their test sequences)")
+
+
 def train(arch: str, dataset: Dataset | str = "basicmotions", train_config: TrainConfig | None = None,
           model_overrides: dict | None = None, progress: bool = True) -> dict:
     """Train `arch` on `dataset` and return a checkpoint dict (see `save_checkpoint`).
 
-    Raises UsageError for an unknown architecture or setting, DataError for unusable data."""
+    Raises UsageError for an unknown architecture or setting, DataError for unusable data
+    (fewer than 2 classes, a label without training readings, a channel beyond float32)."""
+    check_arch(arch)
+    tc = check_train_config(train_config or DEFAULTS.get(arch, TrainConfig()))
+    for name in ("n_features", "n_classes"):
+        if name in (model_overrides or {}):
+            raise UsageError(f"'{arch}' setting {name} comes from the data; drop it from the settings")
     if isinstance(dataset, str):
         dataset = load_dataset(dataset)
-    tc = train_config or DEFAULTS.get(arch, TrainConfig())
+    check_trainable(dataset)
     threads = torch.get_num_threads()
     torch.set_num_threads(max(1, tc.threads))
     try:
@@ -114,7 +173,7 @@ def _train(arch, dataset, tc, model_overrides, progress=True):
     np.random.seed(tc.seed)
     rng = np.random.default_rng(tc.seed)
     model = build_model(arch, config)
-    norm = Normalization.fit(dataset.train)
+    norm = Normalization.fit(dataset.train, dataset.features)
     model.norm.set(norm.mean, norm.std)
 
     X = torch.from_numpy(dataset.train.X)
@@ -186,7 +245,9 @@ def _train(arch, dataset, tc, model_overrides, progress=True):
         "normalization": norm.to_json(),
         "labels": list(dataset.labels),
         "features": list(dataset.features),
-        "dataset": dataset.name,
+        "dataset": dataset.name,                 # for display
+        "data_path": dataset.source if dataset.source and Path(dataset.source).is_absolute() else None,
+                                                 # a data file's absolute path: int8 export reopens it
         "metrics": metrics,
         "loss_history": history,
     }
@@ -224,6 +285,7 @@ def save_checkpoint(ckpt: dict, out_dir: str | os.PathLike) -> Path:
     torch.save(ckpt, tmp)
     os.replace(tmp, out / CHECKPOINT)
     summary = {k: ckpt[k] for k in ("arch", "config", "train_config", "labels", "features", "dataset", "metrics")}
+    summary["data_path"] = ckpt.get("data_path")
     (out / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n")
     return out / CHECKPOINT
 
@@ -263,14 +325,18 @@ class _NoBar:
 
 
 def parse_overrides(items) -> dict:
-    """['hidden=32', 'layers=2'] -> {'hidden': 32, 'layers': 2}."""
+    """['hidden=32', 'layers=2'] -> {'hidden': 32, 'layers': 2}: each value as JSON (32, 0.1,
+    true) or else as text ('sinusoid'); the model's config then checks type and range."""
     out = {}
     for item in items or ():
-        if "=" not in item:
+        if "=" not in item or not item.split("=", 1)[0].strip():
             raise UsageError(f"--set takes NAME=VALUE, got '{item}'")
         k, v = item.split("=", 1)
+        k = k.strip()
+        if k in out:
+            raise UsageError(f"--set {k} is given twice; give each setting once")
         try:
-            out[k.strip()] = json.loads(v)
+            out[k] = json.loads(v)
         except json.JSONDecodeError:
-            out[k.strip()] = v
+            out[k] = v.strip()
     return out

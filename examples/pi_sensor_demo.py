@@ -15,30 +15,35 @@ replay source then continues from the reading after the saved one). Sources: see
 """
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 
-from edgeseq.errors import EdgeseqError
+from edgeseq.errors import UsageError, run_script
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True)
     ap.add_argument("--source", default="replay:basicmotions")
-    ap.add_argument("--rate", type=float, default=50.0, help="readings per second for replay sources (0: unpaced)")
+    ap.add_argument("--rate", type=_at_least(0, float), default=50.0,
+                    help="readings per second for replay sources (0: unpaced)")
     ap.add_argument("--state-file")
-    ap.add_argument("--save-every", type=int, default=500)
+    ap.add_argument("--save-every", type=_at_least(1), default=500)
     ap.add_argument("--on-bad", choices=["skip", "error"], default="skip")
     ap.add_argument("--json", action="store_true", help="JSON lines on stdout")
-    ap.add_argument("--print-every", type=int, default=1)
-    ap.add_argument("--max-readings", type=int)
-    ap.add_argument("--max-history", type=int, help="Transformer: bound the cache (sliding window)")
+    ap.add_argument("--print-every", type=_at_least(1), default=1)
+    ap.add_argument("--max-readings", type=_at_least(1))
+    ap.add_argument("--max-history", type=_at_least(1), help="Transformer: bound the cache (sliding window)")
     args = ap.parse_args(argv)
     from edgeseq.runtime import StreamSession
     from edgeseq.runtime.live import open_source, run_live
-    from edgeseq.runtime.statefile import StateFileError, load_state, model_sha256
+    from edgeseq.runtime.statefile import StateFileError, load_state, lock_state_file, model_sha256
 
-    try:
+    if args.state_file and os.path.isdir(args.state_file):
+        raise UsageError(f"--state-file '{args.state_file}' is a directory; give a file name")
+    with lock_state_file(args.state_file) if args.state_file else contextlib.nullcontext():
         sess = StreamSession(args.model, max_history=args.max_history, on_full="slide")  # a window never stops
         model_hash = model_sha256(args.model)
         start = 0
@@ -55,9 +60,6 @@ def main(argv=None):
                            echo=lambda s: print(s, flush=True), state_file=args.state_file,
                            save_every=args.save_every, model_hash=model_hash, start_readings=start,
                            print_every=args.print_every, max_readings=args.max_readings)
-    except EdgeseqError as e:
-        print(f"Error: {e}", file=sys.stderr)
-        return 1
     if args.json:
         print(json.dumps({"summary": summary}), flush=True)
     print(f"{summary['this_run']} readings in {summary['seconds']} s ({summary['rate_hz']} Hz; target "
@@ -71,5 +73,18 @@ def main(argv=None):
     return 0
 
 
+def _at_least(low, kind=int):
+    """An argparse type: a number of `kind` >= `low`, else one usage line naming the bound."""
+    def parse(text):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{text}' is not a {'whole ' if kind is int else ''}number") from None
+        if not value >= low:
+            raise argparse.ArgumentTypeError(f"{value} is below {low}")
+        return value
+    return parse
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run_script(main)

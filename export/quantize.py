@@ -190,16 +190,28 @@ def quantize(float_path, out_path, scheme: str, calibration: list | None = None)
 
 
 def dataset_for(ckpt: dict, data: str | Dataset | None) -> Dataset:
+    """The data int8 export calibrates and checks on: `data` if given, else the run's training
+    data (the absolute path the checkpoint stores; older checkpoints store only a name, which
+    reopens the embedded set), with its channels in the model's order (`align_features`)."""
     if isinstance(data, Dataset):
-        return data
-    spec = data or ckpt.get("dataset") or "basicmotions"
-    try:
-        ds = load_dataset(spec)
-    except DataError as e:
-        raise DataError(f"int8 export needs the training data for calibration and checks: {e}; "
-                        "pass it with --data") from None
-    if list(ds.features) != list(ckpt["features"]) or list(ds.labels) != list(ckpt["labels"]):
-        raise DataError(f"data '{ds.name}' has other features or labels than the model was trained on; "
+        ds = data
+    else:
+        spec = data or ckpt.get("data_path") or ckpt.get("dataset") or "basicmotions"
+        try:
+            ds = load_dataset(spec)
+        except DataError as e:
+            if data:
+                raise
+            if ckpt.get("data_path"):
+                gone = not Path(spec).exists()
+                why = f"the run's training data '{spec}' is gone" if gone else f"its training data is unusable: {e}"
+            else:
+                why = f"this checkpoint names its training data only as '{spec}', which is not a data set or file"
+            raise DataError(f"int8 export needs the training data for calibration and checks, but {why}; "
+                            "pass it with --data") from None
+    ds = ds.for_model(ckpt["features"], f"data '{ds.name}'")
+    if list(ds.labels) != list(ckpt["labels"]):
+        raise DataError(f"data '{ds.name}' has labels {ds.labels}, the model predicts {ckpt['labels']}; "
                         "pass the training data with --data")
     return ds
 
@@ -225,7 +237,13 @@ def export_int8(ckpt: dict, out, scheme: str = DEFAULT_SCHEME, data=None, max_hi
     ds = dataset_for(ckpt, data)
     ckpt, _ = equalize_input(ckpt, ds.train)
     proto, meta, model = build_graph(ckpt, max_history, split=True)
-    with tempfile.TemporaryDirectory(prefix="edgeseq-int8-") as tmp:
+    # The working directory lies beside `out` under the same temporary name as its final file
+    # (`.<name>.<pid>.<random>.tmp`): one a killed export left is removed by the next export
+    # to `out` (write_validated below, or here) once its process is gone.
+    from edgeseq.runtime.statefile import TEMP_SUFFIX, remove_leftovers, temp_prefix
+    out.parent.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(out)
+    with tempfile.TemporaryDirectory(prefix=temp_prefix(out), suffix=TEMP_SUFFIX, dir=out.parent) as tmp:
         float_path = os.path.join(tmp, "float.onnx")
         if scheme == "static":
             isolate_matmul_inputs(proto)
@@ -238,7 +256,8 @@ def export_int8(ckpt: dict, out, scheme: str = DEFAULT_SCHEME, data=None, max_hi
         q_path = os.path.join(tmp, "int8.onnx")
         settings = quantize(float_path, q_path, scheme, calibration)
         if scheme == "dynamic":
-            settings["checked"] = "one stream per call (a call's batch shares its activation scales)"
+            settings["checked"] = ("one stream per call (a call's batch shares its activation scales); "
+                                   "StreamSession runs each stream in its own call too")
         settings["input_equalization"] = {"alpha": EQUALIZE_ALPHA, "scale": meta.normalization["input_scale"]}
         if scheme == "static":
             settings["calibration"] = {

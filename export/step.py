@@ -25,6 +25,7 @@ from torch import nn
 import edgeseq
 from edgeseq import contract
 from edgeseq.errors import UsageError
+from edgeseq.runtime.statefile import TEMP_SUFFIX, remove_leftovers, temp_prefix
 from edgeseq.train import model_from_checkpoint
 from export.validate import validate_stream, validate_window
 
@@ -260,9 +261,14 @@ def validate_graph(path, model, meta, readings=contract.VALIDATION_READINGS, rto
 
 
 def write_validated(proto: onnx.ModelProto, out: Path, validate) -> dict:
-    """Write `proto` to a temporary file beside `out`, run `validate(tmp)`, rename on success."""
+    """Write `proto` to a temporary file beside `out`, run `validate(tmp)`, rename on success.
+
+    The temporary file is `.<out name>.<pid>.<random>.tmp`; those an earlier, killed export to
+    the same `out` left behind (their process is gone) are removed first, nothing else."""
+    out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    remove_leftovers(out)
+    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(out), suffix=TEMP_SUFFIX, dir=out.parent)
     os.close(fd)
     try:
         onnx.save_model(proto, tmp)

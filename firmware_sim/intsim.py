@@ -168,12 +168,22 @@ def from_onnx(path) -> IntModel:
     import onnx
     from onnx import numpy_helper
 
-    from edgeseq.contract import ModelMeta
     from edgeseq.errors import ModelFileError
+    from edgeseq.runtime.model import open_model
 
-    proto = onnx.load(str(path))
-    meta = ModelMeta.from_props({p.key: p.value for p in proto.metadata_props})
+    _, meta = open_model(path)             # a missing, corrupt or non-edgeseq file: ModelFileError
     check_int8(meta, path)
+    try:
+        return _from_proto(onnx.load(str(path)), meta, path)
+    except (KeyError, IndexError, ValueError, TypeError, StopIteration, ZeroDivisionError) as e:
+        raise ModelFileError(f"'{path}' is not laid out as edgeseq's int8 export writes it ({type(e).__name__}: "
+                             f"{str(e)[:80]}); export it again with --int8") from None
+
+
+def _from_proto(proto, meta, path) -> IntModel:
+    from onnx import numpy_helper
+
+    from edgeseq.errors import ModelFileError
     init = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
     producer = {o: n for n in proto.graph.node for o in n.output}
 

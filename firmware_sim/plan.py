@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from edgeseq.errors import DataError, UsageError
+from edgeseq.errors import DataError, EdgeseqError, UsageError
 
 CODE_BASE = 3072          # bytes: step function, requantization, table lookup, call overhead (estimate)
 CODE_PER_KERNEL = 512     # bytes per distinct kernel in the graph (estimate)
@@ -183,6 +183,13 @@ def check_model(path, target, history: int | None = None, cycles_per_mac: float 
     if history is not None and history < 1:
         raise UsageError("--history must be at least 1")
     H = history or (16 if growing else 1)
+    per = sum(s.bytes_per_reading() for s in meta.state if s.kind == "growing")
+    avail = target.sram_kb * 1024
+    if growing and per * H > avail:
+        # The cache alone overflows RAM: no need to build (and allocate) the graph at that size.
+        longest = longest_history(path, target, meta, {"ram": {"io": _io_bytes(path)}})
+        raise EdgeseqError(f"history {H:,} needs {per * H:,} B of cache alone, {target.name} has {avail:,} B of RAM; "
+                           f"the longest history that fits is {longest:,} readings, pass --history with at most that")
     shapes, proto = run_shapes(path, H)
     macs, ops = macs_and_ops(proto, shapes)
     flash = flash_of(proto)
@@ -250,6 +257,13 @@ def verdict(r: dict) -> str | None:
                 "pass --history with at most that")
     return (f"{r['model']} needs {r['ram']['total']:,} B of RAM, {t} has {r['ram']['available']:,} B; "
             "choose a smaller model or a larger part")
+
+
+def _io_bytes(path) -> int:
+    """Bytes of the graph's non-state inputs and outputs (reading, position, logits) at batch 1."""
+    shapes, proto = run_shapes(path, 1)
+    return sum(int(np.prod(shapes[v.name][0])) * shapes[v.name][1] for v in list(proto.graph.input) + list(proto.graph.output)
+               if not v.name.startswith(("state_in", "past", "state_out", "present")))
 
 
 def longest_history(path, target, meta, at) -> int:

@@ -13,10 +13,7 @@ from firmware_sim.intsim import Q, from_onnx, run_stream, to_q16
 def simulate(model, data: str = "basicmotions", float_model=None, readings: int = 1000) -> dict:
     m = from_onnx(model)
     ds = load_dataset(data)
-    split = ds.test
-    if list(ds.features) != list(m.meta["features"]):
-        from edgeseq.errors import DataError
-        raise DataError(f"data '{ds.name}' has features {ds.features}, the model reads {m.meta['features']}")
+    split = ds.for_model(m.meta["features"], f"data '{ds.name}'").test
     logits_int = run_stream(m, to_q16(split.X)).astype(np.float64) / (1 << Q)
     for t in range(split.X.shape[1]):                       # past a sequence's end: not scored
         logits_int[t, split.lengths <= t] = np.nan

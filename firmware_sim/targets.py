@@ -62,7 +62,40 @@ BUILTIN = {t.name: t for t in [
 ]}
 
 
+TEXT_FIELDS = ("name", "part", "core", "source", "note")
+INT_FIELDS = ("flash_kb", "sram_kb")                     # whole kilobytes, at least 1
+RATE_FIELDS = ("clock_mhz", "cycles_per_mac", "cycles_per_op")   # positive, finite
+
+
+def _check_entry(item, where: str) -> Target:
+    """A Target from one profile object, or DataError naming the entry and the field."""
+    import math
+    if not isinstance(item, dict):
+        raise DataError(f"{where} is {type(item).__name__}, not an object with the fields {', '.join(Target.__dataclass_fields__)}")
+    fields = set(Target.__dataclass_fields__)
+    missing = sorted(fields - {"note"} - set(item))
+    unknown = sorted(set(item) - fields)
+    if missing or unknown:
+        raise DataError(f"{where}: " + (f"missing {', '.join(missing)}" if missing else f"unknown {', '.join(unknown)}"))
+    for k in TEXT_FIELDS:
+        if k in item and not isinstance(item[k], str):
+            raise DataError(f"{where}: {k} must be text, got {item[k]!r}")
+    if not item["name"].strip():
+        raise DataError(f"{where}: name must not be empty")
+    for k in INT_FIELDS:
+        v = item[k]
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise DataError(f"{where}: {k} must be a whole number of kilobytes >= 1, got {v!r}")
+    for k in RATE_FIELDS:
+        v = item[k]
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+            raise DataError(f"{where}: {k} must be a number > 0, got {v!r}")
+    return Target(**item)
+
+
 def load_targets(path=None) -> dict:
+    """Built-in profiles, plus those of a JSON file (a list of objects, or name -> object).
+    DataError names the file, the entry and the field that cannot be used."""
     targets = dict(BUILTIN)
     if path is None:
         return targets
@@ -70,18 +103,20 @@ def load_targets(path=None) -> dict:
     if not p.is_file():
         raise DataError(f"targets file '{path}' not found")
     try:
-        data = json.loads(p.read_text())
+        data = json.loads(p.read_bytes().decode("utf-8-sig"))
+    except UnicodeDecodeError:
+        raise DataError(f"targets file '{path}' is not UTF-8 text; save it as UTF-8 JSON") from None
     except ValueError as e:
         raise DataError(f"targets file '{path}' is not valid JSON ({e})") from None
-    items = data if isinstance(data, list) else [{"name": k, **v} for k, v in data.items()]
-    fields = set(Target.__dataclass_fields__)
+    if isinstance(data, dict):
+        items = [({"name": k, **v} if isinstance(v, dict) else v) for k, v in data.items()]
+    elif isinstance(data, list):
+        items = data
+    else:
+        raise DataError(f"targets file '{path}' must hold a list of profiles or a name -> profile object")
     for i, item in enumerate(items):
-        missing = sorted(fields - {"note"} - set(item))
-        unknown = sorted(set(item) - fields)
-        if missing or unknown:
-            raise DataError(f"targets file '{path}' entry {i + 1}: "
-                            + (f"missing {', '.join(missing)}" if missing else f"unknown {', '.join(unknown)}"))
-        targets[item["name"]] = Target(**item)
+        t = _check_entry(item, f"targets file '{path}' entry {i + 1}")
+        targets[t.name] = t
     return targets
 
 

@@ -103,11 +103,194 @@ def test_csv_sequence_split_over_the_file_and_empty_labels_are_refused(tmp_path)
         load_dataset(str(tmp_path / "b.csv"))
 
 
-@pytest.mark.parametrize("arch, setting", [("gru", {"hidden": 0}), ("lstm", {"dropout": 1.5}),
-                                           ("rnn", {"hidden": 2.5}), ("transformer", {"heads": 3}),
-                                           ("transformer", {"window": 2.5}), ("transformer", {"positions": "x"})])
-def test_settings_that_cannot_build_a_model_are_usage_errors(arch, setting):
+ARCHS = ["rnn", "gru", "lstm", "transformer", "bigru", "bilstm"]
+RECURRENT = [a for a in ARCHS if a != "transformer"]
+BAD_SETTINGS = [  # (NAME=VALUE as typed after --set, the message's fragment)
+    ("hidden=0", "setting hidden must be a whole number in 1..4096, got 0"),
+    ("hidden=-4", "setting hidden must be a whole number in 1..4096, got -4"),
+    ("hidden=abc", "setting hidden must be a whole number in 1..4096, got 'abc'"),
+    ("hidden=2.5", "setting hidden must be a whole number in 1..4096, got 2.5"),
+    ("hidden=32.0", "setting hidden must be a whole number in 1..4096, got 32.0"),
+    ("hidden=true", "setting hidden must be a whole number in 1..4096, got True"),
+    ("hidden=1e9", "setting hidden must be a whole number in 1..4096, got 1000000000.0"),
+    ("hidden=", "setting hidden must be a whole number in 1..4096, got ''"),
+    ("layers=0", "setting layers must be a whole number in 1..16, got 0"),
+    ("layers=null", "setting layers must be a whole number in 1..16, got None"),
+    ("dropout=5", "setting dropout must be a number in 0.0..0.95, got 5"),
+    ("dropout=-0.1", "setting dropout must be a number in 0.0..0.95, got -0.1"),
+    ("dropout=NaN", "setting dropout must be a number in 0.0..0.95, got nan"),
+    ("dropout=false", "setting dropout must be a number in 0.0..0.95, got False"),
+    ("dropout=high", "setting dropout must be a number in 0.0..0.95, got 'high'"),
+    ("colour=3", "has no setting colour; it has "),
+]
+TRANSFORMER_ONLY = [
+    ("heads=3", r"setting heads=3 must divide d_model=32 \(heads one of 1, 2, 4, 8, 16, 32\)"),
+    ("heads=0", "setting heads must be a whole number in 1..4096, got 0"),
+    ("d_model=0", "setting d_model must be a whole number in 1..4096, got 0"),
+    ("d_ff=-1", "setting d_ff must be a whole number in 1..16384, got -1"),
+    ("window=2.5", r"setting window must be a whole number in 0..100000, got 2.5"),
+    ("window=-1", r"setting window must be a whole number in 0..100000, got -1"),
+    ("positions=x", "setting positions must be one of none, sinusoid, got 'x'"),
+    ("positions=true", "setting positions must be one of none, sinusoid, got True"),
+]
+CASES = [(a, item, m.replace("hidden", "d_model") if a == "transformer" else m) for a in ARCHS
+         for item, m in BAD_SETTINGS]                  # the Transformer's width is d_model
+CASES += [("transformer", item, m) for item, m in TRANSFORMER_ONLY]
+CASES += [(a, "d_model=16", "has no setting d_model") for a in RECURRENT]
+CASES += [("bigru", "cell=lstm", r"'bigru' fixes cell=gru"), ("bilstm", "cell=gru", r"'bilstm' fixes cell=lstm"),
+          ("transformer", "d_model=7 heads=7 positions=sinusoid", "d_model=7 must be even with positions=sinusoid")]
+
+
+@pytest.mark.parametrize("arch, items, match", CASES)
+def test_bad_model_settings_are_one_line_usage_errors(arch, items, match):
+    """--set as the CLI parses it, for every architecture: the message names the setting and
+    what it may be."""
     from edgeseq.errors import UsageError
     from edgeseq.models import make_config
-    with pytest.raises(UsageError, match=f"'{arch}' settings"):
-        make_config(arch, n_features=6, n_classes=4, **setting)
+    from edgeseq.train import parse_overrides
+    if arch == "transformer":
+        items = items.replace("hidden=", "d_model=")
+    with pytest.raises(UsageError, match=match) as e:
+        make_config(arch, n_features=6, n_classes=4, **parse_overrides(items.split()))
+    assert f"'{arch}'" in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("items, match", [
+    (["=3"], "--set takes NAME=VALUE, got '=3'"),
+    (["hidden"], "--set takes NAME=VALUE, got 'hidden'"),
+    (["hidden=8", "hidden=16"], "--set hidden is given twice"),
+])
+def test_set_syntax_is_checked(items, match):
+    from edgeseq.errors import UsageError
+    from edgeseq.train import parse_overrides
+    with pytest.raises(UsageError, match=match):
+        parse_overrides(items)
+
+
+@pytest.mark.parametrize("overrides, tc, match", [
+    ({"n_features": 3}, {}, "'gru' setting n_features comes from the data"),
+    ({"n_classes": 9}, {}, "'gru' setting n_classes comes from the data"),
+    ({}, {"epochs": 0}, r"training setting epochs must be a whole number in 1..100000, got 0"),
+    ({}, {"lr": -1.0}, r"training setting lr must be a number above 0.0 up to 10.0, got -1.0"),
+    ({}, {"lr": float("nan")}, r"training setting lr must be a number above 0.0 up to 10.0, got nan"),
+    ({}, {"batch_size": 2.5}, r"training setting batch_size must be a whole number in 1..100000, got 2.5"),
+    ({}, {"seed": -1}, r"training setting seed must be a whole number in 0..4294967295, got -1"),
+])
+def test_bad_training_settings_are_usage_errors(overrides, tc, match):
+    from edgeseq.errors import UsageError
+    from edgeseq.train import TrainConfig, train
+    with pytest.raises(UsageError, match=match):
+        train("gru", "basicmotions", TrainConfig(**{"epochs": 1, **tc}), overrides, progress=False)
+
+
+def test_good_settings_keep_their_types():
+    from edgeseq.models import make_config
+    from edgeseq.train import parse_overrides
+    c = make_config("transformer", n_features=6, n_classes=4,
+                    **parse_overrides(["d_model=16", "heads=2", "dropout=0", "positions=sinusoid"]))
+    assert (c.d_model, c.heads, c.dropout, c.positions) == (16, 2, 0.0, "sinusoid")
+    assert isinstance(c.dropout, float)
+
+
+# --- file content: encodings, quoting, pairs of arrays, split values ---------------------------
+
+def _csv_rows(split=True):
+    rows = ["sequence,label,ax,ay" + (",split" if split else "")]
+    for s in range(6):
+        for t in range(3):
+            rows.append(f"s{s},{'up' if s % 2 else 'down'},{s + t},{-t}" + (f",{'test' if s >= 4 else 'train'}"
+                                                                            if split else ""))
+    return rows
+
+
+def test_csv_from_a_spreadsheet_bom_quotes_crlf(tmp_path):
+    rows = _csv_rows()
+    rows[0] = '"sequence","label","ax","ay","split"'
+    rows[1:] = [r.replace(",down,", ',"down",').replace(",up,", ', "up",') for r in rows[1:]]
+    (tmp_path / "d.csv").write_bytes(b"\xef\xbb\xbf" + "\r\n".join(rows).encode() + b"\r\n")
+    ds = load_dataset(str(tmp_path / "d.csv"))
+    assert ds.features == ["ax", "ay"] and ds.labels == ["down", "up"]
+    assert len(ds.train) == 4 and len(ds.test) == 2 and ds.train.X[1, 2].tolist() == [3.0, -2.0]
+
+
+@pytest.mark.parametrize("content, match", [
+    (b"sequence,label,ax\ns1,caf\xe9,1\n", r"'.*d.csv' is not UTF-8 text \(line 2, byte 24\); save it as CSV UTF-8"),
+    (b"\xff\xfes\x00e\x00q\x00", r"is not UTF-8 text"),                       # UTF-16 from a spreadsheet
+    (b"sequence,label,ax\ns1,a,1\x00\x00\n", r"holds NUL bytes, so it is not CSV text; save it as CSV UTF-8"),
+    (b"PK\x03\x04\x14\x00\x00\x00\x08\x00\x9c\x8f", r"is not UTF-8 text \(line 1, byte 10\)"),
+])
+def test_csv_that_is_not_utf8_text_is_a_data_error(tmp_path, content, match):
+    (tmp_path / "d.csv").write_bytes(content)
+    with pytest.raises(DataError, match=match) as e:
+        load_dataset(str(tmp_path / "d.csv"))
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda r: r[:5] + [r[5].replace(",train", ",validation")] + r[6:],
+     r"line 6: split 'validation' is neither 'train' nor 'test'"),
+    (lambda r: r[:5] + [r[5].replace(",train", ",")] + r[6:], r"line 6: split '' is neither 'train' nor 'test'"),
+    (lambda r: r[:3] + [r[3].replace(",train", ",test")] + r[4:], r"line 4: sequence 's0' moves from split 'train'"),
+    (lambda r: ["sequence,label,ax,ax"] + [x.rsplit(",", 1)[0] for x in r[1:]],
+     "header column 4 repeats the name 'ax'"),
+    (lambda r: r[:2] + [r[2].replace(",1,", ",1e39,")] + r[3:], r"line 3: NaN or Inf value \(or one beyond float32"),
+])
+def test_csv_content_errors_name_the_line(tmp_path, edit, match):
+    (tmp_path / "d.csv").write_text("\n".join(edit(_csv_rows())) + "\n")
+    with pytest.raises(DataError, match=match):
+        load_dataset(str(tmp_path / "d.csv"))
+
+
+def _npz(tmp_path, **arrays):
+    np.savez(tmp_path / "d.npz", **arrays)
+    return str(tmp_path / "d.npz")
+
+
+X8 = np.zeros((8, 5, 2), np.float32)
+Y8 = np.array([0, 1] * 4)
+
+
+@pytest.mark.parametrize("arrays, match", [
+    ({"X": X8, "y": Y8, "X_test": X8}, r"has X_test but no y_test; save both \(a held-out split\) or neither"),
+    ({"X": X8, "y": Y8, "y_test": Y8}, r"has y_test but no X_test; save both"),
+    ({"X": X8, "y": Y8, "lengths_test": np.full(8, 5)}, r"has lengths_test but no X_test/y_test"),
+    ({"X_train": X8, "X_test": X8, "y_test": Y8}, r"has X_train but no y_train; save both"),
+    ({"X": X8}, r"has X but no y; save both"),
+    ({"X": X8, "y": Y8, "X_train": X8, "y_train": Y8}, r"has both X/y and X_train/y_train"),
+    ({"X": X8, "y": Y8[:7]}, r"y must be \[N\] .* for X of shape \[8, 5, 2\], got \[7\]"),
+    ({"X": X8, "y": Y8, "X_test": X8, "y_test": Y8[:3]}, r"y_test must be \[N\] .* got \[3\]"),
+    ({"X": X8, "y": Y8, "lengths": np.full(7, 5)}, r"lengths must be \[N\] whole numbers in 1..5"),
+    ({"X": X8, "y": Y8, "lengths": np.full(8, 2.5)}, r"lengths must be \[N\] whole numbers in 1..5"),
+    ({"X": X8, "y": Y8, "lengths": np.array(["a"] * 8)}, r"lengths must be \[N\] whole numbers in 1..5"),
+    ({"X": X8, "y": Y8, "features": np.array(["a", "b", "c"])}, r"features must be 2 names, one per feature column"),
+    ({"X": X8, "y": Y8, "features": np.array(["a", "a"])}, r"features must be distinct, non-empty names"),
+    ({"X": X8, "y": Y8, "features": np.array("ab")}, r"features must be 2 names, one per .*, got shape \[\]"),
+    ({"X": X8[:, :, :0], "y": Y8}, r"X must be \[N, T, F\] with at least one of each, got shape \[8, 5, 0\]"),
+    ({"X": X8.astype(np.complex64), "y": Y8}, r"X must be real numbers, got dtype complex64"),
+    ({"X": np.full((8, 5, 2), 1e39), "y": Y8}, r"X holds NaN or Inf inside the valid lengths \(or a value beyond"),
+])
+def test_npz_layout_errors_are_one_line(tmp_path, arrays, match):
+    with pytest.raises(DataError, match=match) as e:
+        load_dataset(_npz(tmp_path, **arrays))
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("write, match", [
+    (lambda p: p.write_bytes(b"not a zip file"), r"cannot read '.*d.npz' as .npz \(not a zip archive\); re-save"),
+    (lambda p: p.write_bytes(b""), r"cannot read '.*d.npz' as .npz"),
+    (lambda p: p.write_bytes(b"PK\x03\x04" + b"\x00" * 30), r"cannot read '.*d.npz' as .npz"),
+    (lambda p: np.save(open(p, "wb"), X8), r"cannot read '.*d.npz' as .npz"),          # a .npy by another name
+    (lambda p: np.savez(p, X=np.array([X8, None], dtype=object), y=Y8), r"holds Python objects \(object arrays\)"),
+    (lambda p: p.mkdir(), r"data '.*d.npz' is not a file"),
+])
+def test_npz_that_numpy_cannot_read_safely_is_a_data_error(tmp_path, write, match):
+    write(tmp_path / "d.npz")
+    with pytest.raises(DataError, match=match):
+        load_dataset(str(tmp_path / "d.npz"))
+
+
+def test_dataset_source_is_the_absolute_path(tmp_path, monkeypatch):
+    np.savez(tmp_path / "d.npz", X=X8, y=Y8)
+    monkeypatch.chdir(tmp_path)
+    assert load_dataset("d.npz").source == str((tmp_path / "d.npz").resolve())
+    assert load_dataset("basicmotions").source == "basicmotions"

@@ -155,7 +155,7 @@ class iter_file:
     def __init__(self, lines):
         self.lines = [l + "\n" for l in lines]
 
-    def readline(self):
+    def readline(self, size=-1):
         return self.lines.pop(0) if self.lines else ""
 
 

@@ -189,6 +189,52 @@ def test_model_directory_problems(mt, tmp_path):
         Translator(broken)
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+def test_each_sentence_gets_its_own_length_limit(mt, corpus, arch):
+    """A sentence translates the same alone and in a batch beside a long one: its output limit
+    (2 x its source + 10 tokens) is its own, for greedy and beam search."""
+    _, d = mt(arch)
+    tr = Translator(d)
+    short = "Open"
+    long = " ".join(s for s, _ in corpus.test[:6])
+    for decode in (lambda xs: tr.greedy(xs), lambda xs: tr.beam(xs, 3)):
+        alone = decode([short])[0]
+        batched = decode([short, long])[0]
+        assert alone.ids == batched.ids and alone.score == pytest.approx(batched.score, abs=1e-4)
+        limit = 2 * (len(tr.tok.encode(short)) + 1) + 10
+        assert len(alone.ids) <= limit
+    capped = tr.greedy([short, long], max_len=3)
+    assert all(len(t.ids) <= 3 for t in capped)
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda m: m.update(tokenizer="../tokenizer.json"), "outside the model directory"),
+    (lambda m: m.update(encoder="/etc/passwd"), "outside the model directory"),
+    (lambda m: m.update(decoder=7), "lacks the file name 'decoder'"),
+    (lambda m: m.update(max_source="96"), "max_source '96', not a whole number"),
+    (lambda m: m.update(special={"bos": 1}), "special token ids"),
+    (lambda m: m.update(state=[{"input": "x"}]), "state entry 1 that cannot be used"),
+    (lambda m: m.update(state=[{"input": "x", "output": "y", "init": "encoder:nope"}]), "state entry 1"),
+    (lambda m: m.update(static={"a": "not-an-output"}), "'static' map"),
+    (lambda m: m.update(encoder_outputs=["cross.9.key"], static={}), "names encoder outputs ['cross.9.key']"),
+    (lambda m: m.clear(), "not a translation model directory"),
+])
+def test_model_json_is_checked_when_opened(mt, tmp_path, edit, message):
+    import shutil
+    _, d = mt("transformer")
+    (tmp_path / "tokenizer.json").write_text("{}")       # a file outside the directory it must not read
+    broken = tmp_path / "m"
+    shutil.copytree(d, broken)
+    meta = json.loads((broken / "model.json").read_text())
+    edit(meta)
+    (broken / "model.json").write_text(json.dumps(meta))
+    with pytest.raises(ModelFileError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        Translator(broken)
+    (broken / "model.json").write_bytes(b"\xff\xfe{")
+    with pytest.raises(ModelFileError, match="not valid UTF-8 JSON"):
+        Translator(broken)
+
+
 @pytest.mark.skipif(HAS_CUDA, reason="checks the machine without CUDA")
 def test_cuda_without_cuda_says_so(mt):
     with pytest.raises(ProviderError, match="CUDA"):

@@ -7,24 +7,30 @@ reading: a long recording whose activity changes), optional `lengths` [N]
 (valid readings per sequence; the rest is padding), optional `labels` (class names for
 integer `y`) and `features` (channel names). A held-out split may ship as `X_test`,
 `y_test`, `lengths_test`; without it the last quarter of each class (in file order) is held
-out, so the split is deterministic.
+out, so the split is deterministic. `X_test` and `y_test` come together or not at all.
 
 User `.csv`: one reading per row with a header. Columns `sequence` (an id) and `label` are
 required, every other column is a feature, in header order; an optional `split` column
-holds `train` or `test`. Rows of one sequence are contiguous and in time order; sequences
-may differ in length. The label belongs to the row and may change within a sequence (a
-recording whose activity changes); a sequence's class, for per-sequence scores, is the
-label of its last row.
+holds `train` or `test` (any other value is refused). The file is UTF-8, with or without
+the byte-order mark a spreadsheet writes; fields may be quoted. Rows of one sequence are
+contiguous and in time order; sequences may differ in length. The label belongs to the row
+and may change within a sequence (a recording whose activity changes); a sequence's class,
+for per-sequence scores, is the label of its last row.
 
     sequence,label,acc_x,acc_y,acc_z
     s1,walk,0.1,0.2,9.7
     s1,walk,0.2,0.1,9.8
     s2,rest,0.0,0.0,9.8
+
+Channels are matched by name wherever data meets a model (`align_features`): named columns
+in another order are put in the model's order; unnamed ones (f0, f1, ...) by position.
 """
 
 from __future__ import annotations
 
 import csv
+import io
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,18 +62,71 @@ class Split:
     def take(self, rows) -> "Split":
         return Split(self.X[rows], self.y[rows], self.lengths[rows], self.Y[rows])
 
+    def channels(self, order) -> "Split":
+        """The same sequences with their feature columns X[..., order] (see `align_features`)."""
+        return Split(self.X[:, :, order], self.y, self.lengths, self.Y)
+
 
 @dataclass
 class Dataset:
-    name: str
+    name: str            # for display: 'basicmotions' or the file's stem
     train: Split
     test: Split
     labels: list
     features: list
+    source: str | None = None   # what load_dataset reopens: 'basicmotions' or the file's absolute path
+                                # (None: built in memory)
 
     @property
     def n_features(self):
         return len(self.features)
+
+    def for_model(self, model_features, where: str | None = None) -> "Dataset":
+        """This data with its channels in the order a model reads them (`align_features`)."""
+        order = align_features(self.features, model_features, where or f"data '{self.name}'")
+        if order is None:
+            return self
+        return Dataset(self.name, self.train.channels(order), self.test.channels(order), self.labels,
+                       list(model_features), self.source)
+
+
+def _generic(names) -> bool:
+    return list(names) == [f"f{i}" for i in range(len(names))]
+
+
+def align_features(dataset_features, model_features, where: str):
+    """The one rule for feeding data to a model: channels are matched by name.
+
+    Returns None when the data's columns are already in the model's order, else the index
+    array that puts them in it (`X[..., order]`). Named channels in another order are
+    reordered; named channels that differ are refused (DataError naming the missing and the
+    extra ones). Unnamed channels (None, or the generic f0, f1, ... on either side) can only
+    be matched by position, so the counts must agree. `where` names the data in messages."""
+    model = [str(f) for f in model_features]
+    data = [str(f) for f in dataset_features]
+    if _generic(data) or _generic(model):
+        if len(data) != len(model):
+            raise DataError(f"{where} has {len(data)} channels, the model reads {len(model)} "
+                            f"({', '.join(model)}); give data with the model's channels")
+        return None
+    if data == model:
+        return None
+    twice = sorted({f for f in data if data.count(f) > 1})
+    if twice:
+        raise DataError(f"{where} names channel(s) {', '.join(twice)} more than once; give each column its own name")
+    missing = [f for f in model if f not in data]
+    extra = [f for f in data if f not in model]
+    if missing or extra:
+        parts = [f"lacks {', '.join(missing)}"] if missing else []
+        parts += [f"has extra {', '.join(extra)}"] if extra else []
+        raise DataError(f"{where} {' and '.join(parts)}: its channels differ from the model's "
+                        f"({', '.join(model)}); give data with the model's channels, named as in training")
+    return np.array([data.index(f) for f in model], dtype=np.int64)
+
+
+F32_MAX = float(np.finfo(np.float32).max)
+F32_TINY = float(np.finfo(np.float32).tiny)
+CONSTANT = 1e-6   # a channel whose std is at most this fraction of its magnitude is constant
 
 
 @dataclass(frozen=True)
@@ -76,13 +135,38 @@ class Normalization:
     std: np.ndarray   # float32 [F]
 
     @classmethod
-    def fit(cls, split: Split) -> "Normalization":
-        """Per-feature mean and std over every valid training reading."""
+    def fit(cls, split: Split, features: list | None = None) -> "Normalization":
+        """Per-feature mean and std over every valid training reading, computed in float64.
+
+        A constant channel (std <= CONSTANT * max(|mean|, float32 tiny), a test relative to
+        the channel's magnitude) keeps std = 1: only its mean is subtracted, so a drift at
+        run time stays its own size (a barometer trained at 1013.7 hPa that reads 1013.8
+        gives 0.1) instead of being divided by float32 rounding noise.
+
+        The model normalises in float32, so a channel whose mean, std or deviation from the
+        mean does not fit float32 is refused (DataError naming the channel: rescale it), as
+        is a NaN or Inf. `features` names the channels in messages."""
+        names = list(features) if features is not None else [f"f{i}" for i in range(split.X.shape[2])]
         mask = np.arange(split.X.shape[1])[None, :] < split.lengths[:, None]
-        values = split.X[mask]                               # (readings, F)
+        values = split.X[mask].astype(np.float64)            # (readings, F)
+        if not len(values):
+            raise DataError("no valid readings to fit the normalisation on; the training split is empty")
+        bad = np.flatnonzero(~np.isfinite(values).all(0))
+        if bad.size:
+            raise DataError(f"channel '{names[bad[0]]}' (column {bad[0]}) holds NaN or Inf; "
+                            "clean or drop those readings")
         mean = values.mean(0)
         std = values.std(0)
-        std = np.where(std < 1e-6, 1.0, std)                 # a constant channel stays as is
+        std = np.where(std <= np.maximum(CONSTANT * np.abs(mean), F32_TINY), 1.0, std)  # constant: std 1
+        with np.errstate(over="ignore", invalid="ignore"):
+            dev = np.abs(values - mean).max(0)               # (F,): the graph computes x - mean in float32
+        fits = (np.abs(mean) < F32_MAX) & (std < F32_MAX) & (dev < F32_MAX) & (dev / std < F32_MAX)
+        bad = np.flatnonzero(~fits)
+        if bad.size:
+            i = bad[0]
+            raise DataError(f"channel '{names[i]}' (column {i}): values up to {np.abs(values[:, i]).max():.3g} "
+                            "overflow the model's float32 arithmetic once normalised; rescale that channel "
+                            "(another unit, or divide it by a power of ten) and train again")
         return cls(mean.astype(np.float32), std.astype(np.float32))
 
     def to_json(self):
@@ -103,47 +187,61 @@ def since_change(y: np.ndarray) -> np.ndarray:
 
 
 def load_dataset(spec: str) -> Dataset:
-    """`basicmotions` or a path to a `.npz` / `.csv` file (layouts in this module's docstring)."""
+    """`basicmotions` or a path to a `.npz` / `.csv` file (layouts in this module's docstring).
+    The Dataset's `source` is what reopens it: the embedded name or the file's absolute path."""
     if spec in EMBEDDED:
-        return _load_npz(EMBEDDED[spec], name=spec)
+        ds = _load_npz(EMBEDDED[spec], name=spec)
+        ds.source = spec
+        return ds
     path = Path(spec)
     if not path.exists():
         raise DataError(f"data '{spec}' not found: give 'basicmotions' or a path to a .npz or .csv file")
+    if not path.is_file():
+        raise DataError(f"data '{spec}' is not a file: give a path to a .npz or .csv file")
     suffix = path.suffix.lower()
     if suffix == ".npz":
-        return _load_npz(path, name=path.stem)
-    if suffix == ".csv":
-        return _load_csv(path)
-    raise DataError(f"data file '{spec}' must end in .npz or .csv")
+        ds = _load_npz(path, name=path.stem)
+    elif suffix == ".csv":
+        ds = _load_csv(path)
+    else:
+        raise DataError(f"data file '{spec}' must end in .npz or .csv")
+    ds.source = str(path.resolve())
+    return ds
 
 
 def _load_npz(path: Path, name: str) -> Dataset:
+    if not zipfile.is_zipfile(path):            # np.load would try a pickle, a .npy, text ...
+        raise DataError(f"cannot read '{path}' as .npz (not a zip archive); re-save it with numpy.savez")
     try:
         with np.load(path, allow_pickle=False) as f:
             z = {k: f[k] for k in f.files}      # read here: an object array fails now, not later
         keys = set(z)
-    except Exception as e:  # zipfile/pickle/OS errors all mean the same thing here
+    except ValueError as e:
+        if "pickle" not in str(e):
+            raise DataError(f"cannot read '{path}' as .npz (ValueError); re-save it with numpy.savez") from None
+        raise DataError(f"'{path}' holds Python objects (object arrays), which edgeseq does not load as they "
+                        "can run code; save numbers and strings with numpy.savez") from None
+    except Exception as e:  # zipfile/OS errors, a .npy or pickle under a .npz name: all mean the same here
         raise DataError(f"cannot read '{path}' as .npz ({type(e).__name__}); re-save it with numpy.savez") from None
-    if {"X_train", "y_train", "X_test", "y_test"} <= keys:
-        Xtr, ytr, Ltr = z["X_train"], z["y_train"], z["lengths_train"] if "lengths_train" in keys else None
-        Xte, yte, Lte = z["X_test"], z["y_test"], z["lengths_test"] if "lengths_test" in keys else None
-    elif {"X", "y"} <= keys:
-        Xtr, ytr, Ltr = z["X"], z["y"], z["lengths"] if "lengths" in keys else None
-        if "X_test" in keys and "y_test" in keys:
-            Xte, yte, Lte = z["X_test"], z["y_test"], z["lengths_test"] if "lengths_test" in keys else None
-        else:
-            Xte = None
-    else:
-        raise DataError(f"'{path}' needs arrays X [N,T,F] and y [N] (found: {', '.join(sorted(keys)) or 'none'})")
-    labels = [str(s) for s in z["labels"]] if "labels" in keys else None
-    features = [str(s) for s in z["features"]] if "features" in keys else None
+    if {"X", "y"} & keys and {"X_train", "y_train"} & keys:
+        raise DataError(f"'{path}' has both X/y and X_train/y_train; keep one of the two layouts")
+    train_keys = ("X_train", "y_train", "lengths_train") if {"X_train", "y_train"} & keys else ("X", "y", "lengths")
+    _pair(keys, train_keys[:2], path, "the training data")
+    Xtr, ytr, Ltr = (z.get(k) for k in train_keys)
+    _pair(keys, ("X_test", "y_test"), path, "a held-out split")
+    if "lengths_test" in keys and "X_test" not in keys:
+        raise DataError(f"'{path}' has lengths_test but no X_test/y_test; "
+                        "save the whole test split or drop lengths_test")
+    Xte, yte, Lte = z.get("X_test"), z.get("y_test"), z.get("lengths_test")
 
-    Xtr = _check_X(Xtr, path, "X")
-    Ltr = _check_lengths(Ltr, Xtr, path)
-    ytr_raw = _check_y(ytr, Xtr, Ltr, path, "y")
+    Xtr = _check_X(Xtr, path, train_keys[0])
+    Ltr = _check_lengths(Ltr, Xtr, path, train_keys[2])
+    ytr_raw = _check_y(ytr, Xtr, Ltr, path, train_keys[1])
+    labels = _names(z["labels"], path, "labels") if "labels" in keys else None
+    features = _names(z["features"], path, "features", Xtr.shape[2]) if "features" in keys else None
     if Xte is not None:
         Xte = _check_X(Xte, path, "X_test")
-        Lte = _check_lengths(Lte, Xte, path)
+        Lte = _check_lengths(Lte, Xte, path, "lengths_test")
         if Xte.shape[2] != Xtr.shape[2]:
             raise DataError(f"'{path}': X_test has {Xte.shape[2]} features, X has {Xtr.shape[2]}")
         yte_raw = _check_y(yte, Xte, Lte, path, "y_test")
@@ -155,6 +253,29 @@ def _load_npz(path: Path, name: str) -> Dataset:
         train, test = _holdout(_split(Xtr, codes.reshape(ytr_raw.shape), Ltr))
     features = features or [f"f{i}" for i in range(Xtr.shape[2])]
     return Dataset(name, train, test, labels, features)
+
+
+def _pair(keys, pair, path, what):
+    """Both arrays of a pair (X and y) or neither: one alone is refused, not ignored."""
+    have = [k for k in pair if k in keys]
+    if not have and what == "the training data":
+        raise DataError(f"'{path}' needs arrays X [N,T,F] and y [N] (found: {', '.join(sorted(keys)) or 'none'})")
+    if len(have) == 1:
+        lost = next(k for k in pair if k not in keys)
+        both = "save both" if what == "the training data" else f"save both ({what}) or neither"
+        raise DataError(f"'{path}' has {have[0]} but no {lost}; {both}")
+
+
+def _names(a, path, key, n=None) -> list:
+    """`labels` / `features`: a 1-D array of distinct, non-empty names (n of them if given)."""
+    a = np.asarray(a)
+    if a.ndim != 1 or (n is not None and len(a) != n):
+        want = f"{n} names, one per feature column" if n is not None else "a 1-D array of names"
+        raise DataError(f"'{path}': {key} must be {want}, got shape {list(a.shape)}")
+    names = [str(v).strip() for v in a]
+    if any(not v for v in names) or len(set(names)) != len(names):
+        raise DataError(f"'{path}': {key} must be distinct, non-empty names, got {names}")
+    return names
 
 
 def _check_y(y, X, L, path, key):
@@ -183,23 +304,29 @@ def _split(X, codes, L) -> "Split":
 
 def _check_X(X, path, key):
     X = np.asarray(X)
-    if X.ndim != 3:
-        raise DataError(f"'{path}': {key} must be [N, T, F], got shape {list(X.shape)}")
-    if not np.issubdtype(X.dtype, np.number):
-        raise DataError(f"'{path}': {key} must be numeric, got dtype {X.dtype}")
-    X = X.astype(np.float32)
+    if X.ndim != 3 or 0 in X.shape:
+        raise DataError(f"'{path}': {key} must be [N, T, F] with at least one of each, got shape {list(X.shape)}")
+    if X.dtype.kind not in "iuf":
+        raise DataError(f"'{path}': {key} must be real numbers, got dtype {X.dtype}")
+    with np.errstate(over="ignore"):
+        X = X.astype(np.float32)                # beyond float32's range -> Inf, refused with the NaNs below
     return X
 
 
-def _check_lengths(L, X, path):
+def _check_lengths(L, X, path, key="lengths"):
     if L is None:
         L = np.full(len(X), X.shape[1], dtype=np.int64)
-    L = np.asarray(L).astype(np.int64)
-    if L.shape != (len(X),) or (L < 1).any() or (L > X.shape[1]).any():
-        raise DataError(f"'{path}': lengths must be [N] integers in 1..{X.shape[1]}")
+    L = np.asarray(L)
+    ok = L.shape == (len(X),) and (L.dtype.kind in "iu" or (L.dtype.kind == "f" and np.isfinite(L).all()
+                                                           and (L == np.round(L)).all()))
+    if ok:
+        L = L.astype(np.int64)
+    if not ok or (L < 1).any() or (L > X.shape[1]).any():
+        raise DataError(f"'{path}': {key} must be [N] whole numbers in 1..{X.shape[1]}")
     mask = np.arange(X.shape[1])[None, :] < L[:, None]
     if not np.isfinite(X[mask]).all():
-        raise DataError(f"'{path}': X holds NaN or Inf inside the valid lengths; clean or drop those sequences")
+        raise DataError(f"'{path}': X holds NaN or Inf inside the valid lengths (or a value beyond float32's "
+                        "range, 3.4e38); clean or drop those sequences")
     X[~mask] = 0.0
     return L
 
@@ -240,14 +367,31 @@ def _holdout(split: Split, fraction=0.25):
 
 
 def _load_csv(path: Path) -> Dataset:
-    with open(path, newline="") as fh:
-        rows = list(csv.reader(fh))
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise DataError(f"cannot read '{path}': {e.strerror}") from None
+    try:
+        text = raw.decode("utf-8-sig")          # -sig: the byte-order mark a spreadsheet writes
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise DataError(f"'{path}' is not UTF-8 text (line {line}, byte {e.start}); save it as CSV UTF-8") from None
+    if "\x00" in text:
+        raise DataError(f"'{path}' holds NUL bytes, so it is not CSV text; save it as CSV UTF-8")
+    try:
+        rows = list(csv.reader(io.StringIO(text, newline=""), skipinitialspace=True))
+    except csv.Error as e:                      # a field past the size limit, a stray quote in strict mode
+        raise DataError(f"'{path}' is not a readable CSV file ({e}); save it as CSV UTF-8") from None
     if not rows:
         raise DataError(f"'{path}' is empty")
     header = [h.strip() for h in rows[0]]
     for need in ("sequence", "label"):
         if need not in header:
             raise DataError(f"'{path}': header needs a '{need}' column (see `edgeseq train --help`)")
+    for i, h in enumerate(header):
+        if not h or h in header[:i]:
+            what = "has no name" if not h else f"repeats the name '{h}'"
+            raise DataError(f"'{path}': header column {i + 1} {what}; give each column its own name")
     i_seq, i_lab = header.index("sequence"), header.index("label")
     i_split = header.index("split") if "split" in header else None
     feat_idx = [i for i, h in enumerate(header) if i not in (i_seq, i_lab, i_split)]
@@ -265,15 +409,23 @@ def _load_csv(path: Path) -> Dataset:
         except ValueError:
             bad = next(row[i] for i in feat_idx if not _is_float(row[i]))
             raise DataError(f"'{path}' line {lineno}: non-numeric value '{bad}'; fix or remove that row") from None
-        if not np.isfinite(values).all():
-            raise DataError(f"'{path}' line {lineno}: NaN or Inf value; fix or remove that row")
-        key = row[i_seq]
+        if not all(abs(v) <= F32_MAX for v in values):      # False for NaN too
+            raise DataError(f"'{path}' line {lineno}: NaN or Inf value (or one beyond float32's range, 3.4e38); "
+                            "fix or remove that row")
+        key = row[i_seq].strip()
+        split = row[i_split].strip().lower() if i_split is not None else ""
+        if i_split is not None and split not in ("train", "test"):
+            raise DataError(f"'{path}' line {lineno}: split '{row[i_split]}' is neither 'train' nor 'test'; "
+                            "fix that row")
         if key in seqs and key != last_key:
             raise DataError(f"'{path}' line {lineno}: sequence '{key}' continues after other rows; keep each "
                             "sequence's rows together, in time order")
         last_key = key
-        entry = seqs.setdefault(key, {"labels": [], "split": row[i_split] if i_split is not None else "", "values": []})
-        entry["labels"].append(row[i_lab])
+        entry = seqs.setdefault(key, {"labels": [], "split": split, "values": []})
+        if split != entry["split"]:
+            raise DataError(f"'{path}' line {lineno}: sequence '{key}' moves from split '{entry['split']}' to "
+                            f"'{split}'; give all rows of a sequence one split")
+        entry["labels"].append(row[i_lab].strip())
         entry["values"].append(values)
     if not seqs:
         raise DataError(f"'{path}' has a header but no readings")
@@ -293,8 +445,8 @@ def _load_csv(path: Path) -> Dataset:
         at += len(e["labels"])
     data = Split(X, Y[np.arange(len(seqs)), L - 1], L, Y)
     features = [header[i] for i in feat_idx]
-    splits = np.array([e["split"].strip().lower() for e in seqs.values()])
     if i_split is not None:
+        splits = np.array([e["split"] for e in seqs.values()])
         tr, te = splits == "train", splits == "test"
         if not te.any() or not tr.any():
             raise DataError(f"'{path}': the split column needs both 'train' and 'test' sequences")

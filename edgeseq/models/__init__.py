@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import asdict, fields
 
 from edgeseq import contract
@@ -29,19 +30,76 @@ def check_arch(arch: str) -> str:
     return arch
 
 
+# What each model setting may be: (type, smallest, largest) for numbers, the choices for
+# strings. The ceilings stop a typo (hidden=64000) from allocating gigabytes before it fails.
+LIMITS = {
+    "n_features": (int, 1, 4096),
+    "n_classes": (int, 2, 4096),
+    "hidden": (int, 1, 4096),
+    "layers": (int, 1, 16),
+    "dropout": (float, 0.0, 0.95),
+    "d_model": (int, 1, 4096),
+    "heads": (int, 1, 4096),
+    "d_ff": (int, 1, 16384),
+    "window": (int, 0, 100_000),
+    "positions": ("none", "sinusoid"),
+    "cell": ("gru", "lstm"),
+}
+
+
+def check_setting(arch: str, name: str, value):
+    """`value` for setting `name` of `arch`, as the config field's type; UsageError naming the
+    setting and what it may be otherwise. A number field takes no bool or text ('true', '8'),
+    a whole-number field no float (2.0 included: the checkpoint keeps exactly what it got)."""
+    rule = LIMITS[name]
+    if isinstance(rule[0], str):
+        if not isinstance(value, str) or value not in rule:
+            raise UsageError(f"'{arch}' setting {name} must be one of {', '.join(rule)}, got {value!r}")
+        return value
+    kind, lo, hi = rule
+    number = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if kind is int:
+        if not number or not isinstance(value, numbers.Integral) or not lo <= value <= hi:
+            raise UsageError(f"'{arch}' setting {name} must be a whole number in {lo}..{hi}, got {value!r}")
+        return int(value)
+    if not number or not lo <= value <= hi:           # False for NaN
+        raise UsageError(f"'{arch}' setting {name} must be a number in {lo}..{hi}, got {value!r}")
+    return float(value)
+
+
 def make_config(arch: str, **overrides):
-    """Config for `arch` with the given fields changed; unknown fields are an error."""
+    """Config for `arch` with the given fields changed. Unknown fields, values of the wrong
+    type or out of range (`LIMITS`) and fields the architecture fixes are UsageErrors that
+    name the setting and what it may be."""
     _, cfg_cls, fixed = REGISTRY[check_arch(arch)]
     names = {f.name for f in fields(cfg_cls)}
     unknown = sorted(set(overrides) - names)
     if unknown:
-        raise UsageError(f"'{arch}' has no setting {', '.join(unknown)}; it has {', '.join(sorted(names))}")
+        settable = sorted(names - set(fixed) - {"n_features", "n_classes"})
+        raise UsageError(f"'{arch}' has no setting {', '.join(unknown)}; it has {', '.join(settable)}")
+    for name, value in fixed.items():
+        if name in overrides and overrides[name] != value:
+            raise UsageError(f"'{arch}' fixes {name}={value}; choose the architecture instead "
+                             "(bigru or bilstm)")
+    values = {name: check_setting(arch, name, v) for name, v in overrides.items()}
     try:
-        config = cfg_cls(**{**overrides, **fixed})
-        build_model(arch, config)              # the layers check their sizes: hidden=0, dropout=1.5, heads=3 ...
+        config = cfg_cls(**{**values, **fixed})
+        if isinstance(config, TransformerConfig):
+            _check_transformer(config)
+        build_model(arch, config)              # the layers check anything LIMITS does not
     except (TypeError, ValueError, AssertionError, RuntimeError) as e:
         raise UsageError(f"'{arch}' settings {overrides} cannot build a model: {e}") from None
     return config
+
+
+def _check_transformer(c: TransformerConfig):
+    """Settings the Transformer needs together: d_model splits over heads, sinusoids pair up."""
+    if c.d_model % c.heads:
+        raise UsageError(f"'transformer' setting heads={c.heads} must divide d_model={c.d_model} "
+                         f"(heads one of {', '.join(str(h) for h in range(1, c.d_model + 1) if c.d_model % h == 0)})")
+    if c.positions == "sinusoid" and c.d_model % 2:
+        raise UsageError(f"'transformer' setting d_model={c.d_model} must be even with positions=sinusoid "
+                         "(sine and cosine pairs)")
 
 
 def build_model(arch: str, config):

@@ -39,8 +39,7 @@ def compare_models(paths: list, data: str = "basicmotions", readings: int = STRE
         if list(s.meta.features) != list(first.features) or list(s.meta.labels) != list(first.labels):
             raise DataError(f"'{p}' reads other features or predicts other labels than '{paths[0]}'; "
                             "compare models of one task")
-    if list(ds.features) != list(first.features):
-        raise DataError(f"data '{ds.name}' has features {ds.features}, the models read {first.features}")
+    ds = ds.for_model(first.features, f"data '{ds.name}'")
 
     X = long_streams(ds.test, readings, seed=seed)                       # (B, T, F)
     outputs = []

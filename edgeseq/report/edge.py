@@ -27,6 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeseq.errors import UsageError
+
 ARCHS = ["rnn", "gru", "lstm", "transformer"]
 COLORS = {"rnn": "tab:green", "gru": "tab:blue", "lstm": "tab:purple", "transformer": "tab:red",
           "transformer-window": "tab:orange", "recompute": "black"}
@@ -515,6 +517,13 @@ def build_report(out, quick: bool = False, runs=None, progress: bool = True) -> 
     from edgeseq.data import load_dataset
     from edgeseq.report.bench import machine_info
 
+    if runs is not None:
+        if not Path(runs).is_dir():
+            raise UsageError(f"--runs '{runs}' is not a directory; give the folder that holds <arch>/checkpoint.pt "
+                             "(e.g. runs after `make demo`), or leave --runs out to train here")
+        if not any((Path(runs) / a / "checkpoint.pt").is_file() for a in ARCHS):
+            raise UsageError(f"--runs '{runs}' holds none of {', '.join(f'{a}/checkpoint.pt' for a in ARCHS)}; "
+                             "leave --runs out to train here")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     settings = QUICK if quick else FULL

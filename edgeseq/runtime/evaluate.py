@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from edgeseq.data import Split, since_change
+from edgeseq.data import Split, align_features, since_change
 from edgeseq import contract
 from edgeseq.errors import DataError, UsageError
 from edgeseq.runtime.session import StreamSession, WindowSession
@@ -30,7 +30,11 @@ HOLD = 10                     # a change is followed once the prediction holds t
 
 def evaluate(model: str, split: Split, labels: list | None = None, provider: str = "cpu",
              features: list | None = None) -> dict:
-    """{'accuracy', 'n', 'accuracy_at_fraction', 'confusion', ...} for `model` on `split`."""
+    """{'accuracy', 'n', 'accuracy_at_fraction', 'confusion', ...} for `model` on `split`.
+
+    `features` names the split's columns (the Dataset's `features`): they are matched to the
+    model's by name (`align_features`: reordered if permuted, refused if they differ);
+    without names, by position, and the counts must agree."""
     try:
         sess = StreamSession(model, streams=len(split), provider=provider)
         probe = None
@@ -38,9 +42,12 @@ def evaluate(model: str, split: Split, labels: list | None = None, provider: str
         probe = sess = WindowSession(model, provider)     # a whole-window (bidirectional) model
         if sess.meta.mode != "window":
             raise
-    if split.X.shape[2] != len(sess.meta.features):
-        raise DataError(f"data has {split.X.shape[2]} features, the model expects {len(sess.meta.features)} "
-                        f"({', '.join(sess.meta.features)})")
+    names = list(features) if features is not None else [f"f{i}" for i in range(split.X.shape[2])]
+    if len(names) != split.X.shape[2]:
+        raise UsageError(f"features gives {len(names)} names for {split.X.shape[2]} data columns; give one per column")
+    order = align_features(names, sess.meta.features, "data")
+    if order is not None:
+        split = split.channels(order)
     if labels is not None and list(labels) != list(sess.meta.labels):
         raise DataError(f"data labels {labels} differ from the model's {sess.meta.labels}")
     t0 = time.perf_counter()

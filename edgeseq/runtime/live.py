@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edgeseq.errors import ReadingError, UsageError
-from edgeseq.runtime.stream import header_order, parse_line
+from edgeseq.runtime.stream import LineReader, read_lines
 
 
 class ReplaySource:
@@ -54,19 +54,21 @@ class ReplaySource:
         if what == "basicmotions":
             from edgeseq.data import load_dataset, since_change
             from edgeseq.runtime.evaluate import GRACE
-            ds = load_dataset("basicmotions")
+            ds = load_dataset("basicmotions").for_model(features, "the embedded data basicmotions")
             self.rows = np.concatenate([ds.test.X[i, :ds.test.lengths[i]] for i in range(len(ds.test))])
             y = np.concatenate([ds.test.Y[i, :ds.test.lengths[i]] for i in range(len(ds.test))])
             self.labels = [ds.labels[k] for k in y]
             self.scored = since_change(y) >= GRACE
         else:
             try:
-                with open(what, encoding="utf-8", errors="replace") as f:
-                    lines = [line for line in f.read().splitlines() if line.strip()]
+                with open(what, "rb") as f:
+                    raw = f.read()
             except OSError as e:
                 raise UsageError(f"cannot read readings file '{what}': {e.strerror}") from None
-            self.order = header_order(lines[0], features) if lines else None
-            self.rows = lines[1:] if self.order is not None else lines
+            self.reader = LineReader(features)
+            self.rows = [line for line in raw.split(b"\n") if line.strip()]
+            if self.rows and self.reader.parse(self.rows[0]) is None:     # a header: columns reordered
+                self.rows = self.rows[1:]
         self.i = skip
 
     def read(self):
@@ -75,9 +77,6 @@ class ReplaySource:
         r = self.rows[self.i]
         self.i += 1
         self.last = self.i - 1
-        if isinstance(r, str) and getattr(self, "order", None) is not None:
-            cells = r.split(",")
-            return ",".join(cells[j] for j in self.order) if len(cells) == len(self.order) else r
         return r
 
     def truth(self):
@@ -95,14 +94,10 @@ class LineSource:
 
     def __init__(self, fh, close=False):
         self.fh, self._close = fh, close
+        self._lines = read_lines(fh)
 
     def read(self):
-        line = self.fh.readline()
-        if not line:
-            return None
-        if isinstance(line, bytes):
-            line = line.decode("utf-8", errors="replace")
-        return line.rstrip("\r\n")
+        return next(self._lines, None)
 
     def close(self):
         if self._close:
@@ -155,10 +150,17 @@ class PluginSource:
         getattr(self.obj, "close", lambda: None)()
 
 
+def stdin_bytes():
+    """Standard input as a binary file, or UsageError if it is closed."""
+    if sys.stdin is None or sys.stdin.closed:
+        raise UsageError("standard input is closed; pipe readings in or pass a file")
+    return getattr(sys.stdin, "buffer", sys.stdin)
+
+
 def open_source(spec: str, features: list, skip: int = 0):
     kind, _, arg = spec.partition(":")
     if spec in ("stdin", "-"):
-        return LineSource(sys.stdin)
+        return LineSource(stdin_bytes())
     if kind == "replay" and arg:
         return ReplaySource(arg, features, skip)
     if kind == "csv" and arg:
@@ -203,7 +205,10 @@ class Stats:
 
 
 def _bad_kind(msg: str, line) -> str:
-    if isinstance(line, str) and any(ord(c) < 9 or c == "\ufffd" for c in line):
+    if isinstance(line, (bytes, bytearray)):
+        line = bytes(line).decode("utf-8", errors="replace")
+    if "not UTF-8" in msg or "longer than" in msg or \
+            (isinstance(line, str) and any(ord(c) < 9 or c == "\ufffd" for c in line)):
         return "garbage"
     if "NaN" in msg or "Inf" in msg or "nan" in msg or "inf" in msg:
         return "nan_inf"
@@ -241,6 +246,7 @@ def run_live(sess, source, rate: float | None = None, on_bad: str = "skip", as_j
     old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     period = 1.0 / rate if rate else 0.0
     paced = bool(rate) and getattr(source, "paced", False)
+    reader = getattr(source, "reader", None) or LineReader(sess.features)
     t0 = clock()
     slot = 0
     started = time.time()
@@ -273,8 +279,10 @@ def run_live(sess, source, rate: float | None = None, on_bad: str = "skip", as_j
                 break
             t_start = time.perf_counter()
             try:
-                if isinstance(item, str):
-                    x = parse_line(item, sess.n_features)
+                if isinstance(item, (str, bytes, bytearray)):
+                    x = reader.parse(item)
+                    if x is None:                               # a blank line, or the header
+                        continue
                 else:
                     x = np.asarray(item, np.float32).reshape(1, -1)
                     if x.shape[1] != sess.n_features:

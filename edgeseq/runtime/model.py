@@ -11,9 +11,25 @@ from edgeseq import contract
 from edgeseq.errors import ModelFileError
 from edgeseq.runtime.providers import check_provider, confirm_provider, session_options
 
+# onnxruntime's tensor type names as the numpy dtype names the contract uses
+ORT_DTYPES = {"tensor(float)": "float32", "tensor(int64)": "int64", "tensor(double)": "float64",
+              "tensor(float16)": "float16", "tensor(int32)": "int32", "tensor(int8)": "int8",
+              "tensor(uint8)": "uint8", "tensor(bool)": "bool"}
+
+
+def graph_tensors(args) -> dict:
+    """name -> (dtype name, shape list or None) for an InferenceSession's inputs or outputs."""
+    return {a.name: (ORT_DTYPES.get(a.type, a.type), list(a.shape) if a.shape is not None else None) for a in args}
+
 
 def open_model(path: str | os.PathLike, provider: str = "cpu", threads: int = 1):
-    """(InferenceSession, ModelMeta) for an edgeseq model file."""
+    """(InferenceSession, ModelMeta) for an edgeseq model file.
+
+    The metadata is parsed strictly (`ModelMeta.from_props`) and checked against the graph's
+    own inputs and outputs (`ModelMeta.check_graph`), so a model that loads also runs.
+    Raises ModelFileError (missing or unreadable file, not an edgeseq model, metadata of the
+    wrong type or disagreeing with the graph: the message names the file and the key) or
+    ProviderError."""
     p = Path(path)
     if not p.is_file():
         raise ModelFileError(f"model file '{path}' not found; export one with `edgeseq export RUN --out {path}`")
@@ -24,21 +40,17 @@ def open_model(path: str | os.PathLike, provider: str = "cpu", threads: int = 1)
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ModelFileError(f"'{path}' is not a readable ONNX model ({first[:120]}); export it again") from None
     confirm_provider(sess, provider)
-    props = sess.get_modelmeta().custom_metadata_map
+    props = dict(sess.get_modelmeta().custom_metadata_map)
     try:
         meta = contract.ModelMeta.from_props(props)
-    except KeyError as e:
-        what = "no edgeseq metadata" if not any(k.startswith("edgeseq.") for k in props) \
-            else f"missing metadata {e.args[0]}"
-        raise ModelFileError(f"'{path}' is an ONNX model but not an edgeseq model ({what}); "
-                             "export it with `edgeseq export`") from None
-    except (ValueError, TypeError):
+        meta.check_graph(graph_tensors(sess.get_inputs()), graph_tensors(sess.get_outputs()))
+    except contract.MetadataError as e:
+        if e.missing:
+            what = "no edgeseq metadata" if not any(k.startswith("edgeseq.") for k in props) \
+                else f"missing metadata {', '.join(e.missing)}"
+            raise ModelFileError(f"'{path}' is an ONNX model but not an edgeseq model ({what}); "
+                                 "export it with `edgeseq export`") from None
+        raise ModelFileError(f"'{path}': {e}") from None
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):    # a parser gap: still one line
         raise ModelFileError(f"'{path}' has unreadable edgeseq metadata; export it again") from None
-    if meta.format > contract.FORMAT_VERSION:
-        raise ModelFileError(f"'{path}' uses edgeseq format {meta.format}, this runtime reads up to "
-                             f"{contract.FORMAT_VERSION}; upgrade edgeseq")
-    names = {i.name for i in sess.get_inputs()}
-    needed = {contract.WINDOW} if meta.mode == "window" else {contract.READING} | {s.name for s in meta.state}
-    if not needed <= names:
-        raise ModelFileError(f"'{path}' lacks inputs {', '.join(sorted(needed - names))} its metadata promises; export it again")
     return sess, meta

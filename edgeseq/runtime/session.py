@@ -6,12 +6,19 @@ is allocated or re-bound. The Transformer's cache grows by one row per call: eac
 the previous call's `present` outputs as the next `past` inputs where they lie, without copying.
 
 A reading is checked (shape, finite values) before anything runs; a failed call leaves every
-stream's state as it was.
+stream's state as it was. A snapshot is checked whole before any of it is restored.
+
+A model whose output for one stream depends on the other rows of its call (dynamic int8:
+`quantize_dynamic` scales a call's activations over the whole batch) runs each stream in its
+own batch-1 call, through per-stream sub-sessions that share the one InferenceSession, so that
+streams never affect each other.
 """
 
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Mapping
 
 import numpy as np
 import onnxruntime as ort
@@ -22,6 +29,7 @@ from edgeseq.runtime.model import open_model
 from edgeseq.runtime.providers import DEVICE
 
 ON_FULL = ("error", "slide")
+MAX_POSITION = 1 << 62           # a restored position beyond this is not a reading count
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -35,7 +43,7 @@ class StreamSession:
     """Stream readings through an edgeseq step graph.
 
     >>> s = StreamSession("models/gru.onnx", streams=4)
-    >>> probs = s.push(readings)        # [4, F] -> [4, C]
+    >>> probs = s.push(readings)        # float32 [4, F] -> float32 [4, C], a copy
     >>> s.state_nbytes()                # bytes each stream holds now
     >>> snap = s.snapshot(); s.restore(snap); s.reset(stream=2)
 
@@ -45,57 +53,87 @@ class StreamSession:
     slides a window the model was trained with and raises for a bound given here.
     `max_history=0` keeps every reading (no bound, whatever the model's default): the cache
     grows, though a model trained with a window still attends to that window only.
+
+    Streams are independent: for a model whose batch rows interact (dynamic int8, see
+    `ModelMeta.batch_dependent`) each stream runs in its own batch-1 call; snapshot, restore,
+    reset, position, history and state_nbytes behave as for a batched session.
+
+    Thread-safe: a session may be shared between threads. push, push_logits, reset, snapshot,
+    restore and the position/history/state_nbytes reads are serialized by one lock (an
+    uncontended lock adds well under a microsecond to a push of tens of microseconds), so
+    concurrent pushes are applied one after the other and none is lost. `push` returns a copy
+    made under the lock; `push_logits` returns a view of the session's buffer that the next
+    call (from any thread) overwrites.
+
+    Raises ModelFileError / ProviderError (model), UsageError (bad settings).
     """
 
     def __init__(self, model: str | os.PathLike, streams: int = 1, provider: str = "cpu",
                  max_history: int | None = None, on_full: str | None = None, threads: int = 1):
-        if streams < 1:
-            raise UsageError("streams must be at least 1")
+        if isinstance(streams, bool) or not isinstance(streams, (int, np.integer)) or streams < 1:
+            raise UsageError(f"streams must be a whole number >= 1, got {streams!r}")
         if on_full is None:
             on_full = "error" if max_history is not None else "slide"
         if on_full not in ON_FULL:
             raise UsageError(f"on_full must be one of {', '.join(ON_FULL)}, got '{on_full}'")
-        self.path = str(model)
-        self.session, self.meta = open_model(model, provider, threads)
-        if self.meta.mode != "stream":
+        if max_history is not None and max_history < 0:
+            raise UsageError("max_history must be at least 1 (or 0: no bound)")
+        session, meta = open_model(model, provider, threads)
+        if meta.mode != "stream":
             raise UsageError(
-                f"'{model}' is a {self.meta.arch} model: it reads whole windows in both directions and "
+                f"'{model}' is a {meta.arch} model: it reads whole windows in both directions and "
                 "cannot stream one reading at a time; use `edgeseq eval` (WindowSession) or export a "
                 "gru, lstm, rnn or transformer model to stream")
+        bound = meta.max_history if max_history is None else (max_history or None)
+        self._setup(session, meta, str(model), int(streams), provider, bound, on_full)
+
+    def _setup(self, session, meta, path, streams, provider, max_history, on_full, each=None):
+        """Everything but opening the model: shared by the session and its per-stream sub-sessions."""
+        self.path = path
+        self.session, self.meta = session, meta
         self.streams = streams
         self.provider = provider
         self.device = DEVICE[provider]
-        self.labels = list(self.meta.labels)
-        self.features = list(self.meta.features)
+        self.labels = list(meta.labels)
+        self.features = list(meta.features)
         self.n_features = len(self.features)
-        self.growing = any(s.kind == contract.KIND_GROWING for s in self.meta.state)
-        if max_history is not None and max_history < 0:
-            raise UsageError("max_history must be at least 1 (or 0: no bound)")
-        self.max_history = self.meta.max_history if max_history is None else (max_history or None)
-        if self.max_history is not None and not self.growing:
-            self.max_history = None          # a fixed state has no history to bound
+        self.growing = any(s.kind == contract.KIND_GROWING for s in meta.state)
+        self.max_history = max_history if self.growing else None    # a fixed state has no history to bound
         self.on_full = on_full
-        self._has_position = contract.POSITION in {i.name for i in self.session.get_inputs()}
-        # Readings each stream has seen. A cache model feeds it to the graph, so it is an array
-        # that advances in place; a fixed-state model only counts, so a Python int (cheaper).
+        self._lock = threading.Lock()
+        self._has_position = contract.POSITION in {i.name for i in session.get_inputs()}
+        # Readings each stream has seen. A cache model feeds it to the graph, so it advances in
+        # place; a fixed-state model only counts calls and stores the call count at each stream's start.
         self._pos = np.zeros(streams, np.int64)
         self._calls = 0
         self._x = np.zeros((streams, self.n_features), np.float32)
-        self._x_ort = ort.OrtValue.ortvalue_from_numpy(self._x)
         self._logits = np.zeros((streams, len(self.labels)), np.float32)
-        self._logits_ort = ort.OrtValue.ortvalue_from_numpy(self._logits)
-        self._has_probs = contract.PROBS in {o.name for o in self.session.get_outputs()}
+        self._has_probs = contract.PROBS in {o.name for o in session.get_outputs()}
         self._probs = np.zeros_like(self._logits)
+        if each is None:
+            each = meta.batch_dependent and streams > 1
+        if each:                         # one batch-1 sub-session per stream, the same InferenceSession
+            self._subs = []
+            for _ in range(streams):
+                sub = StreamSession.__new__(StreamSession)
+                sub._setup(session, meta, path, 1, provider, self.max_history, on_full, each=False)
+                self._subs.append(sub)
+            return
+        self._subs = None
+        self._x_ort = ort.OrtValue.ortvalue_from_numpy(self._x)
+        self._logits_ort = ort.OrtValue.ortvalue_from_numpy(self._logits)
         self._probs_ort = ort.OrtValue.ortvalue_from_numpy(self._probs)
         self._pos_ort = ort.OrtValue.ortvalue_from_numpy(self._pos)
-        self.reset()
+        self._reset(None)
 
     # -- state ---------------------------------------------------------------------------
 
     def _zeros(self, spec: contract.StateSpec, history: int = 0) -> ort.OrtValue:
-        shape = [self.streams if d == contract.BATCH_AXIS else history if d == contract.HISTORY_AXIS else d
-                 for d in spec.shape]
-        return ort.OrtValue.ortvalue_from_numpy(np.zeros(shape, np.float32), self.device, 0)
+        return ort.OrtValue.ortvalue_from_numpy(np.zeros(self._shape(spec, history), np.float32), self.device, 0)
+
+    def _shape(self, spec: contract.StateSpec, history: int) -> list:
+        return [self.streams if d == contract.BATCH_AXIS else history if d == contract.HISTORY_AXIS else d
+                for d in spec.shape]
 
     def _bind_fixed(self, inputs, outputs) -> ort.IOBinding:
         b = self.session.io_binding()
@@ -112,9 +150,21 @@ class StreamSession:
         return b
 
     def reset(self, stream: int | None = None) -> None:
-        """Forget the history of one stream, or of all streams (stream=None)."""
+        """Forget the history of one stream, or of all streams (stream=None).
+
+        Raises UsageError for a stream that does not exist."""
+        with self._lock:
+            self._reset(stream)
+
+    def _reset(self, stream):
         if stream is not None:
             self._check_stream(stream)
+        if self._subs is not None:
+            for i, sub in enumerate(self._subs):
+                if stream is None or i == stream:
+                    sub._reset(None if stream is None else 0)
+            return
+        if stream is not None:
             if not self.growing:             # a cache stream's old rows are masked from now on
                 for v in self._state:
                     a = v.numpy()
@@ -129,7 +179,8 @@ class StreamSession:
             # Reading, position and logits live in fixed buffers: bound once. The cache is
             # re-bound every call since it grows.
             b.bind_ortvalue_input(contract.READING, self._x_ort)
-            b.bind_ortvalue_input(contract.POSITION, self._pos_ort)
+            if self._has_position:
+                b.bind_ortvalue_input(contract.POSITION, self._pos_ort)
             b.bind_ortvalue_output(contract.LOGITS, self._logits_ort)
             if self._has_probs:
                 b.bind_ortvalue_output(contract.PROBS, self._probs_ort)
@@ -142,7 +193,13 @@ class StreamSession:
 
     @property
     def position(self) -> np.ndarray:
-        """Readings each stream has seen since it started or was reset (a copy)."""
+        """Readings each stream has seen since it started or was reset: int64 [streams], a copy."""
+        with self._lock:
+            return self._position()
+
+    def _position(self) -> np.ndarray:
+        if self._subs is not None:
+            return np.concatenate([s._position() for s in self._subs])
         if self.growing:
             return self._pos.copy()
         return self._calls - self._pos
@@ -154,19 +211,28 @@ class StreamSession:
             self._pos[index] = self._calls - np.asarray(value)   # stores the call count at the start
 
     def _check_stream(self, stream):
-        if not 0 <= stream < self.streams:
-            raise UsageError(f"stream {stream} does not exist; this session has streams 0..{self.streams - 1}")
+        if isinstance(stream, bool) or not isinstance(stream, (int, np.integer)) or not 0 <= stream < self.streams:
+            raise UsageError(f"stream {stream!r} does not exist; this session has streams 0..{self.streams - 1}")
 
     @property
     def history(self) -> int:
         """Rows in the shared cache (Transformer), 0 for a fixed state."""
+        with self._lock:
+            return self._history()
+
+    def _history(self) -> int:
+        if self._subs is not None:
+            return self._subs[0]._history()          # the sub-sessions advance and slide together
         if not self.growing:
             return 0
-        return int(self._state[0].shape()[2])
+        return int(self._state[0].shape()[contract.GROWING_HISTORY_AXIS])
 
     def state_nbytes(self) -> int:
         """Bytes of state each stream holds now: flat for recurrent models, growing for a cache."""
-        return sum(int(np.prod(v.shape()[1:])) * 4 for v in self._state)
+        with self._lock:
+            if self._subs is not None:
+                return self._subs[0].state_nbytes()
+            return sum(int(np.prod(v.shape()[1:])) * 4 for v in self._state)
 
     def state_nbytes_at(self, history: int) -> int:
         """Bytes one stream would hold after `history` readings (bounded by max_history)."""
@@ -176,28 +242,100 @@ class StreamSession:
                    for s in self.meta.state)
 
     def snapshot(self) -> dict:
-        """A copy of every stream's state and position, for `restore` (or to save to disk)."""
-        return {"model": self.path, "position": self.position,
+        """A copy of every stream's state and position, for `restore` (or to save to disk):
+        {"model": path, "position": int64 [streams], "state": [float32 array per
+        `meta.state` entry, batch axis first (streams, ...); a cache has `history` rows on axis 2]}."""
+        with self._lock:
+            return self._snapshot()
+
+    def _snapshot(self) -> dict:
+        if self._subs is not None:
+            parts = [s._snapshot() for s in self._subs]
+            return {"model": self.path, "position": np.concatenate([p["position"] for p in parts]),
+                    "state": [np.concatenate([p["state"][i] for p in parts]) for i in range(len(self.meta.state))]}
+        return {"model": self.path, "position": self._position(),
                 "state": [v.numpy().copy() for v in self._state]}
 
     def restore(self, snap: dict) -> None:
+        """Replace every stream's state and position with `snap` (from `snapshot`, or a state file).
+
+        Everything is checked before anything changes: keys, the number of state tensors, each
+        one's shape (streams first; a cache's history rows on axis 2, the same for all and
+        within max_history), a real-number dtype whose values are finite in float32, and
+        positions (integers >= 0, one per stream). Raises UsageError naming what is wrong;
+        the session is then exactly as it was."""
+        with self._lock:
+            position, arrays = self._check_snapshot(snap)
+            self._apply(position, arrays)
+
+    def _check_snapshot(self, snap) -> tuple:
+        """(int64 [streams] positions, [float32 C-contiguous arrays]) from a snapshot, or UsageError."""
+        def bad(what):
+            return UsageError(f"snapshot {what}; session state unchanged")
+        if not isinstance(snap, Mapping):
+            raise bad(f"must be a dict with 'state' and 'position' (from snapshot()), got {type(snap).__name__}")
+        for key in ("state", "position"):
+            if key not in snap:
+                raise bad(f"lacks '{key}'")
         arrays = snap["state"]
-        if len(arrays) != len(self.meta.state) or len(snap["position"]) != self.streams:
-            raise UsageError("snapshot does not match this model and stream count")
-        for spec, cur, new in zip(self.meta.state, self._state, arrays):
-            want = cur.shape()
+        if not isinstance(arrays, (list, tuple)):
+            raise bad(f"'state' must be a list of arrays, got {type(arrays).__name__}")
+        specs = self.meta.state
+        if len(arrays) != len(specs):
+            raise bad(f"holds {len(arrays)} state tensors, this model has {len(specs)}")
+        out, history = [], None
+        for i, (spec, a) in enumerate(zip(specs, arrays)):
+            what = f"state {i} ('{spec.name}')"
+            try:
+                a = np.asarray(a)
+            except (ValueError, TypeError):
+                raise bad(f"{what} is not an array") from None
+            if a.dtype.kind not in "fiu":
+                raise bad(f"{what} has dtype {a.dtype}; it must hold real numbers (float32)")
+            if a.ndim != len(spec.shape):
+                raise bad(f"{what} has shape {list(a.shape)}; this session needs {self._shape(spec, 'history')}")
             if spec.kind == contract.KIND_GROWING:
-                if list(new.shape[:2]) + list(new.shape[3:]) != want[:2] + want[3:]:
-                    raise UsageError("snapshot does not match this model and stream count")
-            elif list(new.shape) != want:
-                raise UsageError("snapshot does not match this model and stream count")
+                t = a.shape[contract.GROWING_HISTORY_AXIS]
+                if history is not None and t != history:
+                    raise bad(f"{what} has {t} history rows, an earlier tensor {history}; they must agree")
+                history = t
+            want = self._shape(spec, history)
+            if list(a.shape) != want:
+                raise bad(f"{what} has shape {list(a.shape)}; this session needs {want} (streams first)")
+            with np.errstate(over="ignore", invalid="ignore"):
+                f = np.ascontiguousarray(a, np.float32)
+            if f is a:
+                f = f.copy()                 # never share memory with the caller's arrays
+            if not np.isfinite(f).all():
+                raise bad(f"{what} holds NaN or Inf (or values beyond float32's range)")
+            out.append(f)
+        if history is not None and self.max_history is not None and history > self.max_history:
+            raise bad(f"holds {history} history rows, more than this session's max_history {self.max_history}")
+        try:
+            p = np.asarray(snap["position"])
+        except (ValueError, TypeError):
+            raise bad("'position' is not an array") from None
+        if p.dtype.kind not in "iu":
+            raise bad(f"'position' has dtype {p.dtype}; it must hold whole numbers of readings")
+        if p.shape != (self.streams,):
+            raise bad(f"'position' has shape {list(p.shape)}; this session needs [{self.streams}] (one per stream)")
+        if p.size and (int(p.min()) < 0 or int(p.max()) > MAX_POSITION):
+            raise bad(f"'position' holds {int(p.min()) if int(p.min()) < 0 else int(p.max())}; "
+                      "positions are readings seen, >= 0")
+        return p.astype(np.int64), out
+
+    def _apply(self, position: np.ndarray, arrays: list) -> None:
+        """Install checked state (see `_check_snapshot`): nothing here can fail half way."""
+        if self._subs is not None:
+            for i, sub in enumerate(self._subs):
+                sub._apply(position[i:i + 1], [np.ascontiguousarray(a[i:i + 1]) for a in arrays])
+            return
         if self.growing:
-            self._state = [ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(a, np.float32), self.device, 0)
-                           for a in arrays]
+            self._state = [ort.OrtValue.ortvalue_from_numpy(a, self.device, 0) for a in arrays]
         else:
             for v, a in zip(self._state, arrays):
-                v.update_inplace(np.ascontiguousarray(a, np.float32))
-        self._set_position(slice(None), np.asarray(snap["position"], np.int64))
+                v.update_inplace(a)
+        self._set_position(slice(None), position)
 
     # -- the hot path --------------------------------------------------------------------
 
@@ -233,7 +371,23 @@ class StreamSession:
         return x
 
     def push_logits(self, readings) -> np.ndarray:
-        """Advance every stream by one reading; returns logits [streams, classes] (a view, copy to keep)."""
+        """Advance every stream by one reading (float32-convertible [streams, F]; [F] for one
+        stream). Returns logits float32 [streams, classes]: a view of the session's buffer,
+        valid until the next call on this session from any thread; copy it to keep it.
+        Raises ReadingError (shape, non-numeric, NaN/Inf) or HistoryFullError, with every
+        stream's state unchanged."""
+        with self._lock:
+            return self._advance_batch(readings) if self._subs is None else self._advance_each(readings)
+
+    def push(self, readings) -> np.ndarray:
+        """Advance every stream by one reading; returns class probabilities float32 [streams,
+        classes], a copy (made under the lock, so another thread's push cannot change it).
+        Raises as `push_logits`."""
+        with self._lock:
+            logits = self._advance_batch(readings) if self._subs is None else self._advance_each(readings)
+            return self._probs.copy() if self._has_probs else softmax(logits.copy())
+
+    def _advance_batch(self, readings) -> np.ndarray:
         x = readings
         if type(x) is not np.ndarray or x.dtype != np.float32 or x.shape != self._x.shape:
             x = self._coerce(x)
@@ -251,20 +405,37 @@ class StreamSession:
             self._calls += 1
         return self._logits
 
-    def push(self, readings) -> np.ndarray:
-        """Advance every stream by one reading; returns class probabilities [streams, classes]."""
-        logits = self.push_logits(readings)
-        return self._probs.copy() if self._has_probs else softmax(logits.copy())
+    def _advance_each(self, readings) -> np.ndarray:
+        """One batch-1 call per stream; every reading and the history's room are checked before
+        any stream advances."""
+        x = readings
+        if type(x) is not np.ndarray or x.dtype != np.float32 or x.shape != self._x.shape:
+            x = self._coerce(x)
+        if not np.isfinite(x).all():
+            raise self._bad_reading(x)
+        if self.growing:
+            self._subs[0]._check_room()              # all sub-sessions hold the same history
+        for i, sub in enumerate(self._subs):
+            self._logits[i] = sub._advance_batch(x[i:i + 1])[0]
+            if self._has_probs:
+                self._probs[i] = sub._probs[0]
+        return self._logits
+
+    def _check_room(self) -> bool:
+        """True when the cache is full and the next reading slides it; HistoryFullError when it
+        is full and this session raises instead."""
+        if self.max_history is None or self._history() < self.max_history:
+            return False
+        if self.on_full == "error":
+            raise HistoryFullError(
+                f"history is full ({self.max_history} readings); reset the stream, raise max_history "
+                "or slide (on_full='slide', --on-full slide); stream state unchanged")
+        return True
 
     def _step_cache(self):
         past = self._state
-        T = int(past[0].shape()[2])
-        if self.max_history is not None and T >= self.max_history:
-            if self.on_full == "error":
-                raise HistoryFullError(
-                    f"history is full ({self.max_history} readings); reset the stream, raise max_history "
-                    "or slide (on_full='slide', --on-full slide); stream state unchanged")
-            keep = self.max_history - 1
+        if self._check_room():
+            T, keep = self._history(), self.max_history - 1
             past = [ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v.numpy()[:, :, T - keep:]), self.device, 0)
                     for v in past]
         b = self._binding
@@ -276,7 +447,7 @@ class StreamSession:
         self._state = b.get_outputs()[2 if self._has_probs else 1:]
 
     def run(self, sequence) -> np.ndarray:
-        """Push a whole [T, streams, F] array; returns probabilities [T, streams, C]."""
+        """Push a whole [T, streams, F] array; returns probabilities float32 [T, streams, C]."""
         return np.stack([self.push(x) for x in sequence])
 
 

@@ -51,6 +51,62 @@ class Translation:
     unknown: list = field(default_factory=list)
 
 
+def _fail(d, what):
+    raise ModelFileError(f"'{d / 'model.json'}' {what}; export the model again with `edgeseq translate export`")
+
+
+def read_model_json(d: Path) -> dict:
+    """A translation model directory's model.json, checked: every key the runtime reads is
+    there with the right type, and every file it names lies inside the directory.
+    ModelFileError names the key otherwise."""
+    path = d / "model.json"
+    try:
+        meta = json.loads(path.read_bytes().decode("utf-8-sig"))
+    except (ValueError, UnicodeDecodeError):
+        _fail(d, "is not valid UTF-8 JSON")
+    if not isinstance(meta, dict) or meta.get("kind") != "translation":
+        raise ModelFileError(f"'{d}' is not a translation model directory (model.json kind is not 'translation')")
+    root = d.resolve()
+    for key in ("encoder", "decoder", "tokenizer"):
+        v = meta.get(key)
+        if not isinstance(v, str) or not v:
+            _fail(d, f"lacks the file name '{key}'")
+        f = (d / v).resolve()
+        if root not in f.parents:
+            _fail(d, f"names {key} '{v}', outside the model directory; files must lie inside it")
+        if not f.is_file():
+            raise ModelFileError(f"'{d}' lacks {v}; export the model again with `edgeseq translate export`")
+
+    def is_int(x, lo):
+        return isinstance(x, int) and not isinstance(x, bool) and x >= lo
+    for key in ("max_source", "max_target"):
+        if not is_int(meta.get(key), 2):
+            _fail(d, f"has {key} {meta.get(key)!r}, not a whole number >= 2")
+    sp = meta.get("special")
+    if not isinstance(sp, dict) or not all(is_int(sp.get(k), 0) for k in ("bos", "eos")):
+        _fail(d, "lacks whole-number special token ids bos and eos")
+    if not isinstance(meta.get("config"), dict):
+        _fail(d, "lacks the model config")
+    outs = meta.get("encoder_outputs")
+    if not isinstance(outs, list) or not all(isinstance(x, str) for x in outs):
+        _fail(d, "has no list of encoder_outputs")
+    static = meta.get("static")
+    if not isinstance(static, dict) or not all(isinstance(v, str) and v in outs for v in static.values()):
+        _fail(d, "has a 'static' map that does not name encoder outputs")
+    state = meta.get("state")
+    if not isinstance(state, list):
+        _fail(d, "has no 'state' list")
+    for i, st in enumerate(state):
+        ok = isinstance(st, dict) and all(isinstance(st.get(k), str) for k in ("input", "output", "init"))
+        if ok and st["init"] == "empty":
+            ok = isinstance(st.get("shape"), list) and len(st["shape"]) == 2 and all(is_int(x, 1) for x in st["shape"])
+        elif ok:
+            ok = st["init"].startswith("encoder:") and st["init"].split(":", 1)[1] in outs
+        if not ok:
+            _fail(d, f"has state entry {i + 1} that cannot be used (input, output, init, shape)")
+    return meta
+
+
 def length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
@@ -64,17 +120,11 @@ class Translator:
         if not (d / "model.json").is_file():
             raise ModelFileError(f"'{model_dir}' lacks model.json; it is not a translation model directory "
                                  "(export it again with `edgeseq translate export`)")
-        try:
-            self.meta = json.loads((d / "model.json").read_text())
-        except ValueError:
-            raise ModelFileError(f"'{d / 'model.json'}' is not valid JSON; export the model again") from None
-        if self.meta.get("kind") != "translation":
-            raise ModelFileError(f"'{model_dir}' is not a translation model directory")
-        for key in ("encoder", "decoder", "tokenizer"):
-            if not (d / self.meta[key]).is_file():
-                raise ModelFileError(f"'{model_dir}' lacks {self.meta[key]}; export the model again with "
-                                     "`edgeseq translate export`")
+        self.meta = read_model_json(d)
         self.tok = Tokenizer.load(d / self.meta["tokenizer"])
+        if self.tok.vocab_size > self.meta["config"].get("vocab", self.tok.vocab_size):
+            raise ModelFileError(f"'{model_dir}': the tokenizer has {self.tok.vocab_size} tokens, the model reads "
+                                 f"{self.meta['config']['vocab']}; export the model again")
         providers = check_provider(provider)
         self.provider, self.device = provider, DEVICE[provider]
         so = session_options(threads)
@@ -87,6 +137,15 @@ class Translator:
         confirm_provider(self.enc, provider)
         confirm_provider(self.dec, provider)
         self.dec_inputs = {i.name for i in self.dec.get_inputs()}
+        enc_out = {o.name for o in self.enc.get_outputs()}
+        dec_out = {o.name for o in self.dec.get_outputs()}
+        want_in = {"token", "beam_index", "source_lengths"} | set(self.meta["static"]) | {x["input"] for x in self.meta["state"]}
+        want_out = {"logprobs", "attention"} | {x["output"] for x in self.meta["state"]}
+        for what, want, have in (("encoder outputs", set(self.meta["encoder_outputs"]), enc_out),
+                                 ("decoder inputs", want_in, self.dec_inputs), ("decoder outputs", want_out, dec_out)):
+            if not want <= have:
+                raise ModelFileError(f"'{model_dir}': model.json names {what} {sorted(want - have)} the graphs lack; "
+                                     "export the model again")
         self.bos, self.eos = self.meta["special"]["bos"], self.meta["special"]["eos"]
         self.max_source, self.max_target = self.meta["max_source"], self.meta["max_target"]
 
@@ -163,9 +222,12 @@ class Translator:
             b.bind_output(s["output"], self.device)
         return logp, att
 
-    def _max_len(self, lengths, max_len):
-        limit = np.minimum(2 * lengths + 10, self.max_target)
-        return int(limit.max()) if max_len is None else int(min(max_len, self.max_target))
+    def _limits(self, lengths, max_len) -> np.ndarray:
+        """Most output tokens per sentence, int [N]: `max_len`, or 2 x its own source length + 10,
+        never past the model's target limit. A sentence's limit never depends on its batch."""
+        limit = np.minimum(2 * lengths + 10, self.max_target) if max_len is None \
+            else np.full(len(lengths), min(max_len, self.max_target))
+        return limit.astype(np.int64)
 
     # --- greedy ----------------------------------------------------------------------------
 
@@ -173,13 +235,15 @@ class Translator:
                truncate: bool = False) -> list:
         src, lengths, rows, unknown = self.prepare(sentences, truncate)
         N = len(src)
-        T = self._max_len(lengths, max_len)
+        limits = self._limits(lengths, max_len)
+        T = int(limits.max())
         b, _ = self._start(src, lengths, 1)
         token = np.full(N, self.bos, np.int64)
         keep = np.arange(N, dtype=np.int64)
         out = np.zeros((N, 0), np.int64)
         score = np.zeros(N)
         done = np.zeros(N, bool)
+        stop = np.full(N, T)                              # tokens each sentence keeps
         atts = []
         for t in range(T):
             logp, att = self._step(b, token, np.full(N, t, np.int64), keep)
@@ -189,14 +253,15 @@ class Translator:
             out = np.concatenate([out, nxt[:, None]], 1)
             if attention:
                 atts.append(att.numpy().copy())     # the bound output buffer is reused next step
-            done |= nxt == self.eos
+            ends = ~done & ((nxt == self.eos) | (t + 1 >= limits))
+            stop[ends] = t + 1
+            done |= ends
             token = nxt
             if done.all():
                 break
         res = []
         for n in range(N):
-            ids = out[n].tolist()
-            ids = ids[:ids.index(self.eos) + 1] if self.eos in ids else ids
+            ids = out[n, :stop[n]].tolist()
             A = np.stack([a[n, :lengths[n]] for a in atts[:len(ids)]]) if attention else None
             res.append(self._result(sentences[n], rows[n], ids, float(score[n]), float(score[n]), A, unknown[n]))
         return res
@@ -211,7 +276,8 @@ class Translator:
             raise UsageError("length penalty alpha must be >= 0")
         src, lengths, rows, unknown = self.prepare(sentences, truncate)
         N, k = len(src), beam
-        T = self._max_len(lengths, max_len)
+        limits = self._limits(lengths, max_len)
+        T = int(limits.max())
         b, B = self._start(src, lengths, k)
         scores = np.full((N, k), NEG)
         scores[:, 0] = 0.0                               # one live hypothesis per sentence at the start
@@ -257,6 +323,13 @@ class Translator:
                 del finished[n][k:]
                 if len(finished[n]) == k and new_scores[n, 0] / lp <= finished[n][-1][0]:
                     done[n] = True                       # no live hypothesis can pass the worst finished one
+                elif t + 1 >= limits[n]:                 # its own length limit: the best live one ends here
+                    if not finished[n] and new_scores[n, 0] > NEG / 2:
+                        row0 = int(new_index[n * k])
+                        A = att_hist[row0, :, :lengths[n]] if attention else None
+                        finished[n].append((new_scores[n, 0] / lp, float(new_scores[n, 0]),
+                                            hist[row0].tolist() + [int(new_token[n * k])], A))
+                    done[n] = True
             if done.all():
                 break
             scores, index, token = new_scores, new_index, new_token
