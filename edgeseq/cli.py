@@ -507,11 +507,16 @@ def _fmt_check(r):
              "requested before reuse)",
              f"    {'state/cache':16s} {m['state']:>9,d}",
              f"    {'inputs/outputs':16s} {m['io']:>9,d}",
+             *([f"    {'stack (step)':16s} {m['stack']:>9,d}"] if m.get("stack") else []),
              f"    {'total':16s} {m['total']:>9,d} of {m['available']:,}  (margin {m['margin']:,})",
-             f"  cost per reading: {c['macs']:,} MACs x {c['cycles_per_mac']:g} + {c['other_ops']:,} other ops x "
-             f"{c['cycles_per_op']:g} = {c['cycles']:,} cycles = {c['us_per_reading']:.0f} us; "
-             f"highest sample rate about {c['max_rate_hz']:,.0f} Hz",
+             (f"  cost per reading: {c['macs']:,} MACs x {c['cycles_per_mac']:g} cycles = {c['cycles']:,} cycles"
+              if not c['cycles_per_op'] else
+              f"  cost per reading: {c['macs']:,} MACs x {c['cycles_per_mac']:g} + {c['other_ops']:,} other ops x "
+              f"{c['cycles_per_op']:g} = {c['cycles']:,} cycles")
+             + f" = {c['us_per_reading']:.0f} us; highest sample rate about {c['max_rate_hz']:,.0f} Hz ({c['source']})",
              f"  fits: {'yes' if r['fits'] else 'NO'}"]
+    if r.get("note"):
+        lines.append(f"  note: {r['note']}")
     if "longest_history" in r:
         lines.append(f"  longest history that fits in RAM: {r['longest_history']:,} readings")
     return "\n".join(lines)
@@ -528,10 +533,11 @@ def _fmt_check(r):
 def firmware_check(model, target, history, cycles_per_mac, targets_file, as_json):
     """Flash and RAM plan against a part, and cycles and time per reading.
 
-    int8 RNN/GRU/LSTM are planned as the integer-only C step runs them (`firmware emit`);
-    other models as their ONNX graph runs (float intermediates). Cycles per MAC are per-core
-    estimates from published instruction timings (see firmware_sim/targets.py); measure on
-    the part and pass --cycles-per-mac to refine. Exit 1 if the model does not fit.
+    int8 RNN/GRU/LSTM are planned as the integer-only C step runs them (`firmware emit`): on
+    Cortex-M0+, M4 and M7 parts with code size, stack and cycles per MAC measured on emulated
+    cores (`edgeseq firmware measure`; firmware_sim/targets.py MEASURED). Other models are
+    planned as their ONNX graph runs (float intermediates), with per-core estimates from
+    published instruction timings; pass --cycles-per-mac to refine. Exit 1 if it does not fit.
     """
     from firmware_sim.plan import check_model, verdict
     from firmware_sim.targets import get_target
@@ -541,6 +547,56 @@ def firmware_check(model, target, history, cycles_per_mac, targets_file, as_json
     why = verdict(r)
     if why:
         raise EdgeseqError(why)
+
+
+@firmware.command(name="measure")
+@click.argument("model", type=click.Path())
+@click.option("--target", help="A profile name: its core is emulated and its clock gives the time per reading.")
+@click.option("--core", type=click.Choice(["cortex-m0plus", "cortex-m4", "cortex-m7", "cortex-m33"]),
+              help="The core to emulate (instead of --target's).")
+@click.option("--opt", type=click.Choice(["-Os", "-O2", "-O3"]), default="-O2", show_default=True,
+              help="Optimisation level of the cross compiler.")
+@click.option("--readings", type=click.IntRange(min=10, max=20000), default=1000, show_default=True,
+              help="Readings streamed through the compiled step and compared with the simulator.")
+@click.option("--targets-file", type=click.Path(), help="JSON file with more target profiles.")
+@click.option("--json", "as_json", is_flag=True)
+@_errors
+def firmware_measure(model, target, core, opt, readings, targets_file, as_json):
+    """Cross-compile the emitted int8 step for a Cortex-M core, run it on an emulated core, and
+    report measured sizes (.text, .rodata), stack, instructions per reading and the instruction
+    mix, with cycles modelled from that mix (Arm TRM timings). Needs arm-none-eabi-gcc (Debian:
+    gcc-arm-none-eabi) or `pip install ziglang`, and `pip install "edgeseq[firmware]"`.
+
+    \b
+      edgeseq firmware measure models/gru-int8.onnx --target nrf52840
+      edgeseq firmware measure models/lstm-int8.onnx --core cortex-m0plus --opt -Os --json
+    """
+    from firmware_sim.measure import core_of, measure
+    from firmware_sim.targets import get_target
+
+    if not target and not core:
+        raise UsageError("give --target (a profile) or --core (cortex-m0plus, cortex-m4, cortex-m7, cortex-m33)")
+    t = get_target(target, targets_file) if target else None
+    r = measure(model, core or core_of(t), opt, readings=readings, target=t)
+    if as_json:
+        _echo_json(r)
+        return
+    sec = r["sections"]
+    lines = [f"{r['model']} ({r['arch']}, hidden {r['hidden']}) on an emulated {r['core']} ({r['cpu_model']}), "
+             f"{r['compiler']} {r['opt']}{', SMLAD path' if r['dsp_path'] else ', portable path'}",
+             f"  bit-exact with `firmware simulate` over {r['bit_exact_readings']:,} readings",
+             f"  measured: .text {sec['text']:,} B, .rodata {sec['rodata']:,} B, .data {sec['data']:,} B, "
+             f".bss {sec['bss']:,} B; stack {r['stack_bytes']:,} B per step (plus {r['scratch_bytes']:,} B of "
+             f"caller scratch and {r['state_bytes']:,} B of state)",
+             f"  measured: {r['instructions_per_step']:,.0f} instructions per reading = "
+             f"{r['instructions_per_mac']:.2f} per MAC ({r['macs']:,} MACs); 64-bit helpers: "
+             + (", ".join(f"{k} {v:.0f}" for k, v in r["helper_instructions_per_step"].items()) or "none")]
+    if "cycles_per_step" in r:
+        lines.append(f"  modelled: {r['cycles_per_step']:,.0f} cycles per reading ({r['cycles_per_mac']:.2f} per MAC)"
+                     + (f" = {r['us_per_reading']:,.0f} us at {t.clock_mhz:g} MHz, about {r['max_rate_hz']:,.0f} "
+                        "readings/s" if t is not None else ""))
+    lines.append("  most executed: " + ", ".join(f"{k} {v:,.0f}" for k, v in r["mix_top"][:8]))
+    click.echo("\n".join(lines))
 
 
 @firmware.command(name="simulate")
@@ -570,23 +626,34 @@ def firmware_simulate(model, data, float_model, as_json):
 
 @firmware.command(name="emit")
 @click.argument("model", type=click.Path())
-@click.option("--out", required=True, type=click.Path(), help="Directory for edgeseq_model.h and example_main.c.")
+@click.option("--out", required=True, type=click.Path(), help="Directory for the C files.")
+@click.option("--prefix", default="es", show_default=True,
+              help="Name prefix of every symbol, so several models link into one firmware.")
 @click.option("--json", "as_json", is_flag=True)
 @_errors
-def firmware_emit(model, out, as_json):
-    """Write C99: a header with the int8 weights, tables and the integer-only step function."""
-    from firmware_sim.cemit import emit
+def firmware_emit(model, out, prefix, as_json):
+    """Write C99 for the integer-only step: PREFIX_model.h (the API), PREFIX_model.c (weights
+    and step), es_kernels.h (shared kernels, with an SMLAD path on Cortex-M4/M7/M33) and a host
+    example. The caller passes PREFIX_SCRATCH_BYTES of working memory to each step.
+
+    \b
+      edgeseq firmware emit models/gru-int8.onnx --out firmware/gru --prefix gesture
+    """
+    from firmware_sim.cemit import check_prefix, emit
     from firmware_sim.intsim import from_onnx
 
+    check_prefix(prefix)
     m = from_onnx(model)
     with _writing(out):
-        r = emit(m, out)
+        r = emit(m, out, prefix=prefix)
     if as_json:
         _echo_json(r)
     else:
-        click.echo(f"wrote {out}/edgeseq_model.h ({r['header_bytes']:,} bytes of source: {r['int8_weights']:,} int8 "
-                   f"weights, {r['tables_bytes']:,} B of tables) and {out}/example_main.c; "
-                   f"build: gcc -std=c99 -O2 -o stream {out}/example_main.c")
+        click.echo(f"wrote {out}/{prefix}_model.h, {prefix}_model.c ({r['int8_weights']:,} int8 weights, "
+                   f"{r['tables_bytes']:,} B of tables), es_kernels.h and example_main.c; the step needs "
+                   f"{r['scratch_bytes']:,} B of scratch and {r['state_bytes']:,} B of state; readings are int32 "
+                   f"with {', '.join(map(str, r['in_frac']))} fractional bits per channel; "
+                   f"build: gcc -std=c99 -O2 -o stream {out}/example_main.c {out}/{prefix}_model.c")
 
 
 @cli.group()

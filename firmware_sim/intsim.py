@@ -2,19 +2,24 @@
 
 Taken from the static int8 ONNX model: the int8 weights (symmetric, per output channel), their
 scales, and the calibrated scale and zero point of every MatMul/Gemm input. Everything else is
-fixed here and is the same in the C code `firmware_sim.cemit` writes:
+fixed here and is the same in the C code `firmware_sim.cemit` writes, operation for operation,
+in 32-bit arithmetic only (a Cortex-M0+ has no 64-bit multiply):
 
-- A reading enters as Q16.16 fixed point (int32, value x 65536: what a sensor driver with a
-  fixed scale hands over). Normalisation and quantization to int8 are one multiply-shift per
-  feature.
-- Each MatMul is an int8 x int8 dot product into int32. The accumulator is scaled to a Q12
-  pre-activation (int32, 12 fractional bits) by a per-channel multiplier and shift:
-  y = (acc * m + 2^(s-1)) >> s (64-bit product, arithmetic shift). Biases are added in Q12.
+- A reading enters as int32 fixed point with a number of fractional bits chosen per channel
+  from the range the model's int8 input covers (`in_frac`, up to 24; a pressure channel in Pa
+  gets about 12, an accelerometer in g 24): value x 2^in_frac. Readings are clamped to
+  +-(2^30 - 1) first. A channel whose int8 step is finer than what an int32 can resolve over
+  its range is refused (`InputFormatError`, naming it).
+- Each MatMul is an int8 x int8 dot product into int32 (the input zero point folded into a
+  per-output constant). The accumulator becomes a Q12 pre-activation (12 fractional bits) by a
+  per-channel multiplier and shift, y = round(acc x m / 2^s) with a 15-bit m, computed exactly
+  from 16-bit halves of acc (`requant`). Biases are added in Q12.
 - sigmoid and tanh are int16 tables of 2049 knots over [-8, 8] (steps of 1/128) with linear
   interpolation between knots (Q12 input: index x >> 5, weight x & 31), giving Q15 outputs;
   outside the range they saturate. Without interpolation the RNN lost a test sequence.
-- The recurrent state h is int16 Q15; the LSTM cell c is int32 Q15. h is quantized to int8
-  with the model's calibrated scale before each MatMul.
+- The recurrent state h is int16 Q15; the LSTM cell c is int32 Q15 (f x c is taken exactly in
+  32 bits from 16-bit halves). h is quantized to int8 with the model's calibrated scale before
+  each MatMul.
 - The head gives Q12 logits; the prediction is their argmax. No float on the path: floats
   appear only when the tables and multipliers are built, and when outputs are compared.
 """
@@ -33,26 +38,42 @@ LUT_SHIFT = 5               # Q12 -> table index: (x + 8 * 4096) >> 5
 ONE_Q15 = 1 << 15
 
 
+MULT_BITS = 15              # multiplier mantissa: m in [2^14, 2^15), so 16-bit halves of acc x m fit 32 bits
+IN_FRAC_MAX = 24            # most fractional bits of a reading
+IN_LIMIT = (1 << 30) - 1    # readings are clamped to +-IN_LIMIT, so reading - mean fits an int32
+
+
 def multiplier(real: float) -> tuple:
-    """real > 0 -> (m, s) with m in [2^30, 2^31) and real ~= m / 2^s (s <= 62)."""
+    """real > 0 -> (m, s), m in [2^14, 2^15), real ~= m / 2^s, 1 <= s <= 62 (`requant` brings s
+    into 16..31 with a shift of the accumulator). UsageError for a ratio of 2^15 or more."""
     if not real > 0:
-        return 0, 1
-    s = 30 - int(np.floor(np.log2(real)))
+        return 0, 16
+    s = MULT_BITS - 1 - int(np.floor(np.log2(real)))
     m = int(round(real * 2.0 ** s))
-    if m >= 1 << 31:
+    if m >= 1 << MULT_BITS:
         m, s = m // 2, s - 1
     if s > 62:
-        m, s = int(round(real * 2.0 ** 62)), 62
+        m, s = max(1, int(round(real * 2.0 ** 62))), 62
     if s < 1:
-        raise UsageError(f"scale ratio {real:g} is too large for a 31-bit multiplier")
+        raise UsageError(f"scale ratio {real:g} is too large for a {MULT_BITS}-bit multiplier")
     return m, s
 
 
 def requant(acc, m, s):
-    """(acc * m + 2^(s-1)) >> s on int64, element-wise; m, s scalars or per-channel arrays."""
+    """round(acc x m / 2^s) (half up) as the C computes it in 32 bits, element-wise; m, s
+    scalars or per-channel arrays. s < 16: acc is first multiplied by 2^(16-s) (the caller
+    guarantees it fits, see `MatMulQ.make`); s > 31: acc is first shifted right by s-31
+    (arithmetic). Then with acc = ah x 2^16 + al: (ah x m + ((al x m + 2^(s-1)) >> 16)) >> (s-16),
+    which equals round(acc x m / 2^s) exactly."""
     acc = np.asarray(acc, np.int64)
     m = np.asarray(m, np.int64)
     s = np.asarray(s, np.int64)
+    left = np.maximum(16 - s, 0)
+    acc = acc << left
+    s = s + left
+    right = np.maximum(s - 31, 0)
+    acc = acc >> right
+    s = s - right
     return (acc * m + (np.int64(1) << (s - 1))) >> s
 
 
@@ -85,11 +106,21 @@ class MatMulQ:
     @classmethod
     def make(cls, w_q: np.ndarray, w_scale: np.ndarray, in_scale: float, in_zp: int) -> "MatMulQ":
         ms = [multiplier(float(in_scale) * float(ws) * (1 << Q)) for ws in np.broadcast_to(w_scale, w_q.shape[1:])]
-        return cls(w=w_q.astype(np.int8), in_scale=float(in_scale), in_zp=int(in_zp),
-                   m=np.array([a for a, _ in ms], np.int64), s=np.array([b for _, b in ms], np.int64))
+        m = np.array([a for a, _ in ms], np.int64)
+        s = np.array([b for _, b in ms], np.int64)
+        worst = np.abs(w_q.astype(np.int64)).sum(0) * 256              # largest |acc| per output
+        if ((worst << np.maximum(16 - s, 0)) >= 1 << 31).any():
+            raise UsageError("an int8 layer's scale ratio is too large for 32-bit requantization; "
+                             "retrain with weight decay or export again")
+        return cls(w=w_q.astype(np.int8), in_scale=float(in_scale), in_zp=int(in_zp), m=m, s=s)
+
+    @property
+    def wsum_zp(self) -> np.ndarray:
+        """zp x sum_k w[k, o]: the input zero point folded out of the dot product (int32 [out])."""
+        return self.in_zp * self.w.astype(np.int64).sum(0)
 
     def __call__(self, a_q: np.ndarray) -> np.ndarray:
-        acc = (a_q.astype(np.int64) - self.in_zp) @ self.w.astype(np.int64)      # int32 range
+        acc = a_q.astype(np.int64) @ self.w.astype(np.int64) - self.wsum_zp     # int32 range
         return requant(acc, self.m, self.s)
 
     def quantize_q15(self, h_q15: np.ndarray, hm: int, hs: int) -> np.ndarray:
@@ -103,9 +134,10 @@ class IntModel:
     hidden: int
     layers: int
     labels: list
-    feat_m: np.ndarray       # reading Q16.16 -> int8 input: per-feature multiplier, shift, offset
+    feat_m: np.ndarray       # reading (fixed point) -> int8 input: per-feature multiplier, shift, offset
     feat_s: np.ndarray
-    mean_q16: np.ndarray
+    mean_fx: np.ndarray      # per-feature mean in the reading's fixed point
+    in_frac: np.ndarray      # per-feature fractional bits of a reading
     cells: list              # per layer: {"x": MatMulQ, "h": MatMulQ, "hq": (m, s), "b": Q12, "bh": Q12|None}
     head: MatMulQ
     head_hq: tuple
@@ -121,14 +153,24 @@ class IntModel:
                 st.append(np.zeros((B, self.hidden), np.int64))                    # c, Q15
         return st
 
-    def quantize_reading(self, x_q16: np.ndarray) -> np.ndarray:
-        first = self.cells[0]["x"]
-        return np.clip(requant(np.asarray(x_q16, np.int64) - self.mean_q16, self.feat_m, self.feat_s) + first.in_zp,
-                       -128, 127)
+    @property
+    def n_features(self) -> int:
+        return len(self.mean_fx)
 
-    def step(self, x_q16: np.ndarray, state: list):
-        """x_q16 int [B, F] -> (logits Q12 int [B, C], new state)."""
-        a = self.quantize_reading(x_q16)
+    def to_fixed(self, readings) -> np.ndarray:
+        """Float readings [..., F] -> the int32 fixed point the step reads (value x 2^in_frac,
+        rounded, saturated to int32): what a sensor driver hands over."""
+        x = np.round(np.asarray(readings, np.float64) * np.exp2(self.in_frac.astype(np.float64)))
+        return np.clip(x, -(1 << 31), (1 << 31) - 1).astype(np.int64)
+
+    def quantize_reading(self, x_fx: np.ndarray) -> np.ndarray:
+        first = self.cells[0]["x"]
+        d = np.clip(np.asarray(x_fx, np.int64), -IN_LIMIT, IN_LIMIT) - self.mean_fx
+        return np.clip(requant(d, self.feat_m, self.feat_s) + first.in_zp, -128, 127)
+
+    def step(self, x_fx: np.ndarray, state: list):
+        """x_fx int [B, F] (readings in fixed point, `to_fixed`) -> (logits Q12 int [B, C], new state)."""
+        a = self.quantize_reading(x_fx)
         H, new, per = self.hidden, [], 2 if self.kind == "lstm" else 1
         h = None
         for layer, cell in enumerate(self.cells):
@@ -212,7 +254,14 @@ def _from_proto(proto, meta, path) -> IntModel:
     mean, std = np.asarray(norm["mean"], np.float64), np.asarray(norm["std"], np.float64)
     std = std * np.asarray(norm.get("input_scale", np.ones_like(std)), np.float64)   # what the graph divides by
     x0 = mm["wx0"]
-    feat = [multiplier(1.0 / (sd * x0.in_scale * 65536.0)) for sd in std]
+    in_frac = input_format(meta.features, mean, std, x0.in_scale, x0.in_zp)
+    feat = []
+    for f, (sd, k) in enumerate(zip(std, in_frac)):
+        m, sh = multiplier(1.0 / (sd * x0.in_scale * 2.0 ** k))
+        if sh > 31:                      # bits the requantization would shift out first: not worth carrying
+            in_frac[f] = k = k - (sh - 31)
+            m, sh = multiplier(1.0 / (sd * x0.in_scale * 2.0 ** k))
+        feat.append((m, sh))
     cells = []
     for layer in range(L):
         x, h = mm[f"wx{layer}"], mm[f"wh{layer}"]
@@ -225,7 +274,7 @@ def _from_proto(proto, meta, path) -> IntModel:
     head = mm[head_key]
     return IntModel(kind=meta.arch, hidden=H, layers=L, labels=list(meta.labels),
                     feat_m=np.array([m for m, _ in feat], np.int64), feat_s=np.array([s for _, s in feat], np.int64),
-                    mean_q16=np.round(mean * 65536).astype(np.int64), cells=cells, head=head,
+                    mean_fx=np.round(mean * np.exp2(in_frac)).astype(np.int64), in_frac=in_frac, cells=cells, head=head,
                     head_hq=multiplier(1.0 / (ONE_Q15 * head.in_scale)), head_b=_q12(mm["head.bias"]),
                     meta={"arch": meta.arch, "features": meta.features, "quantization": meta.quantization})
 
@@ -243,16 +292,36 @@ def check_int8(meta, path):
                         "`edgeseq firmware check` still plans its memory and cost")
 
 
-def to_q16(readings: np.ndarray) -> np.ndarray:
-    """Float readings -> Q16.16 integers (the simulator's input format)."""
-    return np.round(np.asarray(readings, np.float64) * 65536).astype(np.int64)
+class InputFormatError(UsageError):
+    """A channel's range cannot be held by int32 fixed point at the resolution its int8 input needs."""
 
 
-def run_stream(model: IntModel, X_q16: np.ndarray) -> np.ndarray:
-    """X_q16 [N, T, F] -> logits Q12 [T, N, C], each row its own stream."""
-    N, T, _ = X_q16.shape
+def input_format(features, mean, std, in_scale: float, in_zp: int) -> np.ndarray:
+    """Fractional bits per channel (int64 [F]) for int32 readings.
+
+    The int8 input of channel f covers raw values mean + std x in_scale x (q - zp), q in
+    -128..127 (beyond them it saturates); its step is std x in_scale. The format gives that
+    range (and the mean) at most 2^29 (so reading - mean never overflows) with as many
+    fractional bits as fit, up to IN_FRAC_MAX. Raises InputFormatError naming the channel
+    when the resulting resolution 2^-frac is coarser than a quarter of the int8 step."""
+    step = np.asarray(std, np.float64) * in_scale
+    lo, hi = mean + step * (-128 - in_zp), mean + step * (127 - in_zp)
+    reach = np.maximum.reduce([np.abs(lo), np.abs(hi), np.abs(mean)])
+    frac = np.minimum(np.floor(np.log2((1 << 29) / np.maximum(reach, 1e-30))), IN_FRAC_MAX).astype(np.int64)
+    for f, name in enumerate(features):
+        if not np.isfinite(reach[f]) or 2.0 ** -frac[f] > step[f] / 4:
+            raise InputFormatError(
+                f"channel '{name}' reaches {reach[f]:.4g} with an int8 step of {step[f]:.3g}: an int32 reading "
+                f"cannot resolve that (resolution {2.0 ** -float(frac[f]):.3g}); offset or rescale the channel "
+                "in the data (e.g. subtract a constant) and train again")
+    return frac
+
+
+def run_stream(model: IntModel, X_fx: np.ndarray) -> np.ndarray:
+    """X_fx [N, T, F] (fixed point, `IntModel.to_fixed`) -> logits Q12 [T, N, C], each row its own stream."""
+    N, T, _ = X_fx.shape
     state = model.init_state(N)
     out = np.zeros((T, N, len(model.labels)), np.int64)
     for t in range(T):
-        out[t], state = model.step(X_q16[:, t], state)
+        out[t], state = model.step(X_fx[:, t], state)
     return out

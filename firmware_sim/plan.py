@@ -61,20 +61,13 @@ def plan(buffers: list) -> tuple:
 
 
 def integer_buffers(m) -> list:
-    """The integer step's buffers in op order (see firmware_sim.cemit), sizes in bytes."""
-    H, F, C = m.hidden, len(m.mean_q16), len(m.labels)
-    G = {"rnn": 1, "gru": 3, "lstm": 4}[m.kind]
-    bufs, t = [], 0
-    a_size = max(H, F)
-    bufs.append(Buffer("a (int8 layer input)", a_size, 0, 2 * len(m.cells)))
-    for layer in range(len(m.cells)):
-        bufs.append(Buffer(f"gx{layer} (int64 Q12)", 8 * G * H, t + 1, t + 4))
-        bufs.append(Buffer(f"ah{layer} (int8 state input)", H, t + 2, t + 3))
-        bufs.append(Buffer(f"gh{layer} (int64 Q12)", 8 * G * H, t + 3, t + 4))
-        t += 4
-    bufs.append(Buffer("ah (int8 head input)", H, t + 1, t + 2))
-    bufs.append(Buffer("y (int64 logits)", 8 * C, t + 2, t + 3))
-    return bufs
+    """The integer step's working memory (the caller's scratch, `firmware_sim.cemit.layout`): its
+    parts are all live during a step, so the plan is their sum. Sizes in bytes."""
+    from firmware_sim.cemit import layout
+    lay = layout(m)
+    names = {"gx": "gx (int32 Q12 input products)", "gh": "gh (int32 Q12 state products)", "a": "a (int8 layer input)",
+             "ah": "ah (int8 state input)", "widened": "widened activations (SMLAD operands)"}
+    return [Buffer(label, lay[k], 0, 1) for k, label in names.items()]
 
 
 def run_shapes(path, history: int = 16) -> tuple:
@@ -169,6 +162,9 @@ def flash_of(proto) -> dict:
     return {"weights": weights, "scales_biases": scales, "code_estimate": CODE_BASE + CODE_PER_KERNEL * len(kernels)}
 
 
+STACK_ESTIMATE = 256        # bytes of stack per step where no measurement exists (measured: 92-152)
+
+
 def check_model(path, target, history: int | None = None, cycles_per_mac: float | None = None) -> dict:
     """Will `path` fit `target`, and what does one reading cost there."""
     from edgeseq.runtime.model import open_model
@@ -182,7 +178,7 @@ def check_model(path, target, history: int | None = None, cycles_per_mac: float 
         raise UsageError("--history applies to models with a growing cache (the transformer); recurrent state is fixed")
     if history is not None and history < 1:
         raise UsageError("--history must be at least 1")
-    H = history or (16 if growing else 1)
+    H = history or ((meta.max_history or 16) if growing else 1)     # the window the model attends to
     per = sum(s.bytes_per_reading() for s in meta.state if s.kind == "growing")
     avail = target.sram_kb * 1024
     if growing and per * H > avail:
@@ -194,19 +190,27 @@ def check_model(path, target, history: int | None = None, cycles_per_mac: float 
     macs, ops = macs_and_ops(proto, shapes)
     flash = flash_of(proto)
     integer = bool(meta.quantization and meta.quantization.get("scheme") == "static" and meta.arch in ("rnn", "gru", "lstm"))
+    measured, stack = None, 0
     if integer:
+        from firmware_sim.cemit import flash_bytes, layout
+        from firmware_sim.measure import macs_per_step
+        from firmware_sim.targets import MEASURED, MEASURED_SOURCE, emulated_core
+
         m = from_onnx(path)
+        lay = layout(m)
         bufs = integer_buffers(m)
-        G = {"rnn": 1, "gru": 3, "lstm": 4}[m.kind]
-        channels = sum(c["x"].w.shape[1] + c["h"].w.shape[1] for c in m.cells) + m.head.w.shape[1]
-        flash = {"weights": int(sum(c["x"].w.size + c["h"].w.size for c in m.cells) + m.head.w.size),
-                 "scales_biases": int(channels * 8 + (G * m.hidden * len(m.cells) + len(m.labels)) * 4
-                                      + (G * m.hidden * 4 if m.kind == "gru" else 0) + len(m.mean_q16) * 12),
-                 "activation_tables": 2 * (LUT_SIZE + 1) * 2,
-                 "code_estimate": CODE_BASE + CODE_PER_KERNEL * 4}
-        state = m.layers * m.hidden * (2 + (4 if m.kind == "lstm" else 0))
-        io = len(m.mean_q16) * 4 + len(m.labels) * 4
-        kind = "integer-only step (as `firmware emit` writes it): int8 weights, int16/int32 state"
+        core = emulated_core(target)
+        measured = (MEASURED.get(core) or {}).get(m.kind)
+        fb = flash_bytes(m)
+        flash = {"weights": fb["weights"], "scales_biases": fb["constants"], "activation_tables": fb["tables"],
+                 ("code_measured" if measured else "code_estimate"): measured[1] if measured else CODE_BASE + CODE_PER_KERNEL * 4}
+        state = lay["state"]
+        io = lay["io"]
+        stack = measured[2] if measured else STACK_ESTIMATE
+        macs = macs_per_step(m)
+        kind = ("integer-only step (as `firmware emit` writes it): int8 weights, int16/int32 state; code, stack and "
+                + (f"cycles per MAC measured on an emulated {core} ({MEASURED_SOURCE})" if measured else
+                   "cycles are estimates (no emulated core for this target)"))
     else:
         bufs = graph_buffers(proto, shapes)
         state = sum(s.bytes_per_reading() * (H if s.kind == "growing" else 1) for s in meta.state)
@@ -219,10 +223,14 @@ def check_model(path, target, history: int | None = None, cycles_per_mac: float 
     offsets, arena = plan(bufs)
     flash_total = sum(flash.values())
     ram = {"arena": {"requested": int(sum(b.size for b in bufs)), "used": int(arena), "count": len(bufs)},
-           "state": int(state), "io": int(io)}
-    ram_total = arena + state + io
-    cpm = target.cycles_per_mac if cycles_per_mac is None else cycles_per_mac
-    cycles = macs * cpm + ops * target.cycles_per_op
+           "state": int(state), "io": int(io), "stack": int(stack)}
+    ram_total = arena + state + io + stack
+    if measured and cycles_per_mac is None:
+        cpm, ops_cost = measured[0], 0.0          # the measured figure covers the whole step
+    else:
+        cpm = target.cycles_per_mac if cycles_per_mac is None else cycles_per_mac
+        ops_cost = target.cycles_per_op
+    cycles = macs * cpm + ops * ops_cost
     us = cycles / target.clock_mhz
     r = {
         "model": str(path), "arch": meta.arch, "quantization": (meta.quantization or {}).get("scheme", "float"),
@@ -234,10 +242,16 @@ def check_model(path, target, history: int | None = None, cycles_per_mac: float 
         "buffers": [{"name": b.name, "size": b.size, "first": b.first, "last": b.last, "offset": offsets[b.name]}
                     for b in bufs],
         "cost": {"macs": int(macs), "other_ops": int(ops), "cycles_per_mac": cpm,
-                 "cycles_per_op": target.cycles_per_op, "cycles": int(cycles), "us_per_reading": us,
-                 "max_rate_hz": 1e6 / us if us else None},
+                 "cycles_per_op": ops_cost, "cycles": int(cycles), "us_per_reading": us,
+                 "max_rate_hz": 1e6 / us if us else None,
+                 "source": ("measured per MAC on the emulated core (modelled cycles), the whole step" if measured
+                            and cycles_per_mac is None else "estimated (--cycles-per-mac)" if cycles_per_mac
+                            else "estimated from the core's instruction timings")},
     }
     r["fits"] = r["flash"]["margin"] >= 0 and r["ram"]["margin"] >= 0
+    if target.xip_cache_kb and flash_total - sum(v for k, v in flash.items() if k.startswith("code")) > target.xip_cache_kb * 1024:
+        r["note"] = (f"weights and tables ({flash_total:,} B with code) exceed the {target.xip_cache_kb} KB XIP cache: "
+                     "reads miss to external flash; expect a slower step than the figure above (copy hot weights to SRAM)")
     if growing:
         r["longest_history"] = longest_history(path, target, meta, r)
     return r

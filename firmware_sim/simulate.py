@@ -7,14 +7,14 @@ import numpy as np
 from edgeseq.data import load_dataset
 from edgeseq.runtime.evaluate import final_accuracy, long_streams, output_error, run_streams
 from edgeseq.runtime.model import open_model
-from firmware_sim.intsim import Q, from_onnx, run_stream, to_q16
+from firmware_sim.intsim import Q, from_onnx, run_stream
 
 
 def simulate(model, data: str = "basicmotions", float_model=None, readings: int = 1000) -> dict:
     m = from_onnx(model)
     ds = load_dataset(data)
     split = ds.for_model(m.meta["features"], f"data '{ds.name}'").test
-    logits_int = run_stream(m, to_q16(split.X)).astype(np.float64) / (1 << Q)
+    logits_int = run_stream(m, m.to_fixed(split.X)).astype(np.float64) / (1 << Q)
     for t in range(split.X.shape[1]):                       # past a sequence's end: not scored
         logits_int[t, split.lengths <= t] = np.nan
     qsess, qmeta = open_model(model)
@@ -23,7 +23,7 @@ def simulate(model, data: str = "basicmotions", float_model=None, readings: int 
          "accuracy": {"integer_only": final_accuracy(np.nan_to_num(logits_int), split),
                       "onnxruntime_int8": final_accuracy(ort_int8, split)}}
     X = long_streams(split, readings, streams=1, seed=0)
-    stream_int = run_stream(m, to_q16(X)).astype(np.float64) / (1 << Q)
+    stream_int = run_stream(m, m.to_fixed(X)).astype(np.float64) / (1 << Q)
     r["stream_readings"] = int(X.shape[1])
     r["vs_onnxruntime_int8"] = output_error(run_streams(qsess, qmeta, X), stream_int)
     v = qmeta.validation or {}

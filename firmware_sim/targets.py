@@ -40,6 +40,7 @@ class Target:
     cycles_per_op: float
     source: str
     note: str = ""
+    xip_cache_kb: int = 0     # flash read through a cache of this size (0: flash on the bus, no cache)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -47,8 +48,8 @@ class Target:
 
 BUILTIN = {t.name: t for t in [
     Target("rp2040", "Raspberry Pi RP2040 (on the Pico board)", "2x Cortex-M0+", 133, 2048, 264, 7.0, 12.0,
-           "RP2040 datasheet: 264 KB SRAM, 133 MHz; flash is external QSPI, 2 MB on the Raspberry Pi Pico",
-           "one core used"),
+           "RP2040 datasheet: 264 KB SRAM, 133 MHz, 16 KB XIP cache; flash is external QSPI, 2 MB on the "
+           "Raspberry Pi Pico", "one core used", 16),
     Target("nrf52840", "Nordic nRF52840", "Cortex-M4F", 64, 1024, 256, 1.0, 4.0,
            "nRF52840 Product Specification v1.7: 1 MB flash, 256 KB RAM, 64 MHz"),
     Target("stm32f446", "STMicroelectronics STM32F446RE", "Cortex-M4F", 180, 512, 128, 1.0, 4.0,
@@ -73,7 +74,7 @@ def _check_entry(item, where: str) -> Target:
     if not isinstance(item, dict):
         raise DataError(f"{where} is {type(item).__name__}, not an object with the fields {', '.join(Target.__dataclass_fields__)}")
     fields = set(Target.__dataclass_fields__)
-    missing = sorted(fields - {"note"} - set(item))
+    missing = sorted(fields - {"note", "xip_cache_kb"} - set(item))
     unknown = sorted(set(item) - fields)
     if missing or unknown:
         raise DataError(f"{where}: " + (f"missing {', '.join(missing)}" if missing else f"unknown {', '.join(unknown)}"))
@@ -86,11 +87,34 @@ def _check_entry(item, where: str) -> Target:
         v = item[k]
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise DataError(f"{where}: {k} must be a whole number of kilobytes >= 1, got {v!r}")
+    x = item.get("xip_cache_kb", 0)
+    if isinstance(x, bool) or not isinstance(x, int) or x < 0:
+        raise DataError(f"{where}: xip_cache_kb must be a whole number of kilobytes >= 0, got {x!r}")
     for k in RATE_FIELDS:
         v = item[k]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
             raise DataError(f"{where}: {k} must be a number > 0, got {v!r}")
     return Target(**item)
+
+
+# The emitted integer step as measured on emulated cores (`edgeseq firmware measure MODEL --core C
+# --opt -O2`, arm-none-eabi-gcc 12.2.1, the seed-0 int8 models of `make demo`, hidden 64, 1 layer):
+# cycles per MAC modelled from the executed instruction mix, .text and stack measured. `check`
+# uses these for int8 RNN/GRU/LSTM on the matching core; scripts/calibrate_firmware.py reruns them.
+MEASURED_SOURCE = ("edgeseq firmware measure --opt -O2 (arm-none-eabi-gcc 12.2.1, Unicorn; cycles modelled from the "
+                   "executed instruction mix, Arm TRM timings), seed-0 hidden-64 int8 models")
+MEASURED = {
+    "cortex-m0plus": {"rnn": (12.46, 1180, 104), "gru": (12.11, 1436, 128), "lstm": (12.21, 1604, 144)},
+    "cortex-m4": {"rnn": (3.66, 1640, 120), "gru": (3.21, 1784, 128), "lstm": (3.20, 1936, 120)},
+    "cortex-m7": {"rnn": (3.78, 1712, 128), "gru": (3.33, 1824, 128), "lstm": (3.29, 1944, 120)},
+}   # kind -> (cycles per MAC, .text bytes, stack bytes per step)
+CORE_OF = {"Cortex-M0+": "cortex-m0plus", "Cortex-M4": "cortex-m4", "Cortex-M4F": "cortex-m4",
+           "Cortex-M7": "cortex-m7", "Cortex-M33": "cortex-m33"}
+
+
+def emulated_core(target: "Target") -> str | None:
+    """The emulated core name of a profile ('cortex-m4', ...), None for a core not emulated here."""
+    return CORE_OF.get(target.core.replace("2x ", "").strip())
 
 
 def load_targets(path=None) -> dict:

@@ -1,0 +1,135 @@
+"""Measure the emitted C step on an emulated Cortex-M core: sizes, stack, instructions, cycles.
+
+`measure(model, core, opt)` emits the model's C (`firmware_sim.cemit`), cross-compiles it for
+the core (`firmware_sim.toolchain`), and runs it in Unicorn (`firmware_sim.emulate`):
+
+- bit-exactness: `readings` real test readings streamed through the compiled step, every
+  logit compared with the integer simulator (`firmware_sim.intsim`);
+- measured: `.text` / `.rodata` / `.data` / `.bss` of the model's object file (the step, the
+  kernels it inlines, the weights and tables), the deepest stack of a step, the instructions
+  executed per step (averaged over `counted` readings), the executed instruction mix, and the
+  instructions spent in libgcc's 64-bit helpers (`__aeabi_l*`; there should be none);
+- modelled: cycles per step from the instruction mix and the core's timing table
+  (`emulate.TIMINGS`, from the Arm Technical Reference Manuals), and time per reading at the
+  target's clock. No flash wait states, interrupts or caches are in it.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from edgeseq.errors import EdgeseqError, UsageError
+
+OPTS = ("-Os", "-O2", "-O3")
+
+HARNESS = r"""#include "es_model.h"
+#define N_MAX {n}
+int32_t bench_in[N_MAX][ES_FEATURES];
+int32_t bench_out[N_MAX][ES_CLASSES];
+static es_state_t bench_state;
+static int32_t bench_scratch[(ES_SCRATCH_BYTES + 3) / 4];
+void bench_reset(void) {{ es_reset(&bench_state); }}
+int bench_run(int first, int n) {{
+  int i;
+  for (i = 0; i < n; i++) es_step(bench_in[first + i], &bench_state, bench_out[first + i], bench_scratch);
+  return n;
+}}
+"""
+
+
+def core_of(target) -> str:
+    """The emulated core for a target profile (its `core` field), or UsageError."""
+    from firmware_sim.targets import emulated_core
+    core = emulated_core(target)
+    if core is None:
+        raise UsageError(f"no emulated core for {target.name} ({target.core}); measure covers Cortex-M0+, M4, M7 "
+                         "and M33: pass --core")
+    return core
+
+
+def macs_per_step(m) -> int:
+    """int8 multiply-accumulates of one step (the products as the model defines them, unpadded)."""
+    return int(sum(c["x"].w.size + c["h"].w.size for c in m.cells) + m.head.w.size)
+
+
+def measure(model, core: str, opt: str = "-O2", readings: int = 1000, counted: int = 8, target=None,
+            work_dir=None, portable: bool = False) -> dict:
+    """Cross-compile the emitted step of `model` (a static int8 RNN/GRU/LSTM .onnx) for `core`
+    ("cortex-m0plus", "cortex-m4", "cortex-m7", "cortex-m33") at `opt`, run it on the emulated
+    core and return the figures (see the module docstring); `target` (a Target) adds time per
+    reading at its clock; `portable=True` builds the portable C path (ES_PORTABLE) on a DSP core. Raises EdgeseqError if the compiled step differs from the simulator
+    in any logit, if no cross compiler or emulator is installed (the message says how to get
+    one), UsageError for an unknown core or optimisation level."""
+    from edgeseq.data import load_dataset
+    from firmware_sim import emulate, toolchain
+    from firmware_sim.cemit import emit, layout
+    from firmware_sim.intsim import from_onnx
+
+    if core not in toolchain.CORES:
+        raise UsageError(f"unknown core '{core}'; use one of {', '.join(toolchain.CORES)}")
+    if opt not in OPTS:
+        raise UsageError(f"optimisation '{opt}' must be one of {', '.join(OPTS)}")
+    compiler = toolchain.require_compiler()
+    m = from_onnx(model)
+    ds = load_dataset("basicmotions").for_model(m.meta["features"], "the embedded data basicmotions")
+    X = np.concatenate([ds.test.X[i, :ds.test.lengths[i]] for i in range(len(ds.test))])
+    X = np.concatenate([X] * (1 + readings // len(X)))[:readings]
+    xq = m.to_fixed(X)
+    state, want = m.init_state(1), []
+    for x in xq:
+        logits, state = m.step(x[None], state)
+        want.append(logits[0])
+    want = np.array(want, np.int64)
+
+    with tempfile.TemporaryDirectory(dir=work_dir) as tmp:
+        d = Path(tmp)
+        emit(m, d, prefix="es")
+        (d / "harness.c").write_text(HARNESS.format(n=readings))
+        defines = ["ES_PORTABLE"] if portable else []
+        obj = toolchain.compile_object(d / "es_model.c", core, opt, d, include_dirs=[d], defines=defines,
+                                       compiler=compiler)
+        sizes = toolchain.sections(obj)
+        elf = toolchain.build([d / "harness.c", d / "es_model.c"], core, opt, d, include_dirs=[d], defines=defines,
+                              compiler=compiler)
+        mach = emulate.Machine(elf, core)
+        mach.write("bench_in", xq.astype(np.int32))
+        mach.call("bench_reset")
+        mach.call("bench_run", 0, readings, max_instructions=2_000_000_000)
+        got = np.frombuffer(mach.read("bench_out", 4 * readings * len(m.labels)), np.int32).reshape(readings, -1)
+        if not np.array_equal(got.astype(np.int64), want):
+            bad = int(np.argwhere((got != want).any(1))[0, 0])
+            raise EdgeseqError(f"the compiled step differs from the simulator at reading {bad} on {core} {opt}: "
+                               f"{got[bad].tolist()} vs {want[bad].tolist()}")
+        mach.call("bench_reset")
+        r = mach.call("bench_run", 0, counted, count=True, max_instructions=200_000_000)
+    macs = macs_per_step(m)
+    per_step = r["instructions"] / counted
+    helpers = {k: v / counted for k, v in r["by_function"].items() if k.startswith(("__aeabi_l", "__mul", "__ash"))}
+    lay = layout(m)
+    out = {
+        "model": str(model), "arch": m.kind, "hidden": m.hidden, "layers": m.layers, "core": core, "opt": opt,
+        "compiler": compiler.version(), "cpu_model": mach.cpu_model, "dsp_path": core in ("cortex-m4", "cortex-m7", "cortex-m33") and not portable,
+        "bit_exact_readings": readings,
+        "sections": {k: int(v) for k, v in sizes.items()},
+        "stack_bytes": int(r["stack_bytes"]), "scratch_bytes": lay["scratch"], "state_bytes": lay["state"],
+        "macs": macs, "instructions_per_step": per_step, "instructions_per_mac": per_step / macs,
+        "helper_instructions_per_step": helpers,
+        "mix_top": [(k, round(v / counted, 1)) for k, v in r["mix"].most_common(12)],
+        "provenance": {"sections": "measured (pyelftools, the model's object file)",
+                       "stack_bytes": "measured (deepest stack below the caller's SP, emulated)",
+                       "instructions_per_step": f"measured (Unicorn, mean over {counted} steps)",
+                       "cycles_per_step": "modelled from the executed mix (emulate.TIMINGS)"},
+    }
+    if r.get("cycles"):
+        cyc = r["cycles"]["cycles"] / counted
+        out["cycles_per_step"] = cyc
+        out["cycles_per_mac"] = cyc / macs
+        out["timing_source"] = r["cycles"].get("source")
+        if target is not None:
+            out["target"] = target.name
+            out["us_per_reading"] = cyc / target.clock_mhz
+            out["max_rate_hz"] = 1e6 * target.clock_mhz / cyc
+    return out
