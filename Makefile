@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.edgeseq-installed
 TORCH ?= torch==2.13.0
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test bench clean firmware-tools
 
 $(STAMP): pyproject.toml Makefile
 	python3 -m venv $(VENV)
@@ -17,8 +17,16 @@ setup: $(STAMP)
 demo: setup
 	$(PY) examples/demo.py
 
-test: setup
+test: setup firmware-tools
 	$(PY) -m pytest
+
+# The Cortex-M tests cross-compile the emitted C: install the compiler where apt can (as root);
+# elsewhere those tests skip and say what is missing.
+firmware-tools:
+	@command -v arm-none-eabi-gcc >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  { DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    --no-install-recommends gcc-arm-none-eabi binutils-arm-none-eabi >/dev/null; } ; } || \
+	  echo "note: arm-none-eabi-gcc not installed (apt-get install gcc-arm-none-eabi): the Cortex-M tests will skip"
 
 bench: setup
 	$(VENV)/bin/edgeseq bench --train

@@ -11,7 +11,9 @@ import contextlib
 import errno
 import functools
 import json
+import math
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -91,15 +93,78 @@ def _errors(fn):
     return wrapper
 
 
+def _temp_of(name, target) -> bool:
+    """Whether file `name` is, or lies inside, a temporary file or working directory of `target`
+    (`.<target name>.<...>.tmp`, see edgeseq.runtime.statefile.temp_prefix)."""
+    head = f".{Path(target).name}."
+    return any(part.startswith(head) and part.endswith(".tmp") and len(part) > len(head) + 4
+               for part in Path(str(name)).parts)
+
+
 @contextlib.contextmanager
 def _writing(path):
-    """An OSError while writing `path` names it (a failed write() carries no file name)."""
+    """An OSError while writing `path` names it: a failed write() carries no file name, and one
+    that names a temporary file of `path` (`.<name>.<pid>.<random>.tmp`) names `path` instead,
+    the file the user asked for."""
     try:
         yield
     except OSError as e:
-        if e.filename is None and path is not None:
+        if path is not None and (e.filename is None or _temp_of(e.filename, path)):
             e.filename = str(path)
         raise
+
+
+MAX_HISTORY = 1 << 20                # edgeseq.runtime.session.MAX_HISTORY (not imported: it loads onnxruntime)
+
+
+class Finite(click.ParamType):
+    """A float option that must be a finite number (click's FloatRange lets NaN and inf
+    through), optionally bounded: Finite(min=0, min_open=True) is "> 0"."""
+
+    name = "number"
+
+    def __init__(self, min=None, max=None, min_open=False, max_open=False):
+        self.min, self.max, self.min_open, self.max_open = min, max, min_open, max_open
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, float) and math.isfinite(value):
+            number = value
+        else:
+            try:
+                number = float(value)
+            except (TypeError, ValueError, OverflowError):
+                self.fail(f"'{str(value)[:30]}' is not a number", param, ctx)
+            if not math.isfinite(number):
+                self.fail(f"'{str(value)[:30]}' is not a finite number", param, ctx)
+        low = self.min is not None and (number <= self.min if self.min_open else number < self.min)
+        high = self.max is not None and (number >= self.max if self.max_open else number > self.max)
+        if low or high:
+            parts = ([f"{'>' if self.min_open else '>='} {self.min:g}"] if self.min is not None else []) + \
+                    ([f"{'<' if self.max_open else '<='} {self.max:g}"] if self.max is not None else [])
+            self.fail(f"{number:g} is not {' and '.join(parts)}", param, ctx)
+        return number
+
+
+class History(click.ParamType):
+    """A --max-history: a whole number of readings from 1 to MAX_HISTORY (the longest history
+    the export's dynamic axis takes)."""
+
+    name = "readings"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) and not isinstance(value, bool):
+            n = value
+        else:
+            text = str(value).strip()
+            if len(text) > 40 or not re.fullmatch(r"[+-]?[0-9]+", text):
+                self.fail(f"'{text[:30]}' is not a whole number of readings", param, ctx)
+            n = int(text)
+        if n < 1:
+            self.fail(f"{n} readings: it must be at least 1", param, ctx)
+        if n > MAX_HISTORY:
+            self.fail(f"{str(n)[:30]} readings is beyond {MAX_HISTORY:,}, the longest history an exported model "
+                      "takes", param, ctx)
+        return n
 
 
 class _Cli(click.Group):
@@ -160,8 +225,8 @@ def cli():
 @click.option("--data", default="basicmotions", show_default=True, help="'basicmotions' or a .npz / .csv path.")
 @click.option("--out", required=True, type=click.Path(), help="Run directory for checkpoint.pt and metrics.json.")
 @click.option("--epochs", type=click.IntRange(min=1), help="Override the architecture's default schedule.")
-@click.option("--lr", type=click.FloatRange(min=0, min_open=True), help="Peak learning rate.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--lr", type=Finite(min=0, min_open=True), help="Peak learning rate.")
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True)
 @click.option("--set", "settings", multiple=True, metavar="NAME=VALUE",
               help="Model setting, e.g. --set hidden=32 --set layers=2.")
 @click.option("--json", "as_json", is_flag=True, help="Print metrics as JSON.")
@@ -202,15 +267,16 @@ def train(arch, data, out, epochs, lr, seed, settings, as_json, quiet):
 @cli.command()
 @click.argument("run", type=click.Path())
 @click.option("--out", required=True, type=click.Path(), help="Model file to write (.onnx).")
-@click.option("--max-history", type=int, help="Transformer: default bound on cached readings.")
+@click.option("--max-history", type=History(),
+              help=f"Transformer: default bound on cached readings (1 to {MAX_HISTORY:,}).")
 @click.option("--int8", is_flag=True, help="Quantize weights to int8 (MatMul/Gemm, per channel).")
 @click.option("--int8-scheme", type=click.Choice(["static", "dynamic"]), default="static", show_default=True,
               help="static: int8 activations with scales calibrated on training streams; "
                    "dynamic: uint8 activations scaled per call.")
 @click.option("--data", help="int8: data for calibration and checks (default: the run's training data).")
-@click.option("--max-error", type=click.FloatRange(min=0), default=0.02, show_default=True,
+@click.option("--max-error", type=Finite(min=0), default=0.02, show_default=True,
               help="int8: bound on the mean output error, as a fraction of the float output range.")
-@click.option("--max-accuracy-drop", type=click.FloatRange(min=0), default=0.01, show_default=True,
+@click.option("--max-accuracy-drop", type=Finite(min=0), default=0.01, show_default=True,
               help="int8: bound on per-reading test accuracy lost to quantization (0.01 = one point).")
 @click.option("--keep-anyway", is_flag=True, help="int8: write the model even if it breaks a bound.")
 @click.option("--json", "as_json", is_flag=True)
@@ -331,21 +397,31 @@ def eval_cmd(model, data, split, provider, as_json):
               type=click.Path(allow_dash=True, exists=True, dir_okay=False),
               help="CSV of readings, one per line ('-' for stdin).")
 @click.option("--provider", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
-@click.option("--max-history", type=click.IntRange(min=1), help="Transformer: bound on cached readings.")
+@click.option("--max-history", type=History(),
+              help=f"Transformer: bound on cached readings (1 to {MAX_HISTORY:,}); a usage error for a recurrent "
+                   "model, whose state is fixed.")
 @click.option("--on-full", type=click.Choice(["error", "slide"]), default="slide", show_default=True,
               help="When --max-history is reached: stop, or drop the oldest reading.")
 @click.option("--on-bad", type=click.Choice(["error", "skip"]), default="error", show_default=True,
               help="A bad reading stops the stream, or is reported and skipped.")
 @click.option("--json", "as_json", is_flag=True, help="JSON lines: one object per reading.")
-@click.option("--state-file", type=click.Path(), help="Resume from this file if it matches the model; save to it "
-              "atomically every --save-every readings and on exit, Ctrl-C or SIGTERM.")
+@click.option("--state-file", type=click.Path(), help="Resume from this file if it matches the model (else it is "
+              "moved aside to FILE.rejected); save to it atomically every --save-every readings and on exit, Ctrl-C "
+              "or SIGTERM.")
 @click.option("--save-every", type=click.IntRange(min=1), default=500, show_default=True)
 @_errors
 def stream(model, input_, provider, max_history, on_full, on_bad, as_json, state_file, save_every):
     """Stream readings through a model, one per line, printing the prediction after each.
 
     Input: one reading per line, comma-separated, features in the model's order. A first line
-    of feature names is read as a header and may reorder the columns.
+    of feature names is read as a header and may reorder the columns. Output: the CSV line
+    `reading,label,probability` (a label holding a comma or a line break is quoted), or JSON.
+
+    --state-file: a file that cannot be used (written for another model, corrupt, values that
+    do not fit) is never overwritten: it is moved aside to FILE.rejected (FILE.rejected.1, ...
+    if that is taken), a note on stderr says where, and the stream starts fresh. A symbolic
+    link is followed: the lock, the reads and the writes act on the file it points to. A save
+    keeps the file's permissions.
 
     \b
       edgeseq stream models/gru.onnx --input readings.csv
@@ -355,38 +431,35 @@ def stream(model, input_, provider, max_history, on_full, on_bad, as_json, state
     from edgeseq.runtime.live import stdin_bytes
     from edgeseq.runtime.statefile import lock_state_file
 
+    if state_file is not None and not state_file.strip():
+        raise UsageError("--state-file is empty; give a file name")
     if state_file and Path(state_file).is_dir():
         raise UsageError(f"--state-file '{state_file}' is a directory; give a file name")
     sess = StreamSession(model, provider=provider, max_history=max_history, on_full=on_full)
     _note_window(max_history, (sess.meta.config or {}).get("window"))
     fh = stdin_bytes() if input_ == "-" else open(input_, "rb")
-    with fh, (lock_state_file(state_file) if state_file else contextlib.nullcontext()), _writing(state_file):
-        _stream(sess, model, fh, on_bad, as_json, state_file, save_every)
+    with fh, (lock_state_file(state_file) if state_file else contextlib.nullcontext()) as held, _writing(state_file):
+        _stream(sess, model, fh, on_bad, as_json, state_file, held, save_every)
 
 
-def _stream(sess, model, fh, on_bad, as_json, state_file, save_every):
-    """`edgeseq stream` once the input is open and the state file (if any) is held."""
+def _stream(sess, model, fh, on_bad, as_json, state_file, held, save_every):
+    """`edgeseq stream` once the input is open and the state file (if any) is held; `held` is
+    its resolved path (symbolic links followed), where the saves go."""
     import signal
 
-    from edgeseq.runtime.statefile import StateFileError, load_state, model_sha256, save_state
+    from edgeseq.runtime.statefile import model_sha256, resume_state, save_state
     from edgeseq.runtime.stream import read_lines, stream_lines
 
     start, model_hash = 0, None
     if state_file:
         model_hash = model_sha256(model)
-        try:
-            start = load_state(state_file, sess, model_hash)["readings"]
-            click.echo(f"resumed from {state_file} at reading {start}", err=True)
-        except FileNotFoundError:
-            pass
-        except StateFileError as e:
-            click.echo(f"{e}; starting fresh", err=True)
+        start = resume_state(state_file, sess, model_hash, note=lambda line: click.echo(line, err=True))
     count = {"n": start}
 
     def on_reading(n):
         count["n"] = n
         if state_file and n % save_every == 0:
-            save_state(state_file, sess, n, model_hash)
+            save_state(held, sess, n, model_hash)
 
     def on_term(signum, frame):
         raise KeyboardInterrupt
@@ -401,7 +474,7 @@ def _stream(sess, model, fh, on_bad, as_json, state_file, save_every):
     finally:
         signal.signal(signal.SIGTERM, old)
         if state_file:
-            save_state(state_file, sess, count["n"], model_hash)
+            save_state(held, sess, count["n"], model_hash)
     click.echo(f"{stats['readings'] - start} readings, {stats['skipped']} skipped; state {sess.state_nbytes()} bytes"
                + (f"; saved to {state_file}" if state_file else ""), err=True)
 
@@ -470,7 +543,8 @@ def firmware():
       edgeseq firmware check models/gru-int8.onnx --target nrf52840
       edgeseq firmware check models/transformer-int8.onnx --target rp2040 --history 512
       edgeseq firmware simulate models/gru-int8.onnx --data basicmotions --json
-      edgeseq firmware emit models/gru-int8.onnx --out firmware/gru
+      edgeseq firmware emit models/gru-int8.onnx --out firmware/gru --prefix gesture
+      edgeseq firmware measure models/gru-int8.onnx --target nrf52840
     """
 
 
@@ -509,7 +583,7 @@ def _fmt_check(r):
              f"    {'inputs/outputs':16s} {m['io']:>9,d}",
              *([f"    {'stack (step)':16s} {m['stack']:>9,d}"] if m.get("stack") else []),
              f"    {'total':16s} {m['total']:>9,d} of {m['available']:,}  (margin {m['margin']:,})",
-             (f"  cost per reading: {c['macs']:,} MACs x {c['cycles_per_mac']:g} cycles = {c['cycles']:,} cycles"
+             (f"  cost per reading: {c['macs']:,} MACs, {c['cycles']:,} cycles ({c['cycles_per_mac']:.2f} per MAC)"
               if not c['cycles_per_op'] else
               f"  cost per reading: {c['macs']:,} MACs x {c['cycles_per_mac']:g} + {c['other_ops']:,} other ops x "
               f"{c['cycles_per_op']:g} = {c['cycles']:,} cycles")
@@ -526,7 +600,7 @@ def _fmt_check(r):
 @click.argument("model", type=click.Path())
 @click.option("--target", required=True, help="A profile name (see `edgeseq firmware targets`).")
 @click.option("--history", type=int, help="Transformer: readings held in the cache.")
-@click.option("--cycles-per-mac", type=click.FloatRange(min=0, min_open=True), help="Override the target's estimate.")
+@click.option("--cycles-per-mac", type=Finite(min=0, min_open=True), help="Override the target's estimate.")
 @click.option("--targets-file", type=click.Path(), help="JSON file with more target profiles.")
 @click.option("--json", "as_json", is_flag=True)
 @_errors
@@ -558,10 +632,12 @@ def firmware_check(model, target, history, cycles_per_mac, targets_file, as_json
               help="Optimisation level of the cross compiler.")
 @click.option("--readings", type=click.IntRange(min=10, max=20000), default=1000, show_default=True,
               help="Readings streamed through the compiled step and compared with the simulator.")
+@click.option("--data", help="Readings to stream: the test split of this data (default: the embedded data when its "
+              "channels are the model's, else synthetic readings over each channel's int8 range).")
 @click.option("--targets-file", type=click.Path(), help="JSON file with more target profiles.")
 @click.option("--json", "as_json", is_flag=True)
 @_errors
-def firmware_measure(model, target, core, opt, readings, targets_file, as_json):
+def firmware_measure(model, target, core, opt, readings, data, targets_file, as_json):
     """Cross-compile the emitted int8 step for a Cortex-M core, run it on an emulated core, and
     report measured sizes (.text, .rodata), stack, instructions per reading and the instruction
     mix, with cycles modelled from that mix (Arm TRM timings). Needs arm-none-eabi-gcc (Debian:
@@ -577,14 +653,14 @@ def firmware_measure(model, target, core, opt, readings, targets_file, as_json):
     if not target and not core:
         raise UsageError("give --target (a profile) or --core (cortex-m0plus, cortex-m4, cortex-m7, cortex-m33)")
     t = get_target(target, targets_file) if target else None
-    r = measure(model, core or core_of(t), opt, readings=readings, target=t)
+    r = measure(model, core or core_of(t), opt, readings=readings, target=t, data=data)
     if as_json:
         _echo_json(r)
         return
     sec = r["sections"]
     lines = [f"{r['model']} ({r['arch']}, hidden {r['hidden']}) on an emulated {r['core']} ({r['cpu_model']}), "
              f"{r['compiler']} {r['opt']}{', SMLAD path' if r['dsp_path'] else ', portable path'}",
-             f"  bit-exact with `firmware simulate` over {r['bit_exact_readings']:,} readings",
+             f"  bit-exact with `firmware simulate` over {r['bit_exact_readings']:,} readings ({r['readings_from']})",
              f"  measured: .text {sec['text']:,} B, .rodata {sec['rodata']:,} B, .data {sec['data']:,} B, "
              f".bss {sec['bss']:,} B; stack {r['stack_bytes']:,} B per step (plus {r['scratch_bytes']:,} B of "
              f"caller scratch and {r['state_bytes']:,} B of state)",
@@ -634,7 +710,8 @@ def firmware_simulate(model, data, float_model, as_json):
 def firmware_emit(model, out, prefix, as_json):
     """Write C99 for the integer-only step: PREFIX_model.h (the API), PREFIX_model.c (weights
     and step), es_kernels.h (shared kernels, with an SMLAD path on Cortex-M4/M7/M33) and a host
-    example. The caller passes PREFIX_SCRATCH_BYTES of working memory to each step.
+    example (PREFIX_example.c), and es_tables.c (the sigmoid/tanh tables, compiled once per
+    firmware). The caller passes PREFIX_SCRATCH_WORDS int32 words of working memory to each step.
 
     \b
       edgeseq firmware emit models/gru-int8.onnx --out firmware/gru --prefix gesture
@@ -650,10 +727,10 @@ def firmware_emit(model, out, prefix, as_json):
         _echo_json(r)
     else:
         click.echo(f"wrote {out}/{prefix}_model.h, {prefix}_model.c ({r['int8_weights']:,} int8 weights, "
-                   f"{r['tables_bytes']:,} B of tables), es_kernels.h and example_main.c; the step needs "
+                   f"{r['tables_bytes']:,} B of tables), es_kernels.h, es_tables.c and {prefix}_example.c; the step needs "
                    f"{r['scratch_bytes']:,} B of scratch and {r['state_bytes']:,} B of state; readings are int32 "
                    f"with {', '.join(map(str, r['in_frac']))} fractional bits per channel; "
-                   f"build: gcc -std=c99 -O2 -o stream {out}/example_main.c {out}/{prefix}_model.c")
+                   f"build: gcc -std=c99 -O2 -o stream {out}/{prefix}_example.c {out}/{prefix}_model.c {out}/es_tables.c")
 
 
 @cli.group()
@@ -677,8 +754,8 @@ def translate():
               help="'jupyterlab-fr' (from the installed language pack) or a TSV of source<TAB>target.")
 @click.option("--out", required=True, type=click.Path(), help="Run directory.")
 @click.option("--epochs", type=click.IntRange(min=1))
-@click.option("--lr", type=click.FloatRange(min=0, min_open=True))
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--lr", type=Finite(min=0, min_open=True))
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True)
 @click.option("--set", "settings", multiple=True, metavar="NAME=VALUE", help="Model setting, e.g. --set d_model=64.")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--quiet", is_flag=True, help="No progress bar.")
@@ -748,8 +825,8 @@ def _read_sentences(text):
 
 
 def _writable_file(path, option, suffix=None):
-    """UsageError unless `path` can be created: its folder exists and is writable."""
-    from pathlib import Path
+    """UsageError unless `path` can be created: its folder exists and is writable. A part of
+    the path that is a file, not a folder, is named as such."""
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
     if p.is_dir():
@@ -757,6 +834,12 @@ def _writable_file(path, option, suffix=None):
     if suffix and p.suffix.lower() != suffix:
         raise UsageError(f"{option} '{path}' must end in {suffix}")
     if not parent.is_dir():
+        for above in (parent, *parent.parents):
+            if above.exists() or above.is_symlink():
+                if not above.is_dir():
+                    raise UsageError(f"{option} '{path}': '{above}' is a file, not a folder; choose a path in a "
+                                     "folder")
+                break
         raise UsageError(f"{option} '{path}': folder '{parent}' does not exist; create it first")
     if not os.access(parent, os.W_OK):
         raise UsageError(f"{option} '{path}': folder '{parent}' is not writable; choose another path")
@@ -766,7 +849,7 @@ def _writable_file(path, option, suffix=None):
 @click.argument("model", type=click.Path())
 @click.argument("text")
 @click.option("--beam", type=click.IntRange(min=1), default=1, show_default=True, help="Beam size (1: greedy).")
-@click.option("--alpha", type=click.FloatRange(min=0), default=0.6, show_default=True, help="Length penalty (beam).")
+@click.option("--alpha", type=Finite(min=0), default=0.6, show_default=True, help="Length penalty (beam).")
 @click.option("--max-len", type=click.IntRange(min=1), help="Most output tokens (default 2 x source + 10).")
 @click.option("--provider", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option("--truncate", is_flag=True, help="Cut over-long sentences to the model's limit instead of refusing.")

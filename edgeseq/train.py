@@ -277,17 +277,41 @@ def model_from_checkpoint(ckpt: dict):
     return model.eval()
 
 
+def torch_bytes(obj) -> bytes:
+    """`obj` as torch.save writes it, in memory: written to disk by `write_files`, a full disk
+    gives an OSError naming the file (torch's own writer gives a RuntimeError without one)."""
+    import io
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def write_files(files: dict) -> None:
+    """Write {path: bytes} all or nothing (`edgeseq.runtime.statefile.write_files`)."""
+    from edgeseq.runtime.statefile import write_files as write_all
+    write_all(files)
+
+
 def save_checkpoint(ckpt: dict, out_dir: str | os.PathLike) -> Path:
-    """Write `checkpoint.pt` and a readable `metrics.json` into `out_dir` (atomically)."""
+    """Write `checkpoint.pt` and a readable `metrics.json` into `out_dir`, all or nothing
+    (`write_files`): a failed write (a full disk) raises an OSError naming the file and leaves
+    the old checkpoint as it was, with no temporary file behind."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = out / (CHECKPOINT + ".tmp")
-    torch.save(ckpt, tmp)
-    os.replace(tmp, out / CHECKPOINT)
     summary = {k: ckpt[k] for k in ("arch", "config", "train_config", "labels", "features", "dataset", "metrics")}
     summary["data_path"] = ckpt.get("data_path")
-    (out / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n")
+    data = torch_bytes(ckpt)
+    out.mkdir(parents=True, exist_ok=True)
+    write_files({out / CHECKPOINT: data, out / "metrics.json": (json.dumps(summary, indent=2) + "\n").encode()})
     return out / CHECKPOINT
+
+
+def quiet_torch_load(path):
+    """torch.load(weights_only=True) of `path` without the warnings torch prints for a file it
+    refuses (a raw pickle): the caller turns the exception into one `Error:` line."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.load(path, map_location="cpu", weights_only=True)   # tensors and plain data only: no code runs
 
 
 def load_checkpoint(path: str | os.PathLike) -> dict:
@@ -298,7 +322,7 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
     if not p.exists():
         raise ModelFileError(f"no checkpoint at '{path}': run `edgeseq train --out {path}` first")
     try:
-        ckpt = torch.load(p, map_location="cpu", weights_only=True)
+        ckpt = quiet_torch_load(p)
     except Exception as e:
         raise ModelFileError(f"'{p}' is not a readable edgeseq checkpoint ({type(e).__name__}); train it again") from None
     if not isinstance(ckpt, dict) or "arch" not in ckpt or "state_dict" not in ckpt:

@@ -10,54 +10,68 @@ prediction with its probability for every reading (or every --print-every), the 
 (median and p99 over the last 1,000 readings), the state bytes held, and late, dropped and bad
 reading counts. With --state-file the stream's state is written atomically every
 --save-every readings and on Ctrl-C / SIGTERM, and a matching file is resumed on start (a
-replay source then continues from the reading after the saved one). Sources: see
-`edgeseq.runtime.live` (replay, csv, stdin, serial, sim, or your own driver class).
+replay source then continues from the reading after the saved one). A state file that cannot
+be used (another model, corrupt, values that do not fit) is moved aside to FILE.rejected
+(.rejected.1, ... if taken), never overwritten; a symbolic link is followed. Sources: see
+`edgeseq.runtime.live` (replay, csv, stdin, serial, sim, or your own driver class). A wrong
+option or source is one `Error:` line and exit 2, a failure at run time exit 1.
 """
 
 import argparse
 import contextlib
 import json
+import math
 import os
 import sys
 
 from edgeseq.errors import UsageError, run_script
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse whose own errors (unknown option, missing --model, a bad number) are one
+    `Error: ... (see --help)` line with exit 2, like every other wrong request, instead of its
+    usage block."""
+
+    def error(self, message):
+        raise UsageError(f"{' '.join(message.split())} (see --help)")
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from edgeseq.runtime.live import MAX_RATE, MIN_RATE, check_rate
+    from edgeseq.runtime.session import MAX_HISTORY
+
+    ap = Parser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", required=True)
     ap.add_argument("--source", default="replay:basicmotions")
-    ap.add_argument("--rate", type=_at_least(0, float), default=50.0,
-                    help="readings per second for replay sources (0: unpaced)")
+    ap.add_argument("--rate", type=_number(float, 0), default=50.0,
+                    help=f"readings per second for replay sources (0: unpaced; else {MIN_RATE:g} to {MAX_RATE:g})")
     ap.add_argument("--state-file")
-    ap.add_argument("--save-every", type=_at_least(1), default=500)
+    ap.add_argument("--save-every", type=_number(int, 1), default=500)
     ap.add_argument("--on-bad", choices=["skip", "error"], default="skip")
     ap.add_argument("--json", action="store_true", help="JSON lines on stdout")
-    ap.add_argument("--print-every", type=_at_least(1), default=1)
-    ap.add_argument("--max-readings", type=_at_least(1))
-    ap.add_argument("--max-history", type=_at_least(1), help="Transformer: bound the cache (sliding window)")
+    ap.add_argument("--print-every", type=_number(int, 1), default=1)
+    ap.add_argument("--max-readings", type=_number(int, 1))
+    ap.add_argument("--max-history", type=_number(int, 1, MAX_HISTORY),
+                    help="Transformer: bound the cache (sliding window)")
     args = ap.parse_args(argv)
+    check_rate(args.rate)
     from edgeseq.runtime import StreamSession
     from edgeseq.runtime.live import open_source, run_live
-    from edgeseq.runtime.statefile import StateFileError, load_state, lock_state_file, model_sha256
+    from edgeseq.runtime.statefile import lock_state_file, model_sha256, resume_state
 
+    if args.state_file is not None and not args.state_file.strip():
+        raise UsageError("--state-file is empty; give a file name")
     if args.state_file and os.path.isdir(args.state_file):
         raise UsageError(f"--state-file '{args.state_file}' is a directory; give a file name")
-    with lock_state_file(args.state_file) if args.state_file else contextlib.nullcontext():
+    with lock_state_file(args.state_file) if args.state_file else contextlib.nullcontext() as state_file:
         sess = StreamSession(args.model, max_history=args.max_history, on_full="slide")  # a window never stops
         model_hash = model_sha256(args.model)
         start = 0
-        if args.state_file:
-            try:
-                start = load_state(args.state_file, sess, model_hash)["readings"]
-                print(f"resumed from {args.state_file} at reading {start}", file=sys.stderr)
-            except FileNotFoundError:
-                pass
-            except StateFileError as e:
-                print(f"{e}; starting fresh", file=sys.stderr)
+        if state_file:
+            start = resume_state(args.state_file, sess, model_hash, note=lambda line: print(line, file=sys.stderr))
         source = open_source(args.source, sess.features, skip=start if args.source.startswith(("replay:", "csv:")) else 0)
         summary = run_live(sess, source, rate=args.rate or None, on_bad=args.on_bad, as_json=args.json,
-                           echo=lambda s: print(s, flush=True), state_file=args.state_file,
+                           echo=lambda s: print(s, flush=True), state_file=state_file,
                            save_every=args.save_every, model_hash=model_hash, start_readings=start,
                            print_every=args.print_every, max_readings=args.max_readings)
     if args.json:
@@ -73,15 +87,21 @@ def main(argv=None):
     return 0
 
 
-def _at_least(low, kind=int):
-    """An argparse type: a number of `kind` >= `low`, else one usage line naming the bound."""
+def _number(kind, low, high=None):
+    """An argparse type: a finite number of `kind` from `low` (to `high`), else one usage line
+    naming the bound (NaN and inf are not numbers of readings or rates)."""
     def parse(text):
         try:
             value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"'{text}' is not a {'whole ' if kind is int else ''}number") from None
-        if not value >= low:
+        except (ValueError, OverflowError):
+            whole = "whole " if kind is int else ""
+            raise argparse.ArgumentTypeError(f"'{text[:30]}' is not a {whole}number") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"'{text[:30]}' is not a finite number")
+        if value < low:
             raise argparse.ArgumentTypeError(f"{value} is below {low}")
+        if high is not None and value > high:
+            raise argparse.ArgumentTypeError(f"{value} is above {high:,}")
         return value
     return parse
 

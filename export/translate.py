@@ -18,8 +18,10 @@ cross-attention over the source (Transformer: mean over layers and heads).
 
 Batch, source length and cache length are dynamic. model.json says which decoder input is
 fed from which output or encoder output, so the runtime needs no per-architecture code.
-Written to a temporary directory beside the destination, validated against torch (greedy
-token ids identical, log-probs within tolerance), then renamed into place.
+Written to a temporary directory beside the destination (`.<name>.<pid>.<random>.tmp`; one a
+killed export left is removed by the next export to the same place), validated against torch
+(greedy token ids identical, log-probs within tolerance), then renamed into place. A failed
+write (a full disk) raises an OSError naming the destination and leaves the old directory.
 """
 
 from __future__ import annotations
@@ -38,11 +40,12 @@ from torch import nn
 import edgeseq
 from edgeseq import contract
 from edgeseq.errors import ExportValidationError, UsageError
+from edgeseq.runtime.statefile import TEMP_SUFFIX, remove_leftovers, temp_prefix
+from edgeseq.translate.runtime import FORMAT           # model.json format: the one the runtime reads
 from edgeseq.translate.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
 from edgeseq.translate.train import greedy_torch, model_from, source_batch
 from export.step import _trace, shareable_mode, strip
 
-FORMAT = 1
 TOLERANCE = 1e-4          # max |log-prob| difference, ONNX Runtime vs torch, along the greedy path
 VALIDATION_SENTENCES = 24
 
@@ -172,7 +175,8 @@ def export_translation(ckpt: dict, out, sentences: list | None = None) -> dict:
     enc, dec, desc = _graphs(model)
     meta = describe(ckpt, desc)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    remove_leftovers(out)
+    tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(out), suffix=TEMP_SUFFIX, dir=out.parent))
     try:
         onnx.save_model(enc, tmp / "encoder.onnx")
         onnx.save_model(dec, tmp / "decoder.onnx")
@@ -191,6 +195,11 @@ def export_translation(ckpt: dict, out, sentences: list | None = None) -> dict:
         for f in tmp.iterdir():
             os.chmod(f, shareable_mode(0o666))
         _replace_dir(tmp, out)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if e.filename is None or str(e.filename).startswith(str(tmp)):     # a failed write() names no file
+            raise OSError(e.errno, e.strerror or str(e), str(out)) from None
+        raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -6,7 +6,7 @@ fixed here and is the same in the C code `firmware_sim.cemit` writes, operation 
 in 32-bit arithmetic only (a Cortex-M0+ has no 64-bit multiply):
 
 - A reading enters as int32 fixed point with a number of fractional bits chosen per channel
-  from the range the model's int8 input covers (`in_frac`, up to 24; a pressure channel in Pa
+  from the range the model's int8 input covers (`in_frac`, up to 40; a pressure channel in Pa
   gets about 12, an accelerometer in g 24): value x 2^in_frac. Readings are clamped to
   +-(2^30 - 1) first. A channel whose int8 step is finer than what an int32 can resolve over
   its range is refused (`InputFormatError`, naming it).
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edgeseq.errors import UsageError
+from edgeseq.errors import DataError, UsageError
 
 Q = 12                      # fractional bits of pre-activations and logits
 LUT_SIZE = 2048             # table intervals over [-8, 8]: step 1/128, 2049 knots
@@ -39,7 +39,7 @@ ONE_Q15 = 1 << 15
 
 
 MULT_BITS = 15              # multiplier mantissa: m in [2^14, 2^15), so 16-bit halves of acc x m fit 32 bits
-IN_FRAC_MAX = 24            # most fractional bits of a reading
+IN_FRAC_MAX = 40            # most fractional bits of a reading (a channel of values near 1e-6 needs about 29)
 IN_LIMIT = (1 << 30) - 1    # readings are clamped to +-IN_LIMIT, so reading - mean fits an int32
 
 
@@ -163,6 +163,14 @@ class IntModel:
         x = np.round(np.asarray(readings, np.float64) * np.exp2(self.in_frac.astype(np.float64)))
         return np.clip(x, -(1 << 31), (1 << 31) - 1).astype(np.int64)
 
+    def input_range(self) -> tuple:
+        """(low, high) float64 [F]: the raw readings the int8 input covers (it saturates beyond)."""
+        first = self.cells[0]["x"]
+        real = self.feat_m.astype(np.float64) / np.exp2(self.feat_s.astype(np.float64))   # int8 steps per fixed-point unit
+        step = 1.0 / (real * np.exp2(self.in_frac.astype(np.float64)))                     # raw units per int8 step
+        mean = self.mean_fx / np.exp2(self.in_frac.astype(np.float64))
+        return mean + step * (-128 - first.in_zp), mean + step * (127 - first.in_zp)
+
     def quantize_reading(self, x_fx: np.ndarray) -> np.ndarray:
         first = self.cells[0]["x"]
         d = np.clip(np.asarray(x_fx, np.int64), -IN_LIMIT, IN_LIMIT) - self.mean_fx
@@ -205,78 +213,154 @@ def _q12(v) -> np.ndarray:
     return np.round(np.asarray(v, np.float64) * (1 << Q)).astype(np.int64)
 
 
-def from_onnx(path) -> IntModel:
-    """Build the integer model from a static int8 edgeseq model file."""
-    import onnx
-    from onnx import numpy_helper
+GATES = {"rnn": 1, "gru": 3, "lstm": 4}       # gate blocks of `hidden` columns in each layer's weights
+QUANT_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "QLinearMatMul",
+             "ConvInteger", "QLinearConv"}
+NORM_RTOL = 1e-6            # metadata normalisation vs the graph's float32 constants: a few float32 steps
 
-    from edgeseq.errors import ModelFileError
+
+def from_onnx(path) -> IntModel:
+    """Build the integer model from a static int8 edgeseq model file.
+
+    Sizes (hidden, layers, features, classes) and the normalisation come from the graph itself;
+    metadata that disagrees with it (arch vs the weights' gate blocks, config hidden/layers,
+    normalization vs the graph's Sub/Div constants, quantization vs the graph's nodes) is
+    refused with a MetadataError (a ModelFileError) naming the key."""
+    import onnx
+
     from edgeseq.runtime.model import open_model
 
-    _, meta = open_model(path)             # a missing, corrupt or non-edgeseq file: ModelFileError
-    check_int8(meta, path)
-    try:
-        return _from_proto(onnx.load(str(path)), meta, path)
-    except (KeyError, IndexError, ValueError, TypeError, StopIteration, ZeroDivisionError) as e:
-        raise ModelFileError(f"'{path}' is not laid out as edgeseq's int8 export writes it ({type(e).__name__}: "
-                             f"{str(e)[:80]}); export it again with --int8") from None
-
-
-def _from_proto(proto, meta, path) -> IntModel:
     from onnx import numpy_helper
 
-    from edgeseq.errors import ModelFileError
+    _, meta = open_model(path)             # a missing, corrupt or non-edgeseq file: ModelFileError
+    proto = onnx.load(str(path))
     init = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
-    producer = {o: n for n in proto.graph.node for o in n.output}
+    return from_parts(meta, init, proto.graph.node, path)
 
-    def dq_params(tensor):
-        n = producer.get(tensor)
-        if n is None or n.op_type != "DequantizeLinear":
-            raise ModelFileError(f"'{path}': {tensor} is not dequantized from int8; export it again with --int8")
-        return n
 
-    mm = {}
-    for n in proto.graph.node:
-        if n.op_type not in ("MatMul", "Gemm"):
-            continue
-        a, w = dq_params(n.input[0]), dq_params(n.input[1])
-        w_name = w.input[0].replace("_quantized", "")
-        w_q = init[w.input[0]]
-        if n.op_type == "Gemm":
-            w_q = w_q.T                                                         # (C, H) -> (H, C)
-        mm[w_name] = MatMulQ.make(w_q, init[w.input[1]], float(init[a.input[1]]), int(init[a.input[2]]))
-        if n.op_type == "Gemm":
-            b_dq = dq_params(n.input[2])
-            mm["head.bias"] = init[b_dq.input[0]].astype(np.float64) * init[b_dq.input[1]]
-    c = meta.config
-    H, L = c["hidden"], c["layers"]
+def _meta_error(path, key: str, what: str):
+    from edgeseq.contract import MetadataError
+    raise MetadataError(key, f"'{path}': metadata {key} {what}; export it again")
+
+
+def check_quantization(meta, proto, path) -> None:
+    """MetadataError (key edgeseq.quantization) when the metadata's int8 claim and the graph
+    disagree: int8 metadata on a graph without quantization nodes (static: without both
+    QuantizeLinear and DequantizeLinear), or float metadata on a graph that has them."""
+    from edgeseq.contract import META_QUANT
+    ops = {n.op_type for n in proto.graph.node}
+    q = meta.quantization
+    if q:
+        scheme = q.get("scheme", "")
+        if not ops & QUANT_OPS or scheme == "static" and not {"QuantizeLinear", "DequantizeLinear"} <= ops:
+            nodes = "QuantizeLinear/DequantizeLinear" if scheme == "static" else "quantization"
+            _meta_error(path, META_QUANT, f"says int8 ({scheme or 'no scheme'}) but the graph is float (no {nodes} "
+                                          "nodes)")
+    elif ops & QUANT_OPS:
+        _meta_error(path, META_QUANT, f"says float but the graph is int8 (it has {', '.join(sorted(ops & QUANT_OPS))} "
+                                      "nodes)")
+
+
+def graph_normalization(proto, init: dict, n_features: int, path) -> tuple:
+    """(mean, std) float64 [F] from the graph's own first `reading - mean` (Sub) and `/ std`
+    (Div, or Mul by 1 / std) with constant initializers: what the graph really computes (std
+    there is the metadata's std x input_scale)."""
+    from edgeseq import contract
+    from edgeseq.errors import ModelFileError
+
+    def bad(what):
+        raise ModelFileError(f"'{path}' does not normalise its reading as edgeseq's export does ({what}); "
+                             "export it again with --int8")
+    nodes = list(proto.graph.node)
+    sub = next((n for n in nodes if n.op_type == "Sub" and list(n.input[:1]) == [contract.READING]), None)
+    if sub is None or len(sub.input) < 2 or sub.input[1] not in init:
+        bad("no Sub of constant means from the reading")
+    scale = next((n for n in nodes if n.op_type in ("Div", "Mul") and list(n.input[:1]) == [sub.output[0]]), None)
+    if scale is None or len(scale.input) < 2 or scale.input[1] not in init:
+        bad("no Div by constant standard deviations after that Sub")
+    try:
+        mean = np.broadcast_to(np.asarray(init[sub.input[1]], np.float64).reshape(-1), (n_features,)).copy()
+        d = np.broadcast_to(np.asarray(init[scale.input[1]], np.float64).reshape(-1), (n_features,)).copy()
+    except ValueError:
+        bad(f"its mean and std constants are not one per feature of {n_features}")
+    with np.errstate(divide="ignore"):
+        std = d if scale.op_type == "Div" else 1.0 / d
+    if not (np.isfinite(mean).all() and np.isfinite(std).all() and (std > 0).all()):
+        bad("its mean and std constants are not finite with std > 0")
+    return mean, std
+
+
+def _check_normalization(meta, mean, std, path) -> None:
+    """The metadata's mean and std x input_scale must be the graph's, within float32 rounding."""
+    from edgeseq.contract import META_NORM
     norm = meta.normalization
-    mean, std = np.asarray(norm["mean"], np.float64), np.asarray(norm["std"], np.float64)
-    std = std * np.asarray(norm.get("input_scale", np.ones_like(std)), np.float64)   # what the graph divides by
-    x0 = mm["wx0"]
-    in_frac = input_format(meta.features, mean, std, x0.in_scale, x0.in_zp)
-    feat = []
-    for f, (sd, k) in enumerate(zip(std, in_frac)):
-        m, sh = multiplier(1.0 / (sd * x0.in_scale * 2.0 ** k))
-        if sh > 31:                      # bits the requantization would shift out first: not worth carrying
-            in_frac[f] = k = k - (sh - 31)
-            m, sh = multiplier(1.0 / (sd * x0.in_scale * 2.0 ** k))
-        feat.append((m, sh))
-    cells = []
+    if norm is None:
+        _meta_error(path, META_NORM, "is null but the graph normalises the reading")
+    m_mean = np.asarray(norm["mean"], np.float64)
+    m_std = np.asarray(norm["std"], np.float64) * np.asarray(norm.get("input_scale", np.ones(len(m_mean))), np.float64)
+    scaled = " x input_scale" if "input_scale" in norm else ""
+    for what, want, got in (("mean", m_mean, mean), ("std" + scaled, m_std, std)):
+        if want.shape != got.shape:
+            _meta_error(path, META_NORM, f"has {want.size} {what} values for the graph's {got.size} features")
+        off = np.abs(want - got) > NORM_RTOL * np.abs(got) + 1e-30
+        if off.any():
+            f = int(np.argmax(off))
+            _meta_error(path, META_NORM, f"gives {what} {want[f]:.7g} for feature '{meta.features[f]}' but the graph "
+                                         f"computes with {got[f]:.7g}")
+
+
+def _recurrent_shape(mm: dict, init: dict, meta, path) -> tuple:
+    """(hidden, layers) from the graph's recurrent weights, checked against edgeseq.arch (gate
+    blocks per layer, and the GRU's bh bias), edgeseq.features, edgeseq.labels and
+    edgeseq.config."""
+    from edgeseq import contract
+    from edgeseq.errors import ModelFileError
+    arch = meta.arch
+    if "wx0" not in mm or "wh0" not in mm:
+        _meta_error(path, contract.META_ARCH, f"says '{arch}' but the graph has no int8 recurrent weights (wx0, wh0)")
+    L = 0
+    while f"wx{L}" in mm and f"wh{L}" in mm:
+        L += 1
+    H, cols = mm["wh0"].w.shape
+    gates = cols // H if H and cols % H == 0 else 0
+    named = {g: a for a, g in GATES.items()}
+    if gates != GATES[arch] or (arch == "gru") != ("bh0" in init):
+        have = (f"{gates} gate block(s) of hidden {H}" + (" and a bh0 bias" if "bh0" in init else "")
+                + (f", as {'an' if gates == 1 else 'a'} {named[gates].upper()} has" if gates in named else ""))
+        _meta_error(path, contract.META_ARCH, f"says '{arch}' ({GATES[arch]} gate block(s) per layer"
+                                              f"{' and a bh0 bias' if arch == 'gru' else ''}) but the graph's "
+                                              f"recurrent weights have {have}")
     for layer in range(L):
-        x, h = mm[f"wx{layer}"], mm[f"wh{layer}"]
-        cell = {"x": x, "h": h, "hq": multiplier(1.0 / (ONE_Q15 * h.in_scale)),
-                "b": _q12(init[f"b{layer}"]), "bh": _q12(init[f"bh{layer}"]) if f"bh{layer}" in init else None}
-        if layer > 0:
-            cell["aq"] = multiplier(1.0 / (ONE_Q15 * x.in_scale))
-        cells.append(cell)
-    head_key = next(k for k in mm if k.startswith("model.head.weight"))
-    head = mm[head_key]
-    return IntModel(kind=meta.arch, hidden=H, layers=L, labels=list(meta.labels),
-                    feat_m=np.array([m for m, _ in feat], np.int64), feat_s=np.array([s for _, s in feat], np.int64),
-                    mean_fx=np.round(mean * np.exp2(in_frac)).astype(np.int64), in_frac=in_frac, cells=cells, head=head,
-                    head_hq=multiplier(1.0 / (ONE_Q15 * head.in_scale)), head_b=_q12(mm["head.bias"]),
-                    meta={"arch": meta.arch, "features": meta.features, "quantization": meta.quantization})
+        x, h = mm[f"wx{layer}"].w.shape, mm[f"wh{layer}"].w.shape
+        b, bh = init.get(f"b{layer}"), init.get(f"bh{layer}")
+        if (h != (H, gates * H) or x[1] != gates * H or layer and x[0] != H or b is None or b.shape != (gates * H,)
+                or (arch == "gru") != (bh is not None) or bh is not None and bh.shape != (gates * H,)):
+            raise ModelFileError(f"'{path}': layer {layer}'s weights (wx {x}, wh {h}) do not fit a {arch.upper()} of "
+                                 f"hidden {H}; export it again with --int8")
+    head = [k for k in mm if k.startswith("model.head.weight")]
+    if len(head) != 1 or mm[head[0]].w.shape[0] != H:
+        raise ModelFileError(f"'{path}' has no int8 head of {H} inputs; export it again with --int8")
+    F, C = mm["wx0"].w.shape[0], mm[head[0]].w.shape[1]
+    if F != len(meta.features):
+        _meta_error(path, contract.META_FEATURES, f"names {len(meta.features)} features but the graph's input "
+                                                  f"weights read {F}")
+    if C != len(meta.labels):
+        _meta_error(path, contract.META_LABELS, f"has {len(meta.labels)} labels but the graph's head gives {C} classes")
+    config = meta.config or {}
+    for key, have in (("hidden", H), ("layers", L), ("n_features", F), ("n_classes", C)):
+        if key in config and (type(config[key]) is not int or config[key] != have):
+            _meta_error(path, contract.META_CONFIG, f"has {key} {_short(config[key])} but the graph's weights give "
+                                                    f"{have}")
+    return H, L
+
+
+def _short(v) -> str:
+    import json
+    try:
+        text = json.dumps(v)
+    except (TypeError, ValueError):
+        text = type(v).__name__
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def check_int8(meta, path):
@@ -292,7 +376,7 @@ def check_int8(meta, path):
                         "`edgeseq firmware check` still plans its memory and cost")
 
 
-class InputFormatError(UsageError):
+class InputFormatError(DataError):
     """A channel's range cannot be held by int32 fixed point at the resolution its int8 input needs."""
 
 
@@ -325,3 +409,70 @@ def run_stream(model: IntModel, X_fx: np.ndarray) -> np.ndarray:
     for t in range(T):
         out[t], state = model.step(X_fx[:, t], state)
     return out
+
+
+def from_parts(meta, initializers: dict, nodes, path="<model>") -> IntModel:
+    """`from_onnx` without the onnx package: the integer model from a static int8 edgeseq graph
+    given as `initializers` (name -> numpy array) and `nodes` (objects with op_type, input and
+    output, in graph order), with `meta` parsed already (`edgeseq.runtime.model.open_model`).
+    The same checks and errors as `from_onnx` (which reads the file with onnx and could call
+    this); `path` only names the model in messages. Used by edgeseq.runtime.native."""
+    from types import SimpleNamespace
+
+    from edgeseq.errors import ModelFileError
+
+    proto = SimpleNamespace(graph=SimpleNamespace(node=list(nodes)))       # what the checks read
+    check_quantization(meta, proto, path)
+    check_int8(meta, path)
+    try:
+        init = {k: np.asarray(v) for k, v in initializers.items()}
+        producer = {o: n for n in proto.graph.node for o in n.output}
+
+        def dq_params(tensor):
+            n = producer.get(tensor)
+            if n is None or n.op_type != "DequantizeLinear":
+                raise ModelFileError(f"'{path}': {tensor} is not dequantized from int8; export it again with --int8")
+            return n
+
+        mm = {}
+        for n in proto.graph.node:
+            if n.op_type not in ("MatMul", "Gemm"):
+                continue
+            a, w = dq_params(n.input[0]), dq_params(n.input[1])
+            w_name = w.input[0].replace("_quantized", "")
+            w_q = init[w.input[0]]
+            if n.op_type == "Gemm":
+                w_q = w_q.T                                                         # (C, H) -> (H, C)
+            mm[w_name] = MatMulQ.make(w_q, init[w.input[1]], float(init[a.input[1]]), int(init[a.input[2]]))
+            if n.op_type == "Gemm":
+                b_dq = dq_params(n.input[2])
+                mm["head.bias"] = init[b_dq.input[0]].astype(np.float64) * init[b_dq.input[1]]
+        H, L = _recurrent_shape(mm, init, meta, path)
+        mean, std = graph_normalization(proto, init, len(meta.features), path)
+        _check_normalization(meta, mean, std, path)
+        x0 = mm["wx0"]
+        in_frac = input_format(meta.features, mean, std, x0.in_scale, x0.in_zp)
+        feat = []
+        for f, (sd, k) in enumerate(zip(std, in_frac)):
+            m, sh = multiplier(1.0 / (sd * x0.in_scale * 2.0 ** k))
+            if sh > 31:
+                in_frac[f] = k = k - (sh - 31)
+                m, sh = multiplier(1.0 / (sd * x0.in_scale * 2.0 ** k))
+            feat.append((m, sh))
+        cells = []
+        for layer in range(L):
+            x, h = mm[f"wx{layer}"], mm[f"wh{layer}"]
+            cell = {"x": x, "h": h, "hq": multiplier(1.0 / (ONE_Q15 * h.in_scale)),
+                    "b": _q12(init[f"b{layer}"]), "bh": _q12(init[f"bh{layer}"]) if f"bh{layer}" in init else None}
+            if layer > 0:
+                cell["aq"] = multiplier(1.0 / (ONE_Q15 * x.in_scale))
+            cells.append(cell)
+        head = mm[next(k for k in mm if k.startswith("model.head.weight"))]
+        return IntModel(kind=meta.arch, hidden=H, layers=L, labels=list(meta.labels),
+                        feat_m=np.array([m for m, _ in feat], np.int64), feat_s=np.array([s for _, s in feat], np.int64),
+                        mean_fx=np.round(mean * np.exp2(in_frac)).astype(np.int64), in_frac=in_frac, cells=cells,
+                        head=head, head_hq=multiplier(1.0 / (ONE_Q15 * head.in_scale)), head_b=_q12(mm["head.bias"]),
+                        meta={"arch": meta.arch, "features": meta.features, "quantization": meta.quantization})
+    except (KeyError, IndexError, ValueError, TypeError, StopIteration, ArithmeticError) as e:
+        raise ModelFileError(f"'{path}' is not laid out as edgeseq's int8 export writes it ({type(e).__name__}: "
+                             f"{str(e)[:80]}); export it again with --int8") from None

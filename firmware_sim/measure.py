@@ -25,12 +25,14 @@ from edgeseq.errors import EdgeseqError, UsageError
 
 OPTS = ("-Os", "-O2", "-O3")
 
+CHUNK = 256                 # readings the harness holds at once (inputs and outputs in emulated RAM)
+
 HARNESS = r"""#include "es_model.h"
 #define N_MAX {n}
 int32_t bench_in[N_MAX][ES_FEATURES];
 int32_t bench_out[N_MAX][ES_CLASSES];
 static es_state_t bench_state;
-static int32_t bench_scratch[(ES_SCRATCH_BYTES + 3) / 4];
+static int32_t bench_scratch[ES_SCRATCH_WORDS];
 void bench_reset(void) {{ es_reset(&bench_state); }}
 int bench_run(int first, int n) {{
   int i;
@@ -50,20 +52,48 @@ def core_of(target) -> str:
     return core
 
 
+def cost_features(m) -> list:
+    """What a step's cycles scale with, for `check`'s fitted cost: [MACs, requantized outputs
+    (every product output and every state value quantized to int8), hidden units x layers, 1]."""
+    outputs = sum(c["x"].w.shape[1] + c["h"].w.shape[1] for c in m.cells) + m.head.w.shape[1]
+    quantized = m.hidden * (2 * m.layers)                 # h before its own product, and before the next layer's or the head
+    return [float(macs_per_step(m)), float(outputs + quantized), float(m.hidden * m.layers), 1.0]
+
+
 def macs_per_step(m) -> int:
     """int8 multiply-accumulates of one step (the products as the model defines them, unpadded)."""
     return int(sum(c["x"].w.size + c["h"].w.size for c in m.cells) + m.head.w.size)
 
 
+def readings_for(m, data: str | None, n: int) -> tuple:
+    """(float readings [n, F], description): the test split of `data` (default: the embedded
+    data, if its channels are the model's) joined end to end; otherwise seeded synthetic
+    readings spread over each channel's int8 input range."""
+    from edgeseq.data import load_dataset
+    from edgeseq.errors import DataError
+
+    try:
+        ds = load_dataset(data or "basicmotions").for_model(m.meta["features"], f"data '{data or 'basicmotions'}'")
+    except DataError:
+        if data is not None:
+            raise
+        ds = None
+    if ds is not None:
+        X = np.concatenate([ds.test.X[i, :ds.test.lengths[i]] for i in range(len(ds.test))])
+        return np.concatenate([X] * (1 + n // len(X)))[:n], f"the test split of {ds.name}"
+    lo, hi = m.input_range()
+    rng = np.random.default_rng(0)
+    return lo + (hi - lo) * rng.random((n, m.n_features)), "synthetic readings over each channel's int8 range"
+
+
 def measure(model, core: str, opt: str = "-O2", readings: int = 1000, counted: int = 8, target=None,
-            work_dir=None, portable: bool = False) -> dict:
+            work_dir=None, portable: bool = False, data: str | None = None) -> dict:
     """Cross-compile the emitted step of `model` (a static int8 RNN/GRU/LSTM .onnx) for `core`
     ("cortex-m0plus", "cortex-m4", "cortex-m7", "cortex-m33") at `opt`, run it on the emulated
     core and return the figures (see the module docstring); `target` (a Target) adds time per
     reading at its clock; `portable=True` builds the portable C path (ES_PORTABLE) on a DSP core. Raises EdgeseqError if the compiled step differs from the simulator
     in any logit, if no cross compiler or emulator is installed (the message says how to get
     one), UsageError for an unknown core or optimisation level."""
-    from edgeseq.data import load_dataset
     from firmware_sim import emulate, toolchain
     from firmware_sim.cemit import emit, layout
     from firmware_sim.intsim import from_onnx
@@ -74,9 +104,7 @@ def measure(model, core: str, opt: str = "-O2", readings: int = 1000, counted: i
         raise UsageError(f"optimisation '{opt}' must be one of {', '.join(OPTS)}")
     compiler = toolchain.require_compiler()
     m = from_onnx(model)
-    ds = load_dataset("basicmotions").for_model(m.meta["features"], "the embedded data basicmotions")
-    X = np.concatenate([ds.test.X[i, :ds.test.lengths[i]] for i in range(len(ds.test))])
-    X = np.concatenate([X] * (1 + readings // len(X)))[:readings]
+    X, source = readings_for(m, data, readings)
     xq = m.to_fixed(X)
     state, want = m.init_state(1), []
     for x in xq:
@@ -87,24 +115,32 @@ def measure(model, core: str, opt: str = "-O2", readings: int = 1000, counted: i
     with tempfile.TemporaryDirectory(dir=work_dir) as tmp:
         d = Path(tmp)
         emit(m, d, prefix="es")
-        (d / "harness.c").write_text(HARNESS.format(n=readings))
+        (d / "harness.c").write_text(HARNESS.format(n=CHUNK))
         defines = ["ES_PORTABLE"] if portable else []
         obj = toolchain.compile_object(d / "es_model.c", core, opt, d, include_dirs=[d], defines=defines,
                                        compiler=compiler)
         sizes = toolchain.sections(obj)
-        elf = toolchain.build([d / "harness.c", d / "es_model.c"], core, opt, d, include_dirs=[d], defines=defines,
-                              compiler=compiler)
+        elf = toolchain.build([d / "harness.c", d / "es_model.c", d / "es_tables.c"], core, opt, d, include_dirs=[d],
+                              defines=defines, compiler=compiler)
+        used = [t for t in ("es_sigmoid_q15", "es_tanh_q15") if t in (d / "es_model.c").read_text()]
+        tables = toolchain.sections(elf, symbols_from=used)["rodata"]       # the tables this model reads
         mach = emulate.Machine(elf, core)
-        mach.write("bench_in", xq.astype(np.int32))
         mach.call("bench_reset")
-        mach.call("bench_run", 0, readings, max_instructions=2_000_000_000)
-        got = np.frombuffer(mach.read("bench_out", 4 * readings * len(m.labels)), np.int32).reshape(readings, -1)
+        got = []
+        for start in range(0, readings, CHUNK):             # the state carries over between chunks
+            chunk = xq[start:start + CHUNK].astype(np.int32)
+            mach.write("bench_in", chunk)
+            mach.call("bench_run", 0, len(chunk), max_instructions=2_000_000_000)
+            got.append(np.frombuffer(mach.read("bench_out", 4 * len(chunk) * len(m.labels)), np.int32)
+                       .reshape(len(chunk), -1))
+        got = np.concatenate(got)
         if not np.array_equal(got.astype(np.int64), want):
             bad = int(np.argwhere((got != want).any(1))[0, 0])
             raise EdgeseqError(f"the compiled step differs from the simulator at reading {bad} on {core} {opt}: "
                                f"{got[bad].tolist()} vs {want[bad].tolist()}")
+        mach.write("bench_in", xq[:CHUNK].astype(np.int32))
         mach.call("bench_reset")
-        r = mach.call("bench_run", 0, counted, count=True, max_instructions=200_000_000)
+        r = mach.call("bench_run", 0, min(counted, CHUNK), count=True, max_instructions=200_000_000)
     macs = macs_per_step(m)
     per_step = r["instructions"] / counted
     helpers = {k: v / counted for k, v in r["by_function"].items() if k.startswith(("__aeabi_l", "__mul", "__ash"))}
@@ -112,13 +148,14 @@ def measure(model, core: str, opt: str = "-O2", readings: int = 1000, counted: i
     out = {
         "model": str(model), "arch": m.kind, "hidden": m.hidden, "layers": m.layers, "core": core, "opt": opt,
         "compiler": compiler.version(), "cpu_model": mach.cpu_model, "dsp_path": core in ("cortex-m4", "cortex-m7", "cortex-m33") and not portable,
-        "bit_exact_readings": readings,
-        "sections": {k: int(v) for k, v in sizes.items()},
+        "bit_exact_readings": readings, "readings_from": source,
+        "sections": {k: int(v) for k, v in sizes.items()}, "tables_bytes": int(tables),
         "stack_bytes": int(r["stack_bytes"]), "scratch_bytes": lay["scratch"], "state_bytes": lay["state"],
         "macs": macs, "instructions_per_step": per_step, "instructions_per_mac": per_step / macs,
         "helper_instructions_per_step": helpers,
         "mix_top": [(k, round(v / counted, 1)) for k, v in r["mix"].most_common(12)],
         "provenance": {"sections": "measured (pyelftools, the model's object file)",
+                       "tables_bytes": "measured (the sigmoid/tanh tables the linked step keeps, es_tables.c)",
                        "stack_bytes": "measured (deepest stack below the caller's SP, emulated)",
                        "instructions_per_step": f"measured (Unicorn, mean over {counted} steps)",
                        "cycles_per_step": "modelled from the executed mix (emulate.TIMINGS)"},

@@ -162,15 +162,32 @@ def flash_of(proto) -> dict:
     return {"weights": weights, "scales_biases": scales, "code_estimate": CODE_BASE + CODE_PER_KERNEL * len(kernels)}
 
 
-STACK_ESTIMATE = 256        # bytes of stack per step where no measurement exists (measured: 92-152)
+STACK_ESTIMATE = 256        # bytes of stack per step where no measurement exists (measured: 92-160)
+MAX_HISTORY = 1 << 20       # readings: the most --history the check plans (far beyond any part's RAM)
+MAX_CACHE_BYTES = 256 << 20  # the check runs the graph at the history planned, with every intermediate
+                             # kept: a cache larger than this would cost this machine several times as much
+MAX_CYCLES = 1e4            # cycles per MAC or per operation: beyond any core
 
 
 def check_model(path, target, history: int | None = None, cycles_per_mac: float | None = None) -> dict:
-    """Will `path` fit `target`, and what does one reading cost there."""
+    """Will `path` fit `target`, and what does one reading cost there.
+
+    UsageError for a --history below 1 or above MAX_HISTORY, or --cycles-per-mac outside
+    (0, MAX_CYCLES]; EdgeseqError, with the longest history that fits, for a history whose cache
+    alone overflows the part's RAM or MAX_CACHE_BYTES (the graph is never built at that size);
+    MetadataError when the metadata's int8 claim disagrees with the graph."""
+    import math
+
+    import onnx
+
     from edgeseq.runtime.model import open_model
-    from firmware_sim.intsim import LUT_SIZE, from_onnx
+    from firmware_sim.intsim import check_quantization, from_onnx
 
     _, meta = open_model(path)
+    check_quantization(meta, onnx.load(str(path)), path)
+    if cycles_per_mac is not None and not (isinstance(cycles_per_mac, (int, float)) and math.isfinite(cycles_per_mac)
+                                           and 0 < cycles_per_mac <= MAX_CYCLES):
+        raise UsageError(f"--cycles-per-mac must be a number > 0 and at most {MAX_CYCLES:g}, got {cycles_per_mac}")
     if meta.mode != "stream":
         raise DataError(f"'{path}' is a window model; the firmware check covers streaming step graphs")
     growing = any(s.kind == "growing" for s in meta.state)
@@ -186,6 +203,14 @@ def check_model(path, target, history: int | None = None, cycles_per_mac: float 
         longest = longest_history(path, target, meta, {"ram": {"io": _io_bytes(path)}})
         raise EdgeseqError(f"history {H:,} needs {per * H:,} B of cache alone, {target.name} has {avail:,} B of RAM; "
                            f"the longest history that fits is {longest:,} readings, pass --history with at most that")
+    if growing and H > MAX_HISTORY:
+        what = f"--history {H:,}" if history else f"the model's max_history {H:,}"
+        raise UsageError(f"{what} is more than the check plans: pass --history with at most {MAX_HISTORY:,} readings")
+    if growing and per * H > MAX_CACHE_BYTES:
+        longest = longest_history(path, target, meta, {"ram": {"io": _io_bytes(path)}})
+        raise EdgeseqError(f"history {H:,} needs {per * H:,} B of cache; the check plans at most "
+                           f"{MAX_CACHE_BYTES:,} B of cache ({MAX_CACHE_BYTES / 2**20:g} MiB): the longest history "
+                           f"that fits is {longest:,} readings, pass --history with at most that")
     shapes, proto = run_shapes(path, H)
     macs, ops = macs_and_ops(proto, shapes)
     flash = flash_of(proto)
@@ -193,7 +218,7 @@ def check_model(path, target, history: int | None = None, cycles_per_mac: float 
     measured, stack = None, 0
     if integer:
         from firmware_sim.cemit import flash_bytes, layout
-        from firmware_sim.measure import macs_per_step
+        from firmware_sim.measure import cost_features, macs_per_step
         from firmware_sim.targets import MEASURED, MEASURED_SOURCE, emulated_core
 
         m = from_onnx(path)
@@ -203,13 +228,15 @@ def check_model(path, target, history: int | None = None, cycles_per_mac: float 
         measured = (MEASURED.get(core) or {}).get(m.kind)
         fb = flash_bytes(m)
         flash = {"weights": fb["weights"], "scales_biases": fb["constants"], "activation_tables": fb["tables"],
-                 ("code_measured" if measured else "code_estimate"): measured[1] if measured else CODE_BASE + CODE_PER_KERNEL * 4}
+                 ("code_fitted" if measured else "code_estimate"):
+                     int(round(measured[4] + measured[5] * (m.layers - 1))) if measured else CODE_BASE + CODE_PER_KERNEL * 4}
         state = lay["state"]
         io = lay["io"]
-        stack = measured[2] if measured else STACK_ESTIMATE
+        stack = measured[6] if measured else STACK_ESTIMATE
         macs = macs_per_step(m)
+        fitted_cycles = float(np.dot(measured[:4], cost_features(m))) if measured else None
         kind = ("integer-only step (as `firmware emit` writes it): int8 weights, int16/int32 state; code, stack and "
-                + (f"cycles per MAC measured on an emulated {core} ({MEASURED_SOURCE})" if measured else
+                + (f"cycles fitted to measurements on an emulated {core} ({MEASURED_SOURCE})" if measured else
                    "cycles are estimates (no emulated core for this target)"))
     else:
         bufs = graph_buffers(proto, shapes)
@@ -226,11 +253,12 @@ def check_model(path, target, history: int | None = None, cycles_per_mac: float 
            "state": int(state), "io": int(io), "stack": int(stack)}
     ram_total = arena + state + io + stack
     if measured and cycles_per_mac is None:
-        cpm, ops_cost = measured[0], 0.0          # the measured figure covers the whole step
+        cycles = fitted_cycles                    # the fit covers the whole step
+        cpm, ops_cost = cycles / macs, 0.0
     else:
         cpm = target.cycles_per_mac if cycles_per_mac is None else cycles_per_mac
         ops_cost = target.cycles_per_op
-    cycles = macs * cpm + ops * ops_cost
+        cycles = macs * cpm + ops * ops_cost
     us = cycles / target.clock_mhz
     r = {
         "model": str(path), "arch": meta.arch, "quantization": (meta.quantization or {}).get("scheme", "float"),
@@ -244,7 +272,7 @@ def check_model(path, target, history: int | None = None, cycles_per_mac: float 
         "cost": {"macs": int(macs), "other_ops": int(ops), "cycles_per_mac": cpm,
                  "cycles_per_op": ops_cost, "cycles": int(cycles), "us_per_reading": us,
                  "max_rate_hz": 1e6 / us if us else None,
-                 "source": ("measured per MAC on the emulated core (modelled cycles), the whole step" if measured
+                 "source": ("fitted to steps measured on the emulated core (modelled cycles)" if measured
                             and cycles_per_mac is None else "estimated (--cycles-per-mac)" if cycles_per_mac
                             else "estimated from the core's instruction timings")},
     }
@@ -263,8 +291,9 @@ def verdict(r: dict) -> str | None:
         return None
     t = r["target"]["name"]
     if r["flash"]["margin"] < 0:
-        return (f"{r['model']} needs {r['flash']['total']:,} B of flash, {t} has {r['flash']['available']:,} B; "
-                "export it with --int8 or choose a smaller model")
+        todo = ("choose a smaller model (fewer hidden units or layers) or a part with more flash"
+                if r.get("quantization", "float") != "float" else "export it with --int8 or choose a smaller model")
+        return f"{r['model']} needs {r['flash']['total']:,} B of flash, {t} has {r['flash']['available']:,} B; {todo}"
     if r.get("history"):
         return (f"history {r['history']:,} does not fit {t}: RAM {r['ram']['total']:,} B of {r['ram']['available']:,} B "
                 f"(cache {r['ram']['state']:,} B); the longest history that fits is {r['longest_history']:,} readings, "
@@ -281,9 +310,11 @@ def _io_bytes(path) -> int:
 
 
 def longest_history(path, target, meta, at) -> int:
-    """Largest history whose RAM (arena + cache + io) fits, found by bisection on the real plan."""
+    """Largest history whose RAM (arena + cache + io) fits, found by bisection on the real plan;
+    at most MAX_HISTORY readings and MAX_CACHE_BYTES of cache (no graph is built beyond them)."""
     per = sum(s.bytes_per_reading() for s in meta.state if s.kind == "growing")
     avail = target.sram_kb * 1024
+    top = max(1, min(MAX_HISTORY, MAX_CACHE_BYTES // per, avail // per))
 
     def ram(h):
         shapes, proto = run_shapes(path, h)
@@ -291,7 +322,9 @@ def longest_history(path, target, meta, at) -> int:
         return arena + per * h + at["ram"]["io"]
     if ram(1) > avail:
         return 0
-    lo, hi = 1, max(2, avail // per + 1)
+    if top == 1 or ram(top) <= avail:          # a part with RAM to spare: the cap is the answer
+        return top
+    lo, hi = 1, top
     while hi - lo > 1:
         mid = (lo + hi) // 2
         if ram(mid) <= avail:

@@ -32,9 +32,13 @@ def simulate(model, data: str = "basicmotions", float_model=None, readings: int 
         r["accuracy"]["float"] = final_accuracy(run_streams(fsess, fmeta, split.X, split.lengths), split)
         r["vs_float"] = output_error(run_streams(fsess, fmeta, X), stream_int)
         r["float_from"] = str(float_model)
-    elif "float_accuracy" in v:
-        r["accuracy"]["float"] = v["float_accuracy"]
+    elif _is_fraction(v.get("float_accuracy")):          # metadata: use it only when it is an accuracy
+        r["accuracy"]["float"] = float(v["float_accuracy"])
         r["float_from"] = "the int8 model's export validation (same test split)"
     if "float" in r["accuracy"]:
         r["drop_vs_float"] = r["accuracy"]["float"] - r["accuracy"]["integer_only"]
     return r
+
+
+def _is_fraction(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and 0.0 <= x <= 1.0

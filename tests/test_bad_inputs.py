@@ -221,7 +221,7 @@ CASES = [
     (["translate", "run", "mt2", "Open"], None, R, "outside the model directory"),
     (["translate", "run", "empty", "Open"], None, R, "lacks model.json"),
     (["translate", "run", "mt", "-"], b"Open\n\xff\xfe\n", R, "input line 2 is not UTF-8"),
-    (["translate", "run", "mt", "Open", "--attention", "afile/a.png"], None, U, "does not exist"),
+    (["translate", "run", "mt", "Open", "--attention", "afile/a.png"], None, U, "is a file, not a folder"),
     (["translate", "run", "mt", "Open", "--attention", "empty"], None, U, "is a directory"),
     (["translate", "run", "mt", "Open", "--attention", "a.txt"], None, U, "must end in .png"),
     (["translate", "run", "mt", "Open", "--beam", "0"], None, U, "--beam"),

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from edgeseq.data import Dataset, Normalization, Split, align_features, load_dataset
-from edgeseq.errors import DataError, UsageError
+from edgeseq.errors import DataError
 
 FEATURES = ["huge", "baro", "noise"]
 

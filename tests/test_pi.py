@@ -129,7 +129,7 @@ def test_bad_readings_are_counted_and_never_touch_the_state(int8):
     mixed, clean = StreamSession(model), StreamSession(model)
     out = []
     summary = run_live(mixed, SimSource(200, 6, bad=True), on_bad="skip", as_json=True, echo=out.append)
-    assert summary["bad"] == {"nan_inf": 14, "field_count": 7, "garbage": 7, "non_numeric": 0}
+    assert summary["bad"] == {"nan_inf": 14, "field_count": 7, "garbage": 7, "non_numeric": 0, "out_of_range": 0}
     assert summary["readings"] == 200 - 28
     src = SimSource(200, 6, bad=True)
     good = [src.read() for _ in range(200)]

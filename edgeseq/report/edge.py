@@ -53,7 +53,6 @@ def _models(out: Path, runs, settings, progress) -> dict:
     from dataclasses import replace
 
     from edgeseq.data import load_dataset
-    from edgeseq.runtime import evaluate
     from edgeseq.train import DEFAULTS, TrainConfig, load_checkpoint, model_from_checkpoint, save_checkpoint, train
     from export import export_int8, export_model
 

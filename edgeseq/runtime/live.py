@@ -8,9 +8,11 @@ line (CSV, parsed here) or a sequence of numbers:
     csv:FILE.csv             the same, unpaced (as fast as it can)
     stdin / -                one CSV reading per line on standard input
     serial:/dev/ttyUSB0[@115200]   CSV over a UART (needs pyserial: pip install "edgeseq[pi]"); any
-                             pyserial URL works too (socket://host:port, loop://)
-    sim:N[:bad]              N synthetic readings; with ':bad', NaN, Inf, short and garbage ones mixed in
+                             pyserial URL works too (socket://host:port, loop://); baud 1 to 100,000,000
+    sim:N[:bad]              N >= 1 synthetic readings; with ':bad', NaN, Inf, short and garbage ones mixed in
     python:module:Class      your own driver, e.g. an I2C IMU (see below)
+
+A spec that cannot be used is a UsageError naming what is wrong, before anything streams.
 
 A driver for hardware edgeseq does not know is a class with `read()` returning one reading
 (a sequence of floats in the model's feature order, or None at the end) and an optional
@@ -20,7 +22,12 @@ A driver for hardware edgeseq does not know is a class with `read()` returning o
         def __init__(self): self.bus = smbus2.SMBus(1)
         def read(self): return [ax, ay, az, gx, gy, gz]     # from the chip's registers
 
-Pacing: replay sources are released at `rate` readings per second on a fixed schedule; live
+A driver whose constructor or read() raises ends the run with one error line (exit 1; 2 when
+it cannot be built with no arguments), a state file saved as of the last good reading; a
+reading it returns that is not real numbers is a bad reading like any other.
+
+Pacing: replay sources are released at `rate` readings per second (0 or None: unpaced, else
+MIN_RATE to MAX_RATE) on a fixed schedule; live
 sources arrive at the device's pace. A reading handled after its slot has passed counts as
 late; if the loop falls more than `max_lag` readings behind, readings are dropped to catch
 up and counted. Neither is hidden: both are in every status line and in the summary.
@@ -29,7 +36,10 @@ up and counted. Neither is hidden: both are in every status line and in the summ
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
+import math
+import re
 import signal
 import sys
 import time
@@ -38,8 +48,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edgeseq.errors import ReadingError, UsageError
+from edgeseq.errors import EdgeseqError, ReadingError, UsageError
 from edgeseq.runtime.stream import LineReader, read_lines
+
+MIN_RATE, MAX_RATE = 1e-6, 1e6        # readings per second: one per 11 days to a million per second
+MAX_BAUD = 100_000_000
+SOURCES = ("replay:basicmotions, replay:FILE.csv, csv:FILE.csv, stdin, serial:/dev/ttyUSB0[@baud], sim:N[:bad] "
+           "or python:module:Class")
 
 
 class ReplaySource:
@@ -67,7 +82,11 @@ class ReplaySource:
                 raise UsageError(f"cannot read readings file '{what}': {e.strerror}") from None
             self.reader = LineReader(features)
             self.rows = [line for line in raw.split(b"\n") if line.strip()]
-            if self.rows and self.reader.parse(self.rows[0]) is None:     # a header: columns reordered
+            try:
+                header = self.rows and self.reader.parse(self.rows[0]) is None
+            except ReadingError:                      # a bad first reading: streamed (and judged) as such
+                header = False
+            if header:                                # a header: columns reordered
                 self.rows = self.rows[1:]
         self.i = skip
 
@@ -133,21 +152,51 @@ class SimSource:
         pass
 
 
+def _why(e: BaseException) -> str:
+    text = " ".join(str(e).split())[:120]
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
 class PluginSource:
+    """`python:module:Class`: a class with read() (and optionally close()), built with no arguments."""
     paced = False
 
     def __init__(self, spec: str):
-        mod, _, cls = spec.partition(":")
+        self.spec = f"python:{spec}"
+        mod, _, name = spec.partition(":")
+        if not mod or not name:
+            raise UsageError(f"source '{self.spec}' must be python:module:Class, e.g. python:mypkg.imu:IMU")
         try:
-            self.obj = getattr(importlib.import_module(mod), cls)()
-        except (ImportError, AttributeError) as e:
-            raise UsageError(f"cannot load source python:{spec} ({e}); give module:Class with a read() method") from None
+            obj = importlib.import_module(mod)
+            for part in name.split("."):
+                obj = getattr(obj, part)
+        except Exception as e:                   # the module is the user's: its import may raise anything
+            raise UsageError(f"cannot load source {self.spec} ({_why(e)}); give module:Class with a read() "
+                             "method") from None
+        if not inspect.isclass(obj):
+            raise UsageError(f"source {self.spec} is a {type(obj).__name__}, not a class; give module:Class, a "
+                             "class with a read() method")
+        if not callable(getattr(obj, "read", None)):
+            raise UsageError(f"source {self.spec} has no read() method; it must return one reading per call "
+                             "(None at the end)")
+        try:
+            self.obj = obj()
+        except TypeError as e:
+            raise UsageError(f"cannot construct source {self.spec} with no arguments ({_why(e)})") from None
+        except Exception as e:
+            raise EdgeseqError(f"source {self.spec} failed to start ({_why(e)})") from None
 
     def read(self):
-        return self.obj.read()
+        try:
+            return self.obj.read()
+        except Exception as e:
+            raise EdgeseqError(f"source {self.spec} failed while reading ({_why(e)})") from None
 
     def close(self):
-        getattr(self.obj, "close", lambda: None)()
+        try:
+            getattr(self.obj, "close", lambda: None)()
+        except Exception as e:
+            raise EdgeseqError(f"source {self.spec} failed to close ({_why(e)})") from None
 
 
 def stdin_bytes():
@@ -168,28 +217,67 @@ def open_source(spec: str, features: list, skip: int = 0):
         src.paced = False
         return src
     if kind == "serial" and arg:
-        port, _, baud = arg.partition("@")
+        port, at, baud = arg.rpartition("@") if "@" in arg else (arg, "", "")
+        if not port:
+            raise UsageError(f"source '{spec}' names no port; e.g. serial:/dev/ttyUSB0@115200")
+        if at and not _digits(baud, 1, MAX_BAUD):
+            raise UsageError(f"source '{spec}': baud '{baud[:20]}' is not a whole number from 1 to {MAX_BAUD:,}; "
+                             "e.g. serial:/dev/ttyUSB0@115200")
         try:
             import serial
         except ImportError:
             raise UsageError('serial sources need pyserial: pip install "edgeseq[pi]"') from None
         try:
             return LineSource(serial.serial_for_url(port, baudrate=int(baud or 115200), timeout=5), close=True)
-        except (serial.SerialException, ValueError) as e:
-            raise UsageError(f"cannot open serial port {port}: {e}") from None
+        except (serial.SerialException, ValueError, OverflowError, OSError) as e:
+            raise UsageError(f"cannot open serial port {port}: {' '.join(str(e).split())[:150]}") from None
     if kind == "sim" and arg:
         n, _, bad = arg.partition(":")
+        if not _digits(n, 1, None) or bad not in ("", "bad"):
+            raise UsageError(f"source '{spec}' must be sim:N or sim:N:bad with N a whole number >= 1, e.g. sim:500")
         return SimSource(int(n), len(features), bad == "bad")
     if kind == "python" and arg:
         return PluginSource(arg)
-    raise UsageError(f"unknown source '{spec}'; use replay:basicmotions, replay:FILE.csv, csv:FILE.csv, stdin, "
-                     "serial:/dev/ttyUSB0[@baud], sim:N or python:module:Class")
+    raise UsageError(f"unknown source '{spec}'; use {SOURCES}")
+
+
+def _digits(text: str, low: int, high: int | None) -> bool:
+    """Whether `text` is a whole number (plain digits) from `low` to `high`."""
+    if not text.isascii() or not text.isdigit() or len(text) > 30:
+        return False
+    return low <= int(text) and (high is None or int(text) <= high)
+
+
+def check_rate(rate) -> float:
+    """`rate` as readings per second (0.0: unpaced), or UsageError: a finite number, 0 or from
+    MIN_RATE to MAX_RATE (a pace of 1e-300 readings/s would sleep for ever; inf, no pace at all)."""
+    if rate is None:
+        return 0.0
+    if isinstance(rate, bool) or not isinstance(rate, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(rate) or rate != 0 and not MIN_RATE <= rate <= MAX_RATE:
+        raise UsageError(f"--rate must be 0 (unpaced) or from {MIN_RATE:g} to {MAX_RATE:g} readings per second, "
+                         f"got {rate!r}")
+    return float(rate)
+
+
+def _count(name: str, value, low: int = 1, none_ok: bool = False):
+    if value is None and none_ok:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise UsageError(f"{name} must be a whole number >= {low}, got {value!r}")
+    return int(value)
+
+
+def _printable(text: str) -> str:
+    """A label as one line of a status line (control characters escaped)."""
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
 
 
 @dataclass
 class Stats:
     readings: int = 0
-    bad: dict = field(default_factory=lambda: {"nan_inf": 0, "field_count": 0, "garbage": 0, "non_numeric": 0})
+    bad: dict = field(default_factory=lambda: {"nan_inf": 0, "field_count": 0, "garbage": 0, "non_numeric": 0,
+                                               "out_of_range": 0})
     late: int = 0
     dropped: int = 0
     saves: int = 0
@@ -204,14 +292,19 @@ class Stats:
         return {"median_us": round(float(np.median(a)), 1), "p99_us": round(float(np.percentile(a, 99)), 1)}
 
 
+NAN_INF = re.compile(r"NaN or Inf|has -?(nan|inf) in '")
+
+
 def _bad_kind(msg: str, line) -> str:
     if isinstance(line, (bytes, bytearray)):
         line = bytes(line).decode("utf-8", errors="replace")
     if "not UTF-8" in msg or "longer than" in msg or \
             (isinstance(line, str) and any(ord(c) < 9 or c == "\ufffd" for c in line)):
         return "garbage"
-    if "NaN" in msg or "Inf" in msg or "nan" in msg or "inf" in msg:
+    if NAN_INF.search(msg):
         return "nan_inf"
+    if "beyond" in msg:
+        return "out_of_range"
     if "values, the model expects" in msg:
         return "field_count"
     return "non_numeric"
@@ -235,9 +328,19 @@ def run_live(sess, source, rate: float | None = None, on_bad: str = "skip", as_j
     """Push readings from `source` one at a time until it ends, max_readings, or SIGINT/SIGTERM.
 
     `clock` (seconds, monotonic) and `sleep` pace a paced source at `rate` readings/s; push
-    latency is always measured with time.perf_counter."""
-    from edgeseq.runtime.statefile import save_state
+    latency is always measured with time.perf_counter. Every setting is checked first
+    (UsageError): rate by `check_rate`, the counts whole numbers >= 1. A reading that is not
+    real numbers (from a driver) is a bad reading like a bad text line."""
+    from edgeseq.runtime.statefile import resolve, save_state
 
+    rate = check_rate(rate) or None
+    save_every, print_every, max_lag = _count("--save-every", save_every), _count("--print-every", print_every), \
+        _count("max_lag", max_lag)
+    max_readings = _count("--max-readings", max_readings, none_ok=True)
+    if on_bad not in ("skip", "error"):
+        raise UsageError(f"--on-bad must be skip or error, got {on_bad!r}")
+    if state_file:
+        state_file = resolve(state_file)
     st = Stats(readings=start_readings)
     stop = {"signal": None}
 
@@ -283,12 +386,8 @@ def run_live(sess, source, rate: float | None = None, on_bad: str = "skip", as_j
                     x = reader.parse(item)
                     if x is None:                               # a blank line, or the header
                         continue
-                else:
-                    x = np.asarray(item, np.float32).reshape(1, -1)
-                    if x.shape[1] != sess.n_features:
-                        raise ReadingError(f"{x.shape[1]} values, the model expects {sess.n_features}")
-                    if not np.isfinite(x).all():
-                        raise ReadingError("NaN or Inf value")
+                else:                                           # the session checks numbers, shape and range
+                    x = item
                 probs = sess.push(x)[0]
             except ReadingError as e:
                 kind = _bad_kind(str(e), item)
@@ -316,8 +415,9 @@ def run_live(sess, source, rate: float | None = None, on_bad: str = "skip", as_j
                                      "state_bytes": sess.state_nbytes(), "late": st.late, "dropped": st.dropped,
                                      "bad": sum(st.bad.values())}))
                 else:
-                    true = f" (true {truth[0]:>9s})" if truth else ""
-                    echo(f"{st.readings:8d} {sess.labels[k]:>10s} {probs[k]:.2f}{true}  {st.latencies[-1] * 1e6:7.1f} us "
+                    true = f" (true {_printable(truth[0]):>9s})" if truth else ""
+                    label = _printable(sess.labels[k])
+                    echo(f"{st.readings:8d} {label:>10s} {probs[k]:.2f}{true}  {st.latencies[-1] * 1e6:7.1f} us "
                          f"(median {lat['median_us']}, p99 {lat['p99_us']})  state {sess.state_nbytes()} B  "
                          f"late {st.late} dropped {st.dropped} bad {sum(st.bad.values())}")
             if state_file and st.readings % save_every == 0:

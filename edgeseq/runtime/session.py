@@ -5,8 +5,10 @@ that alternate (ping-pong), so a call copies the reading in, runs, and swaps an 
 is allocated or re-bound. The Transformer's cache grows by one row per call: each call binds
 the previous call's `present` outputs as the next `past` inputs where they lie, without copying.
 
-A reading is checked (shape, finite values) before anything runs; a failed call leaves every
-stream's state as it was. A snapshot is checked whole before any of it is restored.
+A reading is checked (shape, real numbers, within READING_SIGMAS training standard deviations
+of the training mean: NaN and Inf fail the same comparison) before anything runs, and a step
+whose logits are not finite is not adopted; a failed call leaves every stream's state as it
+was. A snapshot is checked whole before any of it is restored.
 
 A model whose output for one stream depends on the other rows of its call (dynamic int8:
 `quantize_dynamic` scales a call's activations over the whole batch) runs each stream in its
@@ -18,7 +20,9 @@ from __future__ import annotations
 
 import os
 import threading
+import warnings
 from collections.abc import Mapping
+from math import isfinite
 
 import numpy as np
 import onnxruntime as ort
@@ -30,6 +34,48 @@ from edgeseq.runtime.providers import DEVICE
 
 ON_FULL = ("error", "slide")
 MAX_POSITION = 1 << 62           # a restored position beyond this is not a reading count
+MAX_HISTORY = 1 << 20            # the export's dynamic history axis ends here (export/step.py Dim max)
+MAX_STREAMS = 1 << 20            # more streams than any device holds: a larger number is a mistake
+MAX_THREADS = 1024
+READING_SIGMAS = 1e12            # a reading this many training standard deviations from the mean is no reading
+F32_MAX = float(np.finfo(np.float32).max)
+NO_NORM_LIMIT = F32_MAX / 4      # |reading| bound for a model without normalization metadata
+# The safety net's dot product turns +Inf and -Inf logits together into NaN, which numpy reports
+# as an "invalid value" warning; a non-finite result is exactly what the net looks for.
+warnings.filterwarnings("ignore", "invalid value encountered in dot", RuntimeWarning, r"edgeseq\.runtime\.session")
+DTYPE_WORDS = {"c": "complex numbers", "b": "true/false values", "O": "Python objects", "U": "text",
+               "S": "bytes", "V": "records", "M": "dates", "m": "time spans"}
+
+
+def _whole(v) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
+
+
+def reading_bounds(meta, n: int) -> tuple:
+    """(hi, lo, why): float32 [F] bounds on the readings a step takes, lo None when |x| <= hi.
+
+    The graph computes (x - mean) / (std * input_scale) in float32: a finite reading far enough
+    from the mean overflows that (or what follows it) to Inf and NaN, and the state it leaves
+    is NaN for good. So a reading further than READING_SIGMAS of those scaled standard
+    deviations from the training mean is refused. One comparison |x| <= |mean| + K*s is used
+    where it is sound (every accepted reading lies within 2K deviations and its difference from
+    the mean fits float32 with room): a cheap check on the hot path. A channel whose mean is
+    large against its spread or against float32 gets the exact two-sided check lo <= x <= hi.
+    Without normalization metadata |x| <= float32 max / 4."""
+    norm = meta.normalization
+    if norm is None:
+        return np.full(n, NO_NORM_LIMIT, np.float32), None, "float32 max / 4, the most this model takes"
+    with np.errstate(over="ignore", invalid="ignore"):
+        mean = np.asarray(norm["mean"], np.float64)
+        s = np.asarray(norm["std"], np.float64) * np.asarray(norm.get("input_scale") or [1.0] * n, np.float64)
+        half = np.minimum(READING_SIGMAS * s, NO_NORM_LIMIT)
+        m = np.abs(mean)
+        why = f"{READING_SIGMAS:.0e} standard deviations of the training data".replace("e+", "e")
+        if (m <= half / 2).all():            # then |x - mean| <= 2 * half <= float32 max / 2
+            return (m + half).astype(np.float32), None, why
+        lo = np.clip(mean - half, -F32_MAX, F32_MAX).astype(np.float32)
+        hi = np.clip(mean + half, -F32_MAX, F32_MAX).astype(np.float32)
+    return hi, lo, why
 
 
 def softmax(logits: np.ndarray) -> np.ndarray:
@@ -70,21 +116,28 @@ class StreamSession:
 
     def __init__(self, model: str | os.PathLike, streams: int = 1, provider: str = "cpu",
                  max_history: int | None = None, on_full: str | None = None, threads: int = 1):
-        if isinstance(streams, bool) or not isinstance(streams, (int, np.integer)) or streams < 1:
-            raise UsageError(f"streams must be a whole number >= 1, got {streams!r}")
+        if not _whole(streams) or not 1 <= streams <= MAX_STREAMS:
+            raise UsageError(f"streams must be a whole number from 1 to {MAX_STREAMS:,}, got {streams!r}")
+        if max_history is not None and (not _whole(max_history) or not 0 <= max_history <= MAX_HISTORY):
+            raise UsageError(f"max_history must be a whole number from 1 to {MAX_HISTORY:,} (or 0: no bound), "
+                             f"got {max_history!r}")
         if on_full is None:
             on_full = "error" if max_history is not None else "slide"
-        if on_full not in ON_FULL:
-            raise UsageError(f"on_full must be one of {', '.join(ON_FULL)}, got '{on_full}'")
-        if max_history is not None and max_history < 0:
-            raise UsageError("max_history must be at least 1 (or 0: no bound)")
-        session, meta = open_model(model, provider, threads)
+        if not isinstance(on_full, str) or on_full not in ON_FULL:
+            raise UsageError(f"on_full must be one of {', '.join(ON_FULL)}, got {on_full!r}")
+        if not _whole(threads) or not 0 <= threads <= MAX_THREADS:
+            raise UsageError(f"threads must be a whole number from 0 (onnxruntime's default) to {MAX_THREADS}, "
+                             f"got {threads!r}")
+        session, meta = open_model(model, provider, int(threads))
         if meta.mode != "stream":
             raise UsageError(
                 f"'{model}' is a {meta.arch} model: it reads whole windows in both directions and "
                 "cannot stream one reading at a time; use `edgeseq eval` (WindowSession) or export a "
                 "gru, lstm, rnn or transformer model to stream")
-        bound = meta.max_history if max_history is None else (max_history or None)
+        if max_history is not None and not any(s.kind == contract.KIND_GROWING for s in meta.state):
+            raise UsageError(f"max_history (--max-history) applies to the transformer only; a {meta.arch} "
+                             "model's recurrent state is fixed, it has no history to bound")
+        bound = meta.max_history if max_history is None else (int(max_history) or None)
         self._setup(session, meta, str(model), int(streams), provider, bound, on_full)
 
     def _setup(self, session, meta, path, streams, provider, max_history, on_full, each=None):
@@ -107,7 +160,14 @@ class StreamSession:
         self._pos = np.zeros(streams, np.int64)
         self._calls = 0
         self._x = np.zeros((streams, self.n_features), np.float32)
+        self._hi, self._lo, self._beyond = reading_bounds(meta, self.n_features)
         self._logits = np.zeros((streams, len(self.labels)), np.float32)
+        # The safety net: logits . 2^-64 is finite exactly when every logit is (one dot, about
+        # 0.4 us; np.isfinite(...).all() costs 1.4 us). The scale keeps the sum of any finite
+        # logits finite, and Inf x 2^-64 stays Inf with no "invalid value" warning (Inf x 0 would
+        # warn); only +Inf and -Inf together still do, which the filter above silences.
+        self._logits_flat = self._logits.reshape(-1)
+        self._scale_c = np.full_like(self._logits_flat, 2.0 ** -64)
         self._has_probs = contract.PROBS in {o.name for o in session.get_outputs()}
         self._probs = np.zeros_like(self._logits)
         if each is None:
@@ -311,6 +371,8 @@ class StreamSession:
             out.append(f)
         if history is not None and self.max_history is not None and history > self.max_history:
             raise bad(f"holds {history} history rows, more than this session's max_history {self.max_history}")
+        if history is not None and history > MAX_HISTORY:
+            raise bad(f"holds {history} history rows, more than any model takes ({MAX_HISTORY:,})")
         try:
             p = np.asarray(snap["position"])
         except (ValueError, TypeError):
@@ -339,7 +401,13 @@ class StreamSession:
 
     # -- the hot path --------------------------------------------------------------------
 
-    def _bad_reading(self, x) -> ReadingError:
+    def _in_range(self, x) -> bool:
+        """The reading check (float32 [streams, F]): one comparison; False for NaN and Inf too."""
+        if self._lo is None:
+            return np.count_nonzero(np.abs(x) <= self._hi) == x.size
+        return np.count_nonzero((x >= self._lo) & (x <= self._hi)) == x.size
+
+    def _bad_reading(self, x, given=None) -> ReadingError:
         x = np.asarray(x)
         if x.ndim == 2 and x.shape[0] == self.streams and x.shape[1] != self.n_features:
             return ReadingError(f"reading has {x.shape[1]} values, the model expects {self.n_features} "
@@ -347,35 +415,60 @@ class StreamSession:
         if x.shape != self._x.shape:
             return ReadingError(f"readings must be [{self.streams}, {self.n_features}] (streams, features), "
                                 f"got {list(x.shape)}; stream state unchanged")
-        b, f = np.argwhere(~np.isfinite(x))[0]
-        return ReadingError(f"reading for stream {b} has {x[b, f]} in '{self.features[f]}'; "
-                            "drop or repair it, stream state unchanged")
+        ok = np.abs(x) <= self._hi if self._lo is None else (x >= self._lo) & (x <= self._hi)
+        b, f = np.argwhere(~ok)[0]
+        value = x[b, f] if given is None or given.size != x.size else given.reshape(x.shape)[b, f]
+        where = f"reading for stream {b} has {value:g} in '{self.features[f]}'"
+        if not np.isfinite(value):
+            return ReadingError(f"{where}; drop or repair it, stream state unchanged")
+        return ReadingError(f"{where}, beyond {self._beyond}; check the sensor and its units; "
+                            "stream state unchanged")
 
     def check_reading(self, readings) -> np.ndarray:
         """Readings as float32 [streams, F], or ReadingError naming the problem."""
         x = self._coerce(readings)
-        if not np.isfinite(x).all():
-            raise self._bad_reading(x)
+        if not self._in_range(x):
+            raise self._bad_reading(x, self._given(readings))
         return x
 
-    def _coerce(self, readings) -> np.ndarray:
-        """Readings as float32 [streams, F]; finiteness is checked on the hot path."""
+    @staticmethod
+    def _given(readings):
         try:
-            x = np.asarray(readings, dtype=np.float32)
-        except (TypeError, ValueError):
-            raise ReadingError("reading is not numeric; stream state unchanged") from None
+            return np.asarray(readings, np.float64)
+        except (TypeError, ValueError, OverflowError):
+            return None
+
+    def _coerce(self, readings) -> np.ndarray:
+        """Readings as float32 [streams, F] of real numbers; their range is checked on the hot path.
+        Complex, boolean, text or object readings are refused: a silent conversion would drop an
+        imaginary part or read True as 1."""
+        try:
+            a = np.asarray(readings)
+        except (TypeError, ValueError, OverflowError):
+            raise ReadingError("reading is not a rectangular array of numbers; stream state unchanged") from None
+        if a.dtype.kind not in "fiu":
+            raise ReadingError(f"reading is not numeric: it holds {DTYPE_WORDS.get(a.dtype.kind, str(a.dtype))} "
+                               f"({a.dtype}); give real numbers; stream state unchanged")
+        with np.errstate(over="ignore", invalid="ignore"):
+            x = a.astype(np.float32, copy=False)         # beyond float32: Inf, refused by the range check
         if x.shape != self._x.shape and x.ndim == 1 and self.streams == 1:
             x = x.reshape(1, -1)
         if x.shape != self._x.shape:
             raise self._bad_reading(x)
         return x
 
+    def _nonfinite(self, stream=None) -> ReadingError:
+        where = "" if stream is None else f" for stream {stream}"
+        return ReadingError(f"the model gave NaN or Inf{where} from this reading (its state or weights are out of "
+                            "range); the step was not applied, stream state unchanged")
+
     def push_logits(self, readings) -> np.ndarray:
-        """Advance every stream by one reading (float32-convertible [streams, F]; [F] for one
-        stream). Returns logits float32 [streams, classes]: a view of the session's buffer,
-        valid until the next call on this session from any thread; copy it to keep it.
-        Raises ReadingError (shape, non-numeric, NaN/Inf) or HistoryFullError, with every
-        stream's state unchanged."""
+        """Advance every stream by one reading (real numbers [streams, F]; [F] for one stream).
+        Returns logits float32 [streams, classes]: a view of the session's buffer, valid until
+        the next call on this session from any thread; copy it to keep it.
+        Raises ReadingError (shape; complex, boolean or other non-real values; NaN/Inf; a value
+        beyond READING_SIGMAS training standard deviations; logits that come out NaN/Inf) or
+        HistoryFullError, with every stream's state unchanged."""
         with self._lock:
             return self._advance_batch(readings) if self._subs is None else self._advance_each(readings)
 
@@ -393,17 +486,37 @@ class StreamSession:
             x = self._coerce(x)
         # The input buffer is not state: filling it before the check loses nothing.
         np.copyto(self._x, x)
-        if not np.isfinite(self._x).all():
-            raise self._bad_reading(x)
+        # One comparison, False for NaN and Inf too; count_nonzero is cheaper than .all() here.
+        if self._lo is None:
+            ok = np.count_nonzero(np.abs(self._x) <= self._hi) == self._x.size
+        else:
+            ok = np.count_nonzero((self._x >= self._lo) & (self._x <= self._hi)) == self._x.size
+        if not ok:
+            raise self._bad_reading(x, None if x is readings else self._given(readings))
         if self.growing:
-            self._step_cache()
+            state = self._step_cache()
+            if not isfinite(self._logits_flat.dot(self._scale_c)):   # NaN/Inf logits: keep the old cache
+                raise self._nonfinite()
+            self._state = state
             self._pos += 1
         else:
             self.session.run_with_iobinding(self._bindings[self._bank])
+            if not isfinite(self._logits_flat.dot(self._scale_c)):   # NaN/Inf logits: do not flip the bank
+                raise self._nonfinite()
             self._bank ^= 1
             self._state = self._banks[self._bank]
             self._calls += 1
         return self._logits
+
+    def _undo_step(self, state) -> None:
+        """Take back this (batch-1) session's last step; `state` is its state before that step."""
+        if self.growing:
+            self._state = state
+            self._pos -= 1
+        else:
+            self._bank ^= 1
+            self._state = self._banks[self._bank]
+            self._calls -= 1
 
     def _advance_each(self, readings) -> np.ndarray:
         """One batch-1 call per stream; every reading and the history's room are checked before
@@ -411,12 +524,20 @@ class StreamSession:
         x = readings
         if type(x) is not np.ndarray or x.dtype != np.float32 or x.shape != self._x.shape:
             x = self._coerce(x)
-        if not np.isfinite(x).all():
-            raise self._bad_reading(x)
+        if not self._in_range(x):
+            raise self._bad_reading(x, None if x is readings else self._given(readings))
         if self.growing:
             self._subs[0]._check_room()              # all sub-sessions hold the same history
+        done = []
         for i, sub in enumerate(self._subs):
-            self._logits[i] = sub._advance_batch(x[i:i + 1])[0]
+            before = sub._state
+            try:
+                self._logits[i] = sub._advance_batch(x[i:i + 1])[0]
+            except ReadingError:                     # NaN/Inf logits: take back the streams before it
+                for d, state in done:
+                    d._undo_step(state)
+                raise self._nonfinite(i) from None
+            done.append((sub, before))
             if self._has_probs:
                 self._probs[i] = sub._probs[0]
         return self._logits
@@ -444,7 +565,7 @@ class StreamSession:
         for spec in self.meta.state:
             b.bind_output(spec.output, self.device)
         self.session.run_with_iobinding(b)
-        self._state = b.get_outputs()[2 if self._has_probs else 1:]
+        return b.get_outputs()[2 if self._has_probs else 1:]
 
     def run(self, sequence) -> np.ndarray:
         """Push a whole [T, streams, F] array; returns probabilities float32 [T, streams, C]."""

@@ -11,6 +11,8 @@ wrong answers silently.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 
 import numpy as np
@@ -127,6 +129,14 @@ class LineReader:
         return parse_line(line, self.n, self.order, self.width)
 
 
+def csv_line(*cells) -> str:
+    """One CSV line (no line end) with the csv module's quoting: a cell holding a comma, a
+    quote or a line break (a label may) is quoted, so the output stays one record per reading."""
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\r\n").writerow(cells)      # \r and \n in a cell are then quoted
+    return buf.getvalue()[:-2]
+
+
 def read_lines(fh):
     """Raw lines of a binary file, split at line feeds only, each at most MAX_LINE bytes (the
     rest of an over-long line is read and dropped, and the line reported as too long)."""
@@ -174,7 +184,7 @@ def stream_lines(sess, lines, on_bad="error", as_json=False, echo=print, on_read
             echo(json.dumps({"reading": stats["readings"], "label": sess.labels[k], "prob": round(float(probs[k]), 6),
                              "probs": {l: round(float(p), 6) for l, p in zip(sess.labels, probs)}}))
         else:
-            echo(f"{stats['readings']},{sess.labels[k]},{probs[k]:.4f}")
+            echo(csv_line(stats["readings"], sess.labels[k], f"{probs[k]:.4f}"))
         if on_reading is not None:
             on_reading(stats["readings"])
     return stats

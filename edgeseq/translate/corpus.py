@@ -31,6 +31,7 @@ from edgeseq.errors import DataError
 DEFAULT = "jupyterlab-fr"
 PACKAGE = "jupyterlab_language_pack_fr_FR"
 MAX_WORDS = 32
+MAX_BYTES = 256 << 20          # a TSV corpus larger than this is refused (the default one is 0.3 MB)
 SPLITS = ("train", "dev", "test")
 
 
@@ -88,8 +89,12 @@ def jupyterlab_pairs() -> list:
 
 def _tsv_pairs(path: Path) -> list:
     rows = []
+    with open(path, "rb") as f:                   # also a pipe, e.g. --corpus <(zcat pairs.tsv.gz)
+        raw = f.read(MAX_BYTES + 1)
+    if len(raw) > MAX_BYTES:
+        raise DataError(f"'{path}' is larger than {MAX_BYTES >> 20} MiB; give a smaller corpus")
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        lines = raw.decode("utf-8-sig").splitlines()
     except UnicodeDecodeError:
         raise DataError(f"'{path}' is not UTF-8 text; save the corpus as UTF-8") from None
     for i, line in enumerate(lines, 1):
@@ -104,7 +109,7 @@ def _tsv_pairs(path: Path) -> list:
         if src and tgt:
             rows.append((src, tgt, cols[2].strip() if len(cols) == 3 else None))
     if not rows:
-        raise DataError(f"'{path}' holds no sentence pairs")
+        raise DataError(f"'{path}' holds no sentence pairs; give one source<TAB>target pair per line")
     return rows
 
 
@@ -115,7 +120,9 @@ def load_corpus(spec: str = DEFAULT, max_words: int = MAX_WORDS) -> Corpus:
         name = f"{DEFAULT} ({PACKAGE})"
     else:
         path = Path(os.path.expanduser(spec))
-        if not path.is_file():
+        if path.is_dir():
+            raise DataError(f"corpus '{spec}' is a directory; give a TSV file of source<TAB>target lines")
+        if not path.exists():
             raise DataError(f"corpus '{spec}' not found; use '{DEFAULT}' or a TSV file of source<TAB>target lines")
         rows = _tsv_pairs(path)
         name = path.name

@@ -24,6 +24,7 @@ are listed in the result's `unknown` field.
 
 from __future__ import annotations
 
+import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,9 @@ from edgeseq.runtime.providers import DEVICE, check_provider, confirm_provider, 
 from edgeseq.translate.tokenizer import Tokenizer, check_text
 
 NEG = -1e30
+FORMAT = 1                                   # the newest model.json format this runtime reads (export writes it)
+ARCHS = ("transformer", "lstm-attn")         # edgeseq.translate.models.ARCHS, without importing torch
+MAX_LENGTH = 4096                            # most tokens max_source / max_target may allow
 
 
 @dataclass
@@ -57,12 +61,13 @@ def _fail(d, what):
 
 def read_model_json(d: Path) -> dict:
     """A translation model directory's model.json, checked: every key the runtime reads is
-    there with the right type, and every file it names lies inside the directory.
-    ModelFileError names the key otherwise."""
+    there with the right type and range (format at most FORMAT, arch one of ARCHS,
+    max_source/max_target 2..MAX_LENGTH, special ids below the config's vocab), and every file
+    it names lies inside the directory. ModelFileError names the key otherwise."""
     path = d / "model.json"
     try:
         meta = json.loads(path.read_bytes().decode("utf-8-sig"))
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         _fail(d, "is not valid UTF-8 JSON")
     if not isinstance(meta, dict) or meta.get("kind") != "translation":
         raise ModelFileError(f"'{d}' is not a translation model directory (model.json kind is not 'translation')")
@@ -77,16 +82,31 @@ def read_model_json(d: Path) -> dict:
         if not f.is_file():
             raise ModelFileError(f"'{d}' lacks {v}; export the model again with `edgeseq translate export`")
 
-    def is_int(x, lo):
-        return isinstance(x, int) and not isinstance(x, bool) and x >= lo
+    def is_int(x, lo, hi=None):
+        return isinstance(x, int) and not isinstance(x, bool) and x >= lo and (hi is None or x <= hi)
+    fmt = meta.get("format", 1)
+    if not is_int(fmt, 1):
+        _fail(d, f"has format {_short(fmt)}, not a format number >= 1")
+    if fmt > FORMAT:
+        raise ModelFileError(f"'{path}' is format {fmt}; this runtime reads up to {FORMAT}: upgrade edgeseq")
+    if meta.get("arch") not in ARCHS:
+        _fail(d, f"has arch {_short(meta.get('arch'))}; a translation model is {' or '.join(ARCHS)}")
+
     for key in ("max_source", "max_target"):
-        if not is_int(meta.get(key), 2):
-            _fail(d, f"has {key} {meta.get(key)!r}, not a whole number >= 2")
+        if not is_int(meta.get(key), 2, MAX_LENGTH):
+            _fail(d, f"has {key} {_short(meta.get(key))}, not a whole number from 2 to {MAX_LENGTH}")
+    config = meta.get("config")
+    if not isinstance(config, dict):
+        _fail(d, "lacks the model config")
+    vocab = config.get("vocab")
+    if vocab is not None and not is_int(vocab, 4):
+        _fail(d, f"has config vocab {_short(vocab)}, not a whole number of tokens >= 4")
     sp = meta.get("special")
     if not isinstance(sp, dict) or not all(is_int(sp.get(k), 0) for k in ("bos", "eos")):
         _fail(d, "lacks whole-number special token ids bos and eos")
-    if not isinstance(meta.get("config"), dict):
-        _fail(d, "lacks the model config")
+    for k, v in sp.items():
+        if not is_int(v, 0) or vocab is not None and v >= vocab:
+            _fail(d, f"has special token id {k} {_short(v)}, not a token id below the vocabulary's {vocab or 'size'}")
     outs = meta.get("encoder_outputs")
     if not isinstance(outs, list) or not all(isinstance(x, str) for x in outs):
         _fail(d, "has no list of encoder_outputs")
@@ -107,6 +127,12 @@ def read_model_json(d: Path) -> dict:
     return meta
 
 
+def _short(v) -> str:
+    """A bad value for a one-line message, cut short."""
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def length_penalty(length: int, alpha: float) -> float:
     return ((5.0 + length) / 6.0) ** alpha
 
@@ -125,6 +151,9 @@ class Translator:
         if self.tok.vocab_size > self.meta["config"].get("vocab", self.tok.vocab_size):
             raise ModelFileError(f"'{model_dir}': the tokenizer has {self.tok.vocab_size} tokens, the model reads "
                                  f"{self.meta['config']['vocab']}; export the model again")
+        for k, v in self.meta["special"].items():
+            if v >= self.tok.vocab_size:
+                _fail(d, f"has special token id {k} {v}, beyond the tokenizer's {self.tok.vocab_size} tokens")
         providers = check_provider(provider)
         self.provider, self.device = provider, DEVICE[provider]
         so = session_options(threads)
@@ -359,7 +388,9 @@ class Translator:
 
 
 def attention_png(t: Translation, path) -> str:
-    """Cross-attention heatmap (target tokens down, source tokens across) as a PNG."""
+    """Cross-attention heatmap (target tokens down, source tokens across) as a PNG, written to
+    `.<name>.<pid>.<random>.tmp` beside `path` and renamed into place: a failed write (a full
+    disk) raises an OSError naming `path` and leaves an old file as it was."""
     if t.attention is None:
         raise UsageError("this translation carries no attention weights; decode with attention=True")
     import matplotlib
@@ -376,6 +407,14 @@ def attention_png(t: Translation, path) -> str:
     ax.set_title(f"cross-attention: {t.source!r} -> {t.text!r}"[:90], fontsize=9)
     fig.colorbar(im, ax=ax, fraction=0.04)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120)
     plt.close(fig)
+    _write_atomically(Path(path), buf.getvalue())
     return str(path)
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """`data` to `path` through a temporary file beside it (`edgeseq.runtime.statefile.write_files`)."""
+    from edgeseq.runtime.statefile import write_files
+    write_files({path: data})

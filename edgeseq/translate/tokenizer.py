@@ -55,11 +55,13 @@ class Tokenizer:
         from tokenizers import Tokenizer as HFTokenizer
         return cls(HFTokenizer.from_str(text))
 
-    def to_str(self) -> str:
-        return self.tok.to_str()
+    def to_str(self, pretty: bool = False) -> str:
+        return self.tok.to_str(pretty=pretty)
 
     def save(self, path):
-        self.tok.save(str(path))
+        """Write the tokenizer as JSON with Python's own file IO: a failed write is an OSError
+        (the tokenizers library raises a bare Exception)."""
+        Path(path).write_text(self.to_str(pretty=True), encoding="utf-8")
 
     def encode(self, text: str) -> list:
         """Token ids, no BOS/EOS."""

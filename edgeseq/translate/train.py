@@ -128,12 +128,17 @@ def model_from(ckpt: dict):
 
 
 def save_run(ckpt: dict, out) -> Path:
+    """Write checkpoint.pt, tokenizer.json and metrics.json into the run directory `out`, all or
+    nothing (`edgeseq.train.write_files`): a failed write (a full disk) raises an OSError naming
+    the file and leaves the old run as it was, with no temporary file behind."""
+    from edgeseq.train import torch_bytes, write_files
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    torch.save(ckpt, out / "checkpoint.pt")
-    Tokenizer.from_str(ckpt["tokenizer"]).save(out / "tokenizer.json")
     summary = {k: ckpt[k] for k in ("arch", "config", "train_config", "corpus", "pairs", "metrics")}
-    (out / "metrics.json").write_text(json.dumps(summary, indent=2) + "\n")
+    files = {out / "checkpoint.pt": torch_bytes(ckpt),
+             out / "tokenizer.json": Tokenizer.from_str(ckpt["tokenizer"]).to_str(pretty=True).encode(),
+             out / "metrics.json": (json.dumps(summary, indent=2) + "\n").encode()}
+    out.mkdir(parents=True, exist_ok=True)
+    write_files(files)
     return out / "checkpoint.pt"
 
 
@@ -143,8 +148,9 @@ def load_run(run) -> dict:
     if not path.is_file():
         raise ModelFileError(f"no translation checkpoint at '{run}'; train one with "
                              f"`edgeseq translate train --out {run}`")
+    from edgeseq.train import quiet_torch_load
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)    # tensors and plain data only: no code runs
+        ckpt = quiet_torch_load(path)                  # tensors and plain data only, no warnings printed
     except Exception as e:
         raise ModelFileError(f"'{path}' is not a readable checkpoint ({type(e).__name__}); train it again") from None
     if not isinstance(ckpt, dict) or "tokenizer" not in ckpt or "arch" not in ckpt:

@@ -1,0 +1,412 @@
+"""The native step backend: an exported RNN, GRU or LSTM step run by C on the host.
+
+The weights come from the .onnx file itself (read without the onnx package,
+`edgeseq.runtime.native.onnxfile`); the C extension `_es_native` (es_float.h for float32
+models; firmware_sim/kernels/es_kernels.h, the firmware's own kernels, for static int8) runs
+one reading per stream per call with every buffer bound once:
+
+    >>> from edgeseq.runtime import native
+    >>> native.available(), native.supports(meta, path)        # True, None when it can run
+    >>> step = native.NativeStep(path, meta, streams=4)
+    >>> step.x[:] = readings                  # float32 [4, F], raw readings
+    >>> step.run()                            # -1: adopted; i >= 0: stream i gave NaN/Inf, nothing changed
+    >>> step.logits, step.probs               # float32 [4, C]
+    >>> snap = [a.copy() for a in step.state]; step.set_state(snap); step.reset(stream=2)
+
+Semantics: a float model computes what its graph computes, within float32 rounding (the sums
+run in another order, and exp/tanh are ~1-ulp polynomials); an int8 model computes exactly
+what `firmware_sim.intsim` computes (its Q12 logits are in `logits_q12`; `logits` holds them
+/ 4096), which is what the emitted firmware computes too. A stream's results never depend on
+the other streams of the call.
+
+The runtime stays light: numpy only here; the int8 layout comes from
+`firmware_sim.intsim.from_parts` (numpy too), imported when an int8 model is opened.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from edgeseq import contract
+from edgeseq.errors import EdgeseqError, ModelFileError, UsageError
+from edgeseq.runtime.native.onnxfile import Graph, read_graph
+
+try:
+    from edgeseq.runtime.native import _es_native as _ext
+    _WHY = ""
+except ImportError as _e:                           # not built: the session stays on onnxruntime
+    _ext = None
+    _msg = str(_e).splitlines()[0] if str(_e) else type(_e).__name__
+    _WHY = ("the native step extension (edgeseq.runtime.native._es_native) is "
+            + ("not built" if "cannot import name" in _msg or isinstance(_e, ModuleNotFoundError)
+               else f"built but does not load ({_msg[:100]})")
+            + "; build it with `pip install -e .` where a C compiler is installed "
+              "(e.g. `apt-get install build-essential`)")
+
+__all__ = ["NativeStep", "available", "why_unavailable", "supports", "simd"]
+
+KINDS = {"rnn": 0, "gru": 1, "lstm": 2}
+GATES = {"rnn": 1, "gru": 3, "lstm": 4}
+MAX_LAYERS = 16                     # _es_native.c ES_MAX_LAYERS
+NB = 16                             # es_float.h ES_F_NB: float columns are padded to it
+Q15 = 1 << 15
+FLOAT_OPS = {"Sub", "Div", "Concat", "MatMul", "Add", "Split", "Sigmoid", "Tanh", "Mul", "Gemm", "Softmax",
+             "Slice", "Identity"}
+
+
+def available() -> bool:
+    """True when the C extension is built and imports."""
+    return _ext is not None
+
+
+def why_unavailable() -> str:
+    """One line: why `available()` is False, and how to build the extension ("" when available)."""
+    return _WHY
+
+
+def simd() -> str:
+    """The instruction set the float step uses on this machine ("" when not built)."""
+    return _ext.simd() if _ext is not None else ""
+
+
+# -- what runs natively ---------------------------------------------------------------------
+
+def _meta_reason(meta) -> str | None:
+    """Why the metadata alone rules the native step out, or None."""
+    if meta.mode != "stream":
+        return f"a {meta.arch} model reads whole windows: onnxruntime only"
+    if meta.arch == "transformer" or any(s.kind == contract.KIND_GROWING for s in meta.state):
+        return "the transformer's growing KV cache runs on onnxruntime only"
+    if meta.arch not in KINDS:
+        return f"the native step runs rnn, gru and lstm models, not {meta.arch}: onnxruntime only"
+    q = meta.quantization
+    if q:
+        scheme = q.get("scheme")
+        if scheme == "dynamic":
+            return "int8 dynamic scales activations per call: onnxruntime only"
+        if scheme != "static":
+            return f"int8 scheme {scheme!r} runs on onnxruntime only (the native step runs static int8)"
+    per = 2 if meta.arch == "lstm" else 1
+    roles = [s.role for s in meta.state]
+    layers = len(roles) // per
+    want = [f"{r}.{layer}" for layer in range(layers) for r in (("h", "c") if per == 2 else ("h",))]
+    if not layers or roles != want:
+        return (f"its state {roles} is not the {meta.arch} layout the native step holds ({want or ['h.0']}): "
+                "onnxruntime only")
+    if layers > MAX_LAYERS:
+        return f"{layers} layers: the native step runs up to {MAX_LAYERS}; onnxruntime only"
+    return None
+
+
+def supports(meta, path) -> str | None:
+    """None when the model at `path` (its parsed metadata `meta`) can run natively: rnn, gru
+    or lstm, stream mode, float32 or static int8, laid out as edgeseq's export writes it. Else
+    a one-line reason, e.g. "the transformer's growing KV cache runs on onnxruntime only".
+    Says nothing about the extension itself: see `available()`."""
+    reason = _meta_reason(meta)
+    if reason:
+        return reason
+    try:
+        graph = read_graph(path)
+        if meta.quantization:
+            _int_model(meta, graph, path)
+        else:
+            _float_plan(meta, graph, path)
+    except EdgeseqError as e:
+        return str(e).splitlines()[0]
+    return None
+
+
+# -- float: the fused graph's weights, in es_float.h's layout --------------------------------
+
+def _pad(n: int, k: int = NB) -> int:
+    return -(-n // k) * k
+
+
+def _refuse(path, what: str):
+    raise ModelFileError(f"'{path}' {what}; the native step runs edgeseq's own exports: onnxruntime only")
+
+
+def _normalization(graph: Graph, F: int, path) -> tuple:
+    """(mean, std) float32 [F] from the graph's `Sub(reading, mean)` -> `Div(., std)`."""
+    init = graph.initializers
+    sub = next((n for n in graph.nodes if n.op_type == "Sub" and n.input[:1] == [contract.READING]), None)
+    if sub is None or len(sub.input) < 2 or sub.input[1] not in init:
+        _refuse(path, "does not start with reading - mean")
+    div = next((n for n in graph.nodes if n.input[:1] == [sub.output[0]]), None)
+    if div is None or div.op_type != "Div" or len(div.input) < 2 or div.input[1] not in init:
+        _refuse(path, "does not divide reading - mean by constant standard deviations")
+    consumers = [n for n in graph.nodes if sub.output[0] in n.input]
+    if len(consumers) != 1:
+        _refuse(path, "uses reading - mean other than to normalise it")
+    try:
+        mean = np.broadcast_to(np.asarray(init[sub.input[1]], np.float32).reshape(-1), (F,)).copy()
+        std = np.broadcast_to(np.asarray(init[div.input[1]], np.float32).reshape(-1), (F,)).copy()
+    except ValueError:
+        _refuse(path, f"has normalisation constants that are not one per feature of {F}")
+    return mean, std, div.output[0]
+
+
+def _float_plan(meta, graph: Graph, path) -> dict:
+    """Check the float graph is the fused step export/step.py writes and lay its weights out
+    for es_float.h: per layer W [K, np] (K = inputs + H, columns in blocks padded to 16),
+    bias [np], blocks {col0, width, k0, k1}, and the GRU's n-gate offsets."""
+    init, nodes = graph.initializers, graph.nodes
+    ops = {n.op_type for n in nodes} - FLOAT_OPS
+    if ops:
+        _refuse(path, f"has {', '.join(sorted(ops))} nodes the native float step does not compute")
+    if any(n.domain not in ("", "ai.onnx") for n in nodes):
+        _refuse(path, "has nodes outside the standard ONNX domain")
+    kind, F, C = meta.arch, len(meta.features), len(meta.labels)
+    per = 2 if kind == "lstm" else 1
+    L = len(meta.state) // per
+    if f"w{L}" in init or any(f"w{layer}" not in init or f"b{layer}" not in init for layer in range(L)):
+        _refuse(path, f"does not hold fused weights w0..w{L - 1} for its {L} layer(s) of state")
+    H = int(meta.state[0].shape[1]) if len(meta.state[0].shape) == 2 else -1
+    if any(list(s.shape) != [contract.BATCH_AXIS, H] for s in meta.state):
+        _refuse(path, "has state tensors that are not [batch, hidden]")
+    cfg = meta.config or {}
+    for key, have in (("hidden", H), ("layers", L)):
+        if key in cfg and cfg[key] != have:
+            _refuse(path, f"has metadata edgeseq.config {key} {cfg[key]!r} but its state gives {have}")
+    mean, std, norm_out = _normalization(graph, F, path)
+    producer = {o: n for n in nodes for o in n.output}
+    consumers = {}
+    for n in nodes:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    G = 4 if kind in ("gru", "lstm") else 1                  # fused columns per hidden unit
+    layers, used = [], {"model.norm.mean", "model.norm.std"}
+    prev = norm_out
+    for layer in range(L):
+        h_in, h_out = meta.state[layer * per].name, meta.state[layer * per].output
+        w, b = np.asarray(init[f"w{layer}"], np.float32), np.asarray(init[f"b{layer}"], np.float32)
+        n_in = F if layer == 0 else H
+        K = n_in + H
+        if w.shape != (K, G * H) or b.shape != (G * H,):
+            _refuse(path, f"has w{layer} {list(w.shape)} / b{layer} {list(b.shape)}, not [{K}, {G * H}] / [{G * H}] "
+                          f"for a {kind.upper()} of hidden {H}")
+        mm = [n for n in nodes if n.op_type == "MatMul" and n.input[1:2] == [f"w{layer}"]]
+        cat = producer.get(mm[0].input[0]) if len(mm) == 1 else None
+        if cat is None or cat.op_type != "Concat" or cat.input != [prev, h_in] or cat.attrs.get("axis") not in (1, -1):
+            _refuse(path, f"does not compute layer {layer} as [input, {h_in}] @ w{layer}")
+        if h_out not in producer:
+            _refuse(path, f"does not compute {h_out}")
+        used |= {f"w{layer}", f"b{layer}"}
+        if kind == "gru":                                    # [[W_ir W_iz W_in 0], [W_hr W_hz 0 W_hn]]
+            if np.any(w[n_in:, 2 * H:3 * H]) or np.any(w[:n_in, 3 * H:]):
+                _refuse(path, f"has a GRU weight w{layer} whose n-gate blocks are not the fused layout")
+            widths = [(0, 2 * H, 0, K), (2 * H, H, 0, n_in), (3 * H, H, n_in, K)]
+        else:
+            widths = [(0, G * H, 0, K)]
+        np_, blocks, cols = 0, [], []
+        for src, width, k0, k1 in widths:
+            blocks.append((np_, _pad(width), k0, k1))
+            cols.append((src, np_, width))
+            np_ += _pad(width)
+        W = np.zeros((K, np_), np.float32)
+        bias = np.zeros(np_, np.float32)
+        for src, dst, width in cols:
+            W[:, dst:dst + width] = w[:, src:src + width]
+            bias[dst:dst + width] = b[src:src + width]
+        ox, oh = (blocks[1][0], blocks[2][0]) if kind == "gru" else (0, 0)
+        layers.append(((W.reshape(-1), bias, np.asarray(blocks, np.int32).reshape(-1), np_), ox, oh))
+        prev = h_out
+    gemm = [n for n in nodes if n.op_type == "Gemm"]
+    if (len(gemm) != 1 or len(gemm[0].input) != 3 or gemm[0].input[0] != prev or gemm[0].output != [contract.LOGITS]
+            or gemm[0].attrs.get("transB") != 1 or gemm[0].attrs.get("transA", 0) != 0
+            or gemm[0].attrs.get("alpha", 1.0) != 1.0 or gemm[0].attrs.get("beta", 1.0) != 1.0
+            or gemm[0].input[1] not in init or gemm[0].input[2] not in init):
+        _refuse(path, f"does not compute its logits as one Gemm of {prev}")
+    hw = np.asarray(init[gemm[0].input[1]], np.float32)
+    hb = np.asarray(init[gemm[0].input[2]], np.float32).reshape(-1)
+    if hw.shape != (C, H) or hb.shape != (C,):
+        _refuse(path, f"has a head of {list(hw.shape)} for {C} labels and hidden {H}")
+    used |= {gemm[0].input[1], gemm[0].input[2]}
+    cp = _pad(C)
+    HW = np.zeros((H, cp), np.float32)
+    HW[:, :C] = hw.T
+    HB = np.zeros(cp, np.float32)
+    HB[:C] = hb
+    head = (HW.reshape(-1), HB, np.asarray([0, cp, 0, H], np.int32), cp)
+    extra = sorted(k for k, v in init.items() if k not in used and v.dtype.kind == "f")
+    if extra:
+        _refuse(path, f"holds float constants the native float step does not use ({', '.join(extra[:3])})")
+    return {"H": H, "L": L, "mean": mean, "std": std, "layers": layers, "head": head}
+
+
+# -- int8: firmware_sim.intsim's integer model, in es_kernels.h's layout ----------------------
+
+def _int_model(meta, graph: Graph, path):
+    from firmware_sim.intsim import from_parts     # numpy only; kept out of the float path
+    return from_parts(meta, graph.initializers, graph.nodes, str(path))
+
+
+def _rq_mode(shifts) -> int:
+    """es_kernels.h ES_RQ_LO (1), ES_RQ_HI (2) or ES_RQ_ANY (0): as firmware_sim.cemit.rq_mode."""
+    s = np.asarray(shifts)
+    if s.min() >= 1 and s.max() <= 16:
+        return 1
+    if s.min() >= 16 and s.max() <= 31:
+        return 2
+    return 0
+
+
+def _i32(a) -> np.ndarray:
+    a = np.asarray(a, np.int64)
+    if a.size and (a.min() < -(1 << 31) or a.max() >= 1 << 31):
+        raise ModelFileError("an int8 constant does not fit 32 bits; export it again")
+    return np.ascontiguousarray(a.astype(np.int32))
+
+
+EXACT_N = 1024                      # _es_native.c ES_Q_EXACT_N: float32 sums of int8 products stay exact
+
+
+def _matrix(mm, bias=None, reference=False) -> tuple:
+    """One int8 product as _es_native.c binds it: (weights, per-output {zero point x column sum,
+    m, s, Q12 bias} int32 [out, 4], requantization mode, columns). Weights: float32 W^T [in][np]
+    holding the int8 values (np = out padded to 16), for the exact float products; reference:
+    int8 rows [out][in] in blocks of 4, as es_k_matvec reads them (firmware_sim.cemit._matrix
+    writes the same bytes)."""
+    w = mm.w.astype(np.int64).T                                   # (out, in)
+    out, n = w.shape[0], -(-w.shape[1] // 4) * 4
+    b = np.zeros(out, np.int64) if bias is None else np.asarray(bias, np.int64)
+    q = _i32(np.stack([mm.wsum_zp, mm.m, mm.s, b], 1)).reshape(-1)
+    if reference:
+        rows = -(-out // 4) * 4
+        wp = np.zeros((rows, n), np.int64)
+        wp[:out, :w.shape[1]] = w
+        wp = wp.reshape(rows // 4, 4, n // 4, 4).transpose(0, 2, 1, 3).astype(np.int8)
+        return np.ascontiguousarray(wp).reshape(-1), q, _rq_mode(mm.s), 0
+    np_ = _pad(out)
+    wf = np.zeros((n, np_), np.float32)
+    wf[:w.shape[1], :out] = w.T
+    return wf.reshape(-1), q, _rq_mode(mm.s), np_
+
+
+# -- the step --------------------------------------------------------------------------------
+
+class NativeStep:
+    """One recurrent step graph bound to C, for `streams` streams.
+
+    Buffers (allocated once and bound to C: write into them, never rebind the attributes):
+      x       float32 [B, F]  raw readings of the next call (the graph's normalisation is applied inside)
+      logits  float32 [B, C]  after the last call (int8: logits_q12 / 4096)
+      probs   float32 [B, C]  softmax of logits
+      logits_q12  int32 [B, C]  int8 models only: firmware_sim.intsim's Q12 logits
+    `run()` advances every stream one reading and returns -1; when a stream's logits come out
+    NaN or Inf (float models only) it returns that stream's index and no state changes.
+
+    State, as `meta.state` lists it (h per layer; h, c for LSTM), float32 [B, H] each:
+      state        float models: the live arrays, valid until the next run() (copy to keep);
+                   int8 models: a float copy of the integer state, h / 32768 and c / 32768.
+      set_state(arrays)  installs float32 state: copied (float), or for int8 rounded to the
+                   integers round(v x 32768), h saturated to int16, c to int32. A value from
+                   `state` comes back to the same integer: h (16 bits) always, c whenever
+                   |c| < 512 (2^24 / 32768: float32 holds 24 bits; a larger cell keeps its top 24).
+      reset(stream=None)  zeros one stream or all.
+    Not thread-safe: serialize calls (StreamSession holds its lock around them).
+
+    int8 products run as float32 products of the int8 values, batched over streams: exact (every
+    product and partial sum is an integer below 2^24 for up to 1024 inputs), so the integers
+    are es_k_matvec's. reference=True (and any layer wider than 1024) runs the firmware's own
+    es_k_matvec instead, stream by stream; tests check both against the simulator."""
+
+    def __init__(self, path: str | os.PathLike, meta, streams: int = 1, reference: bool = False):
+        if _ext is None:
+            raise UsageError(why_unavailable())
+        reason = _meta_reason(meta)
+        if reason:
+            raise UsageError(f"'{path}' cannot run natively: {reason}")
+        if isinstance(streams, bool) or not isinstance(streams, (int, np.integer)) or streams < 1:
+            raise UsageError(f"streams must be a whole number >= 1, got {streams!r}")
+        B, F, C = int(streams), len(meta.features), len(meta.labels)
+        self.path, self.meta, self.streams = str(path), meta, B
+        self.int8 = bool(meta.quantization)
+        graph = read_graph(path)
+        self.x = np.zeros((B, F), np.float32)
+        self.logits = np.zeros((B, C), np.float32)
+        self.probs = np.zeros((B, C), np.float32)
+        kind = KINDS[meta.arch]
+        if self.int8:
+            self._bind_int8(_int_model(meta, graph, path), kind, B, F, C, reference)
+        else:
+            self._bind_float(_float_plan(meta, graph, path), kind, B, F, C)
+        self.run = self._step.run              # the C method itself: no Python frame per call
+
+    def _bind_float(self, plan, kind, B, F, C):
+        H = plan["H"]
+        self.hidden, self.layers = H, plan["L"]
+        self._banks = [[np.zeros((B, H), np.float32) for _ in self.meta.state] for _ in range(2)]
+        self._keep = plan                      # the weights the Step points into
+        self._step = _ext.float_step(kind, B, F, H, C, self.x, self.logits, self.probs, plan["mean"], plan["std"],
+                                     self._banks[0], self._banks[1],
+                                     [(dense, ox, oh) for dense, ox, oh in plan["layers"]], plan["head"])
+
+    def _bind_int8(self, m, kind, B, F, C, reference):
+        from firmware_sim.intsim import SIGMOID, TANH
+        H = m.hidden
+        self.hidden, self.layers, self.int_model = H, m.layers, m
+        self.logits_q12 = np.zeros((B, C), np.int32)
+        self._int = [np.zeros((B, H), np.int32 if s.role.startswith("c.") else np.int16) for s in self.meta.state]
+        x0 = m.cells[0]["x"]
+        feat = (np.exp2(m.in_frac.astype(np.float64)), _i32(m.mean_fx), _i32(m.feat_m), _i32(m.feat_s), int(x0.in_zp))
+        reference = bool(reference) or max(m.hidden, m.n_features) > EXACT_N
+        layers = []
+        for layer, cell in enumerate(m.cells):
+            x, h = cell["x"], cell["h"]
+            aq = cell.get("aq", (0, 16))
+            layers.append((_matrix(x, cell["b"], reference), _matrix(h, cell["bh"], reference),
+                           int(cell["hq"][0]), int(cell["hq"][1]), int(h.in_zp), int(aq[0]), int(aq[1]), int(x.in_zp)))
+        head = (_matrix(m.head, m.head_b, reference), int(m.head_hq[0]), int(m.head_hq[1]), int(m.head.in_zp))
+        self._sig, self._tanh = np.ascontiguousarray(SIGMOID, np.int16), np.ascontiguousarray(TANH, np.int16)
+        self._keep = (feat, layers, head)
+        self._step = _ext.int8_step(kind, B, F, H, C, self.x, self.logits, self.logits_q12, self.probs, self._int,
+                                    feat, layers, head, self._sig, self._tanh, bool(reference))
+
+    # -- state ---------------------------------------------------------------------------
+
+    @property
+    def state(self) -> list:
+        if self.int8:
+            return [(a.astype(np.float64) / Q15).astype(np.float32) for a in self._int]
+        return self._banks[self._step.bank]
+
+    @property
+    def int_state(self) -> list:
+        """int8 models: the live integer state (h int16 Q15, c int32 Q15), [B, H] each."""
+        if not self.int8:
+            raise UsageError("int_state belongs to int8 models; a float model's state is `state`")
+        return self._int
+
+    def set_state(self, arrays) -> None:
+        """Install `arrays` (one float array [B, H] per `meta.state` entry, finite; the session
+        checks them): see the class docstring for int8 rounding."""
+        arrays = list(arrays)
+        if len(arrays) != len(self.meta.state):
+            raise UsageError(f"state holds {len(arrays)} tensors, this model has {len(self.meta.state)}")
+        shape = (self.streams, self.hidden)
+        new = []
+        for spec, a in zip(self.meta.state, arrays):
+            a = np.asarray(a)
+            if a.shape != shape or a.dtype.kind not in "fiu":
+                raise UsageError(f"state '{spec.name}' must be real numbers of shape {list(shape)}, got "
+                                 f"{a.dtype} {list(a.shape)}")
+            new.append(a)
+        if not self.int8:
+            for dst, a in zip(self.state, new):
+                np.copyto(dst, a, casting="unsafe")
+            return
+        for dst, a in zip(self._int, new):
+            info = np.iinfo(dst.dtype)
+            with np.errstate(invalid="ignore", over="ignore"):
+                v = np.rint(a.astype(np.float32).astype(np.float64) * Q15)
+            np.copyto(dst, np.clip(np.nan_to_num(v), info.min, info.max).astype(dst.dtype))
+
+    def reset(self, stream: int | None = None) -> None:
+        """Zero the state of one stream, or of all (stream=None)."""
+        rows = slice(None) if stream is None else stream
+        for a in (self._int if self.int8 else self.state):
+            a[rows] = 0

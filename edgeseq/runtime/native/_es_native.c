@@ -1,0 +1,705 @@
+/* edgeseq.runtime.native._es_native: the recurrent step (RNN, GRU, LSTM) in C for the host.
+
+   Two constructors build a Step that holds pointers into buffers the Python side owns (bound
+   once, through the buffer protocol; the Step keeps the exporting objects alive):
+
+     float_step(kind, B, F, H, C, x, logits, probs, mean, std, bank0, bank1, layers, head)
+     int8_step(kind, B, F, H, C, x, logits, logits_q12, probs, state, feat, layers, head, sigmoid, tanh[, reference])
+
+   Step.run() advances all B streams by one reading: no allocation, no argument parsing.
+   It returns -1 when every stream's logits are finite and the step was adopted, else the
+   first stream whose logits are NaN or Inf; then no state changed (the float state is two
+   banks: the step writes the other one and flips only on success; int8 logits are integers).
+   The int8 step is firmware_sim.intsim's arithmetic through es_kernels.h, the kernels the
+   firmware emitter ships: its requantization, tables, Q15 products and quantization; its
+   int8 products run either as es_k_matvec itself (reference) or as float32 products of the
+   int8 values, which are exact (see es_q_dense_t) and batch over streams. Layouts are built
+   by edgeseq/runtime/native/__init__.py.
+   A Step is not re-entrant: the caller serializes calls (StreamSession holds a lock); a
+   second call while one runs with the GIL released raises RuntimeError. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "es_kernels.h"
+#include "es_float.h"
+
+#define ES_MAX_LAYERS 16
+#define ES_MAX_VIEWS (16 + 12 * ES_MAX_LAYERS)
+#define ES_F_CHUNK 24              /* streams per chunk: their gates and inputs stay in L1 */
+#define ES_NOGIL_WORK 200000       /* release the GIL for calls with more multiply-adds than this */
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__) && !defined(ES_NO_CLONES)
+/* AVX-512 and AVX2 + FMA builds of each step besides the baseline one, picked once at load (gcc
+   function multiversioning): the extension itself stays portable to any x86-64. */
+#define ES_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#define ES_HAVE_CLONES 1
+#else
+#define ES_CLONES
+#define ES_HAVE_CLONES 0
+#endif
+
+/* An int8 product. Its int8 x int8 dot products run as float32 (es_float.h's tiles, batched over
+   streams): each product of two int8 values is exact in float32, and so is every partial sum
+   while n x 128 x 128 <= 2^24, i.e. for n <= ES_Q_EXACT_N inputs, so the float result is the
+   integer accumulator exactly. Then es_kernels.h requantizes it, as es_k_matvec does. With
+   `reference` (or a wider layer) the firmware's es_k_matvec itself runs, stream by stream. */
+#define ES_Q_EXACT_N 1024
+
+typedef struct {
+  const void *w;                   /* float [n][np] (W^T, int8 values), or int8 in 4-row blocks (reference) */
+  const int32_t *q;                /* [out][4]: zero point x column sum, m, s, bias (Q12) */
+  int n, out, mode, np;
+  int32_t blk[4];
+  es_f_dense_t f;                  /* the float view of w */
+} es_q_dense_t;
+
+typedef struct {
+  es_q_dense_t x, h;
+  int32_t hq_m, hq_s, h_zp;        /* own h (Q15) -> int8 input of h */
+  int32_t aq_m, aq_s, x_zp;        /* previous layer's h -> int8 input of x (layer > 0) */
+} es_q_layer_t;
+
+typedef struct {
+  PyObject_HEAD
+  int quant, kind, B, F, H, L, C, bank, busy;
+  long work;
+  Py_buffer views[ES_MAX_VIEWS];
+  int nviews;
+  float *x, *logits, *probs;
+  /* float */
+  const float *mean, *std;
+  es_f_dense_t layer[ES_MAX_LAYERS], head;
+  int gru_ox[ES_MAX_LAYERS], gru_oh[ES_MAX_LAYERS], np_max, k_max;
+  float *h[2][ES_MAX_LAYERS], *c[2][ES_MAX_LAYERS];
+  float *scratch;                  /* normalized inputs, packed inputs, gates, head outputs of one chunk */
+  /* int8 */
+  int32_t *logits_q12;
+  int16_t *qh[ES_MAX_LAYERS];
+  int32_t *qc[ES_MAX_LAYERS];
+  const double *in_scale;
+  const int32_t *mean_fx, *feat_m, *feat_s;
+  int32_t zp0;
+  es_q_layer_t ql[ES_MAX_LAYERS];
+  es_q_dense_t qhead;
+  int32_t head_m, head_s, head_zp;
+  const int16_t *sigmoid, *tanh;
+  int32_t *gx, *gh, *xb;
+  int8_t *a, *ah;
+  float *qscratch;                 /* one chunk: quantized inputs, packed inputs, products */
+  float *qzero;                    /* zero "bias" of the float products: the Q12 bias comes after */
+  int n_a, h_pad, reference, qnp;
+} StepObject;
+
+static PyTypeObject StepType;
+
+/* -- buffers ---------------------------------------------------------------------------- */
+
+/* A C-contiguous buffer of `count` items of `itemsize` bytes (count < 0: any), kept until the
+   Step dies. Returns its data or NULL with a ValueError naming `what`. */
+static void *bind(StepObject *s, PyObject *obj, Py_ssize_t itemsize, Py_ssize_t count, int writable, const char *what) {
+  Py_buffer *v;
+  if (s->nviews >= ES_MAX_VIEWS) {
+    PyErr_SetString(PyExc_ValueError, "too many buffers");
+    return NULL;
+  }
+  v = &s->views[s->nviews];
+  if (PyObject_GetBuffer(obj, v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) < 0) {
+    PyErr_Format(PyExc_ValueError, "%s: not a C-contiguous%s buffer", what, writable ? " writable" : "");
+    return NULL;
+  }
+  s->nviews++;
+  if (v->itemsize != itemsize || (count >= 0 && v->len != count * itemsize)) {
+    PyErr_Format(PyExc_ValueError, "%s: %zd bytes of %zd-byte items, expected %zd items of %zd bytes", what,
+                 v->len, v->itemsize, count, itemsize);
+    return NULL;
+  }
+  if (((uintptr_t)v->buf) % (uintptr_t)itemsize) {
+    PyErr_Format(PyExc_ValueError, "%s: not aligned to its items", what);
+    return NULL;
+  }
+  return v->buf;
+}
+
+static void step_dealloc(StepObject *s) {
+  int i;
+  for (i = 0; i < s->nviews; i++) PyBuffer_Release(&s->views[i]);
+  PyMem_Free(s->scratch);
+  PyMem_Free(s->gx);
+  PyMem_Free(s->qscratch);
+  PyMem_Free(s->qzero);
+  Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+static StepObject *new_step(void) {
+  StepObject *s = PyObject_New(StepObject, &StepType);
+  if (s == NULL) return NULL;
+  memset((char *)s + sizeof(PyObject), 0, sizeof(StepObject) - sizeof(PyObject));
+  return s;
+}
+
+static int get_int(PyObject *seq, Py_ssize_t i, long lo, long hi, long *out, const char *what) {
+  PyObject *o = PySequence_GetItem(seq, i);
+  long v;
+  if (o == NULL) return -1;
+  v = PyLong_AsLong(o);
+  Py_DECREF(o);
+  if (v == -1 && PyErr_Occurred()) return -1;
+  if (v < lo || v > hi) {
+    PyErr_Format(PyExc_ValueError, "%s: %ld outside %ld..%ld", what, v, lo, hi);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+static void *bind_item(StepObject *s, PyObject *seq, Py_ssize_t i, Py_ssize_t itemsize, Py_ssize_t count,
+                       int writable, const char *what) {
+  PyObject *o = PySequence_GetItem(seq, i);
+  void *p;
+  if (o == NULL) return NULL;
+  p = bind(s, o, itemsize, count, writable, what);
+  Py_DECREF(o);
+  return p;
+}
+
+static int check_tuple(PyObject *t, Py_ssize_t n, const char *what) {
+  if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != n) {
+    PyErr_Format(PyExc_ValueError, "%s: a tuple of %zd items expected", what, n);
+    return -1;
+  }
+  return 0;
+}
+
+/* blocks of a float product: checks they lie within W [K][np] */
+static int bind_dense(StepObject *s, es_f_dense_t *d, PyObject *t, int K, int n1, const char *what) {
+  long np, nb;
+  int i;
+  if (check_tuple(t, 4, what) < 0 || get_int(t, 3, ES_F_NB, 1 << 20, &np, what) < 0) return -1;
+  if (np % ES_F_NB) {
+    PyErr_Format(PyExc_ValueError, "%s: columns %ld not a multiple of %d", what, np, ES_F_NB);
+    return -1;
+  }
+  d->np = (int)np;
+  d->n1 = n1;
+  if (!(d->w = bind_item(s, t, 0, 4, (Py_ssize_t)K * np, 0, what))) return -1;
+  if (!(d->b = bind_item(s, t, 1, 4, np, 0, what))) return -1;
+  if (!(d->blocks = bind_item(s, t, 2, 4, -1, 0, what))) return -1;
+  nb = (long)(s->views[s->nviews - 1].len / 16);
+  if (nb < 1) {
+    PyErr_Format(PyExc_ValueError, "%s: no column blocks", what);
+    return -1;
+  }
+  d->nblocks = (int)nb;
+  for (i = 0; i < nb; i++) {
+    const int32_t *b = d->blocks + 4 * i;
+    if (b[0] < 0 || b[1] <= 0 || b[0] % ES_F_NB || b[1] % ES_F_NB || b[0] + b[1] > np || b[2] < 0 || b[2] > b[3] ||
+        b[3] > K) {
+      PyErr_Format(PyExc_ValueError, "%s: block %d out of range", what, i);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* -- the float step ----------------------------------------------------------------------- */
+
+ES_CLONES static int float_run(StepObject *s) {
+  const int B = s->B, F = s->F, H = s->H, L = s->L, C = s->C, np = s->np_max;
+  const int cur = s->bank, nxt = cur ^ 1;
+  float *xn = s->scratch, *ap = xn + ES_F_CHUNK * F, *g = ap + (size_t)ES_F_CHUNK * (s->k_max);
+  float *y = g + (size_t)ES_F_CHUNK * np;
+  int r0, l, bad = -1;
+  for (r0 = 0; r0 < B; r0 += ES_F_CHUNK) {
+    int rows = B - r0 < ES_F_CHUNK ? B - r0 : ES_F_CHUNK, r;
+    es_f_normalize(s->x + (size_t)r0 * F, rows, F, s->mean, s->std, xn);
+    for (l = 0; l < L; l++) {
+      const float *a1 = l == 0 ? xn : s->h[nxt][l - 1] + (size_t)r0 * H;
+      const float *hold = s->h[cur][l] + (size_t)r0 * H;
+      float *hnew = s->h[nxt][l] + (size_t)r0 * H;
+      int n_in = l == 0 ? F : H;
+      es_f_dense(&s->layer[l], n_in + H, a1, n_in, hold, H, rows, ap, g, np);
+      if (s->kind == ES_F_GRU)
+        es_f_gru_cell(g, np, rows, H, s->gru_ox[l], s->gru_oh[l], hold, hnew);
+      else if (s->kind == ES_F_LSTM)
+        es_f_lstm_cell(g, np, rows, H, s->c[cur][l] + (size_t)r0 * H, hnew, s->c[nxt][l] + (size_t)r0 * H);
+      else
+        es_f_rnn_cell(g, np, rows, H, hnew);
+    }
+    {
+      const float *hl = s->h[nxt][L - 1] + (size_t)r0 * H;
+      es_f_dense(&s->head, H, hl, H, hl, H, rows, ap, y, s->head.np);
+    }
+    for (r = 0; r < rows; r++) {
+      float *lo = s->logits + (size_t)(r0 + r) * C;
+      memcpy(lo, y + (size_t)r * s->head.np, sizeof(float) * C);
+      if (!es_f_softmax(lo, C, s->probs + (size_t)(r0 + r) * C) && bad < 0) bad = r0 + r;
+    }
+  }
+  if (bad < 0) s->bank = nxt;
+  return bad;
+}
+
+/* -- the int8 step: firmware_sim.cemit's step ------------------------------------------------ */
+
+#define ES_IN_LIMIT 1073741823       /* firmware_sim.intsim.IN_LIMIT */
+
+/* reading (float) -> int8 input of the first product: intsim's to_fixed (round half to even,
+   saturate to int32), then the emitted step's clamp, offset and requantization */
+ES_INLINE void q_reading(const StepObject *s, const float *x, int8_t *a) {
+  int f;
+  for (f = 0; f < s->F; f++) {
+    double v = nearbyint((double)x[f] * s->in_scale[f]);
+    int32_t fx = v >= 2147483647.0 ? INT32_MAX : v <= -2147483648.0 ? INT32_MIN : v == v ? (int32_t)v : 0;
+    int32_t d = es_k_clamp(fx, -ES_IN_LIMIT, ES_IN_LIMIT) - s->mean_fx[f];
+    a[f] = (int8_t)ES_SAT8(es_k_requant(d, s->feat_m[f], s->feat_s[f]) + s->zp0);
+  }
+  for (; f < s->n_a; f++) a[f] = 0;
+}
+
+/* one layer's gates (Q12 pre-activations gx + gh) -> its state h (and c), in place */
+ES_INLINE void q_cell(const StepObject *s, const int32_t *gx, const int32_t *gh, int16_t *h, int32_t *c) {
+  const int H = s->H;
+  const int16_t *sig = s->sigmoid, *th = s->tanh;     /* locals: the loops below then vectorize */
+  int k;
+  if (s->kind == ES_F_RNN) {
+    for (k = 0; k < H; k++) h[k] = (int16_t)es_k_lut(th, gx[k] + gh[k]);
+  } else if (s->kind == ES_F_GRU) {
+    for (k = 0; k < H; k++) {
+      int32_t hk = h[k];
+      int32_t r = es_k_lut(sig, gx[k] + gh[k]);
+      int32_t z = es_k_lut(sig, gx[H + k] + gh[H + k]);
+      int32_t n = es_k_lut(th, gx[2 * H + k] + es_k_mulq15(gh[2 * H + k], r));
+      h[k] = (int16_t)(n + ((z * (hk - n)) >> 15));
+    }
+  } else {
+    for (k = 0; k < H; k++) {
+      int32_t i = es_k_lut(sig, gx[k] + gh[k]);
+      int32_t fg = es_k_lut(sig, gx[H + k] + gh[H + k]);
+      int32_t g = es_k_lut(th, gx[2 * H + k] + gh[2 * H + k]);
+      int32_t o = es_k_lut(sig, gx[3 * H + k] + gh[3 * H + k]);
+      int32_t cc = es_k_mulq15(c[k], fg) + ((i * g) >> 15);
+      c[k] = cc;
+      h[k] = (int16_t)((o * es_k_lut(th, cc >> 3)) >> 15);
+    }
+  }
+}
+
+ES_INLINE void q_logits(StepObject *s, int b) {
+  const int C = s->C;
+  const int32_t *lq = s->logits_q12 + (size_t)b * C;
+  float *lo = s->logits + (size_t)b * C;
+  int k;
+  for (k = 0; k < C; k++) lo[k] = (float)lq[k] * (1.0f / 4096.0f);     /* exact below 2^24 / 4096 */
+  es_f_softmax(lo, C, s->probs + (size_t)b * C);
+}
+
+/* reference: the firmware's es_k_matvec, one stream */
+ES_INLINE void q_matvec_ref(const StepObject *s, const int8_t *a, const es_q_dense_t *d, int32_t *y) {
+  switch (d->mode) {             /* the requantization variant, a constant in each copy */
+    case ES_RQ_LO: es_k_matvec(a, s->xb, (const int8_t *)d->w, d->q, d->n, d->out, ES_RQ_LO, y); break;
+    case ES_RQ_HI: es_k_matvec(a, s->xb, (const int8_t *)d->w, d->q, d->n, d->out, ES_RQ_HI, y); break;
+    default: es_k_matvec(a, s->xb, (const int8_t *)d->w, d->q, d->n, d->out, ES_RQ_ANY, y); break;
+  }
+}
+
+static void int8_stream_ref(StepObject *s, int b) {
+  const int H = s->H;
+  int8_t *a = s->a, *ah = s->ah;
+  int l;
+  q_reading(s, s->x + (size_t)b * s->F, a);
+  for (l = 0; l < s->L; l++) {
+    const es_q_layer_t *q = &s->ql[l];
+    int16_t *h = s->qh[l] + (size_t)b * H;
+    if (l > 0) es_k_quantize(s->qh[l - 1] + (size_t)b * H, H, q->x.n, q->aq_m, q->aq_s, q->x_zp, a);
+    q_matvec_ref(s, a, &q->x, s->gx);
+    es_k_quantize(h, H, s->h_pad, q->hq_m, q->hq_s, q->h_zp, ah);
+    q_matvec_ref(s, ah, &q->h, s->gh);
+    q_cell(s, s->gx, s->gh, h, s->kind == ES_F_LSTM ? s->qc[l] + (size_t)b * H : NULL);
+  }
+  es_k_quantize(s->qh[s->L - 1] + (size_t)b * H, H, s->h_pad, s->head_m, s->head_s, s->head_zp, ah);
+  q_matvec_ref(s, ah, &s->qhead, s->logits_q12 + (size_t)b * s->C);
+  q_logits(s, b);
+}
+
+
+/* es_k_requant without its branches, so a loop over outputs with their own shifts vectorizes:
+   the same steps (scale up to s = 16, or down to s = 31, then the 16-bit halves), the same
+   integers (firmware_sim.intsim.requant is written this way) */
+ES_INLINE int32_t q_requant_any(int32_t acc, int32_t m, int32_t s) {
+  int32_t left = s < 16 ? 16 - s : 0, right;
+  acc = (int32_t)((uint32_t)acc << left);
+  s += left;
+  right = s > 31 ? s - 31 : 0;
+  acc >>= right;
+  s -= right;
+  return es_k_requant_hi(acc, m, s);
+}
+
+/* Q15 values -> the int8 input of a product, as float (es_k_quantize, then widened) */
+ES_INLINE void q_quantize_f(const int16_t *h, int n, int n_pad, int32_t m, int32_t sh, int32_t zp, float *out) {
+  int k;
+  for (k = 0; k < n; k++) out[k] = (float)ES_SAT8(q_requant_any(h[k], m, sh) + zp);
+  for (; k < n_pad; k++) out[k] = 0.0f;
+}
+
+/* the exact float dot products as int32, requantized as es_k_matvec does */
+ES_INLINE void q_requant(const es_q_dense_t *d, const float *acc, int32_t *y) {
+  const int32_t *q = d->q;
+  size_t o, out = (size_t)d->out;              /* size_t: affine indices under -fwrapv too */
+#define ES_Q_RQ_LOOP(RQ)                                                                        \
+  for (o = 0; o < out; o++) y[o] = RQ((int32_t)acc[o] - q[4 * o], q[4 * o + 1], q[4 * o + 2]) + q[4 * o + 3];
+  switch (d->mode) {
+    case ES_RQ_LO: ES_Q_RQ_LOOP(es_k_requant_lo) break;
+    case ES_RQ_HI: ES_Q_RQ_LOOP(es_k_requant_hi) break;
+    default: ES_Q_RQ_LOOP(q_requant_any) break;
+  }
+#undef ES_Q_RQ_LOOP
+}
+
+/* All streams, ES_F_CHUNK at a time: each product is one batched float product (exact). */
+ES_CLONES static int int8_run(StepObject *s) {
+  const int B = s->B, H = s->H, L = s->L, n_a = s->n_a, h_pad = s->h_pad, qnp = s->qnp;
+  float *xa = s->qscratch, *ah = xa + (size_t)ES_F_CHUNK * n_a, *ap = ah + (size_t)ES_F_CHUNK * h_pad;
+  float *gxf = ap + (size_t)ES_F_CHUNK * n_a, *ghf = gxf + (size_t)ES_F_CHUNK * qnp;
+  int r0, r, l;
+  if (s->reference) {
+    for (r = 0; r < B; r++) int8_stream_ref(s, r);
+    return -1;
+  }
+  for (r0 = 0; r0 < B; r0 += ES_F_CHUNK) {
+    int rows = B - r0 < ES_F_CHUNK ? B - r0 : ES_F_CHUNK;
+    for (r = 0; r < rows; r++) {
+      int k;
+      q_reading(s, s->x + (size_t)(r0 + r) * s->F, s->a);
+      for (k = 0; k < n_a; k++) xa[(size_t)r * n_a + k] = s->a[k];
+    }
+    for (l = 0; l < L; l++) {
+      const es_q_layer_t *q = &s->ql[l];
+      if (l > 0)
+        for (r = 0; r < rows; r++)
+          q_quantize_f(s->qh[l - 1] + (size_t)(r0 + r) * H, H, q->x.n, q->aq_m, q->aq_s, q->x_zp, xa + (size_t)r * n_a);
+      es_f_dense(&q->x.f, q->x.n, xa, n_a, xa, n_a, rows, ap, gxf, q->x.np);
+      for (r = 0; r < rows; r++)
+        q_quantize_f(s->qh[l] + (size_t)(r0 + r) * H, H, h_pad, q->hq_m, q->hq_s, q->h_zp, ah + (size_t)r * h_pad);
+      es_f_dense(&q->h.f, h_pad, ah, h_pad, ah, h_pad, rows, ap, ghf, q->h.np);
+      for (r = 0; r < rows; r++) {
+        q_requant(&q->x, gxf + (size_t)r * q->x.np, s->gx);
+        q_requant(&q->h, ghf + (size_t)r * q->h.np, s->gh);
+        q_cell(s, s->gx, s->gh, s->qh[l] + (size_t)(r0 + r) * H,
+               s->kind == ES_F_LSTM ? s->qc[l] + (size_t)(r0 + r) * H : NULL);
+      }
+    }
+    for (r = 0; r < rows; r++)
+      q_quantize_f(s->qh[L - 1] + (size_t)(r0 + r) * H, H, h_pad, s->head_m, s->head_s, s->head_zp,
+                   ah + (size_t)r * h_pad);
+    es_f_dense(&s->qhead.f, h_pad, ah, h_pad, ah, h_pad, rows, ap, gxf, s->qhead.np);
+    for (r = 0; r < rows; r++) {
+      q_requant(&s->qhead, gxf + (size_t)r * s->qhead.np, s->logits_q12 + (size_t)(r0 + r) * s->C);
+      q_logits(s, r0 + r);
+    }
+  }
+  return -1;
+}
+
+/* -- Step.run ----------------------------------------------------------------------------- */
+
+static PyObject *step_run(StepObject *s, PyObject *const *args, Py_ssize_t nargs) {
+  int rc;
+  (void)args;
+  if (nargs != 0) {
+    PyErr_SetString(PyExc_TypeError, "run() takes no arguments");
+    return NULL;
+  }
+  if (s->busy) {
+    PyErr_SetString(PyExc_RuntimeError, "Step.run() called while another call runs; serialize calls");
+    return NULL;
+  }
+  s->busy = 1;
+  if (s->work > ES_NOGIL_WORK) {
+    Py_BEGIN_ALLOW_THREADS
+    rc = s->quant ? int8_run(s) : float_run(s);
+    Py_END_ALLOW_THREADS
+  } else {
+    rc = s->quant ? int8_run(s) : float_run(s);
+  }
+  s->busy = 0;
+  return PyLong_FromLong(rc);
+}
+
+static PyObject *step_get_bank(StepObject *s, void *closure) {
+  (void)closure;
+  return PyLong_FromLong(s->bank);
+}
+
+static PyMethodDef step_methods[] = {
+    {"run", (PyCFunction)(void (*)(void))step_run, METH_FASTCALL,
+     "run() -> int: advance every stream one reading; -1 when adopted, else the first stream with NaN/Inf logits "
+     "(no state changed)"},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef step_getset[] = {
+    {"bank", (getter)step_get_bank, NULL, "float models: the state bank (0 or 1) that holds the current state", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyTypeObject StepType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "edgeseq.runtime.native._es_native.Step",
+    .tp_basicsize = sizeof(StepObject),
+    .tp_dealloc = (destructor)step_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A bound recurrent step; build it with float_step() or int8_step().",
+    .tp_methods = step_methods,
+    .tp_getset = step_getset,
+};
+
+/* -- constructors ------------------------------------------------------------------------ */
+
+static int check_sizes(int kind, int B, int F, int H, int C) {
+  if (kind < 0 || kind > 2 || B < 1 || F < 1 || H < 1 || C < 1 || H > (1 << 16) || F > (1 << 16) || C > (1 << 16)) {
+    PyErr_SetString(PyExc_ValueError, "sizes out of range");
+    return -1;
+  }
+  return 0;
+}
+
+static PyObject *float_step(PyObject *mod, PyObject *args) {
+  int kind, B, F, H, C, l, gates;
+  PyObject *x, *logits, *probs, *mean, *std, *bank0, *bank1, *layers, *head;
+  StepObject *s;
+  Py_ssize_t L, per, nst;
+  (void)mod;
+  if (!PyArg_ParseTuple(args, "iiiiiOOOOOOOOO", &kind, &B, &F, &H, &C, &x, &logits, &probs, &mean, &std, &bank0,
+                        &bank1, &layers, &head))
+    return NULL;
+  if (check_sizes(kind, B, F, H, C) < 0) return NULL;
+  if (!PyList_Check(layers) || (L = PyList_GET_SIZE(layers)) < 1 || L > ES_MAX_LAYERS) {
+    PyErr_SetString(PyExc_ValueError, "layers: a list of 1 to 16 layers expected");
+    return NULL;
+  }
+  per = kind == ES_F_LSTM ? 2 : 1;
+  nst = L * per;
+  if (!PyList_Check(bank0) || !PyList_Check(bank1) || PyList_GET_SIZE(bank0) != nst || PyList_GET_SIZE(bank1) != nst) {
+    PyErr_SetString(PyExc_ValueError, "bank0, bank1: lists of one array per state tensor expected");
+    return NULL;
+  }
+  if (!(s = new_step())) return NULL;
+  s->quant = 0;
+  s->kind = kind;
+  s->B = B, s->F = F, s->H = H, s->C = C, s->L = (int)L;
+  if (!(s->x = bind(s, x, 4, (Py_ssize_t)B * F, 0, "x")) ||
+      !(s->logits = bind(s, logits, 4, (Py_ssize_t)B * C, 1, "logits")) ||
+      !(s->probs = bind(s, probs, 4, (Py_ssize_t)B * C, 1, "probs")) || !(s->mean = bind(s, mean, 4, F, 0, "mean")) ||
+      !(s->std = bind(s, std, 4, F, 0, "std")))
+    goto fail;
+  for (l = 0; l < L; l++) {
+    int k;
+    for (k = 0; k < 2; k++) {
+      PyObject *bank = k ? bank1 : bank0;
+      if (!(s->h[k][l] = bind_item(s, bank, l * per, 4, (Py_ssize_t)B * H, 1, "state h"))) goto fail;
+      if (per == 2 && !(s->c[k][l] = bind_item(s, bank, l * per + 1, 4, (Py_ssize_t)B * H, 1, "state c"))) goto fail;
+    }
+  }
+  gates = kind == ES_F_RNN ? 1 : 4;
+  for (l = 0; l < L; l++) {
+    PyObject *t = PyList_GET_ITEM(layers, l), *dense;
+    int n_in = l == 0 ? F : H;
+    long ox = 0, oh = 0;
+    if (check_tuple(t, 3, "layer") < 0) goto fail;
+    dense = PyTuple_GET_ITEM(t, 0);
+    if (bind_dense(s, &s->layer[l], dense, n_in + H, n_in, "layer") < 0) goto fail;
+    if (get_int(t, 1, 0, s->layer[l].np - H, &ox, "gru x-part offset") < 0 ||
+        get_int(t, 2, 0, s->layer[l].np - H, &oh, "gru h-part offset") < 0)
+      goto fail;
+    if (s->layer[l].np < gates * H) {
+      PyErr_SetString(PyExc_ValueError, "layer: fewer columns than gates");
+      goto fail;
+    }
+    s->gru_ox[l] = (int)ox, s->gru_oh[l] = (int)oh;
+    if (s->layer[l].np > s->np_max) s->np_max = s->layer[l].np;
+    s->work += (long)B * (n_in + H) * s->layer[l].np;
+  }
+  if (bind_dense(s, &s->head, head, H, H, "head") < 0) goto fail;
+  if (s->head.np < C) {
+    PyErr_SetString(PyExc_ValueError, "head: fewer columns than classes");
+    goto fail;
+  }
+  if (s->head.np > s->np_max) s->np_max = s->head.np;
+  s->work += (long)B * H * s->head.np;
+  s->k_max = (F > H ? F : H) + H;
+  s->scratch = PyMem_Malloc(sizeof(float) * ((size_t)ES_F_CHUNK * F + (size_t)ES_F_CHUNK * s->k_max +
+                                             (size_t)2 * ES_F_CHUNK * s->np_max));
+  if (!s->scratch) {
+    PyErr_NoMemory();
+    goto fail;
+  }
+  return (PyObject *)s;
+fail:
+  Py_DECREF(s);
+  return NULL;
+}
+
+/* one int8 product (w, q, mode, np): see es_q_dense_t */
+static int bind_q_dense(StepObject *s, es_q_dense_t *d, PyObject *t, int n, int out, const char *what) {
+  long mode, np;
+  if (check_tuple(t, 4, what) < 0 || get_int(t, 2, 0, 2, &mode, what) < 0 || get_int(t, 3, 0, 1 << 20, &np, what) < 0)
+    return -1;
+  d->n = n, d->out = out, d->mode = (int)mode, d->np = (int)np;
+  if (n % 4) {
+    PyErr_Format(PyExc_ValueError, "%s: inputs %d not a multiple of 4", what, n);
+    return -1;
+  }
+  if (!(d->q = bind_item(s, t, 1, 4, (Py_ssize_t)out * 4, 0, what))) return -1;
+  if (s->reference) {
+    if (!(d->w = bind_item(s, t, 0, 1, (Py_ssize_t)((out + 3) & ~3) * n, 0, what))) return -1;
+    return 0;
+  }
+  if (n > ES_Q_EXACT_N || np < out || np % ES_F_NB) {
+    PyErr_Format(PyExc_ValueError, "%s: %d inputs, %ld columns: not a float-exact product", what, n, np);
+    return -1;
+  }
+  if (!(d->w = bind_item(s, t, 0, 4, (Py_ssize_t)n * np, 0, what))) return -1;
+  d->blk[0] = 0, d->blk[1] = (int32_t)np, d->blk[2] = 0, d->blk[3] = n;
+  d->f.w = (const float *)d->w;
+  d->f.blocks = d->blk;
+  d->f.nblocks = 1;
+  d->f.np = (int)np;
+  d->f.n1 = n;
+  if (np > s->qnp) s->qnp = (int)np;
+  return 0;
+}
+
+static int get_i32(PyObject *t, Py_ssize_t i, int32_t *out, const char *what) {
+  long v;
+  if (get_int(t, i, -2147483647L - 1, 2147483647L, &v, what) < 0) return -1;
+  *out = (int32_t)v;
+  return 0;
+}
+
+static PyObject *int8_step(PyObject *mod, PyObject *args) {
+  int kind, B, F, H, C, l, gates, f_pad, h_pad, reference = 0;
+  PyObject *x, *logits, *logits_q12, *probs, *state, *feat, *layers, *head, *sig, *tanh_;
+  StepObject *s;
+  Py_ssize_t L, per;
+  (void)mod;
+  if (!PyArg_ParseTuple(args, "iiiiiOOOOOOOOOO|p", &kind, &B, &F, &H, &C, &x, &logits, &logits_q12, &probs, &state,
+                        &feat, &layers, &head, &sig, &tanh_, &reference))
+    return NULL;
+  if (check_sizes(kind, B, F, H, C) < 0) return NULL;
+  if (!PyList_Check(layers) || (L = PyList_GET_SIZE(layers)) < 1 || L > ES_MAX_LAYERS) {
+    PyErr_SetString(PyExc_ValueError, "layers: a list of 1 to 16 layers expected");
+    return NULL;
+  }
+  per = kind == ES_F_LSTM ? 2 : 1;
+  if (!PyList_Check(state) || PyList_GET_SIZE(state) != L * per) {
+    PyErr_SetString(PyExc_ValueError, "state: a list of one array per state tensor expected");
+    return NULL;
+  }
+  if (check_tuple(feat, 5, "feat") < 0 || check_tuple(head, 4, "head") < 0) return NULL;
+  if (!(s = new_step())) return NULL;
+  s->quant = 1;
+  s->reference = reference;
+  s->kind = kind;
+  s->B = B, s->F = F, s->H = H, s->C = C, s->L = (int)L;
+  gates = kind == ES_F_RNN ? 1 : (kind == ES_F_GRU ? 3 : 4);
+  f_pad = (F + 3) & ~3, h_pad = (H + 3) & ~3;
+  s->n_a = f_pad > h_pad ? f_pad : h_pad;
+  s->h_pad = h_pad;
+  if (!(s->x = bind(s, x, 4, (Py_ssize_t)B * F, 0, "x")) ||
+      !(s->logits = bind(s, logits, 4, (Py_ssize_t)B * C, 1, "logits")) ||
+      !(s->logits_q12 = bind(s, logits_q12, 4, (Py_ssize_t)B * C, 1, "logits_q12")) ||
+      !(s->probs = bind(s, probs, 4, (Py_ssize_t)B * C, 1, "probs")) ||
+      !(s->sigmoid = bind(s, sig, 2, 2049, 0, "sigmoid")) || !(s->tanh = bind(s, tanh_, 2, 2049, 0, "tanh")))
+    goto fail;
+  for (l = 0; l < L; l++) {
+    if (!(s->qh[l] = bind_item(s, state, l * per, 2, (Py_ssize_t)B * H, 1, "state h"))) goto fail;
+    if (per == 2 && !(s->qc[l] = bind_item(s, state, l * per + 1, 4, (Py_ssize_t)B * H, 1, "state c"))) goto fail;
+  }
+  if (!(s->in_scale = bind_item(s, feat, 0, 8, F, 0, "in_scale")) ||
+      !(s->mean_fx = bind_item(s, feat, 1, 4, F, 0, "mean_fx")) ||
+      !(s->feat_m = bind_item(s, feat, 2, 4, F, 0, "feat_m")) ||
+      !(s->feat_s = bind_item(s, feat, 3, 4, F, 0, "feat_s")) ||
+      get_i32(feat, 4, &s->zp0, "zp0") < 0)
+    goto fail;
+  for (l = 0; l < L; l++) {
+    PyObject *t = PyList_GET_ITEM(layers, l);
+    es_q_layer_t *q = &s->ql[l];
+    if (check_tuple(t, 8, "layer") < 0) goto fail;
+    if (bind_q_dense(s, &q->x, PyTuple_GET_ITEM(t, 0), l == 0 ? f_pad : h_pad, gates * H, "layer x") < 0 ||
+        bind_q_dense(s, &q->h, PyTuple_GET_ITEM(t, 1), h_pad, gates * H, "layer h") < 0 ||
+        get_i32(t, 2, &q->hq_m, "hq_m") < 0 || get_i32(t, 3, &q->hq_s, "hq_s") < 0 ||
+        get_i32(t, 4, &q->h_zp, "h_zp") < 0 || get_i32(t, 5, &q->aq_m, "aq_m") < 0 ||
+        get_i32(t, 6, &q->aq_s, "aq_s") < 0 || get_i32(t, 7, &q->x_zp, "x_zp") < 0)
+      goto fail;
+    s->work += (long)B * (q->x.n + h_pad) * gates * H;
+  }
+  if (bind_q_dense(s, &s->qhead, PyTuple_GET_ITEM(head, 0), h_pad, C, "head") < 0 ||
+      get_i32(head, 1, &s->head_m, "head m") < 0 || get_i32(head, 2, &s->head_s, "head s") < 0 ||
+      get_i32(head, 3, &s->head_zp, "head zp") < 0)
+    goto fail;
+  {
+    size_t words = (size_t)2 * gates * H + (size_t)s->n_a + (size_t)s->n_a + h_pad;
+    s->gx = PyMem_Malloc(sizeof(int32_t) * words);
+    s->qscratch = PyMem_Malloc(sizeof(float) * ES_F_CHUNK * ((size_t)2 * s->n_a + h_pad + (size_t)2 * s->qnp));
+    s->qzero = PyMem_Calloc((size_t)s->qnp + 1, sizeof(float));
+    if (!s->gx || !s->qscratch || !s->qzero) {
+      PyErr_NoMemory();
+      goto fail;
+    }
+    for (l = 0; l < L; l++) s->ql[l].x.f.b = s->ql[l].h.f.b = s->qzero;
+    s->qhead.f.b = s->qzero;
+    s->gh = s->gx + gates * H;
+    s->xb = s->gh + gates * H;                   /* 2 n_a bytes for the DSP path: n_a words are plenty */
+    s->a = (int8_t *)(s->xb + s->n_a);           /* n_a bytes, then ah: h_pad bytes */
+    s->ah = s->a + s->n_a;
+  }
+  return (PyObject *)s;
+fail:
+  Py_DECREF(s);
+  return NULL;
+}
+
+static PyObject *simd(PyObject *mod, PyObject *noargs) {
+  (void)mod, (void)noargs;
+#if ES_HAVE_CLONES
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
+    return PyUnicode_FromString("x86-64-v4 (AVX-512)");
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    return PyUnicode_FromString("x86-64-v3 (AVX2, FMA)");
+  return PyUnicode_FromString("x86-64 (SSE2)");
+#elif defined(__aarch64__)
+  return PyUnicode_FromString("aarch64 (NEON)");
+#else
+  return PyUnicode_FromString("portable");
+#endif
+}
+
+static PyMethodDef module_methods[] = {
+    {"float_step", float_step, METH_VARARGS, "float_step(kind, B, F, H, C, x, logits, probs, mean, std, bank0, bank1, "
+                                             "layers, head) -> Step"},
+    {"int8_step", int8_step, METH_VARARGS, "int8_step(kind, B, F, H, C, x, logits, logits_q12, probs, state, feat, "
+                                           "layers, head, sigmoid, tanh[, reference]) -> Step; reference: the "
+                                           "firmware's es_k_matvec, stream by stream, instead of exact float products"},
+    {"simd", simd, METH_NOARGS, "the instruction set the float step runs with on this machine"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_es_native",
+                                    "edgeseq's native recurrent step (see edgeseq.runtime.native)", -1, module_methods,
+                                    NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__es_native(void) {
+  PyObject *m;
+  if (PyType_Ready(&StepType) < 0) return NULL;
+  m = PyModule_Create(&module);
+  if (m == NULL) return NULL;
+  Py_INCREF(&StepType);
+  if (PyModule_AddObject(m, "Step", (PyObject *)&StepType) < 0) {
+    Py_DECREF(&StepType);
+    Py_DECREF(m);
+    return NULL;
+  }
+  return m;
+}

@@ -1,0 +1,69 @@
+"""Fit the per-core figures `edgeseq firmware check` uses for int8 RNN/GRU/LSTM from measurements.
+
+    .venv/bin/python scripts/calibrate_firmware.py            # about 5 minutes on 2 cores
+
+Trains briefly and exports int8 models of several sizes (hidden 8-128, 1-2 layers, every
+recurrent architecture), measures each with `firmware_sim.measure` at -O2 on every emulated
+core, and fits, per core and architecture, by least squares:
+
+    cycles per step = a x MACs + b x requantized outputs + c x hidden units x layers + d
+    .text           = t0 + t1 x (layers - 1)
+    stack           = the largest measured, rounded up to 8 bytes
+
+It prints the table to paste into `firmware_sim/targets.py` (`MEASURED`) and each model's
+check/measure ratio under the fit.
+"""
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from edgeseq.errors import run_script
+
+SIZES = [(8, 1), (16, 1), (32, 2), (64, 1), (96, 1), (128, 1), (16, 2)]
+KINDS = ["rnn", "gru", "lstm"]
+CORES = ["cortex-m0plus", "cortex-m4", "cortex-m7", "cortex-m33"]
+
+
+def main():
+    from edgeseq.train import TrainConfig, train
+    from export import export_int8
+    from firmware_sim.intsim import from_onnx
+    from firmware_sim.measure import cost_features, measure
+
+    rows = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for kind in KINDS:
+            for hidden, layers in SIZES:
+                ckpt = train(kind, "basicmotions", TrainConfig(epochs=2, seed=0),
+                             {"hidden": hidden, "layers": layers}, progress=False)
+                path = Path(tmp) / f"{kind}-{hidden}-{layers}.onnx"
+                export_int8(ckpt, path, "static", keep_anyway=True)
+                m = from_onnx(path)
+                for core in CORES:
+                    r = measure(path, core, "-O2", readings=100, counted=2)
+                    rows.setdefault((core, kind), []).append(
+                        (cost_features(m), r["cycles_per_step"], r["sections"]["text"], r["stack_bytes"], layers,
+                         f"h{hidden} l{layers}"))
+    print("MEASURED = {")
+    for core in CORES:
+        parts = []
+        for kind in KINDS:
+            data = rows[core, kind]
+            X = np.array([d[0] for d in data])
+            y = np.array([d[1] for d in data])
+            coef, *_ = np.linalg.lstsq(X / y[:, None], np.ones(len(y)), rcond=None)   # relative error
+            L = np.array([[1.0, d[4] - 1] for d in data])
+            t, *_ = np.linalg.lstsq(L, np.array([d[2] for d in data], float), rcond=None)
+            stack = int(np.ceil(max(d[3] for d in data) / 8) * 8)
+            ratios = ", ".join(f"{d[5]} {float(np.dot(coef, d[0]) / d[1]):.2f}" for d in data)
+            print(f"    # {core} {kind}: check/measure {ratios}")
+            parts.append(f'"{kind}": ({", ".join(f"{c:.4g}" for c in coef)}, {t[0]:.0f}, {t[1]:.0f}, {stack})')
+        print(f'    "{core}": {{{", ".join(parts)}}},')
+    print("}")
+    return 0
+
+
+if __name__ == "__main__":
+    run_script(main)

@@ -1,0 +1,33 @@
+"""Builds the optional C extension edgeseq.runtime.native._es_native; everything else about the
+package (metadata, dependencies, packages) lives in pyproject.toml.
+
+The extension is optional: where no C compiler is found, or the build fails, the install goes
+on without it and edgeseq runs every model on onnxruntime (`edgeseq.runtime.native.available()`
+is False and says why). Build it in place with `python setup.py build_ext --inplace`, or
+install with `pip install -e .` where a C compiler is installed (`apt-get install build-essential`).
+"""
+
+import os
+import sys
+
+from setuptools import Extension, setup
+
+# -O3 for the vectorizer; no -ffast-math: the float step keeps IEEE semantics (NaN checks,
+# no reassociation), and the int8 step is integer arithmetic that must stay bit-exact.
+if sys.platform == "win32":
+    compile_args, libraries = ["/O2"], []
+else:
+    compile_args, libraries = ["-O3", "-std=gnu99", "-fno-strict-aliasing", "-fno-trapping-math", "-Wno-psabi"], ["m"]
+
+native = Extension(
+    "edgeseq.runtime.native._es_native",
+    sources=[os.path.join("edgeseq", "runtime", "native", "_es_native.c")],
+    include_dirs=[os.path.join("firmware_sim", "kernels"), os.path.join("edgeseq", "runtime", "native")],
+    depends=[os.path.join("firmware_sim", "kernels", "es_kernels.h"),
+             os.path.join("edgeseq", "runtime", "native", "es_float.h")],
+    extra_compile_args=compile_args,
+    libraries=libraries,
+    optional=True,
+)
+
+setup(ext_modules=[native])

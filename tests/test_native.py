@@ -1,0 +1,320 @@
+"""The native step backend (edgeseq.runtime.native) on tiny untrained models: float parity with
+ONNX Runtime and int8 bit-exactness with firmware_sim.intsim over 1,000 readings with state fed
+back (1 and 7 streams), exact state round trips, reasons for the models it does not run, the
+protobuf reader against onnx, and a runtime import free of torch and onnx."""
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+import edgeseq
+from edgeseq import contract
+from edgeseq.errors import UsageError
+from edgeseq.models import build_model, config_dict, make_config
+from edgeseq.runtime import native
+from edgeseq.runtime.model import open_model
+from helpers import assert_close, run_without_torch
+
+needs_ext = pytest.mark.skipif(not native.available(), reason=native.why_unavailable() or "native step not built")
+
+F, C, T = 3, 4, 1000
+RECURRENT = ["rnn", "gru", "lstm"]
+STREAMS = [1, 7]
+
+
+def tiny_checkpoint(arch: str) -> dict:
+    """Untrained and seeded; two layers for the RNN and LSTM (the layer-to-layer path)."""
+    over = {"hidden": 8, "layers": 1 if arch == "gru" else 2}
+    if arch == "transformer":
+        over = {"d_model": 8, "heads": 2, "layers": 1, "d_ff": 8, "window": 6}
+    cfg = make_config(arch, n_features=F, n_classes=C, **over)
+    torch.manual_seed(0)
+    model = build_model(arch, cfg)
+    with torch.no_grad():                     # livelier than the default init: gates far from 0.5
+        for p in model.parameters():
+            p.mul_(3.0)
+    mean, std = np.arange(F, dtype=np.float32), np.full(F, 2.0, np.float32)
+    model.norm.set(mean, std)
+    return {"edgeseq_version": edgeseq.__version__, "arch": arch, "config": config_dict(cfg),
+            "state_dict": model.state_dict(), "normalization": {"mean": mean.tolist(), "std": std.tolist()},
+            "labels": [f"c{i}" for i in range(C)], "features": [f"f{i}" for i in range(F)]}
+
+
+def readings(n, streams, seed=0):
+    """Raw readings around the training mean, now and then far out (the int8 input saturates)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, streams, F)) * 3 + np.arange(F)
+    x[rng.random((n, streams)) < 0.02] *= 40
+    return x.astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """(arch, scheme) -> path: float (the fused step graph as exported) or static int8 (the
+    split graph quantized by onnxruntime's static QDQ quantizer, as export_int8 does)."""
+    from edgeseq.runtime.evaluate import run_streams
+    from export.quantize import isolate_matmul_inputs, quantize
+    from export.step import build_graph, stamp, strip
+    root = tmp_path_factory.mktemp("native")
+    cache = {}
+
+    def get(arch, scheme="float"):
+        if (arch, scheme) in cache:
+            return cache[arch, scheme]
+        ckpt = tiny_checkpoint(arch)
+        path = root / f"{arch}-{scheme}.onnx"
+        if scheme == "float":
+            proto, _, _ = build_graph(ckpt)
+            onnx.save(proto, str(path))
+        else:
+            proto, meta, _ = build_graph(ckpt, split=True)
+            if scheme == "static":
+                isolate_matmul_inputs(proto)
+            split = root / f"{arch}-split.onnx"
+            onnx.save(proto, str(split))
+            sess, _ = open_model(split)
+            calibration = []
+            run_streams(sess, meta, readings(60, 4, seed=1).transpose(1, 0, 2), record=calibration)
+            meta.quantization = quantize(split, path, scheme, calibration)
+            q = onnx.load(str(path))
+            q.ir_version = contract.IR_VERSION
+            strip(q)
+            stamp(q, meta)
+            onnx.save(q, str(path))
+        cache[arch, scheme] = path
+        return path
+    return get
+
+
+def ort_stream(path, X):
+    """Logits [T, B, C] and the final state of a plain onnxruntime loop, state fed back."""
+    sess, meta = open_model(path)
+    state = [np.zeros((X.shape[1], s.shape[1]), np.float32) for s in meta.state]
+    out = []
+    for x in X:
+        res = sess.run(None, {contract.READING: x, **{s.name: v for s, v in zip(meta.state, state)}})
+        out.append(res[0])
+        state = res[2:]
+    return np.stack(out), state
+
+
+def native_stream(step, X, field="logits"):
+    out = []
+    for x in X:
+        step.x[:] = x
+        assert step.run() == -1
+        out.append(getattr(step, field).copy())
+    return np.stack(out)
+
+
+# -- float: onnxruntime's numbers ----------------------------------------------------------
+
+@needs_ext
+@pytest.mark.parametrize("streams", STREAMS)
+@pytest.mark.parametrize("arch", RECURRENT)
+def test_float_matches_onnxruntime(tiny, arch, streams):
+    path = tiny(arch)
+    _, meta = open_model(path)
+    assert native.supports(meta, path) is None
+    X = readings(T, streams)
+    ref, ref_state = ort_stream(path, X)
+    step = native.NativeStep(path, meta, streams)
+    got = native_stream(step, X)
+    scale = max(1.0, float(np.abs(ref).max()))
+    assert_close(got, ref, f"{arch} logits", atol=1e-5 * scale)
+    for i, (a, b) in enumerate(zip(step.state, ref_state)):
+        assert_close(a, b, f"{arch} state {i}", atol=1e-5)
+    assert (got.argmax(-1) == ref.argmax(-1)).mean() > 0.99
+    probs = native_stream(step, X[:20], "probs")
+    assert_close(probs.sum(-1), np.ones(probs.shape[:2], np.float32), "probs sum", atol=1e-6)
+
+
+@needs_ext
+def test_float_streams_do_not_depend_on_each_other(tiny):
+    """Stream 3 of 7 computes what it computes alone, to the bit (the same sums in the same
+    order whatever tile it falls in)."""
+    path = tiny("lstm")
+    _, meta = open_model(path)
+    X = readings(50, 7)
+    many = native_stream(native.NativeStep(path, meta, 7), X)
+    one = native_stream(native.NativeStep(path, meta, 1), X[:, 3:4])
+    assert np.array_equal(many[:, 3:4], one)
+
+
+@needs_ext
+def test_float_nan_step_is_not_adopted(tiny):
+    path = tiny("gru")
+    _, meta = open_model(path)
+    step = native.NativeStep(path, meta, 3)
+    native_stream(step, readings(5, 3))
+    before = [a.copy() for a in step.state]
+    step.x[:] = readings(1, 3)[0]
+    step.x[2, 1] = np.nan
+    assert step.run() == 2
+    assert all(np.array_equal(a, b) for a, b in zip(step.state, before))
+    step.x[2, 1] = 0.0
+    assert step.run() == -1
+
+
+# -- int8: the simulator's integers --------------------------------------------------------
+
+@needs_ext
+@pytest.mark.parametrize("streams", STREAMS)
+@pytest.mark.parametrize("arch", RECURRENT)
+def test_int8_bit_exact_with_intsim(tiny, arch, streams):
+    from firmware_sim.intsim import from_onnx
+    path = tiny(arch, "static")
+    _, meta = open_model(path)
+    assert native.supports(meta, path) is None
+    m = from_onnx(path)
+    X = readings(T, streams)
+    steps = [native.NativeStep(path, meta, streams), native.NativeStep(path, meta, streams, reference=True)]
+    state = m.init_state(streams)
+    for t, x in enumerate(X):
+        want, state = m.step(m.to_fixed(x), state)
+        for step in steps:
+            step.x[:] = x
+            assert step.run() == -1
+            assert np.array_equal(step.logits_q12, want), f"{arch} reading {t}: {step.logits_q12} != {want}"
+            assert np.array_equal(step.logits, (want / 4096).astype(np.float32))
+            assert np.array_equal(step.logits.argmax(-1), want.argmax(-1))
+    for step in steps:
+        assert all(np.array_equal(a, b) for a, b in zip(step.int_state, state))
+
+
+# -- state ---------------------------------------------------------------------------------
+
+@needs_ext
+@pytest.mark.parametrize("scheme", ["float", "static"])
+@pytest.mark.parametrize("arch", RECURRENT)
+def test_state_round_trips_exactly(tiny, arch, scheme):
+    path = tiny(arch, scheme)
+    _, meta = open_model(path)
+    step = native.NativeStep(path, meta, 4)
+    X = readings(40, 4)
+    native_stream(step, X[:30])
+    snap = [a.copy() for a in step.state]
+    assert [a.shape for a in snap] == [(4, s.shape[1]) for s in meta.state]
+    assert all(a.dtype == np.float32 for a in snap)
+    ints = [a.copy() for a in step.int_state] if scheme == "static" else None
+    after = native_stream(step, X[30:])
+    step.reset()
+    assert all(not a.any() for a in step.state)
+    step.set_state(snap)
+    assert all(np.array_equal(a, b) for a, b in zip(step.state, snap))
+    if ints is not None:                      # float view -> the same integers
+        assert all(np.array_equal(a, b) for a, b in zip(step.int_state, ints))
+    assert np.array_equal(native_stream(step, X[30:]), after)
+    step.reset(stream=1)
+    assert not any(a[1].any() for a in step.state) and all(a[0].any() for a in step.state)
+
+
+@needs_ext
+def test_int8_state_view_rounds_to_q15(tiny):
+    path = tiny("lstm", "static")
+    _, meta = open_model(path)
+    step = native.NativeStep(path, meta, 2)
+    v = np.full((2, 8), 0.3, np.float32)
+    step.set_state([v, v * 4, v, -v])             # h (int16 Q15), c (int32 Q15), ...
+    h, c = step.int_state[0], step.int_state[1]
+    assert h.dtype == np.int16 and c.dtype == np.int32
+    assert (h == round(0.3 * 32768)).all() and (c == round(np.float32(1.2) * 32768)).all()
+    step.set_state([v * 10, v, v, v])             # beyond [-1, 1): saturates
+    assert (step.int_state[0] == 32767).all()
+    with pytest.raises(UsageError):
+        step.set_state([v])
+
+
+# -- what does not run natively ------------------------------------------------------------
+
+@needs_ext
+def test_unsupported_models_say_why(tiny, tmp_path):
+    from export.step import build_graph
+    proto, _, _ = build_graph(tiny_checkpoint("transformer"))
+    path = tmp_path / "transformer.onnx"
+    onnx.save(proto, str(path))
+    _, meta = open_model(path)
+    reason = native.supports(meta, path)
+    assert reason == "the transformer's growing KV cache runs on onnxruntime only"
+    with pytest.raises(UsageError, match="KV cache"):
+        native.NativeStep(path, meta, 1)
+    _, meta = open_model(tiny("gru"))
+    meta.quantization = {"scheme": "dynamic"}
+    assert native.supports(meta, tiny("gru")) == "int8 dynamic scales activations per call: onnxruntime only"
+
+
+def test_a_graph_unlike_the_export_is_refused(tiny, tmp_path):
+    src = onnx.load(str(tiny("gru")))
+    for node in src.graph.node:
+        if node.op_type == "Tanh":
+            node.op_type = "Relu"
+    path = tmp_path / "relu.onnx"
+    onnx.save(src, str(path))
+    _, meta = open_model(path)
+    reason = native.supports(meta, path)
+    assert reason is not None and "Relu" in reason and "onnxruntime only" in reason, reason
+
+
+# -- the reader and the light runtime ------------------------------------------------------
+
+@pytest.mark.parametrize("scheme", ["float", "static"])
+def test_protobuf_reader_matches_onnx(tiny, scheme):
+    from onnx import numpy_helper
+
+    from edgeseq.runtime.native.onnxfile import read_graph
+    path = tiny("lstm", scheme)
+    g, proto = read_graph(path), onnx.load(str(path))
+    want = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
+    assert g.initializers.keys() == want.keys()
+    for k, v in want.items():
+        got = g.initializers[k]
+        assert got.dtype == v.dtype and got.shape == v.shape and np.array_equal(got, v), k
+    assert [(n.op_type, n.input, n.output) for n in g.nodes] == \
+        [(n.op_type, list(n.input), list(n.output)) for n in proto.graph.node]
+    assert g.inputs == [i.name for i in proto.graph.input]
+
+
+def test_reader_reads_every_encoding():
+    """Unpacked and packed repeated fields, negative int8 in int32_data, float_data, int64 and
+    double tensors, node attributes: the encodings onnx.helper writes without raw_data."""
+    from onnx import TensorProto, helper
+
+    from edgeseq.runtime.native.onnxfile import parse_graph
+    tensors = {
+        "i8": (TensorProto.INT8, np.array([[-128, -1], [0, 127]], np.int8)),
+        "f32": (TensorProto.FLOAT, np.array([1.5, -2.25, 3e-30], np.float32)),
+        "i64": (TensorProto.INT64, np.array([-(1 << 40), 7], np.int64)),
+        "f64": (TensorProto.DOUBLE, np.array([0.1, -1e300], np.float64)),
+        "u8": (TensorProto.UINT8, np.array([0, 255], np.uint8)),
+        "i32": (TensorProto.INT32, np.array([-(1 << 31), (1 << 31) - 1], np.int32)),
+        "scalar": (TensorProto.FLOAT, np.array(4.0, np.float32)),
+    }
+    init = [helper.make_tensor(k, t, v.shape, v.reshape(-1).tolist()) for k, (t, v) in tensors.items()]
+    init.append(helper.make_tensor("raw", TensorProto.FLOAT, [2], np.array([1, 2], np.float32).tobytes(), raw=True))
+    node = helper.make_node("Gemm", ["a", "b", "c"], ["y"], transB=1, alpha=0.5)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])], init)
+    g = parse_graph(helper.make_model(graph).SerializeToString())
+    for k, (_, v) in tensors.items():
+        got = g.initializers[k]
+        assert got.dtype == v.dtype and got.shape == v.shape and np.array_equal(got, v), (k, got, v)
+    assert np.array_equal(g.initializers["raw"], [1.0, 2.0])
+    assert g.nodes[0].op_type == "Gemm" and g.nodes[0].attrs == {"transB": 1, "alpha": 0.5}
+    assert g.inputs == ["a"] and g.outputs == ["y"]
+
+
+@needs_ext
+def test_native_runtime_imports_neither_torch_nor_onnx(tiny, tmp_path):
+    path = tiny("gru", "static")
+    run_without_torch(f"""
+        import numpy as np
+        from edgeseq.runtime import native
+        from edgeseq.runtime.model import open_model
+        _, meta = open_model({str(path)!r})
+        assert native.supports(meta, {str(path)!r}) is None
+        step = native.NativeStep({str(path)!r}, meta, 2)
+        step.x[:] = 1.0
+        assert step.run() == -1
+        print("OK")
+    """, tmp_path)
