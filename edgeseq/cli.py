@@ -336,8 +336,11 @@ def export(run, out, max_history, int8, int8_scheme, data, max_error, max_accura
 @click.option("--rounds", type=click.IntRange(min=1), default=20, show_default=True,
               help="Latency: interleaved rounds of 100 readings per model.")
 @click.option("--json", "as_json", is_flag=True)
+@click.option("--backend", type=click.Choice(["auto", "onnxruntime", "native"]), default="auto", show_default=True,
+              help="Step backend: native (compiled C step: RNN/GRU/LSTM, float and static int8) or onnxruntime; "
+                   "auto picks native where it can run.")
 @_errors
-def compare(models, data, readings, rounds, as_json):
+def compare(models, data, readings, rounds, backend, as_json):
     """Compare models side by side: size, test accuracy, output difference from the first
     model over long streams, and per-reading latency.
 
@@ -347,7 +350,7 @@ def compare(models, data, readings, rounds, as_json):
     """
     from edgeseq.report.compare import compare_models, format_compare
 
-    r = compare_models(list(models), data=data, readings=readings, rounds=rounds)
+    r = compare_models(list(models), data=data, readings=readings, rounds=rounds, backend=backend)
     click.echo(json.dumps(r, indent=2) if as_json else format_compare(r))
 
 
@@ -357,8 +360,11 @@ def compare(models, data, readings, rounds, as_json):
 @click.option("--split", type=click.Choice(["test", "train"]), default="test", show_default=True)
 @click.option("--provider", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option("--json", "as_json", is_flag=True)
+@click.option("--backend", type=click.Choice(["auto", "onnxruntime", "native"]), default="auto", show_default=True,
+              help="Step backend: native (compiled C step: RNN/GRU/LSTM, float and static int8) or onnxruntime; "
+                   "auto picks native where it can run.")
 @_errors
-def eval_cmd(model, data, split, provider, as_json):
+def eval_cmd(model, data, split, provider, backend, as_json):
     """Accuracy of an exported model, streamed one reading at a time as deployed, on two
     protocols: per sequence (each test sequence its own stream, from zero state) and
     continuous (the test sequences joined end to end in 3 seeded orders, never reset, as a
@@ -372,12 +378,13 @@ def eval_cmd(model, data, split, provider, as_json):
     from edgeseq.runtime import evaluate
 
     ds = load_dataset(data)
-    r = evaluate(model, getattr(ds, split), labels=ds.labels, provider=provider, features=ds.features)
+    r = evaluate(model, getattr(ds, split), labels=ds.labels, provider=provider, features=ds.features, backend=backend)
     r["data"], r["split"] = ds.name, split
     if as_json:
         _echo_json(r)
         return
-    click.echo(f"{r['arch']} on {ds.name} {split}, per sequence (reset at each start): accuracy {r['accuracy']:.3f} "
+    click.echo(f"{r['arch']} ({r.get('backend', 'onnxruntime')} backend) on {ds.name} {split}, per sequence (reset at "
+               f"each start): accuracy {r['accuracy']:.3f} "
                f"({r['n']} sequences)")
     if r["accuracy_at_fraction"]:
         parts = ", ".join(f"{float(k):.0%}: {v:.3f}" for k, v in r["accuracy_at_fraction"].items())
@@ -409,8 +416,11 @@ def eval_cmd(model, data, split, provider, as_json):
               "moved aside to FILE.rejected); save to it atomically every --save-every readings and on exit, Ctrl-C "
               "or SIGTERM.")
 @click.option("--save-every", type=click.IntRange(min=1), default=500, show_default=True)
+@click.option("--backend", type=click.Choice(["auto", "onnxruntime", "native"]), default="auto", show_default=True,
+              help="Step backend: native (compiled C step: RNN/GRU/LSTM, float and static int8) or onnxruntime; "
+                   "auto picks native where it can run.")
 @_errors
-def stream(model, input_, provider, max_history, on_full, on_bad, as_json, state_file, save_every):
+def stream(model, input_, provider, max_history, on_full, on_bad, as_json, state_file, save_every, backend):
     """Stream readings through a model, one per line, printing the prediction after each.
 
     Input: one reading per line, comma-separated, features in the model's order. A first line
@@ -435,7 +445,7 @@ def stream(model, input_, provider, max_history, on_full, on_bad, as_json, state
         raise UsageError("--state-file is empty; give a file name")
     if state_file and Path(state_file).is_dir():
         raise UsageError(f"--state-file '{state_file}' is a directory; give a file name")
-    sess = StreamSession(model, provider=provider, max_history=max_history, on_full=on_full)
+    sess = StreamSession(model, provider=provider, max_history=max_history, on_full=on_full, backend=backend)
     _note_window(max_history, (sess.meta.config or {}).get("window"))
     fh = stdin_bytes() if input_ == "-" else open(input_, "rb")
     with fh, (lock_state_file(state_file) if state_file else contextlib.nullcontext()) as held, _writing(state_file):
@@ -495,6 +505,11 @@ def bench(repeats, with_train, as_json):
       edgeseq bench --train
       edgeseq bench --json > bench.json
     """
+    one = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+    if _PROGRAM["main"] and any(os.environ.get(k) != "1" for k in one) and not os.environ.get("EDGESEQ_BENCH_CHILD"):
+        # numpy's BLAS picks its threads when it loads: run again with one, as the other figures run
+        os.execve(sys.executable, [sys.executable, "-m", "edgeseq", *sys.argv[1:]],
+                  {**os.environ, **{k: "1" for k in one}, "EDGESEQ_BENCH_CHILD": "1"})
     from edgeseq.report.bench import format_bench, run_bench, run_train_bench
 
     r = run_bench(repeats=repeats)
@@ -939,7 +954,11 @@ def translate_bench(run, sentences, as_json):
     click.echo(json.dumps(r, indent=2) if as_json else format_bench(r))
 
 
+_PROGRAM = {"main": False}     # True when running as the `edgeseq` program (not inside another process)
+
+
 def main():
+    _PROGRAM["main"] = True
     cli(prog_name="edgeseq")
 
 

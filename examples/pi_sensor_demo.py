@@ -51,6 +51,8 @@ def main(argv=None):
     ap.add_argument("--json", action="store_true", help="JSON lines on stdout")
     ap.add_argument("--print-every", type=_number(int, 1), default=1)
     ap.add_argument("--max-readings", type=_number(int, 1))
+    ap.add_argument("--backend", choices=["auto", "onnxruntime", "native"], default="auto",
+                    help="step backend: native (compiled C step) where it can run, or onnxruntime")
     ap.add_argument("--max-history", type=_number(int, 1, MAX_HISTORY),
                     help="Transformer: bound the cache (sliding window)")
     args = ap.parse_args(argv)
@@ -64,7 +66,8 @@ def main(argv=None):
     if args.state_file and os.path.isdir(args.state_file):
         raise UsageError(f"--state-file '{args.state_file}' is a directory; give a file name")
     with lock_state_file(args.state_file) if args.state_file else contextlib.nullcontext() as state_file:
-        sess = StreamSession(args.model, max_history=args.max_history, on_full="slide")  # a window never stops
+        sess = StreamSession(args.model, max_history=args.max_history, on_full="slide",  # a window never stops
+                             backend=args.backend)
         model_hash = model_sha256(args.model)
         start = 0
         if state_file:

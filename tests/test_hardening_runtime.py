@@ -225,7 +225,7 @@ def test_a_step_with_nan_logits_is_not_adopted(models, tmp_path, arch):
     with pytest.raises(ReadingError, match="the model gave NaN or Inf from this reading.*stream state unchanged"):
         sess.push(bad)
     assert same_state(sess.snapshot(), before) and sess.history == (1 if sess.growing else 0)
-    ref = StreamSession(models[arch], streams=2)
+    ref = StreamSession(models[arch], streams=2, backend=sess.backend)
     ref.push(ok)
     assert np.array_equal(sess.push(ok), ref.push(ok))        # it runs on as if the bad reading never came
     _tried("nan logits")

@@ -196,6 +196,42 @@ def run_bench(repeats: int = 2000, warmup: int = 200, cache_lengths=(16, 256, 10
                          "recompute_us": r["median_us"], "speedup": r["median_us"] / c_net,
                          "state_bytes_per_stream": s.state_nbytes_at(T)})
         out["transformer"] = rows
+        out["backends"] = run_backends(gru_ckpt, Path(tmp), repeats, warmup, floor_bind["median_us"])
+    return out
+
+
+def run_backends(gru_ckpt, tmp: Path, repeats: int, warmup: int, floor_us: float,
+                 streams=(1, 16, 256, 1024)) -> dict:
+    """The two step backends side by side on one GRU (hidden 64), float and static int8:
+    StreamSession.push per call at batch 1 (median us, against onnxruntime's IO-binding floor),
+    and readings/s of push at 1, 16, 256 and 1024 streams, with numpy's matrix products for one
+    step at that batch (the GEMM bound) and each backend's share of it."""
+    from edgeseq.runtime import StreamSession, native
+    from edgeseq.runtime.native.bench import gemm_bound
+    from export import export_int8, export_model
+
+    if not native.available():
+        return {"native": native.why_unavailable()}
+    paths = {"float": tmp / "gru-b.onnx", "int8": tmp / "gru-b8.onnx"}
+    export_model(gru_ckpt, paths["float"])
+    export_int8(gru_ckpt, paths["int8"], "static", keep_anyway=True)
+    rng = np.random.default_rng(0)
+    out = {"simd": native.simd(), "floor_iobinding_us": floor_us, "rows": []}
+    for kind, path in paths.items():
+        for B in streams:
+            x = rng.standard_normal((B, 6)).astype(np.float32)
+            n = max(20, repeats * 4 // (B + 3))
+            row = {"model": kind, "streams": B}
+            for backend in ("onnxruntime", "native"):
+                sess = StreamSession(path, streams=B, backend=backend)
+                t = _median_us(lambda: sess.push(x), n, max(5, warmup // (B + 1)))["median_us"]
+                row[backend] = {"us_per_call": t, "readings_per_s": B / t * 1e6}
+                if backend == "native":
+                    t_gemm, _ = gemm_bound(sess._native, B)
+                    row["gemm_bound_readings_per_s"] = B / t_gemm
+            for backend in ("onnxruntime", "native"):
+                row[backend]["share_of_gemm_bound"] = row[backend]["readings_per_s"] / row["gemm_bound_readings_per_s"]
+            out["rows"].append(row)
     return out
 
 
@@ -229,6 +265,23 @@ def format_bench(r: dict) -> str:
     for row in r["transformer"]:
         lines.append(f"  {row['history']:7d}   {row['cached_us']:9.1f}   {row['recompute_us']:12.1f}   "
                      f"{row['speedup']:6.1f}x   {row['state_bytes_per_stream']:10d}")
+    b = r.get("backends")
+    if b and "rows" in b:
+        lines.append(f"Step backends, GRU hidden 64, StreamSession.push (native: {b['simd']}; median us per call, "
+                     "readings/s, share of numpy's GEMM bound for one step at that batch):")
+        lines.append("  model  streams   onnxruntime us    rd/s   of bound |  native us       rd/s   of bound")
+        for row in b["rows"]:
+            o, n = row["onnxruntime"], row["native"]
+            lines.append(f"  {row['model']:5s} {row['streams']:7d} {o['us_per_call']:11.1f} {o['readings_per_s']:11,.0f} "
+                         f"{o['share_of_gemm_bound']:6.0%} | {n['us_per_call']:9.1f} {n['readings_per_s']:10,.0f} "
+                         f"{n['share_of_gemm_bound']:6.0%}")
+        for row in b["rows"]:
+            if row["streams"] == 1:
+                lines.append(f"  batch 1 {row['model']}: native push / onnxruntime IO-binding floor "
+                             f"{row['native']['us_per_call'] / b['floor_iobinding_us']:.2f}x, onnxruntime push / floor "
+                             f"{row['onnxruntime']['us_per_call'] / b['floor_iobinding_us']:.2f}x")
+    elif b:
+        lines.append(f"Step backends: {b['native']}")
     if "train" in r:
         t = r["train"]
         lines.append(f"Training, default schedule on BasicMotions ({t['threads']} torch threads):")

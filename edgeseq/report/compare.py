@@ -26,14 +26,14 @@ def _quant_name(meta) -> str:
 
 
 def compare_models(paths: list, data: str = "basicmotions", readings: int = STREAM_READINGS,
-                   rounds: int = 20, latency_readings: int = 100, seed: int = 0) -> dict:
+                   rounds: int = 20, latency_readings: int = 100, seed: int = 0, backend: str = "auto") -> dict:
     """Figures for every model in `paths`; differences are against the first."""
     if len(paths) < 2:
         raise UsageError("compare needs at least two models")
     if readings < 1 or rounds < 1 or latency_readings < 1:
         raise UsageError("readings, rounds and latency readings must be at least 1")
     ds = load_dataset(data)
-    sessions = [StreamSession(p, streams=1) for p in paths]
+    sessions = [StreamSession(p, streams=1, backend=backend) for p in paths]
     first = sessions[0].meta
     for p, s in zip(paths, sessions):
         if list(s.meta.features) != list(first.features) or list(s.meta.labels) != list(first.labels):
@@ -44,7 +44,7 @@ def compare_models(paths: list, data: str = "basicmotions", readings: int = STRE
     X = long_streams(ds.test, readings, seed=seed)                       # (B, T, F)
     outputs = []
     for p in paths:
-        s = StreamSession(p, streams=X.shape[0])
+        s = StreamSession(p, streams=X.shape[0], backend=backend)
         outputs.append(np.stack([s.push_logits(X[:, t]).copy() for t in range(X.shape[1])]))
 
     lat = [[] for _ in paths]
@@ -64,10 +64,10 @@ def compare_models(paths: list, data: str = "basicmotions", readings: int = STRE
 
     rows = []
     for i, (p, s) in enumerate(zip(paths, sessions)):
-        acc = evaluate(p, ds.test, labels=ds.labels)
+        acc = evaluate(p, ds.test, labels=ds.labels, features=ds.features, backend=backend)
         t = np.asarray(lat[i]) * 1e6
         row = {
-            "model": str(p), "arch": s.meta.arch, "quantization": _quant_name(s.meta),
+            "model": str(p), "arch": s.meta.arch, "backend": s.backend, "quantization": _quant_name(s.meta),
             "bytes": os.path.getsize(p), "accuracy": acc["accuracy"], "continuous": acc["continuous"],
             "latency_us_median": float(np.median(t)), "latency_us_p99": float(np.quantile(t, 0.99)),
         }

@@ -29,14 +29,15 @@ HOLD = 10                     # a change is followed once the prediction holds t
 
 
 def evaluate(model: str, split: Split, labels: list | None = None, provider: str = "cpu",
-             features: list | None = None) -> dict:
+             features: list | None = None, backend: str = "auto") -> dict:
     """{'accuracy', 'n', 'accuracy_at_fraction', 'confusion', ...} for `model` on `split`.
 
     `features` names the split's columns (the Dataset's `features`): they are matched to the
     model's by name (`align_features`: reordered if permuted, refused if they differ);
-    without names, by position, and the counts must agree."""
+    without names, by position, and the counts must agree. `backend`: see StreamSession; the
+    result's "backend" says which ran."""
     try:
-        sess = StreamSession(model, streams=len(split), provider=provider)
+        sess = StreamSession(model, streams=len(split), provider=provider, backend=backend)
         probe = None
     except UsageError:
         probe = sess = WindowSession(model, provider)     # a whole-window (bidirectional) model
@@ -65,7 +66,7 @@ def evaluate(model: str, split: Split, labels: list | None = None, provider: str
             idx = np.maximum(np.ceil(split.lengths * frac).astype(int) - 1, 0)
             truth = split.Y[np.arange(N), idx]                      # the label at that reading
             running[str(frac)] = float((probs[idx, np.arange(N)].argmax(-1) == truth).mean())
-    cont = None if probe is not None else continuous(model, split, provider=provider)
+    cont = None if probe is not None else continuous(model, split, provider=provider, backend=backend)
     seconds = time.perf_counter() - t0
     pred = final.argmax(-1)
     C = len(sess.labels)
@@ -73,7 +74,7 @@ def evaluate(model: str, split: Split, labels: list | None = None, provider: str
     np.add.at(confusion, (split.y, pred), 1)
     return {
         "model": str(model),
-        "arch": sess.meta.arch,
+        "arch": sess.meta.arch, "backend": getattr(sess, "backend", "onnxruntime"),
         "quantization": sess.meta.quantization,
         "n": int(N),
         "accuracy": float((pred == split.y).mean()),
@@ -129,7 +130,7 @@ def score_continuous(pred: np.ndarray, Y: np.ndarray, ends: np.ndarray, grace: i
 
 
 def continuous(model: str, split: Split, orders: int = ORDERS, provider: str = "cpu", seed: int = 0,
-               grace: int = GRACE) -> dict:
+               grace: int = GRACE, backend: str = "auto") -> dict:
     """The continuous protocol for a stream model file: `orders` never-reset streams, each
     pushed one reading per call through its own single-stream StreamSession (a device runs
     one stream; dynamic int8 would otherwise scale streams together). Returns
@@ -137,7 +138,7 @@ def continuous(model: str, split: Split, orders: int = ORDERS, provider: str = "
     X, Y, ends = joined_streams(split, orders, seed)
     pred = np.zeros(Y.shape, np.int64)
     for s in range(orders):
-        sess = StreamSession(model, streams=1, provider=provider)
+        sess = StreamSession(model, streams=1, provider=provider, backend=backend)
         for t in range(X.shape[1]):
             pred[s, t] = sess.push_logits(X[s, t:t + 1]).argmax()
     r = score_continuous(pred, Y, ends, grace)

@@ -33,6 +33,7 @@ from edgeseq.runtime.model import open_model
 from edgeseq.runtime.providers import DEVICE
 
 ON_FULL = ("error", "slide")
+BACKENDS = ("auto", "onnxruntime", "native")
 MAX_POSITION = 1 << 62           # a restored position beyond this is not a reading count
 MAX_HISTORY = 1 << 20            # the export's dynamic history axis ends here (export/step.py Dim max)
 MAX_STREAMS = 1 << 20            # more streams than any device holds: a larger number is a mistake
@@ -111,11 +112,22 @@ class StreamSession:
     made under the lock; `push_logits` returns a view of the session's buffer that the next
     call (from any thread) overwrites.
 
+    Backends: `backend="onnxruntime"` runs the ONNX graph; `"native"` runs RNN, GRU and LSTM
+    models (float32 and static int8, read from the same .onnx) through a compiled C step
+    (`edgeseq.runtime.native`: float within float32 rounding of onnxruntime; int8 the firmware's
+    integer arithmetic, bit-exact with `firmware simulate`, so its logits differ from
+    onnxruntime's QDQ int8 by quantization-sized amounts); `"auto"` (default) picks native where
+    it can run and onnxruntime otherwise (the Transformer, dynamic int8, window models, CUDA, no
+    built extension). `session.backend` says which runs. `backend="native"` where it cannot
+    run raises UsageError saying why. State, snapshot/restore, reset, the reading checks and
+    state files behave the same on both.
+
     Raises ModelFileError / ProviderError (model), UsageError (bad settings).
     """
 
     def __init__(self, model: str | os.PathLike, streams: int = 1, provider: str = "cpu",
-                 max_history: int | None = None, on_full: str | None = None, threads: int = 1):
+                 max_history: int | None = None, on_full: str | None = None, threads: int = 1,
+                 backend: str = "auto"):
         if not _whole(streams) or not 1 <= streams <= MAX_STREAMS:
             raise UsageError(f"streams must be a whole number from 1 to {MAX_STREAMS:,}, got {streams!r}")
         if max_history is not None and (not _whole(max_history) or not 0 <= max_history <= MAX_HISTORY):
@@ -138,10 +150,33 @@ class StreamSession:
             raise UsageError(f"max_history (--max-history) applies to the transformer only; a {meta.arch} "
                              "model's recurrent state is fixed, it has no history to bound")
         bound = meta.max_history if max_history is None else (int(max_history) or None)
-        self._setup(session, meta, str(model), int(streams), provider, bound, on_full)
+        native_step = self._choose_backend(backend, meta, str(model), provider, int(streams))
+        self._setup(session, meta, str(model), int(streams), provider, bound, on_full, native_step=native_step)
 
-    def _setup(self, session, meta, path, streams, provider, max_history, on_full, each=None):
+    @staticmethod
+    def _choose_backend(backend, meta, path, provider, streams):
+        """The NativeStep to run on, or None for onnxruntime (see the class docstring)."""
+        if not isinstance(backend, str) or backend not in BACKENDS:
+            raise UsageError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        if backend == "onnxruntime":
+            return None
+        from edgeseq.runtime import native
+        why = native.why_unavailable() if not native.available() else None
+        if why is None and provider != "cpu":
+            why = f"the native step runs on the CPU; provider '{provider}' needs onnxruntime"
+        if why is None:
+            why = native.supports(meta, path)
+        if why is not None:
+            if backend == "native":
+                raise UsageError(f"backend 'native' cannot run '{path}': {why}; use --backend onnxruntime "
+                                 "(or auto, which picks onnxruntime here)")
+            return None
+        return native.NativeStep(path, meta, streams)
+
+    def _setup(self, session, meta, path, streams, provider, max_history, on_full, each=None, native_step=None):
         """Everything but opening the model: shared by the session and its per-stream sub-sessions."""
+        self._native = native_step
+        self.backend = "native" if native_step is not None else "onnxruntime"
         self.path = path
         self.session, self.meta = session, meta
         self.streams = streams
@@ -159,17 +194,21 @@ class StreamSession:
         # place; a fixed-state model only counts calls and stores the call count at each stream's start.
         self._pos = np.zeros(streams, np.int64)
         self._calls = 0
-        self._x = np.zeros((streams, self.n_features), np.float32)
+        self._x = np.zeros((streams, self.n_features), np.float32) if native_step is None else native_step.x
         self._hi, self._lo, self._beyond = reading_bounds(meta, self.n_features)
-        self._logits = np.zeros((streams, len(self.labels)), np.float32)
+        self._logits = np.zeros((streams, len(self.labels)), np.float32) if native_step is None else native_step.logits
         # The safety net: logits . 2^-64 is finite exactly when every logit is (one dot, about
         # 0.4 us; np.isfinite(...).all() costs 1.4 us). The scale keeps the sum of any finite
         # logits finite, and Inf x 2^-64 stays Inf with no "invalid value" warning (Inf x 0 would
         # warn); only +Inf and -Inf together still do, which the filter above silences.
         self._logits_flat = self._logits.reshape(-1)
         self._scale_c = np.full_like(self._logits_flat, 2.0 ** -64)
-        self._has_probs = contract.PROBS in {o.name for o in session.get_outputs()}
-        self._probs = np.zeros_like(self._logits)
+        self._has_probs = contract.PROBS in {o.name for o in session.get_outputs()} or native_step is not None
+        self._probs = np.zeros_like(self._logits) if native_step is None else native_step.probs
+        if native_step is not None:      # the C step holds state, readings and outputs in these buffers
+            self._subs = None
+            self._reset(None)
+            return
         if each is None:
             each = meta.batch_dependent and streams > 1
         if each:                         # one batch-1 sub-session per stream, the same InferenceSession
@@ -219,6 +258,10 @@ class StreamSession:
     def _reset(self, stream):
         if stream is not None:
             self._check_stream(stream)
+        if self._native is not None:
+            self._native.reset(stream)
+            self._set_position(slice(None) if stream is None else stream, 0)
+            return
         if self._subs is not None:
             for i, sub in enumerate(self._subs):
                 if stream is None or i == stream:
@@ -290,6 +333,8 @@ class StreamSession:
     def state_nbytes(self) -> int:
         """Bytes of state each stream holds now: flat for recurrent models, growing for a cache."""
         with self._lock:
+            if self._native is not None:
+                return sum(s.bytes_per_reading() for s in self.meta.state)
             if self._subs is not None:
                 return self._subs[0].state_nbytes()
             return sum(int(np.prod(v.shape()[1:])) * 4 for v in self._state)
@@ -313,6 +358,8 @@ class StreamSession:
             parts = [s._snapshot() for s in self._subs]
             return {"model": self.path, "position": np.concatenate([p["position"] for p in parts]),
                     "state": [np.concatenate([p["state"][i] for p in parts]) for i in range(len(self.meta.state))]}
+        if self._native is not None:
+            return {"model": self.path, "position": self._position(), "state": [a.copy() for a in self._native.state]}
         return {"model": self.path, "position": self._position(),
                 "state": [v.numpy().copy() for v in self._state]}
 
@@ -388,6 +435,10 @@ class StreamSession:
 
     def _apply(self, position: np.ndarray, arrays: list) -> None:
         """Install checked state (see `_check_snapshot`): nothing here can fail half way."""
+        if self._native is not None:
+            self._native.set_state(arrays)
+            self._set_position(slice(None), position)
+            return
         if self._subs is not None:
             for i, sub in enumerate(self._subs):
                 sub._apply(position[i:i + 1], [np.ascontiguousarray(a[i:i + 1]) for a in arrays])
@@ -493,6 +544,12 @@ class StreamSession:
             ok = np.count_nonzero((self._x >= self._lo) & (self._x <= self._hi)) == self._x.size
         if not ok:
             raise self._bad_reading(x, None if x is readings else self._given(readings))
+        if self._native is not None:
+            bad = self._native.run()         # -1: every stream stepped; i: stream i gave NaN/Inf, nothing changed
+            if bad >= 0:
+                raise self._nonfinite(bad)
+            self._calls += 1
+            return self._logits
         if self.growing:
             state = self._step_cache()
             if not isfinite(self._logits_flat.dot(self._scale_c)):   # NaN/Inf logits: keep the old cache
