@@ -110,6 +110,14 @@ def _ints(wire: int, v, acc: list):
         raise WireError("integer field with the wrong wire type")
 
 
+def _reals(wire: int, v, dtype: str, out: list) -> None:
+    """A float/double field: packed (length-delimited) or one fixed-width value (wire 5 or 1)."""
+    if wire == 2:
+        out.append(np.frombuffer(v, dtype))
+    elif wire == (5 if np.dtype(dtype).itemsize == 4 else 1):
+        out.append(np.frombuffer(v.to_bytes(np.dtype(dtype).itemsize, "little"), dtype))
+
+
 def tensor(buf: bytes) -> tuple:
     """(name, numpy array) from a TensorProto."""
     dims, dtype, name, raw, location = [], None, "", None, 0
@@ -120,10 +128,7 @@ def tensor(buf: bytes) -> tuple:
         elif num == 2:
             dtype = v
         elif num == 4:
-            if wire == 2:
-                floats.append(np.frombuffer(v, "<f4"))
-            elif wire == 5:
-                floats.append(np.frombuffer(v.to_bytes(4, "little"), "<f4"))
+            _reals(wire, v, "<f4", floats)
         elif num == 5 or num == 7 or num == 11:
             _ints(wire, v, ints)
         elif num == 8:
@@ -131,10 +136,7 @@ def tensor(buf: bytes) -> tuple:
         elif num == 9:
             raw = v
         elif num == 10:
-            if wire == 2:
-                doubles.append(np.frombuffer(v, "<f8"))
-            elif wire == 1:
-                doubles.append(np.frombuffer(v.to_bytes(8, "little"), "<f8"))
+            _reals(wire, v, "<f8", doubles)
         elif num == 14:
             location = v
     if location == EXTERNAL:
