@@ -336,9 +336,9 @@ def export(run, out, max_history, int8, int8_scheme, data, max_error, max_accura
 @click.option("--rounds", type=click.IntRange(min=1), default=20, show_default=True,
               help="Latency: interleaved rounds of 100 readings per model.")
 @click.option("--json", "as_json", is_flag=True)
-@click.option("--backend", type=click.Choice(["auto", "onnxruntime", "native"]), default="auto", show_default=True,
+@click.option("--backend", type=click.Choice(["auto", "onnxruntime", "native"]), default=None,
               help="Step backend: native (compiled C step: RNN/GRU/LSTM, float and static int8) or onnxruntime; "
-                   "auto picks native where it can run.")
+                   "auto (default, or $EDGESEQ_BACKEND) picks native where it can run.")
 @_errors
 def compare(models, data, readings, rounds, backend, as_json):
     """Compare models side by side: size, test accuracy, output difference from the first
@@ -360,9 +360,9 @@ def compare(models, data, readings, rounds, backend, as_json):
 @click.option("--split", type=click.Choice(["test", "train"]), default="test", show_default=True)
 @click.option("--provider", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option("--json", "as_json", is_flag=True)
-@click.option("--backend", type=click.Choice(["auto", "onnxruntime", "native"]), default="auto", show_default=True,
+@click.option("--backend", type=click.Choice(["auto", "onnxruntime", "native"]), default=None,
               help="Step backend: native (compiled C step: RNN/GRU/LSTM, float and static int8) or onnxruntime; "
-                   "auto picks native where it can run.")
+                   "auto (default, or $EDGESEQ_BACKEND) picks native where it can run.")
 @_errors
 def eval_cmd(model, data, split, provider, backend, as_json):
     """Accuracy of an exported model, streamed one reading at a time as deployed, on two
@@ -416,9 +416,9 @@ def eval_cmd(model, data, split, provider, backend, as_json):
               "moved aside to FILE.rejected); save to it atomically every --save-every readings and on exit, Ctrl-C "
               "or SIGTERM.")
 @click.option("--save-every", type=click.IntRange(min=1), default=500, show_default=True)
-@click.option("--backend", type=click.Choice(["auto", "onnxruntime", "native"]), default="auto", show_default=True,
+@click.option("--backend", type=click.Choice(["auto", "onnxruntime", "native"]), default=None,
               help="Step backend: native (compiled C step: RNN/GRU/LSTM, float and static int8) or onnxruntime; "
-                   "auto picks native where it can run.")
+                   "auto (default, or $EDGESEQ_BACKEND) picks native where it can run.")
 @_errors
 def stream(model, input_, provider, max_history, on_full, on_bad, as_json, state_file, save_every, backend):
     """Stream readings through a model, one per line, printing the prediction after each.
@@ -493,11 +493,15 @@ def _stream(sess, model, fh, on_bad, as_json, state_file, held, save_every):
 @click.option("--repeats", type=click.IntRange(min=10), default=2000, show_default=True)
 @click.option("--train", "with_train", is_flag=True,
               help="Also time each streaming architecture's default training (needs torch).")
+@click.option("--backend", type=click.Choice(["both", "onnxruntime", "native"]), default="both", show_default=True,
+              help="Which step backends the backend table times.")
 @click.option("--json", "as_json", is_flag=True)
 @_errors
-def bench(repeats, with_train, as_json):
+def bench(repeats, with_train, backend, as_json):
     """Per-reading latency: GRU in torch eager, ONNX Runtime and edgeseq against the ORT floor;
-    the Transformer with its KV cache against recomputing the history; with --train, training
+    the Transformer with its KV cache against recomputing the history; the step backends
+    (onnxruntime, native) on float and int8 GRUs at 1 to 1024 streams against this core's
+    single-thread GEMM bound; with --train, training
     time per architecture against its target.
 
     \b
@@ -512,7 +516,11 @@ def bench(repeats, with_train, as_json):
                   {**os.environ, **{k: "1" for k in one}, "EDGESEQ_BENCH_CHILD": "1"})
     from edgeseq.report.bench import format_bench, run_bench, run_train_bench
 
-    r = run_bench(repeats=repeats)
+    if backend == "native":
+        from edgeseq.runtime import native
+        if not native.available():
+            raise UsageError(f"--backend native: {native.why_unavailable()}")
+    r = run_bench(repeats=repeats, backends=("onnxruntime", "native") if backend == "both" else (backend,))
     if with_train:
         r["train"] = run_train_bench()
     if as_json:

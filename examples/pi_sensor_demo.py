@@ -51,8 +51,9 @@ def main(argv=None):
     ap.add_argument("--json", action="store_true", help="JSON lines on stdout")
     ap.add_argument("--print-every", type=_number(int, 1), default=1)
     ap.add_argument("--max-readings", type=_number(int, 1))
-    ap.add_argument("--backend", choices=["auto", "onnxruntime", "native"], default="auto",
-                    help="step backend: native (compiled C step) where it can run, or onnxruntime")
+    ap.add_argument("--backend", choices=["auto", "onnxruntime", "native"], default=None,
+                    help="step backend: native (compiled C step) where it can run, or onnxruntime "
+                         "(default: auto, or $EDGESEQ_BACKEND)")
     ap.add_argument("--max-history", type=_number(int, 1, MAX_HISTORY),
                     help="Transformer: bound the cache (sliding window)")
     args = ap.parse_args(argv)

@@ -59,3 +59,28 @@ def int8(trained, tmp_path_factory):
             cache[arch, scheme] = (path, export_int8(trained(arch), path, scheme))
         return cache[arch, scheme]
     return get
+
+
+# -- the runtime suites run on both step backends ---------------------------------------------
+# Modules listing `backend_suite` in pytestmark run every test twice: with the default backend
+# (auto: native for RNN, GRU and LSTM where the extension is built) and with onnxruntime
+# throughout, set through $EDGESEQ_BACKEND as a user would. A test of a model that runs on
+# onnxruntime either way (transformer, bidirectional) runs once.
+ONNXRUNTIME_ONLY_IDS = ("transformer", "bigru", "bilstm")
+
+
+@pytest.fixture(params=["auto", "onnxruntime"])
+def backend_suite(request, monkeypatch):
+    monkeypatch.setenv("EDGESEQ_BACKEND", request.param)
+    return request.param
+
+
+def pytest_collection_modifyitems(config, items):
+    keep, drop = [], []
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        same = params.get("backend_suite") == "onnxruntime" and any(k in item.name for k in ONNXRUNTIME_ONLY_IDS)
+        (drop if same else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep

@@ -82,3 +82,51 @@ def test_eval_says_which_backend_ran(exported):
     assert r.exit_code == 0 and "(native backend)" in r.output, r.output
     r = CliRunner().invoke(cli, ["eval", str(exported("gru")[0]), "--backend", "onnxruntime"])
     assert r.exit_code == 0 and "(onnxruntime backend)" in r.output, r.output
+
+
+@pytest.mark.parametrize("backend", ["native", "onnxruntime"])
+def test_every_kind_of_reading_is_taken_as_float32(exported, int8, backend):
+    """The C fast path takes C-contiguous float32 [streams, F]; anything else (a list, float64,
+    a strided view, big-endian, one stream's [F]) goes through numpy's conversion and gives
+    the same answer from the same state, and a bad value in any of them changes nothing."""
+    for path in (exported("gru")[0], int8("lstm", "static")[0]):
+        for streams in (1, 3):
+            X = _readings(4, streams, seed=2)
+            x = X[3]
+            kinds = {"list": x.tolist(), "float64": x.astype(np.float64), "big-endian": x.astype(">f4"),
+                     "strided": np.repeat(x, 2, axis=1)[:, ::2], "fortran": np.asfortranarray(x)}
+            if streams == 1:
+                kinds["one stream"] = x[0]
+            ref = StreamSession(path, streams=streams, backend=backend)
+            for r in X[:3]:
+                ref.push(r)
+            snap = ref.snapshot()
+            want = ref.push(x)
+            for name, given in kinds.items():
+                ref.restore(snap)
+                assert np.array_equal(ref.push(given), want), name
+                ref.restore(snap)
+                bad = np.array(given, dtype=np.asarray(given).dtype, copy=True, order="C")
+                bad.reshape(-1)[-1] = np.inf if bad.dtype.kind == "f" else bad.reshape(-1)[-1]
+                if bad.dtype.kind == "f":
+                    with pytest.raises(ReadingError, match="stream state unchanged"):
+                        ref.push(bad)
+                    after = ref.snapshot()
+                    assert all(np.array_equal(a, b) for a, b in zip(snap["state"], after["state"])), name
+
+
+def test_the_backend_default_comes_from_the_environment(exported, monkeypatch):
+    gru = exported("gru")[0]
+    monkeypatch.setenv("EDGESEQ_BACKEND", "onnxruntime")
+    assert StreamSession(gru).backend == "onnxruntime"
+    assert StreamSession(gru, backend="native").backend == "native"        # a named backend wins
+    monkeypatch.setenv("EDGESEQ_BACKEND", "native")
+    assert StreamSession(gru).backend == "native"
+    with pytest.raises(UsageError, match="backend 'native' cannot run"):
+        StreamSession(exported("transformer")[0])
+    monkeypatch.setenv("EDGESEQ_BACKEND", "tflite")
+    with pytest.raises(UsageError, match="EDGESEQ_BACKEND is 'tflite'; set it to one of auto, onnxruntime, native"):
+        StreamSession(gru)
+    r = CliRunner().invoke(cli, ["eval", str(gru)])
+    errors = [line for line in r.output.splitlines() if line.startswith("Error:")]
+    assert r.exit_code != 0 and len(errors) == 1 and "EDGESEQ_BACKEND" in errors[0], r.output

@@ -26,6 +26,8 @@ from edgeseq.runtime.statefile import (MAGIC, StateFileError, load_state, lock_p
                                        resume_state, save_state)
 from test_session_safety import F, same_state, tiny_checkpoint
 
+pytestmark = pytest.mark.usefixtures("backend_suite")   # conftest: on both step backends
+
 ROOT = Path(__file__).resolve().parents[1]
 GOOD = "0.1,0.2,0.3\n"
 TRIED = {}                                   # kind -> bad inputs tried (test_count_of_bad_inputs sums them)

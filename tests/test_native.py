@@ -23,9 +23,9 @@ RECURRENT = ["rnn", "gru", "lstm"]
 STREAMS = [1, 7]
 
 
-def tiny_checkpoint(arch: str) -> dict:
+def tiny_checkpoint(arch: str, hidden: int = 8) -> dict:
     """Untrained and seeded; two layers for the RNN and LSTM (the layer-to-layer path)."""
-    over = {"hidden": 8, "layers": 1 if arch == "gru" else 2}
+    over = {"hidden": hidden, "layers": 1 if arch == "gru" else 2}
     if arch == "transformer":
         over = {"d_model": 8, "heads": 2, "layers": 1, "d_ff": 8, "window": 6}
     cfg = make_config(arch, n_features=F, n_classes=C, **over)
@@ -59,11 +59,11 @@ def tiny(tmp_path_factory):
     root = tmp_path_factory.mktemp("native")
     cache = {}
 
-    def get(arch, scheme="float"):
-        if (arch, scheme) in cache:
-            return cache[arch, scheme]
-        ckpt = tiny_checkpoint(arch)
-        path = root / f"{arch}-{scheme}.onnx"
+    def get(arch, scheme="float", hidden=8):
+        if (arch, scheme, hidden) in cache:
+            return cache[arch, scheme, hidden]
+        ckpt = tiny_checkpoint(arch, hidden)
+        path = root / f"{arch}-{scheme}-{hidden}.onnx"
         if scheme == "float":
             proto, _, _ = build_graph(ckpt)
             onnx.save(proto, str(path))
@@ -82,26 +82,32 @@ def tiny(tmp_path_factory):
             strip(q)
             stamp(q, meta)
             onnx.save(q, str(path))
-        cache[arch, scheme] = path
+        cache[arch, scheme, hidden] = path
         return path
     return get
 
 
-def ort_stream(path, X):
-    """Logits [T, B, C] and the final state of a plain onnxruntime loop, state fed back."""
+def ort_stream(path, X, reset_at=None):
+    """Logits [T, B, C] and the final state of a plain onnxruntime loop, state fed back; the
+    last stream starts again at reading `reset_at`."""
     sess, meta = open_model(path)
     state = [np.zeros((X.shape[1], s.shape[1]), np.float32) for s in meta.state]
     out = []
-    for x in X:
+    for t, x in enumerate(X):
+        if t == reset_at:
+            for a in state:
+                a[-1] = 0
         res = sess.run(None, {contract.READING: x, **{s.name: v for s, v in zip(meta.state, state)}})
         out.append(res[0])
         state = res[2:]
     return np.stack(out), state
 
 
-def native_stream(step, X, field="logits"):
+def native_stream(step, X, field="logits", reset_at=None):
     out = []
-    for x in X:
+    for t, x in enumerate(X):
+        if t == reset_at:
+            step.reset(stream=step.streams - 1)
         step.x[:] = x
         assert step.run() == -1
         out.append(getattr(step, field).copy())
@@ -118,9 +124,9 @@ def test_float_matches_onnxruntime(tiny, arch, streams):
     _, meta = open_model(path)
     assert native.supports(meta, path) is None
     X = readings(T, streams)
-    ref, ref_state = ort_stream(path, X)
+    ref, ref_state = ort_stream(path, X, reset_at=T // 2)
     step = native.NativeStep(path, meta, streams)
-    got = native_stream(step, X)
+    got = native_stream(step, X, reset_at=T // 2)
     scale = max(1.0, float(np.abs(ref).max()))
     assert_close(got, ref, f"{arch} logits", atol=1e-5 * scale)
     for i, (a, b) in enumerate(zip(step.state, ref_state)):
@@ -160,18 +166,29 @@ def test_float_nan_step_is_not_adopted(tiny):
 # -- int8: the simulator's integers --------------------------------------------------------
 
 @needs_ext
-@pytest.mark.parametrize("streams", STREAMS)
+@pytest.mark.parametrize("streams,hidden", [(1, 8), (7, 8), (13, 20)])
 @pytest.mark.parametrize("arch", RECURRENT)
-def test_int8_bit_exact_with_intsim(tiny, arch, streams):
+def test_int8_bit_exact_with_intsim(tiny, arch, streams, hidden):
+    """Every int8 kernel (VNNI where the CPU has it, exact float products, the firmware's own
+    es_k_matvec) gives the simulator's integers; hidden 20 and 13 streams reach the partial
+    column blocks, the masked last units and the streams left over after the 6-stream tiles."""
     from firmware_sim.intsim import from_onnx
-    path = tiny(arch, "static")
+    path = tiny(arch, "static", hidden)
     _, meta = open_model(path)
     assert native.supports(meta, path) is None
     m = from_onnx(path)
     X = readings(T, streams)
-    steps = [native.NativeStep(path, meta, streams), native.NativeStep(path, meta, streams, reference=True)]
+    steps = [native.NativeStep(path, meta, streams), native.NativeStep(path, meta, streams, vnni=False),
+             native.NativeStep(path, meta, streams, reference=True)]
+    assert steps[1].kernel == "int8 as exact float32 products" and steps[2].kernel.startswith("int8 es_k_matvec")
+    assert steps[0].kernel == ("int8 AVX-512 VNNI" if native.vnni() else steps[1].kernel)
     state = m.init_state(streams)
     for t, x in enumerate(X):
+        if t == T // 2:                              # a reset mid-stream: the last stream starts again
+            for a in state:
+                a[streams - 1] = 0
+            for step in steps:
+                step.reset(stream=streams - 1)
         want, state = m.step(m.to_fixed(x), state)
         for step in steps:
             step.x[:] = x

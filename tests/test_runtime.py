@@ -9,6 +9,8 @@ from edgeseq.runtime import StreamSession, WindowSession, evaluate
 from edgeseq.train import model_from_checkpoint
 from helpers import assert_close, run_without_torch
 
+pytestmark = pytest.mark.usefixtures("backend_suite")   # conftest: on both step backends
+
 STREAM = ["rnn", "gru", "lstm", "transformer"]
 
 

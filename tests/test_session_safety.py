@@ -28,6 +28,8 @@ from edgeseq.runtime.evaluate import run_streams
 from edgeseq.runtime.statefile import (MAGIC, StateFileError, leftovers, load_state, lock_path, lock_state_file,
                                        read_state, remove_leftovers, save_state)
 
+pytestmark = pytest.mark.usefixtures("backend_suite")   # conftest: on both step backends
+
 F, C = 3, 4
 STREAM = ["rnn", "gru", "lstm", "transformer"]
 SCHEMES = ["float", "static", "dynamic"]

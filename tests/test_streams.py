@@ -10,6 +10,8 @@ from edgeseq.runtime import StreamSession, evaluate
 from edgeseq.runtime.evaluate import GRACE, joined_streams, score_continuous
 from edgeseq.runtime.live import open_source, run_live
 
+pytestmark = pytest.mark.usefixtures("backend_suite")   # conftest: on both step backends
+
 
 def test_continuous_score_of_a_stream_whose_answers_are_known():
     """Labels 0 x30, 1 x50 (two sequences of one class: one change), 2 x40. The prediction

@@ -4,7 +4,9 @@
   (`session.run`) and the way the runtime calls (IO binding);
 - the GRU (hidden 64) step: torch eager, a plain `session.run` loop, and `StreamSession.push`;
 - the Transformer step at cache lengths 16, 256, 1024 against recomputing the whole history
-  (the same model's full-sequence graph on T + 1 readings).
+  (the same model's full-sequence graph on T + 1 readings);
+- the step backends (onnxruntime, native) on the GRU, float and static int8, at 1 to 1024
+  streams, against the GEMM bound of this core (`run_backends`).
 
 - training time of each streaming architecture's default schedule on BasicMotions (`train=True`),
   against the target of well under a minute for the default GRU on 2 cores.
@@ -111,7 +113,8 @@ def run_train_bench(archs=("rnn", "gru", "lstm", "transformer"), threads: int | 
             "gru_within_target": rows.get("gru", {}).get("seconds", 0.0) < TRAIN_TARGET_S}
 
 
-def run_bench(repeats: int = 2000, warmup: int = 200, cache_lengths=(16, 256, 1024), progress=True) -> dict:
+def run_bench(repeats: int = 2000, warmup: int = 200, cache_lengths=(16, 256, 1024), progress=True,
+              backends=("onnxruntime", "native")) -> dict:
     import onnxruntime as ort
     import torch
 
@@ -196,43 +199,82 @@ def run_bench(repeats: int = 2000, warmup: int = 200, cache_lengths=(16, 256, 10
                          "recompute_us": r["median_us"], "speedup": r["median_us"] / c_net,
                          "state_bytes_per_stream": s.state_nbytes_at(T)})
         out["transformer"] = rows
-        out["backends"] = run_backends(gru_ckpt, Path(tmp), repeats, warmup, floor_bind["median_us"])
+        out["backends"] = run_backends(gru_ckpt, Path(tmp), repeats, warmup, floor_bind["median_us"],
+                                       backends=tuple(backends))
     return out
 
 
+def _interleaved_us(fns: dict, rounds: int, warmup: int) -> dict:
+    """Median us per call of each function, timed in turn within each round (one call each),
+    so that a busy moment of a shared machine falls on all of them alike."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    times = {k: np.empty(rounds) for k in fns}
+    clock = time.perf_counter
+    for i in range(rounds):
+        for k, fn in fns.items():
+            t0 = clock()
+            fn()
+            times[k][i] = clock() - t0
+    return {k: float(np.median(v) * 1e6) for k, v in times.items()}
+
+
 def run_backends(gru_ckpt, tmp: Path, repeats: int, warmup: int, floor_us: float,
-                 streams=(1, 16, 256, 1024)) -> dict:
-    """The two step backends side by side on one GRU (hidden 64), float and static int8:
-    StreamSession.push per call at batch 1 (median us, against onnxruntime's IO-binding floor),
-    and readings/s of push at 1, 16, 256 and 1024 streams, with numpy's matrix products for one
-    step at that batch (the GEMM bound) and each backend's share of it."""
+                 streams=(1, 16, 256, 1024), backends=("onnxruntime", "native")) -> dict:
+    """The step backends side by side on one GRU (hidden 64), float and static int8, calls
+    interleaved: StreamSession.push per call (median us) at 1, 16, 256 and 1024 streams,
+    readings/s, and each backend's share of the GEMM bound (this core's single-thread float32
+    GEMM rate, `edgeseq.runtime.native.bench.gemm_rate`, over the step's multiply-adds per
+    reading). At one stream also the bare IO-binding call of the same graph, so that push less
+    that call is the onnxruntime backend's Python overhead. `backends` picks which are timed."""
     from edgeseq.runtime import StreamSession, native
-    from edgeseq.runtime.native.bench import gemm_bound
+    from edgeseq.runtime.native.bench import gemm_rate, macs_per_reading
     from export import export_int8, export_model
 
-    if not native.available():
-        return {"native": native.why_unavailable()}
+    if "native" in backends and not native.available():
+        if backends == ("native",):
+            return {"native": native.why_unavailable()}
+        backends = tuple(b for b in backends if b != "native")
     paths = {"float": tmp / "gru-b.onnx", "int8": tmp / "gru-b8.onnx"}
     export_model(gru_ckpt, paths["float"])
     export_int8(gru_ckpt, paths["int8"], "static", keep_anyway=True)
     rng = np.random.default_rng(0)
-    out = {"simd": native.simd(), "floor_iobinding_us": floor_us, "rows": []}
+    rate = gemm_rate()
+    out = {"simd": native.simd(), "int8_kernel": ("AVX-512 VNNI" if native.vnni() else "exact float32 products")
+           if native.available() else "", "backends": list(backends), "gemm_macs_per_s": rate,
+           "floor_iobinding_us": floor_us, "rows": []}
+    if not native.available():
+        out["native"] = native.why_unavailable()
     for kind, path in paths.items():
         for B in streams:
             x = rng.standard_normal((B, 6)).astype(np.float32)
-            n = max(20, repeats * 4 // (B + 3))
-            row = {"model": kind, "streams": B}
-            for backend in ("onnxruntime", "native"):
-                sess = StreamSession(path, streams=B, backend=backend)
-                t = _median_us(lambda: sess.push(x), n, max(5, warmup // (B + 1)))["median_us"]
-                row[backend] = {"us_per_call": t, "readings_per_s": B / t * 1e6}
-                if backend == "native":
-                    t_gemm, _ = gemm_bound(sess._native, B)
-                    row["gemm_bound_readings_per_s"] = B / t_gemm
-            for backend in ("onnxruntime", "native"):
-                row[backend]["share_of_gemm_bound"] = row[backend]["readings_per_s"] / row["gemm_bound_readings_per_s"]
+            sessions = {b: StreamSession(path, streams=B, backend=b) for b in backends}
+            fns = {b: (lambda s=s: s.push(x)) for b, s in sessions.items()}
+            if B == 1 and "onnxruntime" in sessions:
+                s = sessions["onnxruntime"]
+                bind = s._bindings[0]
+                fns["bare"] = lambda: s.session.run_with_iobinding(bind)
+            rounds = max(20, repeats * 4 // (B + 3))
+            t = _interleaved_us(fns, rounds, max(5, warmup // (B + 1)))
+            probe = native.NativeStep(path, sessions[backends[0]].meta, 1) if native.available() else None
+            macs = macs_per_reading(probe) if probe is not None else _gru_macs(sessions[backends[0]].meta)
+            bound = rate / macs
+            row = {"model": kind, "streams": B, "macs_per_reading": macs, "gemm_bound_readings_per_s": bound}
+            for b in backends:
+                rps = B / t[b] * 1e6
+                row[b] = {"us_per_call": t[b], "readings_per_s": rps, "share_of_gemm_bound": rps / bound}
+            if "bare" in t:
+                row["onnxruntime"]["bare_iobinding_us"] = t["bare"]
+                row["onnxruntime"]["python_overhead_us"] = t["onnxruntime"] - t["bare"]
             out["rows"].append(row)
     return out
+
+
+def _gru_macs(meta) -> int:
+    """Multiply-adds per reading of a one-layer GRU step (when the native module is not built)."""
+    F, C, H = len(meta.features), len(meta.labels), int(meta.state[0].shape[1])
+    return (F + H) * 3 * H + H * C
 
 
 def machine_info() -> dict:
@@ -266,20 +308,30 @@ def format_bench(r: dict) -> str:
         lines.append(f"  {row['history']:7d}   {row['cached_us']:9.1f}   {row['recompute_us']:12.1f}   "
                      f"{row['speedup']:6.1f}x   {row['state_bytes_per_stream']:10d}")
     b = r.get("backends")
-    if b and "rows" in b:
-        lines.append(f"Step backends, GRU hidden 64, StreamSession.push (native: {b['simd']}; median us per call, "
-                     "readings/s, share of numpy's GEMM bound for one step at that batch):")
-        lines.append("  model  streams   onnxruntime us    rd/s   of bound |  native us       rd/s   of bound")
+    if b and b.get("rows"):
+        names = b["backends"]
+        lines.append(f"Step backends, GRU hidden 64, StreamSession.push, calls interleaved (native: {b['simd'] or '-'}, "
+                     f"int8 products {b['int8_kernel'] or '-'}); this core's single-thread GEMM "
+                     f"{b['gemm_macs_per_s'] / 1e9:.1f} GMAC/s, so the GEMM bound is "
+                     f"{b['gemm_macs_per_s'] / b['rows'][0]['macs_per_reading'] / 1e6:.2f} M readings/s "
+                     f"({b['rows'][0]['macs_per_reading']:,} MACs a reading):")
+        lines.append("  model  streams " + " | ".join(f"{n:>11s} us       rd/s  of bound" for n in names))
         for row in b["rows"]:
-            o, n = row["onnxruntime"], row["native"]
-            lines.append(f"  {row['model']:5s} {row['streams']:7d} {o['us_per_call']:11.1f} {o['readings_per_s']:11,.0f} "
-                         f"{o['share_of_gemm_bound']:6.0%} | {n['us_per_call']:9.1f} {n['readings_per_s']:10,.0f} "
-                         f"{n['share_of_gemm_bound']:6.0%}")
+            cells = [f"{row[n]['us_per_call']:14.2f} {row[n]['readings_per_s']:10,.0f} {row[n]['share_of_gemm_bound']:9.0%}"
+                     for n in names]
+            lines.append(f"  {row['model']:5s} {row['streams']:7d} " + " | ".join(cells))
         for row in b["rows"]:
-            if row["streams"] == 1:
-                lines.append(f"  batch 1 {row['model']}: native push / onnxruntime IO-binding floor "
-                             f"{row['native']['us_per_call'] / b['floor_iobinding_us']:.2f}x, onnxruntime push / floor "
-                             f"{row['onnxruntime']['us_per_call'] / b['floor_iobinding_us']:.2f}x")
+            if row["streams"] != 1:
+                continue
+            parts = [f"{n} push {row[n]['us_per_call'] / b['floor_iobinding_us']:.2f}x" for n in names]
+            lines.append(f"  batch 1 {row['model']} against the IO-binding floor ({b['floor_iobinding_us']:.2f} us): "
+                         + ", ".join(parts))
+            o = row.get("onnxruntime", {})
+            if "python_overhead_us" in o:
+                lines.append(f"    onnxruntime backend: push {o['us_per_call']:.2f} us = the graph's IO-binding call "
+                             f"{o['bare_iobinding_us']:.2f} us + Python {o['python_overhead_us']:.2f} us")
+        if b.get("native"):
+            lines.append(f"  native backend not timed: {b['native']}")
     elif b:
         lines.append(f"Step backends: {b['native']}")
     if "train" in r:

@@ -26,7 +26,7 @@ def _quant_name(meta) -> str:
 
 
 def compare_models(paths: list, data: str = "basicmotions", readings: int = STREAM_READINGS,
-                   rounds: int = 20, latency_readings: int = 100, seed: int = 0, backend: str = "auto") -> dict:
+                   rounds: int = 20, latency_readings: int = 100, seed: int = 0, backend: str | None = None) -> dict:
     """Figures for every model in `paths`; differences are against the first."""
     if len(paths) < 2:
         raise UsageError("compare needs at least two models")

@@ -29,7 +29,7 @@ HOLD = 10                     # a change is followed once the prediction holds t
 
 
 def evaluate(model: str, split: Split, labels: list | None = None, provider: str = "cpu",
-             features: list | None = None, backend: str = "auto") -> dict:
+             features: list | None = None, backend: str | None = None) -> dict:
     """{'accuracy', 'n', 'accuracy_at_fraction', 'confusion', ...} for `model` on `split`.
 
     `features` names the split's columns (the Dataset's `features`): they are matched to the
@@ -130,7 +130,7 @@ def score_continuous(pred: np.ndarray, Y: np.ndarray, ends: np.ndarray, grace: i
 
 
 def continuous(model: str, split: Split, orders: int = ORDERS, provider: str = "cpu", seed: int = 0,
-               grace: int = GRACE, backend: str = "auto") -> dict:
+               grace: int = GRACE, backend: str | None = None) -> dict:
     """The continuous protocol for a stream model file: `orders` never-reset streams, each
     pushed one reading per call through its own single-stream StreamSession (a device runs
     one stream; dynamic int8 would otherwise scale streams together). Returns

@@ -79,6 +79,15 @@ def reading_bounds(meta, n: int) -> tuple:
     return hi, lo, why
 
 
+def default_backend() -> str:
+    """The step backend used when none is named: $EDGESEQ_BACKEND (auto, onnxruntime or native),
+    else "auto". Raises UsageError for any other value."""
+    value = os.environ.get("EDGESEQ_BACKEND", "").strip() or "auto"
+    if value not in BACKENDS:
+        raise UsageError(f"EDGESEQ_BACKEND is {value!r}; set it to one of {', '.join(BACKENDS)}, or unset it")
+    return value
+
+
 def softmax(logits: np.ndarray) -> np.ndarray:
     z = logits - logits.max(axis=-1, keepdims=True)
     np.exp(z, out=z)
@@ -119,15 +128,16 @@ class StreamSession:
     onnxruntime's QDQ int8 by quantization-sized amounts); `"auto"` (default) picks native where
     it can run and onnxruntime otherwise (the Transformer, dynamic int8, window models, CUDA, no
     built extension). `session.backend` says which runs. `backend="native"` where it cannot
-    run raises UsageError saying why. State, snapshot/restore, reset, the reading checks and
-    state files behave the same on both.
+    run raises UsageError saying why. `backend=None` (default) takes $EDGESEQ_BACKEND, or
+    "auto" when it is unset. State, snapshot/restore, reset, the reading checks and state files
+    behave the same on both.
 
     Raises ModelFileError / ProviderError (model), UsageError (bad settings).
     """
 
     def __init__(self, model: str | os.PathLike, streams: int = 1, provider: str = "cpu",
                  max_history: int | None = None, on_full: str | None = None, threads: int = 1,
-                 backend: str = "auto"):
+                 backend: str | None = None):
         if not _whole(streams) or not 1 <= streams <= MAX_STREAMS:
             raise UsageError(f"streams must be a whole number from 1 to {MAX_STREAMS:,}, got {streams!r}")
         if max_history is not None and (not _whole(max_history) or not 0 <= max_history <= MAX_HISTORY):
@@ -156,6 +166,7 @@ class StreamSession:
     @staticmethod
     def _choose_backend(backend, meta, path, provider, streams):
         """The NativeStep to run on, or None for onnxruntime (see the class docstring)."""
+        backend = default_backend() if backend is None else backend
         if not isinstance(backend, str) or backend not in BACKENDS:
             raise UsageError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         if backend == "onnxruntime":
@@ -205,7 +216,9 @@ class StreamSession:
         self._scale_c = np.full_like(self._logits_flat, 2.0 ** -64)
         self._has_probs = contract.PROBS in {o.name for o in session.get_outputs()} or native_step is not None
         self._probs = np.zeros_like(self._logits) if native_step is None else native_step.probs
+        self._gate = None
         if native_step is not None:      # the C step holds state, readings and outputs in these buffers
+            native_step.set_bounds(self._hi, self._lo)
             self._subs = None
             self._reset(None)
             return
@@ -219,6 +232,8 @@ class StreamSession:
                 self._subs.append(sub)
             return
         self._subs = None
+        from edgeseq.runtime import native      # numpy only; the checks in C where the extension is built
+        self._gate = native.gate(self._x, self._hi, self._lo, self._logits)
         self._x_ort = ort.OrtValue.ortvalue_from_numpy(self._x)
         self._logits_ort = ort.OrtValue.ortvalue_from_numpy(self._logits)
         self._probs_ort = ort.OrtValue.ortvalue_from_numpy(self._probs)
@@ -531,11 +546,12 @@ class StreamSession:
             logits = self._advance_batch(readings) if self._subs is None else self._advance_each(readings)
             return self._probs.copy() if self._has_probs else softmax(logits.copy())
 
-    def _advance_batch(self, readings) -> np.ndarray:
+    def _take(self, readings) -> None:
+        """Readings into the input buffer, checked; ReadingError otherwise. The input buffer is
+        not state: filling it before the check loses nothing."""
         x = readings
         if type(x) is not np.ndarray or x.dtype != np.float32 or x.shape != self._x.shape:
             x = self._coerce(x)
-        # The input buffer is not state: filling it before the check loses nothing.
         np.copyto(self._x, x)
         # One comparison, False for NaN and Inf too; count_nonzero is cheaper than .all() here.
         if self._lo is None:
@@ -544,21 +560,39 @@ class StreamSession:
             ok = np.count_nonzero((self._x >= self._lo) & (self._x <= self._hi)) == self._x.size
         if not ok:
             raise self._bad_reading(x, None if x is readings else self._given(readings))
-        if self._native is not None:
-            bad = self._native.run()         # -1: every stream stepped; i: stream i gave NaN/Inf, nothing changed
-            if bad >= 0:
-                raise self._nonfinite(bad)
+
+    def _finite(self) -> bool:
+        """Every logit of the last call is finite (the safety net before a step is adopted)."""
+        if self._gate is not None:
+            return self._gate.finite()
+        return isfinite(self._logits_flat.dot(self._scale_c))
+
+    def _advance_batch(self, readings) -> np.ndarray:
+        nat = self._native
+        if nat is not None:
+            # One C call copies, checks and steps a float32 [streams, F] array: -1 adopted, i >= 0
+            # stream i gave NaN/Inf (nothing changed); -2 (a bad value) and -3 (another type or
+            # shape) go through _take, which converts what it can and names what is wrong.
+            rc = nat.push(readings)
+            if rc < -1:
+                self._take(readings)
+                rc = nat.run()
+            if rc >= 0:
+                raise self._nonfinite(rc)
             self._calls += 1
             return self._logits
+        gate = self._gate
+        if gate is None or gate.take(readings) != 0:
+            self._take(readings)
         if self.growing:
             state = self._step_cache()
-            if not isfinite(self._logits_flat.dot(self._scale_c)):   # NaN/Inf logits: keep the old cache
+            if not self._finite():                                   # NaN/Inf logits: keep the old cache
                 raise self._nonfinite()
             self._state = state
             self._pos += 1
         else:
             self.session.run_with_iobinding(self._bindings[self._bank])
-            if not isfinite(self._logits_flat.dot(self._scale_c)):   # NaN/Inf logits: do not flip the bank
+            if not self._finite():                                   # NaN/Inf logits: do not flip the bank
                 raise self._nonfinite()
             self._bank ^= 1
             self._state = self._banks[self._bank]

@@ -45,7 +45,7 @@ except ImportError as _e:                           # not built: the session sta
             + "; build it with `pip install -e .` where a C compiler is installed "
               "(e.g. `apt-get install build-essential`)")
 
-__all__ = ["NativeStep", "available", "why_unavailable", "supports", "simd"]
+__all__ = ["NativeStep", "available", "why_unavailable", "supports", "simd", "vnni", "gate"]
 
 KINDS = {"rnn": 0, "gru": 1, "lstm": 2}
 GATES = {"rnn": 1, "gru": 3, "lstm": 4}
@@ -69,6 +69,24 @@ def why_unavailable() -> str:
 def simd() -> str:
     """The instruction set the float step uses on this machine ("" when not built)."""
     return _ext.simd() if _ext is not None else ""
+
+
+def vnni() -> bool:
+    """True when static int8 products run with AVX-512 VNNI on this machine."""
+    return _ext is not None and _ext.vnni()
+
+
+def gate(x: np.ndarray, hi: np.ndarray, lo, logits: np.ndarray):
+    """The reading and logits checks in C for a step run elsewhere (onnxruntime), or None when
+    the extension is not built. x float32 [B, F] (written), hi/lo float32 [F] (lo None:
+    |reading| <= hi), logits float32 [B, C] (read), all bound once. `g.take(readings)` copies
+    a C-contiguous float32 [B, F] array into x: 0 all in range, -2 a value out of range or
+    NaN/Inf (x written, nothing else), -3 not such an array (nothing copied).
+    `g.finite()`: every logit is finite."""
+    if _ext is None:
+        return None
+    B, F = x.shape
+    return _ext.gate(B, F, logits.shape[1], x, hi, lo, logits)
 
 
 # -- what runs natively ---------------------------------------------------------------------
@@ -298,6 +316,11 @@ class NativeStep:
       logits_q12  int32 [B, C]  int8 models only: firmware_sim.intsim's Q12 logits
     `run()` advances every stream one reading and returns -1; when a stream's logits come out
     NaN or Inf (float models only) it returns that stream's index and no state changes.
+    `set_bounds(hi, lo)` (float32 [F] each; lo None for |reading| <= hi), once, then
+    `push(readings)` does copy, check and run in one call: readings a C-contiguous float32
+    [B, F] array ([F] for one stream); returns run()'s code, or -2 when a reading lies outside
+    the bounds (NaN and Inf included; nothing ran) or -3 when `readings` is not such an array
+    (nothing done: convert it and call again).
 
     State, as `meta.state` lists it (h per layer; h, c for LSTM), float32 [B, H] each:
       state        float models: the live arrays, valid until the next run() (copy to keep);
@@ -309,12 +332,16 @@ class NativeStep:
       reset(stream=None)  zeros one stream or all.
     Not thread-safe: serialize calls (StreamSession holds its lock around them).
 
-    int8 products run as float32 products of the int8 values, batched over streams: exact (every
-    product and partial sum is an integer below 2^24 for up to 1024 inputs), so the integers
-    are es_k_matvec's. reference=True (and any layer wider than 1024) runs the firmware's own
-    es_k_matvec instead, stream by stream; tests check both against the simulator."""
+    int8 products run, batched over streams, with AVX-512 VNNI where the CPU has it (u8 x s8
+    dot products into int32, the inputs offset by 128 and the offset taken off after), else as
+    float32 products of the int8 values (exact: every product and partial sum is an integer
+    below 2^24 for up to 1024 inputs); either way the integers are es_k_matvec's. vnni=False
+    skips VNNI; reference=True (and any layer wider than 1024) runs the firmware's own
+    es_k_matvec, stream by stream. `kernel` names the one that runs; tests check all three
+    against the simulator."""
 
-    def __init__(self, path: str | os.PathLike, meta, streams: int = 1, reference: bool = False):
+    def __init__(self, path: str | os.PathLike, meta, streams: int = 1, reference: bool = False,
+                 vnni: bool = True):
         if _ext is None:
             raise UsageError(why_unavailable())
         reason = _meta_reason(meta)
@@ -331,10 +358,13 @@ class NativeStep:
         self.probs = np.zeros((B, C), np.float32)
         kind = KINDS[meta.arch]
         if self.int8:
-            self._bind_int8(_int_model(meta, graph, path), kind, B, F, C, reference)
+            self._bind_int8(_int_model(meta, graph, path), kind, B, F, C, reference, vnni)
         else:
             self._bind_float(_float_plan(meta, graph, path), kind, B, F, C)
-        self.run = self._step.run              # the C method itself: no Python frame per call
+        self.run = self._step.run              # the C methods themselves: no Python frame per call
+        self.push = self._step.push
+        self.set_bounds = self._step.set_bounds
+        self.kernel = self._step.kernel
 
     def _bind_float(self, plan, kind, B, F, C):
         H = plan["H"]
@@ -345,7 +375,7 @@ class NativeStep:
                                      self._banks[0], self._banks[1],
                                      [(dense, ox, oh) for dense, ox, oh in plan["layers"]], plan["head"])
 
-    def _bind_int8(self, m, kind, B, F, C, reference):
+    def _bind_int8(self, m, kind, B, F, C, reference, vnni):
         from firmware_sim.intsim import SIGMOID, TANH
         H = m.hidden
         self.hidden, self.layers, self.int_model = H, m.layers, m
@@ -364,7 +394,7 @@ class NativeStep:
         self._sig, self._tanh = np.ascontiguousarray(SIGMOID, np.int16), np.ascontiguousarray(TANH, np.int16)
         self._keep = (feat, layers, head)
         self._step = _ext.int8_step(kind, B, F, H, C, self.x, self.logits, self.logits_q12, self.probs, self._int,
-                                    feat, layers, head, self._sig, self._tanh, bool(reference))
+                                    feat, layers, head, self._sig, self._tanh, bool(reference), bool(vnni))
 
     # -- state ---------------------------------------------------------------------------
 

@@ -54,6 +54,11 @@ typedef struct {
   int n, out, mode, np;
   int32_t blk[4];
   es_f_dense_t f;                  /* the float view of w */
+  /* the same constants split by kind, so the requantization loop vectorizes: [out] each */
+  int32_t *zc, *qm, *qs, *qb;      /* zero point x column sum, m, s, Q12 bias */
+  int32_t *vc;                     /* VNNI: zc + 128 x column sum (the inputs run as unsigned a + 128) */
+  int8_t *wv;                      /* VNNI: [n / 4][np][4] int8, four inputs of a column together */
+  void *mem;                       /* owns zc .. wv */
 } es_q_dense_t;
 
 typedef struct {
@@ -90,7 +95,12 @@ typedef struct {
   int8_t *a, *ah;
   float *qscratch;                 /* one chunk: quantized inputs, packed inputs, products */
   float *qzero;                    /* zero "bias" of the float products: the Q12 bias comes after */
-  int n_a, h_pad, reference, qnp;
+  int n_a, h_pad, reference, qnp, vnni;
+  int32_t *lut_sig, *lut_tanh;     /* the tables packed: knot in the low 16 bits, the step to the next above */
+  uint8_t *va, *vah;               /* VNNI, one chunk: unsigned inputs (a + 128) of x and of h products */
+  int32_t *vpack, *vgx, *vgh;      /* VNNI, one chunk: packed inputs, int32 products */
+  /* readings: the bounds a reading must lie within (push) */
+  const float *hi, *lo;
 } StepObject;
 
 static PyTypeObject StepType;
@@ -130,6 +140,10 @@ static void step_dealloc(StepObject *s) {
   PyMem_Free(s->gx);
   PyMem_Free(s->qscratch);
   PyMem_Free(s->qzero);
+  PyMem_Free(s->lut_sig);
+  PyMem_Free(s->va);
+  for (i = 0; i < ES_MAX_LAYERS; i++) PyMem_Free(s->ql[i].x.mem), PyMem_Free(s->ql[i].h.mem);
+  PyMem_Free(s->qhead.mem);
   Py_TYPE(s)->tp_free((PyObject *)s);
 }
 
@@ -248,41 +262,52 @@ ES_CLONES static int float_run(StepObject *s) {
 
 /* reading (float) -> int8 input of the first product: intsim's to_fixed (round half to even,
    saturate to int32), then the emitted step's clamp, offset and requantization */
-ES_INLINE void q_reading(const StepObject *s, const float *x, int8_t *a) {
+ES_INLINE void q_reading(const StepObject *s, const float *x, int8_t *a, int n_pad) {
+  const int F = s->F;
   int f;
-  for (f = 0; f < s->F; f++) {
+  for (f = 0; f < F; f++) {
     double v = nearbyint((double)x[f] * s->in_scale[f]);
     int32_t fx = v >= 2147483647.0 ? INT32_MAX : v <= -2147483648.0 ? INT32_MIN : v == v ? (int32_t)v : 0;
     int32_t d = es_k_clamp(fx, -ES_IN_LIMIT, ES_IN_LIMIT) - s->mean_fx[f];
     a[f] = (int8_t)ES_SAT8(es_k_requant(d, s->feat_m[f], s->feat_s[f]) + s->zp0);
   }
-  for (; f < s->n_a; f++) a[f] = 0;
+  for (; f < n_pad; f++) a[f] = 0;
 }
 
 /* one layer's gates (Q12 pre-activations gx + gh) -> its state h (and c), in place */
-ES_INLINE void q_cell(const StepObject *s, const int32_t *gx, const int32_t *gh, int16_t *h, int32_t *c) {
+/* es_k_lut from a packed table p[i] = t[i] | (t[i + 1] - t[i]) << 16: one load per lookup, so a
+   loop of them vectorizes (gathers); the same integers */
+ES_INLINE int32_t q_lut(const int32_t *p, int32_t x) {
+  int32_t u = ES_SAT16(x) + 32768;
+  int32_t i = u >> ES_LUT_SHIFT, f = u & ((1 << ES_LUT_SHIFT) - 1);
+  int32_t v = p[i];
+  return ((int32_t)((uint32_t)v << 16) >> 16) + (((v >> 16) * f) >> ES_LUT_SHIFT);
+}
+
+ES_INLINE void q_cell(const StepObject *s, const int32_t *ES_F_RESTRICT gx, const int32_t *ES_F_RESTRICT gh,
+                      int16_t *ES_F_RESTRICT h, int32_t *ES_F_RESTRICT c) {
   const int H = s->H;
-  const int16_t *sig = s->sigmoid, *th = s->tanh;     /* locals: the loops below then vectorize */
+  const int32_t *sig = s->lut_sig, *th = s->lut_tanh;   /* locals: the loops below then vectorize */
   int k;
   if (s->kind == ES_F_RNN) {
-    for (k = 0; k < H; k++) h[k] = (int16_t)es_k_lut(th, gx[k] + gh[k]);
+    for (k = 0; k < H; k++) h[k] = (int16_t)q_lut(th, gx[k] + gh[k]);
   } else if (s->kind == ES_F_GRU) {
     for (k = 0; k < H; k++) {
       int32_t hk = h[k];
-      int32_t r = es_k_lut(sig, gx[k] + gh[k]);
-      int32_t z = es_k_lut(sig, gx[H + k] + gh[H + k]);
-      int32_t n = es_k_lut(th, gx[2 * H + k] + es_k_mulq15(gh[2 * H + k], r));
+      int32_t r = q_lut(sig, gx[k] + gh[k]);
+      int32_t z = q_lut(sig, gx[H + k] + gh[H + k]);
+      int32_t n = q_lut(th, gx[2 * H + k] + es_k_mulq15(gh[2 * H + k], r));
       h[k] = (int16_t)(n + ((z * (hk - n)) >> 15));
     }
   } else {
     for (k = 0; k < H; k++) {
-      int32_t i = es_k_lut(sig, gx[k] + gh[k]);
-      int32_t fg = es_k_lut(sig, gx[H + k] + gh[H + k]);
-      int32_t g = es_k_lut(th, gx[2 * H + k] + gh[2 * H + k]);
-      int32_t o = es_k_lut(sig, gx[3 * H + k] + gh[3 * H + k]);
+      int32_t i = q_lut(sig, gx[k] + gh[k]);
+      int32_t fg = q_lut(sig, gx[H + k] + gh[H + k]);
+      int32_t g = q_lut(th, gx[2 * H + k] + gh[2 * H + k]);
+      int32_t o = q_lut(sig, gx[3 * H + k] + gh[3 * H + k]);
       int32_t cc = es_k_mulq15(c[k], fg) + ((i * g) >> 15);
       c[k] = cc;
-      h[k] = (int16_t)((o * es_k_lut(th, cc >> 3)) >> 15);
+      h[k] = (int16_t)((o * q_lut(th, cc >> 3)) >> 15);
     }
   }
 }
@@ -309,7 +334,7 @@ static void int8_stream_ref(StepObject *s, int b) {
   const int H = s->H;
   int8_t *a = s->a, *ah = s->ah;
   int l;
-  q_reading(s, s->x + (size_t)b * s->F, a);
+  q_reading(s, s->x + (size_t)b * s->F, a, s->n_a);
   for (l = 0; l < s->L; l++) {
     const es_q_layer_t *q = &s->ql[l];
     int16_t *h = s->qh[l] + (size_t)b * H;
@@ -346,11 +371,12 @@ ES_INLINE void q_quantize_f(const int16_t *h, int n, int n_pad, int32_t m, int32
 }
 
 /* the exact float dot products as int32, requantized as es_k_matvec does */
-ES_INLINE void q_requant(const es_q_dense_t *d, const float *acc, int32_t *y) {
-  const int32_t *q = d->q;
+ES_INLINE void q_requant(const es_q_dense_t *d, const float *ES_F_RESTRICT acc, int32_t *ES_F_RESTRICT y) {
+  const int32_t *ES_F_RESTRICT zc = d->zc, *ES_F_RESTRICT qm = d->qm, *ES_F_RESTRICT qs = d->qs,
+                *ES_F_RESTRICT qb = d->qb;
   size_t o, out = (size_t)d->out;              /* size_t: affine indices under -fwrapv too */
 #define ES_Q_RQ_LOOP(RQ)                                                                        \
-  for (o = 0; o < out; o++) y[o] = RQ((int32_t)acc[o] - q[4 * o], q[4 * o + 1], q[4 * o + 2]) + q[4 * o + 3];
+  for (o = 0; o < out; o++) y[o] = RQ((int32_t)acc[o] - zc[o], qm[o], qs[o]) + qb[o];
   switch (d->mode) {
     case ES_RQ_LO: ES_Q_RQ_LOOP(es_k_requant_lo) break;
     case ES_RQ_HI: ES_Q_RQ_LOOP(es_k_requant_hi) break;
@@ -358,6 +384,188 @@ ES_INLINE void q_requant(const es_q_dense_t *d, const float *acc, int32_t *y) {
   }
 #undef ES_Q_RQ_LOOP
 }
+
+/* the VNNI products (int32, inputs offset by 128), requantized as es_k_matvec does */
+ES_INLINE void q_requant_v(const es_q_dense_t *d, const int32_t *ES_F_RESTRICT acc, int32_t *ES_F_RESTRICT y) {
+  const int32_t *ES_F_RESTRICT vc = d->vc, *ES_F_RESTRICT qm = d->qm, *ES_F_RESTRICT qs = d->qs,
+                *ES_F_RESTRICT qb = d->qb;
+  size_t o, out = (size_t)d->out;
+#define ES_Q_RQ_LOOP(RQ) for (o = 0; o < out; o++) y[o] = RQ(acc[o] - vc[o], qm[o], qs[o]) + qb[o];
+  switch (d->mode) {
+    case ES_RQ_LO: ES_Q_RQ_LOOP(es_k_requant_lo) break;
+    case ES_RQ_HI: ES_Q_RQ_LOOP(es_k_requant_hi) break;
+    default: ES_Q_RQ_LOOP(q_requant_any) break;
+  }
+#undef ES_Q_RQ_LOOP
+}
+
+/* -- int8 products with AVX-512 VNNI (x86-64 with avx512_vnni, picked at run time) ----------
+   vpdpbusd adds four u8 x s8 products into each int32 lane: the inputs run as unsigned a + 128
+   and 128 x the column's weight sum comes off after (es_q_dense_t.vc), so the int32 sums are
+   es_k_matvec's exactly (no saturation: the sums of products stay far inside int32). Weights
+   [n / 4][np][4]: one 64-byte load holds four inputs of 16 columns. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(ES_NO_VNNI)
+#include <immintrin.h>
+#define ES_HAVE_VNNI 1
+#define ES_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+
+/* ROWS streams x 16 NV columns: ap[k ROWS + i] holds inputs 4k .. 4k + 3 of stream i */
+#define ES_V_TILE(NAME, ROWS, NV)                                                                   \
+  ES_VNNI static inline void NAME(const int32_t *ap, int k4n, const int8_t *w, size_t ldw, int32_t *y, size_t ldy) { \
+    __m512i acc[ROWS][NV], wv[NV], a;                                                             \
+    int i, v, k;                                                                                  \
+    for (i = 0; i < (ROWS); i++)                                                                  \
+      for (v = 0; v < (NV); v++) acc[i][v] = _mm512_setzero_si512();                              \
+    for (k = 0; k < k4n; k++) {                                                                   \
+      const int8_t *wk = w + (size_t)k * ldw;                                                     \
+      for (v = 0; v < (NV); v++) wv[v] = _mm512_loadu_si512((const void *)(wk + 64 * v));         \
+      for (i = 0; i < (ROWS); i++) {                                                              \
+        a = _mm512_set1_epi32(ap[(size_t)k * (ROWS) + i]);                                        \
+        for (v = 0; v < (NV); v++) acc[i][v] = _mm512_dpbusd_epi32(acc[i][v], a, wv[v]);          \
+      }                                                                                           \
+    }                                                                                             \
+    for (i = 0; i < (ROWS); i++)                                                                  \
+      for (v = 0; v < (NV); v++) _mm512_storeu_si512((void *)(y + (size_t)i * ldy + 16 * v), acc[i][v]); \
+  }
+ES_V_TILE(v_tile_6x32, 6, 2)
+ES_V_TILE(v_tile_6x16, 6, 1)
+ES_V_TILE(v_tile_1x64, 1, 4)
+ES_V_TILE(v_tile_1x32, 1, 2)
+ES_V_TILE(v_tile_1x16, 1, 1)
+
+/* y[r][0 .. np) = sum over inputs of a8[r][k] w[k][:] (int32), rows r < rows; a8 rows of lda bytes
+   (a multiple of 4), pack: 6 x n / 4 words of scratch */
+ES_VNNI static void v_dense(const es_q_dense_t *d, const uint8_t *a8, size_t lda, int rows, int32_t *pack,
+                            int32_t *y, size_t ldy) {
+  const int k4n = d->n / 4, np = d->np, full = rows - rows % 6;
+  const size_t ldw = (size_t)4 * np;
+  int r, j, k, i;
+  for (r = 0; r < full; r += 6) {
+    for (k = 0; k < k4n; k++)
+      for (i = 0; i < 6; i++) memcpy(pack + (size_t)k * 6 + i, a8 + (size_t)(r + i) * lda + 4 * (size_t)k, 4);
+    for (j = 0; j + 32 <= np; j += 32) v_tile_6x32(pack, k4n, d->wv + 4 * (size_t)j, ldw, y + (size_t)r * ldy + j, ldy);
+    if (j < np) v_tile_6x16(pack, k4n, d->wv + 4 * (size_t)j, ldw, y + (size_t)r * ldy + j, ldy);
+  }
+  for (; r < rows; r++) {
+    const int32_t *row = (const int32_t *)(const void *)(a8 + (size_t)r * lda);
+    int32_t *yr = y + (size_t)r * ldy;
+    for (j = 0; j + 64 <= np; j += 64) v_tile_1x64(row, k4n, d->wv + 4 * (size_t)j, ldw, yr + j, ldy);
+    if (j + 32 <= np) v_tile_1x32(row, k4n, d->wv + 4 * (size_t)j, ldw, yr + j, ldy), j += 32;
+    if (j < np) v_tile_1x16(row, k4n, d->wv + 4 * (size_t)j, ldw, yr + j, ldy);
+  }
+}
+
+/* q_cell, 16 units at a time: the same integers (the tables' loads as gathers) */
+ES_VNNI static inline __m512i v_lut(const int32_t *p, __m512i x, __mmask16 m) {
+  __m512i u = _mm512_add_epi32(_mm512_min_epi32(_mm512_max_epi32(x, _mm512_set1_epi32(-32768)),
+                                                _mm512_set1_epi32(32767)), _mm512_set1_epi32(32768));
+  __m512i i = _mm512_srai_epi32(u, ES_LUT_SHIFT), f = _mm512_and_si512(u, _mm512_set1_epi32((1 << ES_LUT_SHIFT) - 1));
+  __m512i v = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, i, (const void *)p, 4);
+  __m512i lo = _mm512_srai_epi32(_mm512_slli_epi32(v, 16), 16), d = _mm512_srai_epi32(v, 16);
+  return _mm512_add_epi32(lo, _mm512_srai_epi32(_mm512_mullo_epi32(d, f), ES_LUT_SHIFT));
+}
+ES_VNNI static inline __m512i v_mulq15(__m512i a, __m512i q) {   /* es_k_mulq15 */
+  __m512i hi = _mm512_slli_epi32(_mm512_mullo_epi32(_mm512_srai_epi32(a, 16), q), 1);
+  __m512i lo = _mm512_srli_epi32(_mm512_mullo_epi32(_mm512_and_si512(a, _mm512_set1_epi32(0xFFFF)), q), 15);
+  return _mm512_add_epi32(hi, lo);
+}
+#define V_LD(p, m) _mm512_maskz_loadu_epi32((m), (const void *)(p))
+#define V_ADD(p, q, k, m) _mm512_add_epi32(V_LD((p) + (k), m), V_LD((q) + (k), m))
+ES_VNNI static void v_cell(const StepObject *s, const int32_t *gx, const int32_t *gh, int16_t *h, int32_t *c) {
+  const int H = s->H;
+  const int32_t *sig = s->lut_sig, *th = s->lut_tanh;
+  int k;
+  for (k = 0; k < H; k += 16) {
+    __mmask16 m = H - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (H - k)) - 1u);
+    if (s->kind == ES_F_RNN) {
+      _mm512_mask_cvtepi32_storeu_epi16(h + k, m, v_lut(th, V_ADD(gx, gh, k, m), m));
+    } else if (s->kind == ES_F_GRU) {
+      __m512i hk = _mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(m, h + k));
+      __m512i r = v_lut(sig, V_ADD(gx, gh, k, m), m);
+      __m512i z = v_lut(sig, V_ADD(gx, gh, H + k, m), m);
+      __m512i n = v_lut(th, _mm512_add_epi32(V_LD(gx + 2 * H + k, m), v_mulq15(V_LD(gh + 2 * H + k, m), r)), m);
+      __m512i hn = _mm512_add_epi32(n, _mm512_srai_epi32(_mm512_mullo_epi32(z, _mm512_sub_epi32(hk, n)), 15));
+      _mm512_mask_cvtepi32_storeu_epi16(h + k, m, hn);
+    } else {
+      __m512i i = v_lut(sig, V_ADD(gx, gh, k, m), m);
+      __m512i fg = v_lut(sig, V_ADD(gx, gh, H + k, m), m);
+      __m512i g = v_lut(th, V_ADD(gx, gh, 2 * H + k, m), m);
+      __m512i o = v_lut(sig, V_ADD(gx, gh, 3 * H + k, m), m);
+      __m512i cc = _mm512_add_epi32(v_mulq15(V_LD(c + k, m), fg), _mm512_srai_epi32(_mm512_mullo_epi32(i, g), 15));
+      _mm512_mask_storeu_epi32(c + k, m, cc);
+      _mm512_mask_cvtepi32_storeu_epi16(
+          h + k, m, _mm512_srai_epi32(_mm512_mullo_epi32(o, v_lut(th, _mm512_srai_epi32(cc, 3), m)), 15));
+    }
+  }
+}
+#undef V_LD
+#undef V_ADD
+
+static int vnni_supported(void) {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+}
+#else
+#define ES_HAVE_VNNI 0
+static int vnni_supported(void) { return 0; }
+#endif
+
+/* a reading -> unsigned inputs a + 128 of the first VNNI product, n >= F of them (q_reading, offset) */
+ES_INLINE void q_reading_u8(const StepObject *s, const float *x, int n, uint8_t *ES_F_RESTRICT out) {
+  const int F = s->F;
+  int f;
+  q_reading(s, x, s->a, F);
+  for (f = 0; f < F; f++) out[f] = (uint8_t)(s->a[f] + 128);
+  for (; f < n; f++) out[f] = 128;
+}
+
+/* Q15 values -> unsigned inputs a + 128 of a VNNI product (es_k_quantize, offset) */
+ES_INLINE void q_quantize_u8(const int16_t *ES_F_RESTRICT h, int n, int n_pad, int32_t m, int32_t sh, int32_t zp,
+                             uint8_t *ES_F_RESTRICT out) {
+  int k;
+  for (k = 0; k < n; k++) out[k] = (uint8_t)(ES_SAT8(q_requant_any(h[k], m, sh) + zp) + 128);
+  for (; k < n_pad; k++) out[k] = 128;
+}
+
+#if ES_HAVE_VNNI
+/* All streams, ES_F_CHUNK at a time, the products through v_dense */
+ES_VNNI static int int8_run_vnni(StepObject *s) {
+  const int B = s->B, H = s->H, L = s->L, n_a = s->n_a, h_pad = s->h_pad, qnp = s->qnp;
+  int r0, r, l;
+  for (r0 = 0; r0 < B; r0 += ES_F_CHUNK) {
+    int rows = B - r0 < ES_F_CHUNK ? B - r0 : ES_F_CHUNK;
+    for (r = 0; r < rows; r++) q_reading_u8(s, s->x + (size_t)(r0 + r) * s->F, s->ql[0].x.n, s->va + (size_t)r * n_a);
+    for (l = 0; l < L; l++) {
+      const es_q_layer_t *q = &s->ql[l];
+      if (l > 0)
+        for (r = 0; r < rows; r++)
+          q_quantize_u8(s->qh[l - 1] + (size_t)(r0 + r) * H, H, q->x.n, q->aq_m, q->aq_s, q->x_zp,
+                        s->va + (size_t)r * n_a);
+      v_dense(&q->x, s->va, (size_t)n_a, rows, s->vpack, s->vgx, (size_t)qnp);
+      for (r = 0; r < rows; r++)
+        q_quantize_u8(s->qh[l] + (size_t)(r0 + r) * H, H, h_pad, q->hq_m, q->hq_s, q->h_zp,
+                      s->vah + (size_t)r * h_pad);
+      v_dense(&q->h, s->vah, (size_t)h_pad, rows, s->vpack, s->vgh, (size_t)qnp);
+      for (r = 0; r < rows; r++) {
+        q_requant_v(&q->x, s->vgx + (size_t)r * qnp, s->gx);
+        q_requant_v(&q->h, s->vgh + (size_t)r * qnp, s->gh);
+        v_cell(s, s->gx, s->gh, s->qh[l] + (size_t)(r0 + r) * H,
+               s->kind == ES_F_LSTM ? s->qc[l] + (size_t)(r0 + r) * H : NULL);
+      }
+    }
+    for (r = 0; r < rows; r++)
+      q_quantize_u8(s->qh[L - 1] + (size_t)(r0 + r) * H, H, h_pad, s->head_m, s->head_s, s->head_zp,
+                    s->vah + (size_t)r * h_pad);
+    v_dense(&s->qhead, s->vah, (size_t)h_pad, rows, s->vpack, s->vgx, (size_t)qnp);
+    for (r = 0; r < rows; r++) {
+      q_requant_v(&s->qhead, s->vgx + (size_t)r * qnp, s->logits_q12 + (size_t)(r0 + r) * s->C);
+      q_logits(s, r0 + r);
+    }
+  }
+  return -1;
+}
+#endif
 
 /* All streams, ES_F_CHUNK at a time: each product is one batched float product (exact). */
 ES_CLONES static int int8_run(StepObject *s) {
@@ -369,12 +577,15 @@ ES_CLONES static int int8_run(StepObject *s) {
     for (r = 0; r < B; r++) int8_stream_ref(s, r);
     return -1;
   }
+#if ES_HAVE_VNNI
+  if (s->vnni) return int8_run_vnni(s);
+#endif
   for (r0 = 0; r0 < B; r0 += ES_F_CHUNK) {
     int rows = B - r0 < ES_F_CHUNK ? B - r0 : ES_F_CHUNK;
     for (r = 0; r < rows; r++) {
       int k;
-      q_reading(s, s->x + (size_t)(r0 + r) * s->F, s->a);
-      for (k = 0; k < n_a; k++) xa[(size_t)r * n_a + k] = s->a[k];
+      q_reading(s, s->x + (size_t)(r0 + r) * s->F, s->a, s->ql[0].x.n);
+      for (k = 0; k < s->ql[0].x.n; k++) xa[(size_t)r * n_a + k] = s->a[k];
     }
     for (l = 0; l < L; l++) {
       const es_q_layer_t *q = &s->ql[l];
@@ -406,13 +617,8 @@ ES_CLONES static int int8_run(StepObject *s) {
 
 /* -- Step.run ----------------------------------------------------------------------------- */
 
-static PyObject *step_run(StepObject *s, PyObject *const *args, Py_ssize_t nargs) {
+static PyObject *step_go(StepObject *s) {
   int rc;
-  (void)args;
-  if (nargs != 0) {
-    PyErr_SetString(PyExc_TypeError, "run() takes no arguments");
-    return NULL;
-  }
   if (s->busy) {
     PyErr_SetString(PyExc_RuntimeError, "Step.run() called while another call runs; serialize calls");
     return NULL;
@@ -429,19 +635,122 @@ static PyObject *step_run(StepObject *s, PyObject *const *args, Py_ssize_t nargs
   return PyLong_FromLong(rc);
 }
 
+static PyObject *step_run(StepObject *s, PyObject *const *args, Py_ssize_t nargs) {
+  (void)args;
+  if (nargs != 0) {
+    PyErr_SetString(PyExc_TypeError, "run() takes no arguments");
+    return NULL;
+  }
+  return step_go(s);
+}
+
+/* -- readings ------------------------------------------------------------------------------ */
+
+/* Copy readings, a C-contiguous float32 buffer [B, F] (or [F] when B = 1), into x, checking
+   every value: lo <= v <= hi, or |v| <= hi where lo is NULL (NaN and Inf fail both).
+   0: copied, all in range; -2: copied, some value out of range (x is no state: nothing is
+   lost); -3: not such a buffer, nothing copied (the caller converts it and checks it itself). */
+static int take_reading(PyObject *obj, int B, int F, float *x, const float *hi, const float *lo) {
+  Py_buffer v;
+  const float *src;
+  int ok, r, f, bad = 0;
+  if (PyObject_GetBuffer(obj, &v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+    PyErr_Clear();
+    return -3;
+  }
+  ok = v.itemsize == 4 && v.format != NULL && (!strcmp(v.format, "f") || !strcmp(v.format, "=f")) &&
+       ((v.ndim == 2 && v.shape[0] == B && v.shape[1] == F) || (v.ndim == 1 && B == 1 && v.shape[0] == F));
+  if (!ok) {
+    PyBuffer_Release(&v);
+    return -3;
+  }
+  src = (const float *)v.buf;
+  for (r = 0; r < B; r++, src += F, x += F) {
+    if (lo == NULL)
+      for (f = 0; f < F; f++) {
+        float a = src[f];
+        x[f] = a;
+        bad |= !(fabsf(a) <= hi[f]);
+      }
+    else
+      for (f = 0; f < F; f++) {
+        float a = src[f];
+        x[f] = a;
+        bad |= !(a >= lo[f] && a <= hi[f]);
+      }
+  }
+  PyBuffer_Release(&v);
+  return bad ? -2 : 0;
+}
+
+/* set_bounds(hi, lo): float32 [F] each, lo None for |v| <= hi */
+static int bind_bounds(StepObject *s, PyObject *const *args, Py_ssize_t nargs, int F, const float **hi,
+                       const float **lo) {
+  if (nargs != 2) {
+    PyErr_SetString(PyExc_TypeError, "set_bounds(hi, lo) takes two arguments");
+    return -1;
+  }
+  if (*hi != NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "bounds are set once");
+    return -1;
+  }
+  if (!(*hi = bind(s, args[0], 4, F, 0, "hi"))) return -1;
+  if (args[1] != Py_None && !(*lo = bind(s, args[1], 4, F, 0, "lo"))) return -1;
+  return 0;
+}
+
+static PyObject *step_set_bounds(StepObject *s, PyObject *const *args, Py_ssize_t nargs) {
+  if (bind_bounds(s, args, nargs, s->F, &s->hi, &s->lo) < 0) return NULL;
+  Py_RETURN_NONE;
+}
+
+static PyObject *step_push(StepObject *s, PyObject *const *args, Py_ssize_t nargs) {
+  int rc;
+  if (nargs != 1) {
+    PyErr_SetString(PyExc_TypeError, "push(readings) takes one argument");
+    return NULL;
+  }
+  if (s->hi == NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "push() before set_bounds()");
+    return NULL;
+  }
+  if (s->busy) {
+    PyErr_SetString(PyExc_RuntimeError, "Step.push() called while another call runs; serialize calls");
+    return NULL;
+  }
+  rc = take_reading(args[0], s->B, s->F, s->x, s->hi, s->lo);
+  if (rc < 0) return PyLong_FromLong(rc);
+  return step_go(s);
+}
+
 static PyObject *step_get_bank(StepObject *s, void *closure) {
   (void)closure;
   return PyLong_FromLong(s->bank);
+}
+
+static PyObject *step_get_kernel(StepObject *s, void *closure) {
+  (void)closure;
+  if (!s->quant) return PyUnicode_FromString("float32");
+  if (s->reference) return PyUnicode_FromString("int8 es_k_matvec (the firmware's kernel)");
+  if (s->vnni) return PyUnicode_FromString("int8 AVX-512 VNNI");
+  return PyUnicode_FromString("int8 as exact float32 products");
 }
 
 static PyMethodDef step_methods[] = {
     {"run", (PyCFunction)(void (*)(void))step_run, METH_FASTCALL,
      "run() -> int: advance every stream one reading; -1 when adopted, else the first stream with NaN/Inf logits "
      "(no state changed)"},
+    {"set_bounds", (PyCFunction)(void (*)(void))step_set_bounds, METH_FASTCALL,
+     "set_bounds(hi, lo): float32 [F] each (lo None: |reading| <= hi), the range push() takes; set once"},
+    {"push", (PyCFunction)(void (*)(void))step_push, METH_FASTCALL,
+     "push(readings) -> int: copy float32 [B, F] readings into x, check them against the bounds and run: "
+     "-1 adopted, i >= 0 stream i gave NaN/Inf (no state changed), -2 a reading out of range (not run), "
+     "-3 not a C-contiguous float32 [B, F] buffer (nothing done)"},
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef step_getset[] = {
     {"bank", (getter)step_get_bank, NULL, "float models: the state bank (0 or 1) that holds the current state", NULL},
+    {"kernel", (getter)step_get_kernel, NULL, "the products' kernel this step runs", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
 static PyTypeObject StepType = {
@@ -453,6 +762,95 @@ static PyTypeObject StepType = {
     .tp_doc = "A bound recurrent step; build it with float_step() or int8_step().",
     .tp_methods = step_methods,
     .tp_getset = step_getset,
+};
+
+/* -- Gate: the reading and logits checks of a step run elsewhere (onnxruntime) ----------------- */
+
+typedef struct {
+  PyObject_HEAD
+  int B, F, C, nviews;
+  float *x, *logits;
+  const float *hi, *lo;
+  Py_buffer views[4];
+} GateObject;
+
+static void gate_dealloc(GateObject *g) {
+  int i;
+  for (i = 0; i < g->nviews; i++) PyBuffer_Release(&g->views[i]);
+  Py_TYPE(g)->tp_free((PyObject *)g);
+}
+
+static void *gate_bind(GateObject *g, PyObject *obj, Py_ssize_t count, int writable, const char *what) {
+  Py_buffer *v = &g->views[g->nviews];
+  if (PyObject_GetBuffer(obj, v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) < 0) {
+    PyErr_Format(PyExc_ValueError, "%s: not a C-contiguous%s buffer", what, writable ? " writable" : "");
+    return NULL;
+  }
+  g->nviews++;
+  if (v->itemsize != 4 || v->format == NULL || (strcmp(v->format, "f") && strcmp(v->format, "=f")) ||
+      v->len != count * 4) {
+    PyErr_Format(PyExc_ValueError, "%s: not %zd float32 values", what, count);
+    return NULL;
+  }
+  return v->buf;
+}
+
+static PyTypeObject GateType;
+
+/* gate(x, hi, lo, logits): x float32 [B, F] (writable), hi/lo float32 [F] (lo None: |v| <= hi),
+   logits float32 [B, C] */
+static PyObject *gate_new(PyObject *mod, PyObject *args) {
+  PyObject *x, *hi, *lo, *logits;
+  GateObject *g;
+  int B, F, C;
+  (void)mod;
+  if (!PyArg_ParseTuple(args, "iiiOOOO", &B, &F, &C, &x, &hi, &lo, &logits)) return NULL;
+  if (B < 1 || F < 1 || C < 1) {
+    PyErr_SetString(PyExc_ValueError, "sizes out of range");
+    return NULL;
+  }
+  if (!(g = PyObject_New(GateObject, &GateType))) return NULL;
+  g->nviews = 0, g->lo = NULL, g->B = B, g->F = F, g->C = C;
+  if (!(g->x = gate_bind(g, x, (Py_ssize_t)B * F, 1, "x")) || !(g->hi = gate_bind(g, hi, F, 0, "hi")) ||
+      (lo != Py_None && !(g->lo = gate_bind(g, lo, F, 0, "lo"))) ||
+      !(g->logits = gate_bind(g, logits, (Py_ssize_t)B * C, 0, "logits"))) {
+    Py_DECREF(g);
+    return NULL;
+  }
+  return (PyObject *)g;
+}
+
+static PyObject *gate_take(GateObject *g, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs != 1) {
+    PyErr_SetString(PyExc_TypeError, "take(readings) takes one argument");
+    return NULL;
+  }
+  return PyLong_FromLong(take_reading(args[0], g->B, g->F, g->x, g->hi, g->lo));
+}
+
+static PyObject *gate_finite(GateObject *g, PyObject *noargs) {
+  Py_ssize_t i, n = (Py_ssize_t)g->B * g->C;
+  int bad = 0;
+  (void)noargs;
+  for (i = 0; i < n; i++) bad |= !(g->logits[i] - g->logits[i] == 0.0f);
+  return PyBool_FromLong(!bad);
+}
+
+static PyMethodDef gate_methods[] = {
+    {"take", (PyCFunction)(void (*)(void))gate_take, METH_FASTCALL,
+     "take(readings) -> int: 0 copied and in range, -2 copied with a value out of range, -3 not a C-contiguous "
+     "float32 [B, F] buffer (nothing copied)"},
+    {"finite", (PyCFunction)gate_finite, METH_NOARGS, "finite() -> bool: every logit is finite"},
+    {NULL, NULL, 0, NULL}};
+
+static PyTypeObject GateType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "edgeseq.runtime.native._es_native.Gate",
+    .tp_basicsize = sizeof(GateObject),
+    .tp_dealloc = (destructor)gate_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The reading and logits checks of a step graph run by onnxruntime; build it with gate().",
+    .tp_methods = gate_methods,
 };
 
 /* -- constructors ------------------------------------------------------------------------ */
@@ -541,6 +939,38 @@ fail:
   return NULL;
 }
 
+/* the requantization constants split by kind, and for VNNI the weights interleaved by four
+   inputs and the column sums (from the float view, which holds the int8 values) */
+static int q_split(StepObject *s, es_q_dense_t *d) {
+  const int out = d->out, n = d->n, np = d->np;
+  const float *wf = (const float *)d->w;
+  size_t words = (size_t)5 * out, k, o;
+  int32_t *m = PyMem_Calloc(words * sizeof(int32_t) + (s->vnni ? (size_t)n * np : 0) + 64, 1);
+  if (m == NULL) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  d->mem = m;
+  d->zc = m, d->qm = m + out, d->qs = m + 2 * out, d->qb = m + 3 * out, d->vc = m + 4 * out;
+  for (o = 0; o < (size_t)out; o++) {
+    d->zc[o] = d->q[4 * o], d->qm[o] = d->q[4 * o + 1], d->qs[o] = d->q[4 * o + 2], d->qb[o] = d->q[4 * o + 3];
+    d->vc[o] = d->zc[o];
+  }
+  if (!s->vnni) return 0;
+  d->wv = (int8_t *)(m + words);
+  for (k = 0; k < (size_t)n; k++)
+    for (o = 0; o < (size_t)np; o++) {
+      float v = wf[k * np + o];
+      if (!(v >= -128.0f && v <= 127.0f && v == (float)(int)v)) {
+        PyErr_SetString(PyExc_ValueError, "int8 weights: a value that is not an int8");
+        return -1;
+      }
+      d->wv[((k / 4) * np + o) * 4 + k % 4] = (int8_t)v;
+      if (o < (size_t)out) d->vc[o] += 128 * (int32_t)v;
+    }
+  return 0;
+}
+
 /* one int8 product (w, q, mode, np): see es_q_dense_t */
 static int bind_q_dense(StepObject *s, es_q_dense_t *d, PyObject *t, int n, int out, const char *what) {
   long mode, np;
@@ -568,7 +998,7 @@ static int bind_q_dense(StepObject *s, es_q_dense_t *d, PyObject *t, int n, int 
   d->f.np = (int)np;
   d->f.n1 = n;
   if (np > s->qnp) s->qnp = (int)np;
-  return 0;
+  return q_split(s, d);
 }
 
 static int get_i32(PyObject *t, Py_ssize_t i, int32_t *out, const char *what) {
@@ -579,13 +1009,13 @@ static int get_i32(PyObject *t, Py_ssize_t i, int32_t *out, const char *what) {
 }
 
 static PyObject *int8_step(PyObject *mod, PyObject *args) {
-  int kind, B, F, H, C, l, gates, f_pad, h_pad, reference = 0;
+  int kind, B, F, H, C, l, gates, f_pad, h_pad, reference = 0, vnni = 1;
   PyObject *x, *logits, *logits_q12, *probs, *state, *feat, *layers, *head, *sig, *tanh_;
   StepObject *s;
   Py_ssize_t L, per;
   (void)mod;
-  if (!PyArg_ParseTuple(args, "iiiiiOOOOOOOOOO|p", &kind, &B, &F, &H, &C, &x, &logits, &logits_q12, &probs, &state,
-                        &feat, &layers, &head, &sig, &tanh_, &reference))
+  if (!PyArg_ParseTuple(args, "iiiiiOOOOOOOOOO|pp", &kind, &B, &F, &H, &C, &x, &logits, &logits_q12, &probs, &state,
+                        &feat, &layers, &head, &sig, &tanh_, &reference, &vnni))
     return NULL;
   if (check_sizes(kind, B, F, H, C) < 0) return NULL;
   if (!PyList_Check(layers) || (L = PyList_GET_SIZE(layers)) < 1 || L > ES_MAX_LAYERS) {
@@ -601,6 +1031,7 @@ static PyObject *int8_step(PyObject *mod, PyObject *args) {
   if (!(s = new_step())) return NULL;
   s->quant = 1;
   s->reference = reference;
+  s->vnni = !reference && vnni && vnni_supported();
   s->kind = kind;
   s->B = B, s->F = F, s->H = H, s->C = C, s->L = (int)L;
   gates = kind == ES_F_RNN ? 1 : (kind == ES_F_GRU ? 3 : 4);
@@ -613,6 +1044,20 @@ static PyObject *int8_step(PyObject *mod, PyObject *args) {
       !(s->probs = bind(s, probs, 4, (Py_ssize_t)B * C, 1, "probs")) ||
       !(s->sigmoid = bind(s, sig, 2, 2049, 0, "sigmoid")) || !(s->tanh = bind(s, tanh_, 2, 2049, 0, "tanh")))
     goto fail;
+  if (!(s->lut_sig = PyMem_Malloc(sizeof(int32_t) * 2 * 2048))) {
+    PyErr_NoMemory();
+    goto fail;
+  }
+  s->lut_tanh = s->lut_sig + 2048;
+  for (l = 0; l < 2048; l++) {
+    int32_t ds = (int32_t)s->sigmoid[l + 1] - s->sigmoid[l], dt = (int32_t)s->tanh[l + 1] - s->tanh[l];
+    if (ds < -32768 || ds > 32767 || dt < -32768 || dt > 32767) {
+      PyErr_SetString(PyExc_ValueError, "sigmoid/tanh tables: a step between knots beyond 16 bits");
+      goto fail;
+    }
+    s->lut_sig[l] = (int32_t)(((uint32_t)ds << 16) | (uint16_t)s->sigmoid[l]);
+    s->lut_tanh[l] = (int32_t)(((uint32_t)dt << 16) | (uint16_t)s->tanh[l]);
+  }
   for (l = 0; l < L; l++) {
     if (!(s->qh[l] = bind_item(s, state, l * per, 2, (Py_ssize_t)B * H, 1, "state h"))) goto fail;
     if (per == 2 && !(s->qc[l] = bind_item(s, state, l * per + 1, 4, (Py_ssize_t)B * H, 1, "state c"))) goto fail;
@@ -650,6 +1095,18 @@ static PyObject *int8_step(PyObject *mod, PyObject *args) {
     }
     for (l = 0; l < L; l++) s->ql[l].x.f.b = s->ql[l].h.f.b = s->qzero;
     s->qhead.f.b = s->qzero;
+    if (s->vnni) {
+      size_t bytes = (size_t)ES_F_CHUNK * (s->n_a + h_pad), words = (size_t)6 * s->n_a / 4 + (size_t)2 * ES_F_CHUNK * s->qnp;
+      bytes = (bytes + 63) & ~(size_t)63;
+      if (!(s->va = PyMem_Calloc(bytes + sizeof(int32_t) * words, 1))) {
+        PyErr_NoMemory();
+        goto fail;
+      }
+      s->vah = s->va + (size_t)ES_F_CHUNK * s->n_a;
+      s->vpack = (int32_t *)(void *)(s->va + bytes);
+      s->vgx = s->vpack + (size_t)6 * s->n_a / 4;
+      s->vgh = s->vgx + (size_t)ES_F_CHUNK * s->qnp;
+    }
     s->gh = s->gx + gates * H;
     s->xb = s->gh + gates * H;                   /* 2 n_a bytes for the DSP path: n_a words are plenty */
     s->a = (int8_t *)(s->xb + s->n_a);           /* n_a bytes, then ah: h_pad bytes */
@@ -677,6 +1134,11 @@ static PyObject *simd(PyObject *mod, PyObject *noargs) {
 #endif
 }
 
+static PyObject *vnni_available(PyObject *mod, PyObject *noargs) {
+  (void)mod, (void)noargs;
+  return PyBool_FromLong(vnni_supported());
+}
+
 static PyMethodDef module_methods[] = {
     {"float_step", float_step, METH_VARARGS, "float_step(kind, B, F, H, C, x, logits, probs, mean, std, bank0, bank1, "
                                              "layers, head) -> Step"},
@@ -684,6 +1146,8 @@ static PyMethodDef module_methods[] = {
                                            "layers, head, sigmoid, tanh[, reference]) -> Step; reference: the "
                                            "firmware's es_k_matvec, stream by stream, instead of exact float products"},
     {"simd", simd, METH_NOARGS, "the instruction set the float step runs with on this machine"},
+    {"gate", gate_new, METH_VARARGS, "gate(B, F, C, x, hi, lo, logits) -> Gate: the reading and logits checks"},
+    {"vnni", (PyCFunction)(void (*)(void))vnni_available, METH_NOARGS, "True when int8 products run with AVX-512 VNNI here"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_es_native",
@@ -692,7 +1156,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_es_native",
 
 PyMODINIT_FUNC PyInit__es_native(void) {
   PyObject *m;
-  if (PyType_Ready(&StepType) < 0) return NULL;
+  if (PyType_Ready(&StepType) < 0 || PyType_Ready(&GateType) < 0) return NULL;
   m = PyModule_Create(&module);
   if (m == NULL) return NULL;
   Py_INCREF(&StepType);

@@ -4,8 +4,9 @@
 
 For each model and stream count: microseconds per call and readings per second of
 onnxruntime's IO-binding push (two pre-bound state banks, as StreamSession runs it) and of
-`NativeStep.run()`, then numpy's single-thread matrix product on the same shapes as one step
-(the GEMM bound). Each figure is the fastest of many single calls, so a busy machine shows its
+`NativeStep.run()`, against the GEMM bound: this core's single-thread matrix-product rate
+(numpy's float32 GEMM, 512 x 512 x 512, one BLAS thread) divided by the step's multiply-adds
+per reading. Each figure is the fastest of many single calls, so a busy machine shows its
 quiet moments rather than its load. Prints figures only; nothing here is a test.
 """
 
@@ -62,13 +63,20 @@ def ort_push(path, B: int):
     return run, meta
 
 
-def gemm_bound(step, B: int) -> float:
-    """Seconds numpy takes for one step's matrix products at B streams (useful columns only)."""
+def macs_per_reading(step) -> int:
+    """Multiply-adds of one reading's step (the products' useful columns; no padding, no gates)."""
     F, H, C, L = step.x.shape[1], step.hidden, step.logits.shape[1], step.layers
     G = {"rnn": 1, "gru": 3, "lstm": 4}[step.meta.arch]
-    shapes = [(B, (F if layer == 0 else H) + H, G * H) for layer in range(L)] + [(B, H, C)]
-    mats = [(np.random.rand(m, k).astype(np.float32), np.random.rand(k, n).astype(np.float32)) for m, k, n in shapes]
-    return fastest(lambda: [a @ b for a, b in mats], max(20, 20000 // B)), sum(2 * m * k * n for m, k, n in shapes)
+    return sum(((F if layer == 0 else H) + H) * G * H for layer in range(L)) + H * C
+
+
+def gemm_rate(n: int = 512, calls: int = 30) -> float:
+    """This core's matrix-product rate, multiply-adds per second: numpy's float32 GEMM of
+    n x n by n x n, the fastest of `calls` (one BLAS thread when OPENBLAS_NUM_THREADS=1 was
+    set before numpy loaded, as `main` and `edgeseq bench` do)."""
+    rng = np.random.default_rng(0)
+    a, b = rng.random((n, n), np.float32), rng.random((n, n), np.float32)
+    return n ** 3 / fastest(lambda: a @ b, calls)
 
 
 def main(argv=None) -> int:
@@ -84,7 +92,9 @@ def main(argv=None) -> int:
     if not native.available():
         print(native.why_unavailable())
         return 1
-    print(f"native step: {native.simd()}; onnxruntime {ort.__version__}, numpy {np.__version__}")
+    rate = gemm_rate()
+    print(f"native step: {native.simd()}, int8 products: {'AVX-512 VNNI' if native.vnni() else 'exact float32'}; "
+          f"onnxruntime {ort.__version__}, numpy {np.__version__}; single-thread GEMM {rate / 1e9:.1f} GMAC/s")
     for path in args:
         for B in streams:
             ort_run, meta = ort_push(path, B)
@@ -92,12 +102,12 @@ def main(argv=None) -> int:
             step.x[:] = np.random.default_rng(0).standard_normal(step.x.shape).astype(np.float32)
             calls = max(50, 200000 // B)
             t_ort, t_nat = fastest(ort_run, calls), fastest(step.run, calls)
-            t_gemm, flops = gemm_bound(step, B)
+            bound = rate / macs_per_reading(step)
             kind = "int8" if step.int8 else "float"
             print(f"{os.path.basename(str(path)):20s} {kind:5s} B={B:5d}  onnxruntime {t_ort * 1e6:9.2f} us "
-                  f"{B / t_ort:12,.0f} rd/s | native {t_nat * 1e6:9.2f} us {B / t_nat:12,.0f} rd/s "
-                  f"(x{t_ort / t_nat:4.1f}) | numpy GEMM bound {B / t_gemm:12,.0f} rd/s "
-                  f"({flops / t_gemm / 1e9:5.1f} GFLOP/s): native at {t_gemm / t_nat:4.0%}", flush=True)
+                  f"{B / t_ort:12,.0f} rd/s ({B / t_ort / bound:4.0%}) | native {t_nat * 1e6:9.2f} us "
+                  f"{B / t_nat:12,.0f} rd/s ({B / t_nat / bound:4.0%}; x{t_ort / t_nat:4.1f}) | GEMM bound "
+                  f"{bound:12,.0f} rd/s", flush=True)
     return 0
 
 
