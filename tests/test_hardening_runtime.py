@@ -233,6 +233,34 @@ def test_a_step_with_nan_logits_is_not_adopted(models, tmp_path, arch):
     _tried("nan logits")
 
 
+@pytest.mark.parametrize("arch", ["gru", "transformer"])
+def test_without_the_native_extension_the_checks_run_in_numpy(models, tmp_path, arch, monkeypatch):
+    """Where the C extension was not built: auto runs onnxruntime, native says how to build it,
+    and the reading check and the NaN safety net (numpy then) refuse the same things."""
+    from edgeseq.runtime import native
+    monkeypatch.setattr(native, "_ext", None)
+    monkeypatch.setattr(native, "_WHY", "the native step extension (edgeseq.runtime.native._es_native) is not "
+                                        "built; build it with `pip install -e .` where a C compiler is installed")
+    monkeypatch.delenv("EDGESEQ_BACKEND", raising=False)
+    with pytest.raises(UsageError, match="backend 'native' cannot run .*not built; build it with"):
+        StreamSession(models[arch], backend="native")
+    sess = StreamSession(poisoned(models[arch], tmp_path / "p.onnx"), streams=2)
+    assert sess.backend == "onnxruntime" and sess._gate is None
+    ok = np.zeros((2, F), np.float32)
+    sess.push(ok)
+    before = sess.snapshot()
+    for value, why in ((np.nan, "drop or repair it"), (1e30, "beyond 1e12 standard deviations")):
+        bad = ok.copy()
+        bad[1, 2] = value
+        with pytest.raises(ReadingError, match=why):
+            sess.push(bad)
+    bad = ok.copy()
+    bad[1, 0] = 200.0
+    with pytest.raises(ReadingError, match="the model gave NaN or Inf from this reading"):
+        sess.push(bad)
+    assert same_state(sess.snapshot(), before)
+
+
 def test_inf_logits_through_the_command_are_one_line_and_no_warning(models, tmp_path):
     """-Inf logits make the net's dot product NaN, which numpy would report as a RuntimeWarning
     on stderr: in a real process the command still says exactly one line."""
