@@ -221,7 +221,7 @@ def cli():
 
 
 @cli.command()
-@click.option("--arch", default="gru", show_default=True, help="rnn, gru, lstm, transformer, bigru or bilstm.")
+@click.option("--arch", default="gru", show_default=True, help="rnn, gru, lstm, transformer, ssm, bigru or bilstm.")
 @click.option("--data", default="basicmotions", show_default=True, help="'basicmotions' or a .npz / .csv path.")
 @click.option("--out", required=True, type=click.Path(), help="Run directory for checkpoint.pt and metrics.json.")
 @click.option("--epochs", type=click.IntRange(min=1), help="Override the architecture's default schedule.")
@@ -240,6 +240,7 @@ def train(arch, data, out, epochs, lr, seed, settings, as_json, quiet):
     per row and columns sequence,label,<features...> (optional split=train|test column).
       edgeseq train --arch lstm --data basicmotions --out runs/lstm
       edgeseq train --arch gru --data mydata.npz --out runs/mine --set hidden=32
+      edgeseq train --arch ssm --out runs/ssm --set selective=true
     """
     from dataclasses import replace
 
@@ -492,7 +493,8 @@ def _stream(sess, model, fh, on_bad, as_json, state_file, held, save_every):
 @cli.command()
 @click.option("--repeats", type=click.IntRange(min=10), default=2000, show_default=True)
 @click.option("--train", "with_train", is_flag=True,
-              help="Also time each streaming architecture's default training (needs torch).")
+              help="Also time each streaming architecture's default training, and one epoch at sequence "
+                   "lengths 100 and 1,000 (needs torch).")
 @click.option("--backend", type=click.Choice(["both", "onnxruntime", "native"]), default="both", show_default=True,
               help="Which step backends the backend table times.")
 @click.option("--json", "as_json", is_flag=True)
@@ -514,7 +516,7 @@ def bench(repeats, with_train, backend, as_json):
         # numpy's BLAS picks its threads when it loads: run again with one, as the other figures run
         os.execve(sys.executable, [sys.executable, "-m", "edgeseq", *sys.argv[1:]],
                   {**os.environ, **{k: "1" for k in one}, "EDGESEQ_BENCH_CHILD": "1"})
-    from edgeseq.report.bench import format_bench, run_bench, run_train_bench
+    from edgeseq.report.bench import format_bench, run_bench, run_epoch_bench, run_train_bench
 
     if backend == "native":
         from edgeseq.runtime import native
@@ -523,6 +525,7 @@ def bench(repeats, with_train, backend, as_json):
     r = run_bench(repeats=repeats, backends=("onnxruntime", "native") if backend == "both" else (backend,))
     if with_train:
         r["train"] = run_train_bench()
+        r["epochs"] = run_epoch_bench(threads=1)
     if as_json:
         _echo_json(r)
     else:

@@ -63,7 +63,7 @@ META_VALIDATION = "edgeseq.validation"
 
 REQUIRED_KEYS = (META_FORMAT, META_ARCH, META_MODE, META_FEATURES, META_LABELS, META_STATE)
 
-STREAM_ARCHS = ("rnn", "gru", "lstm", "transformer")
+STREAM_ARCHS = ("rnn", "gru", "lstm", "transformer", "ssm")
 WINDOW_ARCHS = ("bigru", "bilstm")
 ARCHS = STREAM_ARCHS + WINDOW_ARCHS
 

@@ -67,6 +67,7 @@ DEFAULTS = {
     "gru": TrainConfig(epochs=25, lr=5e-3),
     "lstm": TrainConfig(epochs=30, lr=5e-3),
     "transformer": TrainConfig(epochs=30, lr=2e-3),
+    "ssm": TrainConfig(epochs=20, lr=5e-3),
     "bigru": TrainConfig(epochs=40, lr=5e-3, stream_weight=0.0),
     "bilstm": TrainConfig(epochs=60, lr=5e-3, stream_weight=0.0),
 }

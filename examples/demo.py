@@ -1,4 +1,4 @@
-"""The main demo: train, export (float and int8) and stream all four streaming architectures on BasicMotions.
+"""The main demo: train, export (float and int8) and stream all five streaming architectures on BasicMotions.
 
     make demo            # or: python examples/demo.py [--out DIR]
 
@@ -19,7 +19,7 @@ from edgeseq.runtime import StreamSession, evaluate
 from edgeseq.train import save_checkpoint, train
 from export import export_int8, export_model
 
-ARCHS = ["rnn", "gru", "lstm", "transformer"]
+ARCHS = ["rnn", "gru", "lstm", "transformer", "ssm"]
 
 
 def main():
@@ -64,7 +64,8 @@ def main():
     print("\nper seq: accuracy at each test sequence's end, every sequence its own stream from zero state."
           "\ncontinuous: per-reading accuracy on the test sequences joined end to end, never reset "
           "(20 readings after each change not scored), as a device sees them."
-          "\nRecurrent models hold the same state whatever the history; the Transformer's KV cache grows "
+          "\nRecurrent and state-space models hold the same state whatever the history; the Transformer's KV "
+          "cache grows "
           "by one row per reading up to the window it was trained with, then slides."
           "\nNext: `edgeseq eval models/gru.onnx`, `edgeseq compare models/gru.onnx models/gru-int8.onnx`, "
           "`edgeseq bench`.")

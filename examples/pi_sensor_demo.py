@@ -80,7 +80,8 @@ def main(argv=None):
                            print_every=args.print_every, max_readings=args.max_readings)
     if args.json:
         print(json.dumps({"summary": summary}), flush=True)
-    print(f"{summary['this_run']} readings in {summary['seconds']} s ({summary['rate_hz']} Hz; target "
+    print(f"{summary['this_run']} readings in {summary['seconds']} s on the {sess.backend} backend "
+          f"({summary['rate_hz']} Hz; target "
           f"{summary['target_rate_hz']}), latency median {summary['median_us']} us p99 {summary['p99_us']} us, "
           f"late {summary['late']}, dropped {summary['dropped']}, bad {summary['bad']}, RSS "
           f"{summary['rss_kb_end']} kB; stopped by {summary['stopped_by']}", file=sys.stderr)

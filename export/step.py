@@ -123,6 +123,76 @@ class FusedRecurrentStep(nn.Module):
         return (logits, torch.softmax(logits, -1), *new)
 
 
+class SSMStep(nn.Module):
+    """The state-space step as exported (`edgeseq.models.ssm`), per layer, v = LayerNorm(u):
+
+        fixed:      s' = a ⊙ s + v @ W_x' + b_x'       (a and 1 - a are constants; 1 - a is folded
+                                                      into W_x' and b_x', computed as the model does)
+        selective:  a = exp(-λ ⊙ softplus(v @ W_δ + b_δ)),  s' = a ⊙ s + (1 - a) ⊙ (v @ W_x + b_x)
+        u' = u + ((s' @ C + D ⊙ v) ⊙ SiLU(v @ W_g + b_g)) @ W_out + b_out
+
+    Float (`split=False`): one MatMul reads v for [x | g (| δ)]. With `split=True` (int8) each
+    of x, g and δ has its own MatMul, named by its weight (`ssm{l}_x`, `ssm{l}_gate`,
+    `ssm{l}_delta`, the state readout `ssm{l}_readout`, `ssm{l}_out`), so the quantizer can
+    keep chosen parts in float (`export.quantize.SSM_FLOAT_PARTS`). The decay and the state
+    update are element-wise and stay float32 either way."""
+
+    def __init__(self, model, split: bool = False):
+        super().__init__()
+        self.model, self.split = model, split
+        c = model.config
+        self.selective, self.N, self.d = c.selective, c.d_state, c.d_model
+        with torch.no_grad():
+            for i, layer in enumerate(model.layers):
+                N, d = self.N, self.d
+                w, b = layer.in_proj.weight.t(), layer.in_proj.bias.clone()           # (d, N + d [+ N]), (...)
+                if not self.selective:
+                    a = torch.exp(layer.inputs(torch.zeros(1, d))[0])                  # (N,): as the model's step
+                    w = torch.cat([w[:, :N] * (1 - a), w[:, N:]], dim=1)
+                    b = torch.cat([b[:N] * (1 - a), b[N:]])
+                    self.register_buffer(f"ssm{i}_decay", a.contiguous())
+                else:
+                    self.register_buffer(f"ssm{i}_rate", torch.exp(layer.log_lambda).contiguous())   # λ
+                parts = {"x": (0, N), "gate": (N, N + d), "delta": (N + d, 2 * N + d)}
+                for name, (lo, hi) in parts.items():
+                    if name == "delta" and not self.selective:
+                        continue
+                    if split:
+                        self.register_buffer(f"ssm{i}_{name}", w[:, lo:hi].contiguous())
+                        self.register_buffer(f"ssm{i}_{name}_bias", b[lo:hi].contiguous())
+                if not split:
+                    self.register_buffer(f"ssm{i}_in", w.contiguous())
+                    self.register_buffer(f"ssm{i}_in_bias", b.contiguous())
+                self.register_buffer(f"ssm{i}_readout", layer.out_state.weight.t().contiguous())   # C: (N, d)
+                self.register_buffer(f"ssm{i}_skip", layer.skip.detach().clone())                 # D: (d,)
+                self.register_buffer(f"ssm{i}_out", layer.out_proj.weight.t().contiguous())       # (d, d)
+                self.register_buffer(f"ssm{i}_out_bias", layer.out_proj.bias.detach().clone())
+
+    def forward(self, reading, *state):
+        N, d = self.N, self.d
+        u, new = self.model.encoder(self.model.norm(reading)), []                # (B, d)
+        for i, layer in enumerate(self.model.layers):
+            p = lambda name: getattr(self, f"ssm{i}_{name}")                      # noqa: E731
+            v = layer.ln(u)                                                       # (B, d)
+            if self.split:
+                x = v @ p("x") + p("x_bias")                                      # (B, N)
+                g = v @ p("gate") + p("gate_bias")                                # (B, d)
+                delta = v @ p("delta") + p("delta_bias") if self.selective else None
+            else:
+                parts = (v @ p("in") + p("in_bias")).split([N, d, N] if self.selective else [N, d], dim=-1)
+                x, g, delta = parts[0], parts[1], parts[2] if self.selective else None
+            if self.selective:
+                a = torch.exp(-p("rate") * nn.functional.softplus(delta))          # (B, N)
+                s = a * state[i] + (1 - a) * x
+            else:
+                s = p("decay") * state[i] + x                                     # (B, N)
+            y = s @ p("readout") + p("skip") * v                                  # (B, d)
+            u = u + (y * nn.functional.silu(g)) @ p("out") + p("out_bias")
+            new.append(s)
+        logits = self.model.head(self.model.ln_f(u))
+        return (logits, torch.softmax(logits, -1), *new)
+
+
 class TransformerStep(nn.Module):
     """(reading, position, past.0.key, past.0.value, ...) -> (logits, present.0.key, ...)."""
 
@@ -169,8 +239,9 @@ def _trace(module, args, input_names, output_names, dynamic_shapes):
 def build_graph(ckpt: dict, max_history: int | None = None, split: bool = False):
     """(onnx.ModelProto, ModelMeta, torch model) for a checkpoint, not yet validated.
 
-    `split` exports recurrent cells with separate input and state MatMuls (the form int8
-    quantization wants); the contract is the same either way."""
+    `split` exports recurrent cells with separate input and state MatMuls, and state-space
+    layers with one MatMul per projection (the forms int8 quantization wants); the contract
+    is the same either way."""
     model = model_from_checkpoint(ckpt)
     arch = ckpt["arch"]
     F = model.config.n_features
@@ -199,7 +270,7 @@ def build_graph(ckpt: dict, max_history: int | None = None, split: bool = False)
             args = (torch.randn(2, F), *model.init_state(2))
             names_in = [contract.READING] + [s.name for s in specs]
             dyn = ({0: batch}, tuple({0: batch} for _ in specs))
-            wrapper = FusedRecurrentStep(model, split=split)
+            wrapper = SSMStep(model, split=split) if arch == "ssm" else FusedRecurrentStep(model, split=split)
         names_out = [contract.LOGITS, contract.PROBS] + [s.output for s in specs]
         proto = _trace(wrapper, args, names_in, names_out, dyn)
         meta = meta_for(ckpt, model, "stream", max_history=max_history)

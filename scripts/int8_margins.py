@@ -27,7 +27,7 @@ from export import export_int8
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--archs", nargs="+", default=["rnn", "gru", "lstm", "transformer"])
+    ap.add_argument("--archs", nargs="+", default=["rnn", "gru", "lstm", "transformer", "ssm"])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     ap.add_argument("--schemes", nargs="+", default=["static", "dynamic"])
     ap.add_argument("--json", help="also write the rows to this file")

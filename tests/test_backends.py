@@ -122,7 +122,7 @@ def test_the_backend_default_comes_from_the_environment(exported, monkeypatch):
     assert StreamSession(gru, backend="native").backend == "native"        # a named backend wins
     monkeypatch.setenv("EDGESEQ_BACKEND", "native")
     assert StreamSession(gru).backend == "native"
-    with pytest.raises(UsageError, match="backend 'native' cannot run"):
+    with pytest.raises(UsageError, match=r"backend 'native' \(from \$EDGESEQ_BACKEND\) cannot run"):
         StreamSession(exported("transformer")[0])
     monkeypatch.setenv("EDGESEQ_BACKEND", "tflite")
     with pytest.raises(UsageError, match="EDGESEQ_BACKEND is 'tflite'; set it to one of auto, onnxruntime, native"):
@@ -130,3 +130,118 @@ def test_the_backend_default_comes_from_the_environment(exported, monkeypatch):
     r = CliRunner().invoke(cli, ["eval", str(gru)])
     errors = [line for line in r.output.splitlines() if line.startswith("Error:")]
     assert r.exit_code != 0 and len(errors) == 1 and "EDGESEQ_BACKEND" in errors[0], r.output
+
+
+def _edit(src, dst, edit):
+    import onnx
+    m = onnx.load(str(src))
+    edit(m)
+    onnx.save(m, str(dst))
+    return dst
+
+
+def test_a_file_whose_operations_differ_runs_its_graph(exported, int8, tmp_path):
+    """The native step reads weights and assumes the export's operations; a file whose graph
+    computes something else (an edited cell, a NaN bias) is run by onnxruntime under auto, and
+    refused by name under native, never run wrong."""
+    import warnings
+
+    from onnx import numpy_helper
+
+    def swap(op_from, op_to):
+        def edit(m):
+            next(n for n in m.graph.node if n.op_type == op_from).op_type = op_to
+        return edit
+
+    def nan_bias(m):
+        t = next(t for t in m.graph.initializer if t.name.startswith("b0"))
+        a = numpy_helper.to_array(t).copy()
+        a.reshape(-1)[0] = np.nan
+        t.CopyFrom(numpy_helper.from_array(a, t.name))
+
+    cases = [(exported("gru")[0], swap("Sigmoid", "Tanh")), (exported("lstm")[0], swap("Tanh", "Sigmoid")),
+             (int8("gru", "static")[0], swap("Sigmoid", "Tanh")), (int8("gru", "static")[0], nan_bias)]
+    for i, (src, edit) in enumerate(cases):
+        path = _edit(src, tmp_path / f"edited{i}.onnx", edit)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")                    # no numpy warning on the way
+            s = StreamSession(path, streams=2)
+            assert s.backend == "onnxruntime", i
+            with pytest.raises(UsageError, match=f"backend 'native' cannot run '{path}'"):
+                StreamSession(path, backend="native")
+        ort_ = StreamSession(path, streams=2, backend="onnxruntime")
+        x = _readings(1, 2)[0]
+        assert np.array_equal(s.push_logits(x), ort_.push_logits(x))
+
+
+def test_eval_native_on_a_window_model_is_refused(exported, monkeypatch):
+    from export import export_model
+    r = CliRunner().invoke(cli, ["eval", str(exported("bigru")[0]), "--backend", "native"])
+    errors = [line for line in r.output.splitlines() if line.startswith("Error:")]
+    assert r.exit_code == 2 and len(errors) == 1 and "whole windows" in errors[0], r.output
+    monkeypatch.setenv("EDGESEQ_BACKEND", "native")
+    r = CliRunner().invoke(cli, ["eval", str(exported("bigru")[0])])
+    assert r.exit_code == 2 and "from $EDGESEQ_BACKEND" in r.output, r.output
+    del export_model
+
+
+@pytest.mark.parametrize("backend", ["native", "onnxruntime"])
+def test_a_reading_changed_by_another_thread_is_one_reading_error(exported, backend):
+    """Another thread writing NaN into the array being pushed: the push is either taken or
+    refused with a ReadingError, never anything else, and the state stays a state of accepted
+    readings."""
+    import threading
+    s = StreamSession(exported("gru")[0], backend=backend)
+    shared = np.zeros((1, 6), np.float32)
+    stop = threading.Event()
+
+    def toggle():
+        while not stop.is_set():
+            shared[0, 0] = np.nan
+            shared[0, 0] = 0.5
+    t = threading.Thread(target=toggle)
+    t.start()
+    refused = 0
+    try:
+        for _ in range(3000):
+            try:
+                s.push(shared)
+            except ReadingError:
+                refused += 1
+    finally:
+        stop.set()
+        t.join()
+    assert all(np.isfinite(a).all() for a in s.snapshot()["state"])
+    assert s.position[0] == 3000 - refused
+
+
+@pytest.mark.parametrize("backend", ["native", "onnxruntime"])
+def test_bytes_and_masked_readings_are_refused(exported, backend):
+    s = StreamSession(exported("gru")[0], backend=backend)
+    before = s.snapshot()
+    for bad, why in ((bytearray(6), "bytearray, not numbers"), (b"\x00" * 6, "bytes, not numbers"),
+                     (memoryview(bytearray(6)), "memoryview, not numbers"),
+                     (np.ma.masked_array(np.zeros((1, 6)), mask=[[0, 1, 0, 0, 0, 0]]), "masked values")):
+        with pytest.raises(ReadingError, match=why):
+            s.push(bad)
+    assert all(np.array_equal(a, b) for a, b in zip(before["state"], s.snapshot()["state"]))
+    s.push(np.ma.masked_array(np.zeros((1, 6), np.float32)))      # nothing masked: a plain reading
+
+
+def test_bench_times_both_backends_and_says_which_pushed():
+    from edgeseq.report.bench import format_bench, run_bench
+    r = run_bench(repeats=20, warmup=2, cache_lengths=(4,), backends=("onnxruntime", "native"))
+    assert r["gru"]["edgeseq_push_backend"] == "native"
+    rows = r["backends"]["rows"]
+    assert {(row["model"], row["streams"]) for row in rows} == {(m, b) for m in ("float", "int8")
+                                                                 for b in (1, 16, 256, 1024)}
+    for row in rows:
+        for b in ("onnxruntime", "native"):
+            assert row[b]["us_per_call"] > 0 and 0 < row[b]["share_of_gemm_bound"]
+        if row["streams"] == 1:
+            o = row["onnxruntime"]
+            assert o["python_overhead_us"] == pytest.approx(o["us_per_call"] - o["bare_iobinding_us"])
+    text = format_bench(r)
+    assert "edgeseq StreamSession.push (native" in text and "GEMM" in text and "Python" in text
+    r = run_bench(repeats=20, warmup=2, cache_lengths=(4,), backends=("onnxruntime",))
+    assert r["gru"]["edgeseq_push_backend"] == "onnxruntime" and "native" not in r["backends"]["rows"][0]

@@ -107,7 +107,7 @@ def test_model_file_errors(runner):
 def test_usage_errors_exit_2(runner, exported):
     r = runner.invoke(cli, ["train", "--arch", "mamba", "--out", "x"])
     assert r.exit_code == 2
-    assert _err(r) == ("Error: unknown architecture 'mamba': choose one of rnn, gru, lstm, transformer, bigru, bilstm "
+    assert _err(r) == ("Error: unknown architecture 'mamba': choose one of rnn, gru, lstm, transformer, ssm, bigru, bilstm "
                        "(see 'cli train --help')")
     r = runner.invoke(cli, ["train", "--set", "depth=3", "--out", "x"])
     assert r.exit_code == 2 and _err(r).startswith("Error: 'gru' has no setting depth;")

@@ -42,7 +42,7 @@ def test_json_carries_the_figures(report):
         assert m["parameters"] > 0 and m["macs_per_reading"] > 0 and m["source"].startswith("reused")
         assert m["int8"]["bytes"] < m["float"]["bytes"] and 0 <= m["float"]["accuracy"] <= 1
     lat = r["latency"]
-    names = {"rnn", "gru", "lstm", "transformer", "transformer-window"} | {f"{a}-int8" for a in ARCHS}
+    names = {"rnn", "gru", "lstm", "transformer", "ssm", "transformer-window"} | {f"{a}-int8" for a in ARCHS}
     assert set(lat["series"]) == names
     for rows in lat["series"].values():
         assert all(row["p99_us"] >= row["median_us"] > 0 for row in rows) and rows[-1]["to"] == QUICK["history"]
@@ -61,7 +61,7 @@ def test_json_carries_the_figures(report):
 def test_recurrent_state_is_flat_and_the_cache_grows_per_reading(report):
     _, r = report
     s = r["memory"]["series"]
-    for arch, state in (("rnn", 256), ("gru", 256), ("lstm", 512)):
+    for arch, state in (("rnn", 256), ("gru", 256), ("lstm", 512), ("ssm", 256)):
         assert set(s[arch]["bytes"]) == {state}, arch                    # measured after every history point
     cfg = r["models"]["transformer"]["config"]
     per_reading = 2 * cfg["layers"] * cfg["d_model"] * 4                   # key + value rows, float32

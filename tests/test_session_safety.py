@@ -579,7 +579,7 @@ def test_int8_working_directory_lies_beside_the_output_and_is_cleaned(tmp_path, 
     keep.remove("m.onnx")
     seen = {}
 
-    def stop(float_path, out_path, scheme, calibration=None):
+    def stop(float_path, out_path, scheme, calibration=None, float_parts=()):
         seen["dir"] = os.path.dirname(float_path)
         seen["listing"] = os.listdir(tmp_path)
         raise RuntimeError("killed here")

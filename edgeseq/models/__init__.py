@@ -11,6 +11,7 @@ from edgeseq.models.birnn import BiRNN, BiRNNConfig
 from edgeseq.models.gru import GRU, GRUConfig
 from edgeseq.models.lstm import LSTM, LSTMConfig
 from edgeseq.models.rnn import RNN, RNNConfig
+from edgeseq.models.ssm import SSM, SSMConfig
 from edgeseq.models.transformer import Transformer, TransformerConfig
 
 REGISTRY = {
@@ -18,6 +19,7 @@ REGISTRY = {
     "gru": (GRU, GRUConfig, {}),
     "lstm": (LSTM, LSTMConfig, {}),
     "transformer": (Transformer, TransformerConfig, {}),
+    "ssm": (SSM, SSMConfig, {}),
     "bigru": (BiRNN, BiRNNConfig, {"cell": "gru"}),
     "bilstm": (BiRNN, BiRNNConfig, {"cell": "lstm"}),
 }
@@ -30,8 +32,9 @@ def check_arch(arch: str) -> str:
     return arch
 
 
-# What each model setting may be: (type, smallest, largest) for numbers, the choices for
-# strings. The ceilings stop a typo (hidden=64000) from allocating gigabytes before it fails.
+# What each model setting may be: (type, smallest, largest) for numbers, (bool,) for a switch,
+# the choices for strings. The ceilings stop a typo (hidden=64000) from allocating gigabytes
+# before it fails.
 LIMITS = {
     "n_features": (int, 1, 4096),
     "n_classes": (int, 2, 4096),
@@ -42,6 +45,8 @@ LIMITS = {
     "heads": (int, 1, 4096),
     "d_ff": (int, 1, 16384),
     "window": (int, 0, 100_000),
+    "d_state": (int, 1, 4096),
+    "selective": (bool,),
     "positions": ("none", "sinusoid"),
     "cell": ("gru", "lstm"),
 }
@@ -49,9 +54,14 @@ LIMITS = {
 
 def check_setting(arch: str, name: str, value):
     """`value` for setting `name` of `arch`, as the config field's type; UsageError naming the
-    setting and what it may be otherwise. A number field takes no bool or text ('true', '8'),
-    a whole-number field no float (2.0 included: the checkpoint keeps exactly what it got)."""
+    setting and what it may be otherwise. A switch takes true or false only (not 1 or 'yes'),
+    a number field no bool or text ('true', '8'), a whole-number field no float (2.0
+    included: the checkpoint keeps exactly what it got)."""
     rule = LIMITS[name]
+    if rule[0] is bool:
+        if not isinstance(value, bool):
+            raise UsageError(f"'{arch}' setting {name} must be true or false, got {value!r}")
+        return value
     if isinstance(rule[0], str):
         if not isinstance(value, str) or value not in rule:
             raise UsageError(f"'{arch}' setting {name} must be one of {', '.join(rule)}, got {value!r}")

@@ -94,7 +94,7 @@ class _Recompute:
 TRAIN_TARGET_S = 60.0      # the default GRU's training on 2 cores must stay well under this
 
 
-def run_train_bench(archs=("rnn", "gru", "lstm", "transformer"), threads: int | None = None) -> dict:
+def run_train_bench(archs=("rnn", "gru", "lstm", "transformer", "ssm"), threads: int | None = None) -> dict:
     """Seconds each architecture's default schedule takes on the embedded data (wall clock,
     torch intra-op threads as given or torch's default)."""
     import torch
@@ -111,6 +111,85 @@ def run_train_bench(archs=("rnn", "gru", "lstm", "transformer"), threads: int | 
                       "test_accuracy": ck["metrics"]["test_accuracy"]}
     return {"archs": rows, "threads": torch.get_num_threads(), "target_s": TRAIN_TARGET_S,
             "gru_within_target": rows.get("gru", {}).get("seconds", 0.0) < TRAIN_TARGET_S}
+
+
+EPOCH_ARCHS = ("gru", "lstm", "transformer", "ssm")
+
+
+def run_epoch_bench(archs=EPOCH_ARCHS, lengths=(100, 1000), epochs: int = 3, threads: int | None = None) -> dict:
+    """Training time per epoch against sequence length: the parallel-training claim, measured.
+
+    The same data at every length: BasicMotions' 40 training sequences (100 readings of 6
+    channels each, 4,000 readings) cut into sequences of `length` readings, joined end to end
+    first when `length` is longer (1,000: 4 sequences of 10 joined recordings). An epoch is one
+    forward and backward pass over all of them in one batch, the loss over every reading's
+    logits (`forward_all`, per-reading labels), then an Adam step: one whole-sequence update of
+    each architecture's default model (its config's defaults, the models the demo trains).
+    Figures: median seconds of `epochs` epochs after one untimed, torch threads as given (or
+    torch's default), with parameters and state floats per stream. Recurrent models run
+    torch's fused GRU/LSTM layers (a sequential loop over readings inside), the Transformer
+    attends over each sequence (its trained window masks the rest), the SSM runs its parallel
+    scan."""
+    import torch
+
+    from edgeseq.data import load_dataset
+    from edgeseq.models import build_model, make_config
+
+    if threads:
+        torch.set_num_threads(threads)
+    ds = load_dataset("basicmotions")
+    tr = ds.train
+    X = np.concatenate([x[:n] for x, n in zip(tr.X, tr.lengths)]).astype(np.float32)  # (4000, F), end to end
+    Y = np.concatenate([y[:n] for y, n in zip(tr.Y, tr.lengths)]).astype(np.int64)
+    rows = {}
+    for arch in archs:
+        torch.manual_seed(0)
+        cfg = make_config(arch, n_features=ds.n_features, n_classes=len(ds.labels))
+        model = build_model(arch, cfg).train()
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        specs = model.state_specs()
+        floats = {k: int(sum(np.prod([d for d in s.shape if isinstance(d, int)]) for s in specs if s.kind == k))
+                  for k in ("fixed", "growing")}
+        row = {"parameters": int(sum(p.numel() for p in model.parameters())),
+               "state_floats_per_stream": floats["fixed"], "cache_floats_per_reading": floats["growing"],
+               "seconds_per_epoch": {}}
+        for T in lengths:
+            n = len(X) // T
+            x = torch.from_numpy(X[:n * T].reshape(n, T, -1))
+            y = torch.from_numpy(Y[:n * T].reshape(n, T).astype(np.int64))
+
+            def epoch():
+                opt.zero_grad()
+                logits = model.forward_all(x)
+                loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+                loss.backward()
+                opt.step()
+            epoch()
+            times = []
+            for _ in range(epochs):
+                t0 = time.perf_counter()
+                epoch()
+                times.append(time.perf_counter() - t0)
+            row["seconds_per_epoch"][T] = float(np.median(times))
+        first, last = lengths[0], lengths[-1]
+        row["ratio"] = row["seconds_per_epoch"][last] / row["seconds_per_epoch"][first]
+        rows[arch] = row
+    return {"archs": rows, "lengths": list(lengths), "readings": int(len(X)), "epochs": epochs,
+            "threads": torch.get_num_threads()}
+
+
+def format_epoch_bench(r: dict) -> str:
+    L = r["lengths"]
+    lines = [f"Training time per epoch, the same {r['readings']:,} BasicMotions readings as sequences of "
+             f"{' and '.join(f'{t:,}' for t in L)} readings (one batch, loss on every reading; median of "
+             f"{r['epochs']} epochs, {r['threads']} torch threads):",
+             "  arch         params  state floats " + "".join(f"  T={t:<6d} s" for t in L) + f"  T={L[-1]} / T={L[0]}"]
+    for arch, row in r["archs"].items():
+        state = (f"{row['state_floats_per_stream']:,d}" if not row["cache_floats_per_reading"]
+                 else f"{row['cache_floats_per_reading']:,d}/reading")
+        lines.append(f"  {arch:11s} {row['parameters']:7,d} {state:>13s} "
+                     + "".join(f" {row['seconds_per_epoch'][t]:10.3f}" for t in L) + f"  {row['ratio']:8.2f}x")
+    return "\n".join(lines)
 
 
 def run_bench(repeats: int = 2000, warmup: int = 200, cache_lengths=(16, 256, 1024), progress=True,
@@ -151,7 +230,9 @@ def run_bench(repeats: int = 2000, warmup: int = 200, cache_lengths=(16, 256, 10
             _, state[0] = model.step(xt, state[0])
         torch_eager = _median_us(torch_step, repeats, warmup)
 
-        sess = StreamSession(gru_path)
+        from edgeseq.runtime import native
+        push_backend = "native" if "native" in backends and native.available() else "onnxruntime"
+        sess = StreamSession(gru_path, backend=push_backend)
         plain = sess.session
         feeds = {"reading": x, "state_in.0": np.zeros((1, 64), np.float32)}
         names = [o.name for o in plain.get_outputs()]
@@ -166,6 +247,7 @@ def run_bench(repeats: int = 2000, warmup: int = 200, cache_lengths=(16, 256, 10
             "torch_eager": torch_eager,
             "ort_session_run": ort_plain,
             "edgeseq_push": runtime,
+            "edgeseq_push_backend": sess.backend,
             "ort_floor_session_run": floor_run,
             "ort_floor_iobinding": floor_bind,
             "ratio_push_to_floor": runtime["median_us"] / floor_run["median_us"],
@@ -182,7 +264,7 @@ def run_bench(repeats: int = 2000, warmup: int = 200, cache_lengths=(16, 256, 10
         rows = []
         n_rep = max(repeats // 10, 50)
         for T in cache_lengths:
-            s = StreamSession(tr_path)
+            s = StreamSession(tr_path, backend="onnxruntime")
             for _ in range(T):
                 s.push(x)
             snap = s.snapshot()
@@ -298,7 +380,7 @@ def format_bench(r: dict) -> str:
         f"  onnxruntime floor, Identity, IO binding    {g['ort_floor_iobinding']['median_us']:8.1f} us",
         f"  torch eager step                           {g['torch_eager']['median_us']:8.1f} us",
         f"  onnxruntime session.run loop               {g['ort_session_run']['median_us']:8.1f} us",
-        f"  edgeseq StreamSession.push                 {g['edgeseq_push']['median_us']:8.1f} us",
+        f"  edgeseq StreamSession.push ({g['edgeseq_push_backend']:11s})  {g['edgeseq_push']['median_us']:8.1f} us",
         f"  push / floor (session.run): {g['ratio_push_to_floor']:.2f}x   push / floor (IO binding): "
         f"{g['ratio_push_to_floor_iobinding']:.2f}x   torch eager / push: {g['speedup_vs_torch_eager']:.2f}x",
         "Transformer step, cached vs recomputing the whole history:",
@@ -342,6 +424,8 @@ def format_bench(r: dict) -> str:
                          f"{row['test_accuracy']:.3f})")
         if "gru" in t["archs"]:
             lines.append(f"  default GRU under {t['target_s']:.0f} s: {'met' if t['gru_within_target'] else 'NOT met'}")
+    if "epochs" in r:
+        lines.append(format_epoch_bench(r["epochs"]))
     m = r["machine"]
     lines.append(f"({m['machine']}, {m['cpus']} cpus, onnxruntime {m['onnxruntime']}, torch {m.get('torch', '-')}, "
                  "1 thread)")

@@ -83,14 +83,14 @@ def compare_models(paths: list, data: str = "basicmotions", readings: int = STRE
 
 
 def format_compare(r: dict) -> str:
-    head = ["model", "quant", "KB", "x smaller", "per seq", "continuous", "follow", "max diff", "mean diff",
+    head = ["model", "quant", "backend", "KB", "x smaller", "per seq", "continuous", "follow", "max diff", "mean diff",
             "agree", "us/reading", "p99 us"]
     base = r["models"][0]
     lines = []
     for m in r["models"]:
         d = m["vs_first"]
         lines.append([
-            os.path.basename(m["model"]), m["quantization"], f"{m['bytes'] / 1000:.1f}",
+            os.path.basename(m["model"]), m["quantization"], m.get("backend", "onnxruntime"), f"{m['bytes'] / 1000:.1f}",
             f"{base['bytes'] / m['bytes']:.2f}", f"{m['accuracy']:.3f}",
             f"{m['continuous']['reading_accuracy']:.3f}",
             "-" if m["continuous"]["median_readings_to_follow"] is None
@@ -101,7 +101,7 @@ def format_compare(r: dict) -> str:
             f"{m['latency_us_median']:.1f}", f"{m['latency_us_p99']:.1f}",
         ])
     widths = [max(len(h), *(len(row[i]) for row in lines)) for i, h in enumerate(head)]
-    fmt = lambda row: "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))  # noqa: E731
+    fmt = lambda row: "  ".join(c.ljust(w) if i < 3 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))  # noqa: E731
     out = [fmt(head), fmt(["-" * w for w in widths])] + [fmt(row) for row in lines]
     out.append("")
     c = base["continuous"]

@@ -29,8 +29,9 @@ import numpy as np
 
 from edgeseq.errors import UsageError
 
-ARCHS = ["rnn", "gru", "lstm", "transformer"]
-COLORS = {"rnn": "tab:green", "gru": "tab:blue", "lstm": "tab:purple", "transformer": "tab:red",
+ARCHS = ["rnn", "gru", "lstm", "transformer", "ssm"]
+FIXED = ["rnn", "gru", "lstm", "ssm"]          # a fixed state per stream: recurrent and state-space
+COLORS = {"rnn": "tab:green", "gru": "tab:blue", "lstm": "tab:purple", "transformer": "tab:red", "ssm": "tab:brown",
           "transformer-window": "tab:orange", "recompute": "black"}
 BATCHES = [1, 16, 256, 1024]
 
@@ -135,7 +136,7 @@ def _memory(models, settings, readings: np.ndarray) -> dict:
     tr = series["transformer"]
     per_reading = (tr["bytes"][-1] - tr["bytes"][0]) / (tr["history"][-1] - tr["history"][0])
     cross = {}
-    for arch in ("rnn", "gru", "lstm"):
+    for arch in FIXED:
         state = series[arch]["bytes"][0]
         footprint = state + models[arch]["float"]["bytes"]
         footprint_int8 = state + models[arch]["int8"]["bytes"]

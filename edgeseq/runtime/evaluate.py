@@ -43,6 +43,12 @@ def evaluate(model: str, split: Split, labels: list | None = None, provider: str
         probe = sess = WindowSession(model, provider)     # a whole-window (bidirectional) model
         if sess.meta.mode != "window":
             raise
+        from edgeseq.runtime.session import default_backend
+        asked = default_backend() if backend is None else backend
+        if asked == "native":
+            source = "" if backend is not None else " (from $EDGESEQ_BACKEND)"
+            raise UsageError(f"backend 'native'{source} cannot run '{model}': a {sess.meta.arch} model reads whole "
+                             "windows: onnxruntime only; use --backend onnxruntime (or auto)") from None
     names = list(features) if features is not None else [f"f{i}" for i in range(split.X.shape[2])]
     if len(names) != split.X.shape[2]:
         raise UsageError(f"features gives {len(names)} names for {split.X.shape[2]} data columns; give one per column")

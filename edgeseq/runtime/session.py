@@ -160,29 +160,42 @@ class StreamSession:
             raise UsageError(f"max_history (--max-history) applies to the transformer only; a {meta.arch} "
                              "model's recurrent state is fixed, it has no history to bound")
         bound = meta.max_history if max_history is None else (int(max_history) or None)
-        native_step = self._choose_backend(backend, meta, str(model), provider, int(streams))
+        native_step = self._choose_backend(backend, meta, str(model), provider, int(streams), session)
         self._setup(session, meta, str(model), int(streams), provider, bound, on_full, native_step=native_step)
 
     @staticmethod
-    def _choose_backend(backend, meta, path, provider, streams):
-        """The NativeStep to run on, or None for onnxruntime (see the class docstring)."""
+    def _choose_backend(backend, meta, path, provider, streams, session):
+        """The NativeStep to run on, or None for onnxruntime (see the class docstring). A file
+        the native step accepts runs side by side with its graph on a few probe readings first
+        (`native.probe`): where they disagree, the graph wins."""
+        named = backend
         backend = default_backend() if backend is None else backend
         if not isinstance(backend, str) or backend not in BACKENDS:
             raise UsageError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         if backend == "onnxruntime":
             return None
+        from edgeseq.errors import EdgeseqError
         from edgeseq.runtime import native
         why = native.why_unavailable() if not native.available() else None
         if why is None and provider != "cpu":
             why = f"the native step runs on the CPU; provider '{provider}' needs onnxruntime"
         if why is None:
             why = native.supports(meta, path)
+        step = None
+        if why is None:
+            try:
+                why = native.probe(native.NativeStep(path, meta, native.PROBE_STREAMS), session)
+                if why is None:
+                    step = native.NativeStep(path, meta, streams)
+            except EdgeseqError as e:
+                why = str(e).splitlines()[0]
         if why is not None:
             if backend == "native":
-                raise UsageError(f"backend 'native' cannot run '{path}': {why}; use --backend onnxruntime "
+                source = "" if named is not None else " (from $EDGESEQ_BACKEND)"
+                raise UsageError(f"backend 'native'{source} cannot run '{path}': {why}; use --backend onnxruntime "
                                  "(or auto, which picks onnxruntime here)")
             return None
-        return native.NativeStep(path, meta, streams)
+        return step
 
     def _setup(self, session, meta, path, streams, provider, max_history, on_full, each=None, native_step=None):
         """Everything but opening the model: shared by the session and its per-stream sub-sessions."""
@@ -508,6 +521,13 @@ class StreamSession:
         """Readings as float32 [streams, F] of real numbers; their range is checked on the hot path.
         Complex, boolean, text or object readings are refused: a silent conversion would drop an
         imaginary part or read True as 1."""
+        if isinstance(readings, (bytes, bytearray, str)) or (isinstance(readings, memoryview) and
+                                                             readings.format in ("B", "b", "c")):
+            raise ReadingError(f"reading is {type(readings).__name__}, not numbers; decode it into numbers first "
+                               "(e.g. float(...) per value); stream state unchanged")
+        if isinstance(readings, np.ma.MaskedArray) and np.ma.is_masked(readings):
+            raise ReadingError("reading has masked values; fill or drop them first (a masked value is no "
+                               "measurement); stream state unchanged")
         try:
             a = np.asarray(readings)
         except (TypeError, ValueError, OverflowError):
@@ -558,8 +578,8 @@ class StreamSession:
             ok = np.count_nonzero(np.abs(self._x) <= self._hi) == self._x.size
         else:
             ok = np.count_nonzero((self._x >= self._lo) & (self._x <= self._hi)) == self._x.size
-        if not ok:
-            raise self._bad_reading(x, None if x is readings else self._given(readings))
+        if not ok:                       # named from the copy that failed, not from the caller's live array
+            raise self._bad_reading(self._x.copy(), None if x is readings else self._given(readings))
 
     def _finite(self) -> bool:
         """Every logit of the last call is finite (the safety net before a step is adopted)."""
@@ -573,7 +593,7 @@ class StreamSession:
             # One C call copies, checks and steps a float32 [streams, F] array: -1 adopted, i >= 0
             # stream i gave NaN/Inf (nothing changed); -2 (a bad value) and -3 (another type or
             # shape) go through _take, which converts what it can and names what is wrong.
-            rc = nat.push(readings)
+            rc = nat.push(readings) if type(readings) is np.ndarray else -3
             if rc < -1:
                 self._take(readings)
                 rc = nat.run()
@@ -582,7 +602,7 @@ class StreamSession:
             self._calls += 1
             return self._logits
         gate = self._gate
-        if gate is None or gate.take(readings) != 0:
+        if gate is None or type(readings) is not np.ndarray or gate.take(readings) != 0:
             self._take(readings)
         if self.growing:
             state = self._step_cache()
@@ -615,6 +635,8 @@ class StreamSession:
         x = readings
         if type(x) is not np.ndarray or x.dtype != np.float32 or x.shape != self._x.shape:
             x = self._coerce(x)
+        if x is readings:
+            x = x.copy()                 # checked and used as one: the caller's array may change meanwhile
         if not self._in_range(x):
             raise self._bad_reading(x, None if x is readings else self._given(readings))
         if self.growing:

@@ -129,11 +129,66 @@ def supports(meta, path) -> str | None:
     try:
         graph = read_graph(path)
         if meta.quantization:
-            _int_model(meta, graph, path)
+            with np.errstate(all="ignore"):            # a non-finite constant is refused when bound
+                _int_model(meta, graph, path)
         else:
             _float_plan(meta, graph, path)
     except EdgeseqError as e:
         return str(e).splitlines()[0]
+    return None
+
+
+# -- the native step against the graph ------------------------------------------------------
+
+PROBE_STREAMS, PROBE_READINGS = 4, 32
+FLOAT_PROBE_RTOL = 1e-4     # float: a few float32 roundings of the logits' scale (parity tests hold 1e-5)
+INT8_PROBE_RTOL = 0.10      # int8: the firmware's integers against onnxruntime's QDQ graph, as a share of
+                            # the logits' range over the probe (exported models: 1-2.5%; an edited
+                            # operation or scale: 30% and more)
+
+
+def probe(step: "NativeStep", session) -> str | None:
+    """Run `step` (a fresh NativeStep of PROBE_STREAMS streams) and the model's graph in
+    onnxruntime (`session`, the same file) side by side on PROBE_READINGS seeded readings around
+    the training mean (state fed back): None when they agree, else a one-line reason. The native
+    step reads weights and wiring it expects; this catches a file whose operations say otherwise
+    (an edited cell, scale or constant): the graph is what counts. Agreement: float logits
+    within FLOAT_PROBE_RTOL of their scale, both finite alike; int8 within INT8_PROBE_RTOL of the
+    logits' range."""
+    meta = step.meta
+    B, F = step.streams, len(meta.features)
+    norm = meta.normalization or {}
+    mean = np.asarray(norm.get("mean") or [0.0] * F, np.float64)
+    std = np.asarray(norm.get("std") or [1.0] * F, np.float64) * np.asarray(norm.get("input_scale") or [1.0] * F)
+    rng = np.random.default_rng(0)
+    X = (mean + std * rng.standard_normal((PROBE_READINGS, B, F)) * 1.5).astype(np.float32)
+    state = {s.name: np.zeros([B if d == contract.BATCH_AXIS else d for d in s.shape], np.float32)
+             for s in meta.state}
+    names = [contract.LOGITS] + [s.output for s in meta.state]
+    got, want = [], []
+    step.reset()
+    with np.errstate(all="ignore"):
+        for x in X:
+            res = session.run(names, {contract.READING: x, **state})
+            state = {s.name: v for s, v in zip(meta.state, res[1:])}
+            step.x[:] = x
+            rc = step.run()
+            want.append(res[0])
+            got.append(step.logits.copy() if rc == -1 else np.full_like(res[0], np.nan))
+    got, want = np.stack(got).astype(np.float64), np.stack(want).astype(np.float64)
+    if not np.isfinite(want).all() or not np.isfinite(got).all():
+        if np.array_equal(np.isfinite(want), np.isfinite(got)) and not step.int8:
+            return None
+        return "its graph and the native step disagree on which readings give finite logits"
+    if step.int8:
+        scale, rtol = max(float(want.max() - want.min()), 1e-6), INT8_PROBE_RTOL
+    else:
+        scale, rtol = max(1.0, float(np.abs(want).max())), FLOAT_PROBE_RTOL
+    diff = float(np.abs(got - want).max())
+    if diff > rtol * scale:
+        return (f"its graph computes other logits than the native step reads from its weights (max difference "
+                f"{diff:.3g} over {PROBE_READINGS} probe readings, allowed {rtol * scale:.3g}): "
+                "its operations are not the ones edgeseq's export writes")
     return None
 
 
@@ -358,7 +413,12 @@ class NativeStep:
         self.probs = np.zeros((B, C), np.float32)
         kind = KINDS[meta.arch]
         if self.int8:
-            self._bind_int8(_int_model(meta, graph, path), kind, B, F, C, reference, vnni)
+            try:
+                with np.errstate(all="ignore"):          # non-finite constants are refused below, not warned
+                    self._bind_int8(_int_model(meta, graph, path), kind, B, F, C, reference, vnni)
+            except ModelFileError as e:
+                msg = str(e)
+                raise ModelFileError(msg if str(path) in msg else f"'{path}': {msg}") from None
         else:
             self._bind_float(_float_plan(meta, graph, path), kind, B, F, C)
         self.run = self._step.run              # the C methods themselves: no Python frame per call
