@@ -541,7 +541,7 @@ def bench(repeats, with_train, backend, as_json):
 def report(out, quick, runs, quiet):
     """Memory/latency report: fixed recurrent state against a growing KV cache, float and int8.
 
-    Trains (or reuses with --runs) RNN, GRU, LSTM and Transformer on the embedded data, exports
+    Trains (or reuses with --runs) RNN, GRU, LSTM, Transformer and SSM on the embedded data, exports
     float and int8, and measures memory per stream against history, latency per reading against
     the step index, throughput with many streams and process memory over a long stream.
 

@@ -365,15 +365,15 @@ def _short(v) -> str:
 
 def check_int8(meta, path):
     from edgeseq.errors import DataError
+    if meta.arch not in ("rnn", "gru", "lstm"):        # first: no export makes another architecture fit
+        raise DataError(f"integer-only execution covers the rnn, gru and lstm step graphs, not {meta.arch}; "
+                        "`edgeseq firmware check` still plans its memory and cost")
     if not meta.quantization:
         raise DataError(f"'{path}' is a float model; integer-only execution needs int8: "
                         f"export it with `edgeseq export RUN --int8 --out ...`")
     if meta.quantization.get("scheme") != "static":
         raise DataError(f"'{path}' is int8 {meta.quantization.get('scheme')}: its activation scales are computed "
                         "at run time; integer-only execution needs fixed scales: export with --int8-scheme static")
-    if meta.arch not in ("rnn", "gru", "lstm"):
-        raise DataError(f"integer-only execution covers the rnn, gru and lstm step graphs, not {meta.arch}; "
-                        "`edgeseq firmware check` still plans its memory and cost")
 
 
 class InputFormatError(DataError):

@@ -30,7 +30,7 @@ NO_COMPUTE = {"Identity", "Reshape", "Squeeze", "Unsqueeze", "Shape", "Constant"
 SUPPORTED = {"MatMul", "Gemm", "Add", "Sub", "Mul", "Div", "Sigmoid", "Tanh", "Softmax", "Split", "Slice",
              "Concat", "Gather", "Transpose", "LayerNormalization", "Erf", "Sin", "Cos", "Range", "Where",
              "GreaterOrEqual", "Less", "Expand", "Neg", "Sqrt", "Pow", "ReduceMean", "Equal", "Max", "Min",
-             "Relu", "Tile", "Greater", "LessOrEqual", "And", "Or", "Not"} | NO_COMPUTE
+             "Relu", "Tile", "Greater", "LessOrEqual", "And", "Or", "Not", "Exp", "Softplus"} | NO_COMPUTE
 
 
 @dataclass(frozen=True)

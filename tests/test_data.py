@@ -126,15 +126,15 @@ BAD_SETTINGS = [  # (NAME=VALUE as typed after --set, the message's fragment)
 TRANSFORMER_ONLY = [
     ("heads=3", r"setting heads=3 must divide d_model=32 \(heads one of 1, 2, 4, 8, 16, 32\)"),
     ("heads=0", "setting heads must be a whole number in 1..4096, got 0"),
-    ("d_model=0", "setting d_model must be a whole number in 1..4096, got 0"),
+    ("d_model=0", "setting d_model must be a whole number in 2..4096, got 0"),
     ("d_ff=-1", "setting d_ff must be a whole number in 1..16384, got -1"),
     ("window=2.5", r"setting window must be a whole number in 0..100000, got 2.5"),
     ("window=-1", r"setting window must be a whole number in 0..100000, got -1"),
     ("positions=x", "setting positions must be one of none, sinusoid, got 'x'"),
     ("positions=true", "setting positions must be one of none, sinusoid, got True"),
 ]
-CASES = [(a, item, m.replace("hidden", "d_model") if a == "transformer" else m) for a in ARCHS
-         for item, m in BAD_SETTINGS]                  # the Transformer's width is d_model
+CASES = [(a, item, m.replace("hidden", "d_model").replace("1..4096", "2..4096") if a == "transformer" else m)
+         for a in ARCHS for item, m in BAD_SETTINGS]   # the Transformer's width is d_model (LayerNorm: 2 at least)
 CASES += [("transformer", item, m) for item, m in TRANSFORMER_ONLY]
 CASES += [(a, "d_model=16", "has no setting d_model") for a in RECURRENT]
 CASES += [("bigru", "cell=lstm", r"'bigru' fixes cell=gru"), ("bilstm", "cell=gru", r"'bilstm' fixes cell=lstm"),

@@ -196,6 +196,8 @@ def test_bad_settings_are_usage_errors():
         make_config("ssm", d_state=0)
     with pytest.raises(UsageError, match="'ssm' has no setting hidden"):
         make_config("ssm", hidden=8)
+    with pytest.raises(UsageError, match=r"^'ssm' setting d_model must be a whole number in 2\.\.4096, got 1$"):
+        make_config("ssm", d_model=1)                 # LayerNorm over one channel ignores its input
 
 
 def test_cli_train_export_eval(trained, tmp_path, monkeypatch):
@@ -212,6 +214,10 @@ def test_cli_train_export_eval(trained, tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     res = json.loads(r.output)
     assert res["arch"] == "ssm" and res["n"] == 40 and res["continuous"]["orders"] == 3
+    r = runner.invoke(cli, ["firmware", "check", "s.onnx", "--target", "nrf52840", "--json"])   # selective: Exp, Softplus
+    assert r.exit_code in (0, 1) and json.loads(r.output)["cost"]["other_ops"] > 0, r.output
+    r = runner.invoke(cli, ["firmware", "simulate", "s.onnx"])          # float: the architecture is what rules it out
+    assert r.exit_code != 0 and "not ssm" in r.output and "--int8" not in r.output, r.output
 
     save_checkpoint(trained("ssm"), "runs/default")
     assert DEFAULTS["ssm"].epochs == trained("ssm")["train_config"]["epochs"]

@@ -41,7 +41,7 @@ LIMITS = {
     "hidden": (int, 1, 4096),
     "layers": (int, 1, 16),
     "dropout": (float, 0.0, 0.95),
-    "d_model": (int, 1, 4096),
+    "d_model": (int, 2, 4096),       # LayerNorm over one channel outputs its bias whatever the input
     "heads": (int, 1, 4096),
     "d_ff": (int, 1, 16384),
     "window": (int, 0, 100_000),
