@@ -66,7 +66,11 @@ def int8(trained, tmp_path_factory):
 # (auto: native for RNN, GRU and LSTM where the extension is built) and with onnxruntime
 # throughout, set through $EDGESEQ_BACKEND as a user would. A test of a model that runs on
 # onnxruntime either way (transformer, bidirectional) runs once.
-ONNXRUNTIME_ONLY_IDS = ("transformer", "bigru", "bilstm")
+ONNXRUNTIME_ONLY_IDS = ("transformer", "bigru", "bilstm", "ssm")
+# Long torch-side runs whose onnxruntime half the export's three-way parity tests already hold:
+# on the onnxruntime backend they would repeat torch's work to check nothing new.
+ONCE = ("test_session_matches_torch_step_loop", "test_targets_on_both_protocols",
+        "test_training_on_per_reading_labels_follows_the_changes")
 
 
 @pytest.fixture(params=["auto", "onnxruntime"])
@@ -79,7 +83,8 @@ def pytest_collection_modifyitems(config, items):
     keep, drop = [], []
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
-        same = params.get("backend_suite") == "onnxruntime" and any(k in item.name for k in ONNXRUNTIME_ONLY_IDS)
+        same = params.get("backend_suite") == "onnxruntime" and (any(k in item.name for k in ONNXRUNTIME_ONLY_IDS)
+                                                                   or item.originalname in ONCE)
         (drop if same else keep).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)

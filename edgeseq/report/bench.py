@@ -113,7 +113,7 @@ def run_train_bench(archs=("rnn", "gru", "lstm", "transformer", "ssm"), threads:
             "gru_within_target": rows.get("gru", {}).get("seconds", 0.0) < TRAIN_TARGET_S}
 
 
-EPOCH_ARCHS = ("gru", "lstm", "transformer", "ssm")
+EPOCH_ARCHS = ("rnn", "gru", "lstm", "transformer", "ssm")
 
 
 def run_epoch_bench(archs=EPOCH_ARCHS, lengths=(100, 1000), epochs: int = 3, threads: int | None = None) -> dict:
