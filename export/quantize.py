@@ -3,8 +3,11 @@
 Both schemes quantize the weights of every MatMul and Gemm (the recurrent cells are exported
 with separate input and state MatMuls for this, see `FusedRecurrentStep`), symmetric int8 per
 output channel. Everything else (gate arithmetic, layer norm, softmax, the state and the KV
-cache between calls) stays float, so an int8 model speaks the same step contract as its float
-twin and the runtime treats both alike.
+cache between calls) stays float32, so an int8 model speaks the same step contract as its float
+twin and the runtime treats both alike. (In a static RNN/GRU/LSTM the new state also feeds the
+next product, and the quantizer returns that graph output as its dequantized copy: its values
+leave each call on that product's int8 grid. The SSM's state is given its own copy and stays
+unrounded; see `isolate_matmul_inputs`.)
 
 - `dynamic`: activations are quantized per call to uint8 from their observed range
   (`quantize_dynamic`, MatMulInteger). Nothing to calibrate.
