@@ -487,7 +487,7 @@ def _stream(sess, model, fh, on_bad, as_json, state_file, held, save_every):
         if state_file:
             save_state(held, sess, count["n"], model_hash)
     click.echo(f"{stats['readings'] - start} readings, {stats['skipped']} skipped; state {sess.state_nbytes()} bytes"
-               + (f"; saved to {state_file}" if state_file else ""), err=True)
+               + (f"; saved to {state_file}" if state_file else "") + f" ({sess.backend} backend)", err=True)
 
 
 @cli.command()
