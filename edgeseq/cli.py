@@ -393,8 +393,10 @@ def eval_cmd(model, data, split, provider, backend, as_json):
     c = r["continuous"]
     if c:
         follow = "never" if c["median_readings_to_follow"] is None else f"{c['median_readings_to_follow']:.0f}"
+        per = (f"{c['reading_accuracy']:.3f} (past {c['grace']} readings after each change)" if c["scored_readings"]
+               else f"n/a (no reading lies {c['grace']} readings past a change: the sequences are too short)")
         click.echo(f"continuous (never reset, {c['orders']} orders x {c['readings_per_stream']:,} readings): "
-                   f"per reading {c['reading_accuracy']:.3f} (past {c['grace']} readings after each change), "
+                   f"per reading {per}, "
                    f"at each sequence's last reading {c['last_reading_accuracy']:.3f}; median readings to follow "
                    f"a change {follow} ({c['followed']:.0%} of {c['changes']} changes followed)")
 

@@ -181,3 +181,17 @@ def test_example_scripts_end_in_one_error_line(capsys, exc, code, line):
     with pytest.raises(SystemExit) as e:
         run_script(main)
     assert e.value.code == code and capsys.readouterr().err == line
+
+
+def test_eval_says_n_a_when_no_reading_lies_past_the_grace(runner, exported, basicmotions, tmp_path):
+    """Sequences shorter than the grace after a change leave nothing to score on the
+    continuous protocol: eval says n/a, not an accuracy of 0."""
+    ds = basicmotions
+    short = tmp_path / "short.npz"
+    np.savez(short, X=ds.test.X[:, :5], y=ds.test.y, labels=np.asarray(ds.labels), features=np.asarray(ds.features),
+             X_test=ds.test.X[:, :5], y_test=ds.test.y)
+    r = runner.invoke(cli, ["eval", str(exported("gru")[0]), "--data", str(short)])
+    assert r.exit_code == 0, r.output
+    assert "per reading n/a (no reading lies 20 readings past a change" in r.output, r.output
+    r = runner.invoke(cli, ["eval", str(exported("gru")[0]), "--data", str(short), "--json"])
+    assert json.loads(r.output)["continuous"]["scored_readings"] == 0

@@ -92,7 +92,7 @@ def format_compare(r: dict) -> str:
         lines.append([
             os.path.basename(m["model"]), m["quantization"], m.get("backend", "onnxruntime"), f"{m['bytes'] / 1000:.1f}",
             f"{base['bytes'] / m['bytes']:.2f}", f"{m['accuracy']:.3f}",
-            f"{m['continuous']['reading_accuracy']:.3f}",
+            f"{m['continuous']['reading_accuracy']:.3f}" if m["continuous"]["scored_readings"] else "n/a",
             "-" if m["continuous"]["median_readings_to_follow"] is None
             else f"{m['continuous']['median_readings_to_follow']:.0f}",
             "-" if d is None else f"{d['max_abs']:.3f} ({d['max_rel']:.1%})",
