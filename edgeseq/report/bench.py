@@ -339,8 +339,7 @@ def run_backends(gru_ckpt, tmp: Path, repeats: int, warmup: int, floor_us: float
                 fns["bare"] = lambda: s.session.run_with_iobinding(bind)
             rounds = max(20, repeats * 4 // (B + 3))
             t = _interleaved_us(fns, rounds, max(5, warmup // (B + 1)))
-            probe = native.NativeStep(path, sessions[backends[0]].meta, 1) if native.available() else None
-            macs = macs_per_reading(probe) if probe is not None else _gru_macs(sessions[backends[0]].meta)
+            macs = macs_per_reading(sessions[backends[0]].meta)
             bound = rate / macs
             row = {"model": kind, "streams": B, "macs_per_reading": macs, "gemm_bound_readings_per_s": bound}
             for b in backends:
@@ -351,12 +350,6 @@ def run_backends(gru_ckpt, tmp: Path, repeats: int, warmup: int, floor_us: float
                 row["onnxruntime"]["python_overhead_us"] = t["onnxruntime"] - t["bare"]
             out["rows"].append(row)
     return out
-
-
-def _gru_macs(meta) -> int:
-    """Multiply-adds per reading of a one-layer GRU step (when the native module is not built)."""
-    F, C, H = len(meta.features), len(meta.labels), int(meta.state[0].shape[1])
-    return (F + H) * 3 * H + H * C
 
 
 def machine_info() -> dict:

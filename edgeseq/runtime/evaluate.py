@@ -20,7 +20,7 @@ import numpy as np
 from edgeseq.data import Split, align_features, since_change
 from edgeseq import contract
 from edgeseq.errors import DataError, UsageError
-from edgeseq.runtime.session import StreamSession, WindowSession
+from edgeseq.runtime.session import StreamSession, WindowSession, default_backend, native_refused
 
 STREAM_READINGS = 500         # readings per stream when two models are compared over long streams
 ORDERS = 3                    # continuous protocol: seeded orders of the test split, one stream each
@@ -43,12 +43,9 @@ def evaluate(model: str, split: Split, labels: list | None = None, provider: str
         probe = sess = WindowSession(model, provider)     # a whole-window (bidirectional) model
         if sess.meta.mode != "window":
             raise
-        from edgeseq.runtime.session import default_backend
-        asked = default_backend() if backend is None else backend
-        if asked == "native":
-            source = "" if backend is not None else " (from $EDGESEQ_BACKEND)"
-            raise UsageError(f"backend 'native'{source} cannot run '{model}': a {sess.meta.arch} model reads whole "
-                             "windows: onnxruntime only; use --backend onnxruntime (or auto)") from None
+        if (default_backend() if backend is None else backend) == "native":
+            raise native_refused(model, f"a {sess.meta.arch} model reads whole windows: onnxruntime only",
+                                 backend is not None) from None
     names = list(features) if features is not None else [f"f{i}" for i in range(split.X.shape[2])]
     if len(names) != split.X.shape[2]:
         raise UsageError(f"features gives {len(names)} names for {split.X.shape[2]} data columns; give one per column")

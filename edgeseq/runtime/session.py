@@ -88,6 +88,14 @@ def default_backend() -> str:
     return value
 
 
+def native_refused(path, why: str, named: bool) -> UsageError:
+    """The one-line error for backend 'native' where it cannot run; `named`: False when the
+    backend came from $EDGESEQ_BACKEND rather than the caller."""
+    source = "" if named else " (from $EDGESEQ_BACKEND)"
+    return UsageError(f"backend 'native'{source} cannot run '{path}': {why}; use --backend onnxruntime "
+                      "(or auto, which picks onnxruntime here)")
+
+
 def softmax(logits: np.ndarray) -> np.ndarray:
     z = logits - logits.max(axis=-1, keepdims=True)
     np.exp(z, out=z)
@@ -191,9 +199,7 @@ class StreamSession:
                 why = str(e).splitlines()[0]
         if why is not None:
             if backend == "native":
-                source = "" if named is not None else " (from $EDGESEQ_BACKEND)"
-                raise UsageError(f"backend 'native'{source} cannot run '{path}': {why}; use --backend onnxruntime "
-                                 "(or auto, which picks onnxruntime here)")
+                raise native_refused(path, why, named is not None)
             return None
         return step
 
@@ -247,6 +253,8 @@ class StreamSession:
         self._subs = None
         from edgeseq.runtime import native      # numpy only; the checks in C where the extension is built
         self._gate = native.gate(self._x, self._hi, self._lo, self._logits)
+        # The safety net before a step is adopted: every logit of the call finite.
+        self._finite = self._gate.finite if self._gate is not None else self._dot_finite
         self._x_ort = ort.OrtValue.ortvalue_from_numpy(self._x)
         self._logits_ort = ort.OrtValue.ortvalue_from_numpy(self._logits)
         self._probs_ort = ort.OrtValue.ortvalue_from_numpy(self._probs)
@@ -573,18 +581,11 @@ class StreamSession:
         if type(x) is not np.ndarray or x.dtype != np.float32 or x.shape != self._x.shape:
             x = self._coerce(x)
         np.copyto(self._x, x)
-        # One comparison, False for NaN and Inf too; count_nonzero is cheaper than .all() here.
-        if self._lo is None:
-            ok = np.count_nonzero(np.abs(self._x) <= self._hi) == self._x.size
-        else:
-            ok = np.count_nonzero((self._x >= self._lo) & (self._x <= self._hi)) == self._x.size
-        if not ok:                       # named from the copy that failed, not from the caller's live array
+        if not self._in_range(self._x):  # named from the copy that failed, not from the caller's live array
             raise self._bad_reading(self._x.copy(), None if x is readings else self._given(readings))
 
-    def _finite(self) -> bool:
-        """Every logit of the last call is finite (the safety net before a step is adopted)."""
-        if self._gate is not None:
-            return self._gate.finite()
+    def _dot_finite(self) -> bool:
+        """Every logit of the last call is finite: numpy's safety net where the C gate is not built."""
         return isfinite(self._logits_flat.dot(self._scale_c))
 
     def _advance_batch(self, readings) -> np.ndarray:

@@ -107,20 +107,22 @@ static PyTypeObject StepType;
 
 /* -- buffers ---------------------------------------------------------------------------- */
 
-/* A C-contiguous buffer of `count` items of `itemsize` bytes (count < 0: any), kept until the
-   Step dies. Returns its data or NULL with a ValueError naming `what`. */
-static void *bind(StepObject *s, PyObject *obj, Py_ssize_t itemsize, Py_ssize_t count, int writable, const char *what) {
+/* A C-contiguous buffer of `count` items of `itemsize` bytes (count < 0: any), held in
+   views[*nviews] (at most `max`) until its owner dies. Returns its data or NULL with a
+   ValueError naming `what`. */
+static void *bind_view(Py_buffer *views, int *nviews, int max, PyObject *obj, Py_ssize_t itemsize, Py_ssize_t count,
+                       int writable, const char *what) {
   Py_buffer *v;
-  if (s->nviews >= ES_MAX_VIEWS) {
+  if (*nviews >= max) {
     PyErr_SetString(PyExc_ValueError, "too many buffers");
     return NULL;
   }
-  v = &s->views[s->nviews];
+  v = &views[*nviews];
   if (PyObject_GetBuffer(obj, v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) < 0) {
     PyErr_Format(PyExc_ValueError, "%s: not a C-contiguous%s buffer", what, writable ? " writable" : "");
     return NULL;
   }
-  s->nviews++;
+  (*nviews)++;
   if (v->itemsize != itemsize || (count >= 0 && v->len != count * itemsize)) {
     PyErr_Format(PyExc_ValueError, "%s: %zd bytes of %zd-byte items, expected %zd items of %zd bytes", what,
                  v->len, v->itemsize, count, itemsize);
@@ -131,6 +133,10 @@ static void *bind(StepObject *s, PyObject *obj, Py_ssize_t itemsize, Py_ssize_t 
     return NULL;
   }
   return v->buf;
+}
+
+static void *bind(StepObject *s, PyObject *obj, Py_ssize_t itemsize, Py_ssize_t count, int writable, const char *what) {
+  return bind_view(s->views, &s->nviews, ES_MAX_VIEWS, obj, itemsize, count, writable, what);
 }
 
 static void step_dealloc(StepObject *s) {
@@ -781,18 +787,7 @@ static void gate_dealloc(GateObject *g) {
 }
 
 static void *gate_bind(GateObject *g, PyObject *obj, Py_ssize_t count, int writable, const char *what) {
-  Py_buffer *v = &g->views[g->nviews];
-  if (PyObject_GetBuffer(obj, v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) < 0) {
-    PyErr_Format(PyExc_ValueError, "%s: not a C-contiguous%s buffer", what, writable ? " writable" : "");
-    return NULL;
-  }
-  g->nviews++;
-  if (v->itemsize != 4 || v->format == NULL || (strcmp(v->format, "f") && strcmp(v->format, "=f")) ||
-      v->len != count * 4) {
-    PyErr_Format(PyExc_ValueError, "%s: not %zd float32 values", what, count);
-    return NULL;
-  }
-  return v->buf;
+  return bind_view(g->views, &g->nviews, 4, obj, 4, count, writable, what);
 }
 
 static PyTypeObject GateType;

@@ -63,10 +63,12 @@ def ort_push(path, B: int):
     return run, meta
 
 
-def macs_per_reading(step) -> int:
-    """Multiply-adds of one reading's step (the products' useful columns; no padding, no gates)."""
-    F, H, C, L = step.x.shape[1], step.hidden, step.logits.shape[1], step.layers
-    G = {"rnn": 1, "gru": 3, "lstm": 4}[step.meta.arch]
+def macs_per_reading(meta) -> int:
+    """Multiply-adds of one reading's step of a recurrent model (its parsed metadata): the
+    products' useful columns, no padding, no gates."""
+    F, C, H = len(meta.features), len(meta.labels), int(meta.state[0].shape[1])
+    L = len(meta.state) // (2 if meta.arch == "lstm" else 1)
+    G = {"rnn": 1, "gru": 3, "lstm": 4}[meta.arch]
     return sum(((F if layer == 0 else H) + H) * G * H for layer in range(L)) + H * C
 
 
@@ -102,7 +104,7 @@ def main(argv=None) -> int:
             step.x[:] = np.random.default_rng(0).standard_normal(step.x.shape).astype(np.float32)
             calls = max(50, 200000 // B)
             t_ort, t_nat = fastest(ort_run, calls), fastest(step.run, calls)
-            bound = rate / macs_per_reading(step)
+            bound = rate / macs_per_reading(meta)
             kind = "int8" if step.int8 else "float"
             print(f"{os.path.basename(str(path)):20s} {kind:5s} B={B:5d}  onnxruntime {t_ort * 1e6:9.2f} us "
                   f"{B / t_ort:12,.0f} rd/s ({B / t_ort / bound:4.0%}) | native {t_nat * 1e6:9.2f} us "
