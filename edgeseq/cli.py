@@ -115,6 +115,8 @@ def _writing(path):
 
 
 MAX_HISTORY = 1 << 20                # edgeseq.runtime.session.MAX_HISTORY (not imported: it loads onnxruntime)
+_DATA_HELP = ("'basicmotions' or a .npz / .csv path (default: the data the model was trained on, as its file "
+              "records; basicmotions for files exported before it did)")
 
 
 class Finite(click.ParamType):
@@ -319,8 +321,9 @@ def export(run, out, max_history, int8, int8_scheme, data, max_error, max_accura
         _echo_json(report)
     elif int8:
         r = report
-        click.echo(f"wrote {r['path']} ({r['bytes']:,} bytes, float {r['float_bytes']:,}); int8 {int8_scheme} vs "
-                   f"float over {r['streams']}x{r['readings']} readings: mean error {r['mean_rel']:.2%} of range "
+        click.echo(f"wrote {r['path']} ({r['bytes']:,} bytes; float export {r['float_bytes']:,}); "
+                   f"int8 {int8_scheme} vs float over {r['streams']}x{r['readings']} readings: "
+                   f"mean error {r['mean_rel']:.2%} of range "
                    f"(max {r['max_rel']:.1%}), test accuracy {r['int8_accuracy']:.3f} vs {r['float_accuracy']:.3f}")
         if not r["within_bounds"]:
             click.echo("warning: this model breaks its bound (kept because of --keep-anyway)", err=True)
@@ -331,7 +334,8 @@ def export(run, out, max_history, int8, int8_scheme, data, max_error, max_accura
 
 @cli.command()
 @click.argument("models", nargs=-1, required=True, type=click.Path())
-@click.option("--data", default="basicmotions", show_default=True, help="'basicmotions' or a .npz / .csv path.")
+@click.option("--data", help="'basicmotions' or a .npz / .csv path (default: the data the first model was trained "
+              "on, as its file records; basicmotions for files exported before it did)")
 @click.option("--readings", type=click.IntRange(min=1), default=500, show_default=True,
               help="Readings per stream for the output difference.")
 @click.option("--rounds", type=click.IntRange(min=1), default=20, show_default=True,
@@ -342,11 +346,14 @@ def export(run, out, max_history, int8, int8_scheme, data, max_error, max_accura
                    "auto (default, or $EDGESEQ_BACKEND) picks native where it can run.")
 @_errors
 def compare(models, data, readings, rounds, backend, as_json):
-    """Compare models side by side: size, test accuracy, output difference from the first
-    model over long streams, and per-reading latency.
+    """Compare models side by side: size, test accuracy, output difference over long streams
+    from each model's twin (the first earlier model in the list with the same architecture,
+    settings, labels, features and normalisation: a float model and its int8 export; n/a
+    where there is none), and per-reading latency, on the first model's training data
+    unless --data says otherwise.
 
     \b
-      edgeseq compare models/gru.onnx models/gru-int8.onnx --data basicmotions
+      edgeseq compare models/gru.onnx models/gru-int8.onnx
       edgeseq compare models/lstm.onnx models/lstm-int8.onnx models/lstm-dyn.onnx --json
     """
     from edgeseq.report.compare import compare_models, format_compare
@@ -357,7 +364,7 @@ def compare(models, data, readings, rounds, backend, as_json):
 
 @cli.command(name="eval")
 @click.argument("model", type=click.Path())
-@click.option("--data", default="basicmotions", show_default=True, help="'basicmotions' or a .npz / .csv path.")
+@click.option("--data", help=_DATA_HELP)
 @click.option("--split", type=click.Choice(["test", "train"]), default="test", show_default=True)
 @click.option("--provider", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option("--json", "as_json", is_flag=True)
@@ -372,13 +379,16 @@ def eval_cmd(model, data, split, provider, backend, as_json):
     device sees them; scored per reading after a 20-reading grace period after each change
     of label, at each sequence's last reading, and by the readings taken to follow a change).
 
-    \b
-      edgeseq eval models/gru.onnx --data basicmotions --json
-    """
-    from edgeseq.data import load_dataset
-    from edgeseq.runtime import evaluate
+    The data defaults to the model's own training data (recorded in the file at export).
 
-    ds = load_dataset(data)
+    \b
+      edgeseq eval models/gru.onnx --json
+      edgeseq eval models/mine.onnx --data new-recordings.csv
+    """
+    from edgeseq.runtime import evaluate
+    from edgeseq.runtime.model import model_data
+
+    ds = model_data(model, data)
     r = evaluate(model, getattr(ds, split), labels=ds.labels, provider=provider, features=ds.features, backend=backend)
     r["data"], r["split"] = ds.name, split
     if as_json:
@@ -427,8 +437,12 @@ def stream(model, input_, provider, max_history, on_full, on_bad, as_json, state
     """Stream readings through a model, one per line, printing the prediction after each.
 
     Input: one reading per line, comma-separated, features in the model's order. A first line
-    of feature names is read as a header and may reorder the columns. Output: the CSV line
-    `reading,label,probability` (a label holding a comma or a line break is quoted), or JSON.
+    of feature names is read as a header and may reorder the columns; with a header, every
+    other column (a timestamp, `sequence`, notes) is ignored whatever it holds, so a training
+    CSV streams as it is. Output: the CSV line `reading,label,probability` (a label holding a
+    comma or a line break is quoted), or JSON; a header column `label` adds the true label to
+    each line (`true` in JSON) and its accuracy to the summary on stderr. With --on-bad skip, a
+    skipped line is reported on stderr, so stdout holds one line per reading.
 
     --state-file: a file that cannot be used (written for another model, corrupt, values that
     do not fit) is never overwritten: it is moved aside to FILE.rejected (FILE.rejected.1, ...
@@ -461,7 +475,7 @@ def _stream(sess, model, fh, on_bad, as_json, state_file, held, save_every):
     import signal
 
     from edgeseq.runtime.statefile import model_sha256, resume_state, save_state
-    from edgeseq.runtime.stream import read_lines, stream_lines
+    from edgeseq.runtime.stream import LabelScore, read_lines, stream_lines
 
     start, model_hash = 0, None
     if state_file:
@@ -478,9 +492,11 @@ def _stream(sess, model, fh, on_bad, as_json, state_file, held, save_every):
         raise KeyboardInterrupt
     old = signal.signal(signal.SIGTERM, on_term)
     stats = {"readings": start, "skipped": 0}
+    score = LabelScore(sess.labels)
     try:
         stats = stream_lines(sess, read_lines(fh), on_bad=on_bad, as_json=as_json, echo=click.echo,
-                             on_reading=on_reading, start=start)
+                             on_reading=on_reading, start=start, note=lambda line: click.echo(line, err=True),
+                             score=score)
     except KeyboardInterrupt:
         stats["readings"] = count["n"]
         click.echo("stopped", err=True)
@@ -490,6 +506,9 @@ def _stream(sess, model, fh, on_bad, as_json, state_file, held, save_every):
             save_state(held, sess, count["n"], model_hash)
     click.echo(f"{stats['readings'] - start} readings, {stats['skipped']} skipped; state {sess.state_nbytes()} bytes"
                + (f"; saved to {state_file}" if state_file else "") + f" ({sess.backend} backend)", err=True)
+    if score.readings:
+        for line in score.lines():
+            click.echo(line, err=True)
 
 
 @cli.command()
@@ -518,7 +537,7 @@ def bench(repeats, with_train, backend, as_json):
         # numpy's BLAS picks its threads when it loads: run again with one, as the other figures run
         os.execve(sys.executable, [sys.executable, "-m", "edgeseq", *sys.argv[1:]],
                   {**os.environ, **{k: "1" for k in one}, "EDGESEQ_BENCH_CHILD": "1"})
-    from edgeseq.report.bench import format_bench, run_bench, run_epoch_bench, run_train_bench
+    from edgeseq.report.bench import format_bench, run_bench, run_train_bench, run_train_throughput
 
     if backend == "native":
         from edgeseq.runtime import native
@@ -527,7 +546,7 @@ def bench(repeats, with_train, backend, as_json):
     r = run_bench(repeats=repeats, backends=("onnxruntime", "native") if backend == "both" else (backend,))
     if with_train:
         r["train"] = run_train_bench()
-        r["epochs"] = run_epoch_bench(threads=1)
+        r["throughput"] = run_train_throughput(threads=1)
     if as_json:
         _echo_json(r)
     else:
@@ -538,24 +557,30 @@ def bench(repeats, with_train, backend, as_json):
 @click.option("--out", required=True, type=click.Path(), help="Directory for index.html, report.md, report.json, PNGs.")
 @click.option("--quick", is_flag=True, help="Fewer readings and repeats, shorter training: under a minute.")
 @click.option("--runs", type=click.Path(), help="Reuse trained runs from this directory (runs/<arch>/checkpoint.pt).")
+@click.option("--data", help="'basicmotions' or a .npz / .csv path to train on and stream (default: the data the "
+              "--runs were trained on, else basicmotions).")
 @click.option("--quiet", is_flag=True, help="No progress bars.")
 @_errors
-def report(out, quick, runs, quiet):
+def report(out, quick, runs, data, quiet):
     """Memory/latency report: fixed recurrent state against a growing KV cache, float and int8.
 
-    Trains (or reuses with --runs) RNN, GRU, LSTM, Transformer and SSM on the embedded data, exports
-    float and int8, and measures memory per stream against history, latency per reading against
-    the step index, throughput with many streams and process memory over a long stream.
+    Trains (or reuses with --runs) RNN, GRU, LSTM, Transformer and SSM on one data set (--data;
+    by default the data the reused runs were trained on, else the embedded BasicMotions),
+    exports float and int8, and measures memory per stream against history, latency per reading
+    against the step index, throughput with many streams and process memory over a long stream,
+    streaming that data's test readings. The report is built beside --out and moved into it only
+    once complete: a failed report leaves --out as it was.
 
     \b
       edgeseq report --out reports/edge             # a few minutes
       edgeseq report --quick --out /tmp/r           # under a minute
       edgeseq report --runs runs --out reports/edge # reuse `make demo`'s trained runs
+      edgeseq report --quick --data mine.csv --out reports/mine
     """
     from edgeseq.report.edge import _summary, build_report
 
     with _writing(out):
-        r = build_report(out, quick=quick, runs=runs, progress=not quiet)
+        r = build_report(out, quick=quick, runs=runs, progress=not quiet, data=data)
     for line in _summary(r):
         click.echo(line)
     click.echo(f"wrote {out}/index.html, report.md, report.json and {len(r['files']) - 3} plots "
@@ -570,7 +595,7 @@ def firmware():
       edgeseq firmware targets
       edgeseq firmware check models/gru-int8.onnx --target nrf52840
       edgeseq firmware check models/transformer-int8.onnx --target rp2040 --history 512
-      edgeseq firmware simulate models/gru-int8.onnx --data basicmotions --json
+      edgeseq firmware simulate models/gru-int8.onnx --json
       edgeseq firmware emit models/gru-int8.onnx --out firmware/gru --prefix gesture
       edgeseq firmware measure models/gru-int8.onnx --target nrf52840
     """
@@ -660,7 +685,8 @@ def firmware_check(model, target, history, cycles_per_mac, targets_file, as_json
               help="Optimisation level of the cross compiler.")
 @click.option("--readings", type=click.IntRange(min=10, max=20000), default=1000, show_default=True,
               help="Readings streamed through the compiled step and compared with the simulator.")
-@click.option("--data", help="Readings to stream: the test split of this data (default: the embedded data when its "
+@click.option("--data", help="Readings to stream: the test split of this data (default: the data the model was "
+              "trained on, as its file records; for files exported before it did, the embedded data when its "
               "channels are the model's, else synthetic readings over each channel's int8 range).")
 @click.option("--targets-file", type=click.Path(), help="JSON file with more target profiles.")
 @click.option("--json", "as_json", is_flag=True)
@@ -705,12 +731,13 @@ def firmware_measure(model, target, core, opt, readings, data, targets_file, as_
 
 @firmware.command(name="simulate")
 @click.argument("model", type=click.Path())
-@click.option("--data", default="basicmotions", show_default=True)
+@click.option("--data", help=_DATA_HELP)
 @click.option("--float", "float_model", type=click.Path(), help="The float twin, for accuracy and output difference.")
 @click.option("--json", "as_json", is_flag=True)
 @_errors
 def firmware_simulate(model, data, float_model, as_json):
-    """Run the int8 step integer-only (no float on the path) over the test split and a long stream."""
+    """Run the int8 step integer-only (no float on the path) over the test split and a long stream,
+    of the model's training data unless --data says otherwise."""
     from firmware_sim.simulate import simulate
 
     r = simulate(model, data, float_model)

@@ -60,6 +60,10 @@ META_QUANT = "edgeseq.quantization"
 META_VERSION = "edgeseq.version"
 META_CONFIG = "edgeseq.config"
 META_VALIDATION = "edgeseq.validation"
+META_DATA = "edgeseq.data"               # what the model was trained on: an embedded data set's name
+                                         # ("basicmotions") or a data file's absolute path; null when it
+                                         # cannot be reopened (data built in memory). Absent in older
+                                         # files: the commands that evaluate a model then use basicmotions
 
 REQUIRED_KEYS = (META_FORMAT, META_ARCH, META_MODE, META_FEATURES, META_LABELS, META_STATE)
 
@@ -253,6 +257,7 @@ class ModelMeta:
     normalization: dict | None = None
     config: dict | None = None
     validation: dict | None = None      # figures the export measured (read-only here: export writes it)
+    data: str | None = None             # the training data (META_DATA); None: unknown or an older file
 
     def to_props(self) -> dict:
         return {
@@ -267,6 +272,7 @@ class ModelMeta:
             META_VERSION: json.dumps(self.version),
             META_NORM: json.dumps(self.normalization),
             META_CONFIG: json.dumps(self.config),
+            META_DATA: json.dumps(self.data),
         }
 
     @property
@@ -284,7 +290,8 @@ class ModelMeta:
         (labels/features: non-empty lists of distinct names; state: objects with valid
         name/output/shape/kind/dtype; max_history: null or an int >= 1; format: an int this
         runtime reads; normalization: mean/std lists of finite values, std > 0;
-        quantization/config/validation: null or an object). Never TypeError/KeyError."""
+        quantization/config/validation: null or an object; data: null or a non-empty name or
+        path). Never TypeError/KeyError."""
         if not isinstance(props, dict):
             raise MetadataError("", "metadata is not a key -> JSON text map; export it again")
         missing = [k for k in REQUIRED_KEYS if k not in props]
@@ -328,6 +335,9 @@ class ModelMeta:
             extra[attr] = get(key)
             if extra[attr] is not None and not isinstance(extra[attr], dict):
                 _fail(key, f"must be null or an object, got {_show(extra[attr])}")
+        extra["data"] = get(META_DATA)
+        if extra["data"] is not None and not (isinstance(extra["data"], str) and extra["data"].strip()):
+            _fail(META_DATA, f"must be null or the name or path of the training data, got {_show(extra['data'])}")
         return cls(arch=arch, mode=mode, features=features, labels=labels, state=state, max_history=max_history,
                    quantization=quantization, version=version, format=fmt,
                    normalization=_normalization(get(META_NORM)), **extra)

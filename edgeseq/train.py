@@ -1,19 +1,30 @@
 """train(arch, dataset) -> checkpoint: config, weights, normalisation, labels and test figures.
 
-A device's stream is never reset, so the streaming architectures train for that by default:
-every update takes one chunk of truncated backpropagation through time (TBPTT) over long
-training streams, plus one minibatch of single sequences started from zero state.
+A device's stream is never reset, so the streaming architectures train for that by default.
+Every update takes one chunk of truncated backpropagation through time (TBPTT) over long
+training streams, plus one chunk of single sequences started from zero state:
 
-- Streams: each epoch joins the training sequences end to end in a new random order, split
-  over `streams` parallel streams, so the activity changes inside a stream as it does on a
-  device. They are cut into chunks of `chunk` readings; the state (the Transformer: its last
-  `window - 1` readings) carries from chunk to chunk, detached, so gradients stop at a
-  chunk's start. The loss is on every reading except the first `grace` readings after each
-  change of label (and at a stream's start): a model cannot know the activity changed
-  before it has seen some of it, and the same readings are left out of the continuous score.
-- Sequences: the per-sequence loss of whole training sequences from zero state, after the
-  last reading and (weight `aux_weight`) after every reading past the first quarter, so the
-  per-sequence protocol stays as good as before.
+- Streams: each epoch joins the training sequences end to end in a new random order and cuts
+  the result into `streams` parallel streams of equal length, so the activity changes inside a
+  stream as it does on a device. They are cut into chunks of `chunk` readings; the state (the
+  Transformer: the readings its next outputs depend on) carries from chunk to chunk, detached, so
+  gradients stop at a chunk's start. The loss is on every reading except the first `grace`
+  readings after each change of label (and at a stream's start): a model cannot know the
+  activity changed before it has seen some of it, and the same readings are left out of the
+  continuous score.
+- Sequences: the training sequences side by side in as many lanes as there are streams,
+  each starting at a chunk boundary from zero state (a sequence longer than `seq_max`
+  readings as pieces of at most that, each from zero state), run in the same chunks with the
+  state carried inside a sequence. The loss is after each sequence's last reading and
+  (weight `aux_weight`) after every reading past its first quarter, so the per-sequence
+  protocol stays as good as the continuous one. Bidirectional models, and a Transformer with
+  positions, take whole sequences in minibatches of `batch_size` instead.
+
+An epoch passes over every training reading once in a stream and once in its sequence's lane.
+Its number of updates is bounded by `updates`: longer data gets more parallel streams and
+lanes (one fused recurrent call over more rows) rather than more updates, so an epoch costs
+time in proportion to its readings, whatever the sequences' length (`edgeseq bench --train`
+measures readings per second at 100, 1,000 and 10,000 readings per sequence).
 
 A fixed schedule rather than early stopping: BasicMotions has 40 training sequences, too few
 to spare a validation split, and a fixed AdamW + cosine schedule is reproducible to the bit
@@ -22,11 +33,13 @@ for a given seed and thread count.
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
 import os
+import sys
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -45,14 +58,20 @@ CHECKPOINT = "checkpoint.pt"
 @dataclass(frozen=True)
 class TrainConfig:
     epochs: int = 60          # passes over the training split
-    batch_size: int = 8       # single sequences per update: 40 sequences give 5 minibatches, reused in turn
+    batch_size: int = 8       # single sequences per update at least; long data gets more (see `updates`)
     lr: float = 3e-3          # AdamW peak learning rate, cosine-decayed to 0
     weight_decay: float = 1e-2
     clip: float = 1.0         # gradient-norm clip, recurrent nets need it
     seed: int = 0
     aux_weight: float = 0.5   # weight of the loss on predictions after every reading past the first quarter
-    streams: int = 8          # TBPTT: parallel training streams, the training split joined in a random order
-    chunk: int = 50           # TBPTT: readings per update; the state carries over, detached
+    streams: int = 8          # TBPTT: parallel training streams at least (the split joined in a random order)
+    chunk: int = 50           # TBPTT: readings per update in each stream and lane; the state carries over, detached
+    seq_max: int = 1000       # single sequences longer than this train as pieces of at most this many
+                              # readings, each from zero state: the start matters for a few hundred
+                              # readings; past that the streams train what a never-reset device sees
+    updates: int = 50         # stream updates per epoch at most: past it, more parallel streams and larger
+                              # minibatches (wider fused calls) instead of more updates, so an epoch's
+                              # time follows its readings, not readings x sequence length
     grace: int = GRACE        # TBPTT: readings after each change of label left out of the loss
     stream_weight: float = 1.0  # weight of the stream loss; 0 trains on single sequences only
     threads: int = 1          # torch intra-op threads while training: these models are too small for a
@@ -74,22 +93,131 @@ DEFAULTS = {
 
 
 def training_streams(split: Split, streams: int, grace: int, rng: np.random.Generator):
-    """The split's sequences (valid readings) joined end to end in a random order over
-    `streams` streams. Returns X (S, L, F) float32, labels (S, L) int64 and a scored mask
-    (S, L) bool: False on padding and on the first `grace` readings after each change of
-    label and at each stream's start."""
+    """The split's sequences (valid readings) joined end to end in a random order and cut into
+    `streams` streams of equal length (the last padded). Returns X (S, L, F) float32, labels
+    (S, L) int64 and a scored mask (S, L) bool: False on padding and on the first `grace`
+    readings after each change of label and at each stream's start."""
     order = rng.permutation(len(split))
-    groups = [order[i::streams] for i in range(min(streams, len(split)))]
-    parts = [(np.concatenate([split.X[i, :split.lengths[i]] for i in g]),
-              np.concatenate([split.Y[i, :split.lengths[i]] for i in g])) for g in groups]
-    L = max(len(y) for _, y in parts)
-    X = np.zeros((len(parts), L, split.X.shape[2]), np.float32)
-    Y = np.full((len(parts), L), -1, np.int64)
-    scored = np.zeros((len(parts), L), bool)
-    for s, (x, y) in enumerate(parts):
-        X[s, :len(y)], Y[s, :len(y)] = x, y
-        scored[s, :len(y)] = since_change(y) >= grace
+    x = np.concatenate([split.X[i, :split.lengths[i]] for i in order])          # (R, F)
+    y = np.concatenate([split.Y[i, :split.lengths[i]] for i in order])          # (R,)
+    S = max(1, min(streams, len(y)))
+    L = math.ceil(len(y) / S)
+    X = np.zeros((S, L, split.X.shape[2]), np.float32)
+    Y = np.full((S, L), -1, np.int64)
+    scored = np.zeros((S, L), bool)
+    for s in range(S):
+        part = slice(s * L, min((s + 1) * L, len(y)))
+        n = part.stop - part.start
+        X[s, :n], Y[s, :n] = x[part], y[part]
+        scored[s, :n] = since_change(y[part]) >= grace
     return X, Y, scored
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one epoch is cut into updates (`plan_epoch`): the figures behind the estimate."""
+    readings: int             # training readings (valid, all sequences)
+    streams: int              # parallel TBPTT streams (0: no stream loss)
+    stream_len: int           # readings per stream
+    chunk: int                # readings per update, in each stream and each lane
+    lanes: int                # single sequences side by side (0: whole sequences in minibatches)
+    lane_len: int             # readings per lane, each sequence padded to whole chunks
+    batch: int                # whole sequences per update, where they run whole
+    seq_updates: int          # updates the single sequences take per epoch
+    per_epoch: int            # updates per epoch (the single sequences' reused in turn when fewer)
+
+    @property
+    def stream_updates(self) -> int:
+        return -(-self.stream_len // self.chunk)
+
+
+def plan_epoch(lengths: np.ndarray, tc: TrainConfig, streaming: bool, chunked: bool = True) -> Plan:
+    """Updates per epoch for training sequences of `lengths` (N,) int. Streams: `tc.streams`,
+    more when that would take over `tc.updates` updates. Single sequences, cut into pieces of
+    at most `tc.seq_max` readings: as many lanes as streams (`sequence_lanes`), or with
+    `chunked` False (bidirectional and positional models) whole in minibatches of
+    `tc.batch_size`."""
+    lengths = np.asarray(lengths, np.int64)
+    N, R, c = len(lengths), int(lengths.sum()), tc.chunk
+    S = max(tc.streams, math.ceil(R / (c * tc.updates)))
+    S = max(1, min(S, R // c))                                # no stream shorter than one chunk
+    stream_len = math.ceil(R / S) if streaming else 0
+    if chunked:
+        totals = lane_totals(pieces(lengths, tc.seq_max), S, c)
+        lanes, lane_len, b = len(totals), int(totals.max()), 0
+        n = lane_len // c
+    else:
+        lanes, lane_len, b = 0, 0, min(N, tc.batch_size)
+        n = math.ceil(N / b)
+    return Plan(R, S if streaming else 0, stream_len, c, lanes, lane_len, b, n,
+                max(math.ceil(stream_len / c), n))
+
+
+def pieces(lengths: np.ndarray, most: int) -> list:
+    """[(sequence, start, length)]: each sequence whole, or one longer than `most` readings cut
+    into the fewest near-equal pieces of at most `most`."""
+    out = []
+    for i, L in enumerate(np.asarray(lengths, np.int64).tolist()):
+        m = -(-L // most)
+        edges = [round(k * L / m) for k in range(m + 1)]
+        out.extend((i, edges[k], edges[k + 1] - edges[k]) for k in range(m))
+    return out
+
+
+def lane_totals(parts: list, lanes: int, chunk: int, order=None) -> np.ndarray:
+    """Readings per lane when `parts` [(sequence, start, length)], each padded to whole chunks,
+    are dealt longest first to the least-filled of `lanes` lanes (fewer lanes than parts at
+    most). The totals depend on the lengths only; `order` (a permutation of the parts) breaks
+    ties, and with it returns (totals, [part indices per lane])."""
+    n = len(parts)
+    size = np.array([-(-p[2] // chunk) * chunk for p in parts], np.int64)
+    perm = np.arange(n) if order is None else np.asarray(order)
+    ranked = perm[np.argsort(-size[perm], kind="stable")]
+    k = max(1, min(lanes, n))
+    heap = [(0, j) for j in range(k)]
+    members = [[] for _ in range(k)]
+    for i in ranked:
+        total, j = heapq.heappop(heap)
+        members[j].append(int(i))
+        heapq.heappush(heap, (total + int(size[i]), j))
+    totals = np.zeros(k, np.int64)
+    for total, j in heap:
+        totals[j] = total
+    return totals if order is None else (totals, members)
+
+
+def sequence_lanes(split: Split, plan: Plan, most: int, rng: np.random.Generator):
+    """One epoch's single sequences side by side in `plan.lanes` lanes, each piece (`pieces`)
+    starting at a chunk boundary from zero state, in a random order. Returns X (lanes, L, F)
+    float32, labels Y (lanes, L) int64 (-1 on padding), `last` (lanes, L) bool: a piece's last
+    reading, `aux` (lanes, L) bool: readings past the first quarter of their piece, and
+    `fresh` (lanes, L // chunk) bool: the chunk starts a piece."""
+    parts = pieces(split.lengths, most)
+    totals, members = lane_totals(parts, plan.lanes, plan.chunk, rng.permutation(len(parts)))
+    k, L, c = len(members), plan.lane_len, plan.chunk
+    X = np.zeros((k, L, split.X.shape[2]), np.float32)
+    Y = np.full((k, L), -1, np.int64)
+    last, aux = np.zeros((k, L), bool), np.zeros((k, L), bool)
+    fresh = np.zeros((k, L // c), bool)
+    for j, lane in enumerate(members):
+        t = 0
+        for p in rng.permutation(lane):
+            i, start, n = parts[p]
+            X[j, t:t + n] = split.X[i, start:start + n]
+            Y[j, t:t + n] = split.Y[i, start:start + n]
+            last[j, t + n - 1] = True
+            aux[j, t + n // 4:t + n] = True
+            fresh[j, t // c] = True
+            t += -(-n // c) * c
+    aux &= Y >= 0
+    last &= Y >= 0
+    return X, Y, last, aux, fresh
+
+
+def sequence_batches(n: int, b: int, gen: torch.Generator) -> list:
+    """One epoch's minibatches of whole sequences: a random order, [(indices (b,) LongTensor)]."""
+    perm = torch.randperm(n, generator=gen)
+    return [perm[i:i + b] for i in range(0, n, b)]
 
 
 # What each TrainConfig field may be: (whole number?, smallest, largest); lr and clip must be above 0.
@@ -103,6 +231,8 @@ TRAIN_LIMITS = {
     "aux_weight": (False, 0.0, 1e3),
     "streams": (True, 1, 100_000),
     "chunk": (True, 1, 1_000_000),
+    "seq_max": (True, 1, 100_000_000),
+    "updates": (True, 1, 1_000_000),
     "grace": (True, 0, 1_000_000),
     "stream_weight": (False, 0.0, 1e3),
     "threads": (True, 1, 1024),
@@ -177,53 +307,80 @@ def _train(arch, dataset, tc, model_overrides, progress=True):
     norm = Normalization.fit(dataset.train, dataset.features)
     model.norm.set(norm.mean, norm.std)
 
-    X = torch.from_numpy(dataset.train.X)
-    y = torch.from_numpy(dataset.train.y)
-    Y = torch.from_numpy(dataset.train.Y)
-    L = torch.from_numpy(dataset.train.lengths)
+    tr = dataset.train
     streaming = tc.stream_weight > 0 and hasattr(model, "forward_stream")
-    batches = math.ceil(len(y) / tc.batch_size)
-    if streaming:
-        stream_len = math.ceil(int(dataset.train.lengths.sum()) / min(tc.streams, len(y)))
-        per_epoch = max(math.ceil(stream_len / tc.chunk), batches)
-    else:
-        per_epoch = batches
-    total = tc.epochs * per_epoch
+    plan = plan_epoch(tr.lengths, tc, streaming, chunked(model))
+    total = tc.epochs * plan.per_epoch
     opt = torch.optim.AdamW(model.parameters(), lr=tc.lr, weight_decay=tc.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s, total) / total)))
     loss_fn = nn.CrossEntropyLoss()
     gen = torch.Generator().manual_seed(tc.seed)
+    whole = [torch.from_numpy(a) for a in (tr.X, tr.y, tr.lengths)]
 
-    bar = _progress(tc.epochs, f"train {arch}", progress)
-    t0 = time.perf_counter()
-    history = []
-    for epoch in range(tc.epochs):
-        model.train()
-        perm = torch.randperm(len(y), generator=gen)
-        if streaming:
-            sx, sy, sm = (torch.from_numpy(a) for a in training_streams(dataset.train, tc.streams, tc.grace, rng))
-            carry = None
-        total_loss = 0.0
-        for step in range(per_epoch):
-            idx = perm[(step % batches) * tc.batch_size:][:tc.batch_size]
-            loss = loss_fn(model(X[idx], L[idx]), y[idx])
-            if tc.aux_weight and hasattr(model, "forward_all"):
-                loss = loss + tc.aux_weight * _streaming_loss(model, X[idx], L[idx], Y[idx])
-            c0 = step * tc.chunk
-            if streaming and c0 < sx.shape[1]:
-                logits, carry = model.forward_stream(sx[:, c0:c0 + tc.chunk], carry)   # (S, chunk, C)
-                keep = sm[:, c0:c0 + tc.chunk]
-                if keep.any():
-                    loss = loss + tc.stream_weight * loss_fn(logits[keep], sy[:, c0:c0 + tc.chunk][keep])
+    def update(seq, stream):
+        """One update over a chunk of the single sequences and one of the streams (either may
+        be None). `seq`: lanes (x (K, chunk, F), labels, last, aux, fresh (K,), carry) or whole
+        sequences (indices,); `stream`: (x (S, chunk, F), labels, scored, carry). Returns
+        (loss, the lanes' carry, the streams' carry, readings run)."""
+        loss, run, seq_carry, carry = torch.zeros(()), 0, None, None
+        if seq is not None and plan.lanes:
+            x, sy, last, aux, fresh, seq_carry = seq
+            logits, seq_carry = model.forward_stream(x, seq_carry, fresh)     # (K, chunk, C)
+            if last.any():
+                loss = loss + loss_fn(logits[last], sy[last])
+            if tc.aux_weight and aux.any():
+                loss = loss + tc.aux_weight * loss_fn(logits[aux], sy[aux])
+            run += int((sy >= 0).sum())
+        elif seq is not None:
+            X, y, L = (a[seq[0]] for a in whole)
+            loss = loss + loss_fn(model(X, L), y)
+            run += int(L.sum())
+        if stream is not None:
+            x, sy, keep, carry = stream
+            logits, carry = model.forward_stream(x, carry)                      # (S, chunk, C)
+            run += int(keep.numel())
+            if keep.any():
+                loss = loss + tc.stream_weight * loss_fn(logits[keep], sy[keep])
+        if loss.requires_grad:                          # else nothing in this chunk is scored
             opt.zero_grad()
             loss.backward()
             nn.utils.clip_grad_norm_(model.parameters(), tc.clip)
             opt.step()
             sched.step()
-            total_loss += loss.item()
-        history.append(total_loss / per_epoch)
-        bar.set_postfix(loss=f"{history[-1]:.3f}")
-        bar.update(1)
+        return loss.item(), seq_carry, carry, run
+
+    bar = Progress(arch, dataset, plan, tc.epochs, progress)
+    if bar.enabled:
+        bar.start(_time_update(model, opt, sched, update, plan, tr.X.shape[2], streaming))
+    t0 = time.perf_counter()
+    history, readings_run = [], 0
+    c = plan.chunk
+    for epoch in range(tc.epochs):
+        model.train()
+        if plan.lanes:
+            lx, ly, ll, la, lf = (torch.from_numpy(a) for a in sequence_lanes(tr, plan, tc.seq_max, rng))
+        else:
+            batches = sequence_batches(len(tr), plan.batch, gen)
+        if streaming:
+            sx, sy, sm = (torch.from_numpy(a) for a in training_streams(tr, plan.streams, tc.grace, rng))
+        carry = seq_carry = None
+        total_loss = 0.0
+        for step in range(plan.per_epoch):
+            k = step % plan.seq_updates                         # fewer than the streams' updates: reused in turn
+            if plan.lanes:
+                part = slice(k * c, (k + 1) * c)
+                seq = (lx[:, part], ly[:, part], ll[:, part], la[:, part], lf[:, k], seq_carry)
+            else:
+                seq = (batches[k],)
+            stream = None
+            if streaming and step * c < sx.shape[1]:
+                part = slice(step * c, (step + 1) * c)
+                stream = (sx[:, part], sy[:, part], sm[:, part], carry)
+            loss, seq_carry, carry, run = update(seq, stream)
+            total_loss += loss
+            readings_run += run
+            bar.update(epoch, loss, readings_run)
+        history.append(total_loss / plan.per_epoch)
     bar.close()
     seconds = time.perf_counter() - t0
 
@@ -232,10 +389,12 @@ def _train(arch, dataset, tc, model_overrides, progress=True):
         "train_accuracy": accuracy(model, dataset.train),
         "test_accuracy": accuracy(model, dataset.test),
         "train_seconds": round(seconds, 2),
+        "readings_per_second": round(readings_run / max(seconds, 1e-9)),
         "final_loss": history[-1],
         "threads": torch.get_num_threads(),
         "updates": total,
         "stream_training": streaming,
+        "plan": asdict(plan),
     }
     return {
         "edgeseq_version": edgeseq.__version__,
@@ -254,21 +413,68 @@ def _train(arch, dataset, tc, model_overrides, progress=True):
     }
 
 
-def _streaming_loss(model, x, lengths, Y):
-    """Cross-entropy of the prediction after every valid reading past the first quarter of each
-    sequence, against that reading's label, so that a stream's running prediction means
-    something before its window ends."""
-    logits = model.forward_all(x)                             # (B, T, C)
-    T = x.shape[1]
-    t = torch.arange(T).unsqueeze(0)                          # (1, T)
-    keep = (t < lengths.unsqueeze(1)) & (t >= lengths.unsqueeze(1) // 4) & (Y >= 0)  # (B, T)
-    return nn.functional.cross_entropy(logits[keep], Y[keep])
+def chunked(model) -> bool:
+    """Whether the model runs a sequence in chunks with its state carried: not bidirectional
+    models (no `forward_stream`), nor a Transformer with positions (a chunk would restart
+    them at 0)."""
+    return hasattr(model, "forward_stream") and getattr(model.config, "positions", "none") == "none"
+
+
+def _time_update(model, opt, sched, update, plan, n_features, streaming, repeats: int = 3) -> float:
+    """Seconds one update takes: the median of `repeats` updates on zero readings, after which
+    the model, optimizer, schedule and random state are restored, so the run trains exactly
+    as it would untimed."""
+    import copy
+    saved = [copy.deepcopy(o.state_dict()) for o in (model, opt, sched)]
+    c = plan.chunk
+
+    def rows(n):
+        return torch.zeros(n, c, n_features), torch.zeros(n, c, dtype=torch.long), torch.ones(n, c, dtype=torch.bool)
+    if plan.lanes:
+        x, y, m = rows(plan.lanes)
+        seq = (x, y, m, m, torch.ones(plan.lanes, dtype=torch.bool), None)
+    else:
+        seq = (torch.arange(plan.batch),)
+    times = []
+    with torch.random.fork_rng():
+        for _ in range(repeats):
+            t = time.perf_counter()
+            update(seq, (*rows(plan.streams), None) if streaming else None)
+            times.append(time.perf_counter() - t)
+    for o, state in zip((model, opt, sched), saved):
+        o.load_state_dict(state)
+    return float(np.median(times))
+
+
+@torch.no_grad()
+def sequence_logits(model, X: torch.Tensor, lengths: torch.Tensor, chunk: int = 256, batch: int = 256):
+    """Logits after each sequence's last valid reading, each sequence from zero state: X (N, T,
+    F) float32, lengths (N,) int64 -> (N, C) float32. Models that run in chunks (`chunked`)
+    take `chunk` readings at a time with their state carried (the same numbers as one pass, in
+    bounded memory: a Transformer's attention over a whole 2,600-reading recording would not
+    fit), `batch` sequences at a time."""
+    out = []
+    for i in range(0, len(X), batch):
+        x, n = X[i:i + batch], lengths[i:i + batch]
+        T = int(n.max())
+        if not chunked(model):
+            out.append(model(x[:, :T], n))
+            continue
+        res, carry = None, None
+        for t0 in range(0, T, chunk):
+            logits, carry = model.forward_stream(x[:, t0:t0 + chunk], carry)   # (B, c, C)
+            if res is None:
+                res = torch.zeros(len(x), logits.shape[-1])
+            end = (t0 + torch.arange(logits.shape[1])).unsqueeze(0) == (n - 1).unsqueeze(1)   # (B, c)
+            res[end.any(1)] = logits[end]
+        out.append(res)
+    return torch.cat(out)
 
 
 @torch.no_grad()
 def accuracy(model, split) -> float:
     model.eval()
-    logits = model(torch.from_numpy(split.X), torch.from_numpy(split.lengths))
+    logits = sequence_logits(model, torch.from_numpy(split.X), torch.from_numpy(split.lengths))
     return float((logits.argmax(-1).numpy() == split.y).mean())
 
 
@@ -331,22 +537,74 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
     return ckpt
 
 
-def _progress(total, desc, enabled):
-    if not enabled:
-        return _NoBar()
-    from tqdm import tqdm
-    return tqdm(total=total, desc=desc, unit="epoch", leave=False, disable=None)  # None: only on a terminal
+def clock(seconds: float) -> str:
+    """Seconds as people read a duration: '45s', '3m05s', '2h10m'."""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
-class _NoBar:
-    def set_postfix(self, **_):
-        pass
+class Progress:
+    """Training progress on stderr: before the first update one line with the data's size, the
+    plan and the time it should take (from timed updates); then, on a terminal, a bar per
+    update with readings/s and the time left, else (CI, a log file) a plain line every
+    `every` seconds; at the end one line with the time taken."""
 
-    def update(self, _):
-        pass
+    LONG = 600.0              # estimates past this many seconds come with advice
+
+    def __init__(self, arch, dataset, plan: Plan, epochs: int, enabled: bool, every: float = 5.0, stream=None):
+        self.enabled, self.every = enabled, every
+        self.out = stream or sys.stderr
+        self.arch, self.dataset, self.plan, self.epochs = arch, dataset, plan, epochs
+        self.total = epochs * plan.per_epoch
+        self.done, self.bar, self.t0 = 0, None, None
+
+    def _say(self, line: str):
+        print(line, file=self.out, flush=True)
+
+    def start(self, seconds_per_update: float):
+        p, ds = self.plan, self.dataset
+        work = []
+        if p.streams:
+            work.append(f"{p.streams} streams x {p.chunk} readings")
+        work.append(f"{p.lanes} lanes of sequences x {p.chunk} readings" if p.lanes else f"{p.batch} whole sequences")
+        estimate = seconds_per_update * self.total
+        self._say(f"train {self.arch} on {ds.name}: {len(ds.train):,} sequences, {p.readings:,} readings x "
+                  f"{ds.n_features} channels, {len(ds.labels)} classes; {self.epochs} epochs x {p.per_epoch:,} "
+                  f"updates ({' + '.join(work)}); about {clock(estimate)} (estimated from timed updates)")
+        if estimate > self.LONG:
+            self._say("  that is long: fewer epochs (--epochs), a smaller model (--set hidden=32) or fewer "
+                      "readings (downsample the recordings) shorten it; --quiet hides this progress")
+        if getattr(self.out, "isatty", lambda: False)():
+            from tqdm import tqdm
+            self.bar = tqdm(total=self.total, desc=f"train {self.arch}", unit="update", leave=False, file=self.out)
+        self.t0 = self.last = time.perf_counter()
+
+    def update(self, epoch: int, loss: float, readings: int):
+        if self.t0 is None:
+            return
+        self.done += 1
+        now = time.perf_counter()
+        rate = readings / max(now - self.t0, 1e-9)
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"epoch {epoch + 1}/{self.epochs}, loss {loss:.3f}, {rate:,.0f} readings/s",
+                                     refresh=False)
+            self.bar.update(1)
+        elif now - self.last >= self.every:
+            self.last = now
+            left = (now - self.t0) / self.done * (self.total - self.done)
+            self._say(f"train {self.arch}: epoch {epoch + 1}/{self.epochs}, update {self.done:,}/{self.total:,} "
+                      f"({100 * self.done / self.total:.0f}%), loss {loss:.3f}, {rate:,.0f} readings/s, "
+                      f"{clock(now - self.t0)} elapsed, about {clock(left)} left")
 
     def close(self):
-        pass
+        if self.bar is not None:
+            self.bar.close()
+        if self.t0 is not None:
+            self._say(f"train {self.arch}: {self.done:,} updates in {clock(time.perf_counter() - self.t0)}")
 
 
 def parse_overrides(items) -> dict:

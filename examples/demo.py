@@ -1,6 +1,6 @@
 """The main demo: train, export (float and int8) and stream all five streaming architectures on BasicMotions.
 
-    make demo            # or: python examples/demo.py [--out DIR]
+    make demo            # or, once set up: .venv/bin/python examples/demo.py [--out DIR]
 
 Each model is trained with its default schedule (truncated BPTT over never-reset training
 streams plus single sequences), exported to one validated ONNX step graph and to an int8 twin
@@ -9,15 +9,26 @@ call, and one test sequence is streamed live. The summary compares accuracy, fil
 """
 
 import argparse
+import os
+import shlex
+import sys
+import sysconfig
 import time
 from pathlib import Path
 
-import numpy as np
+try:
+    import numpy as np
 
-from edgeseq.data import load_dataset
-from edgeseq.runtime import StreamSession, evaluate
-from edgeseq.train import save_checkpoint, train
-from export import export_int8, export_model
+    from edgeseq.data import load_dataset
+    from edgeseq.runtime import StreamSession, evaluate
+    from edgeseq.train import save_checkpoint, train
+    from export import export_int8, export_model
+except ModuleNotFoundError as e:    # a Python without edgeseq (a bare `python`): one line naming the one to use
+    py, me = (p if os.path.relpath(p).startswith(os.pardir) else os.path.relpath(p) for p in (
+        os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv", "bin", "python"),
+        os.path.abspath(__file__)))
+    sys.exit(f"Error: {sys.executable} has no module '{e.name}'; run it with the clone's Python: `{py} {me}` "
+             "(`make demo` sets up .venv and runs this demo), or activate .venv first")
 
 ARCHS = ["rnn", "gru", "lstm", "transformer", "ssm"]
 
@@ -67,8 +78,29 @@ def main():
           "\nRecurrent and state-space models hold the same state whatever the history; the Transformer's KV "
           "cache grows "
           "by one row per reading up to the window it was trained with, then slides."
-          "\nNext: `edgeseq eval models/gru.onnx`, `edgeseq compare models/gru.onnx models/gru-int8.onnx`, "
-          "`edgeseq bench`.")
+          f"\n{next_steps(out, 'gru' if 'gru' in args.archs else args.archs[0])}")
+
+
+def _shown(path, program=False) -> str:
+    """`path` as a user types it here: relative to the working directory when under it (a
+    program there as ./name, which the shell would otherwise look up on PATH)."""
+    path = Path(path).absolute()
+    try:
+        path = path.relative_to(Path.cwd())
+    except ValueError:
+        pass
+    shown = str(path)
+    return shlex.quote(f"./{shown}" if program and os.sep not in shown else shown)
+
+
+def next_steps(out: Path, arch: str) -> str:
+    """The commands to try next, runnable as printed from where the demo ran: this Python's
+    `edgeseq` script (`.venv/bin/edgeseq` after `make demo`; a venv's bin need not be on
+    PATH) on the models the demo wrote under `out`."""
+    script = Path(sysconfig.get_path("scripts")) / ("edgeseq.exe" if os.name == "nt" else "edgeseq")
+    cli = _shown(script, program=True) if script.exists() else f"{_shown(sys.executable, program=True)} -m edgeseq"
+    model, q = (_shown(out / "models" / f"{arch}{tail}.onnx") for tail in ("", "-int8"))
+    return f"Next: `{cli} eval {model}`, `{cli} compare {model} {q}`, `{cli} bench`."
 
 
 if __name__ == "__main__":

@@ -1,16 +1,18 @@
 """Streaming sensor demo for a Raspberry Pi (or any machine): one reading per call, live.
 
-    python examples/pi_sensor_demo.py --model models/gru-int8.onnx --source serial:/dev/ttyUSB0 --rate 50
-    python examples/pi_sensor_demo.py --model models/gru-int8.onnx --source replay:basicmotions   # no hardware
-    python examples/pi_sensor_demo.py --model models/gru-int8.onnx --source replay:basicmotions \\
+    .venv/bin/python examples/pi_sensor_demo.py --model models/gru-int8.onnx --source serial:/dev/ttyUSB0 --rate 50
+    .venv/bin/python examples/pi_sensor_demo.py --model models/gru-int8.onnx --source replay:basicmotions  # no hardware
+    .venv/bin/python examples/pi_sensor_demo.py --model models/gru-int8.onnx --source replay:basicmotions \\
         --state-file /var/lib/edgeseq/gru.state --json
 
 Needs only the runtime install (numpy, onnxruntime; pyserial for serial sources). Prints the
 prediction with its probability for every reading (or every --print-every), the latency
 (median and p99 over the last 1,000 readings), the state bytes held, and late, dropped and bad
-reading counts. With --state-file the stream's state is written atomically every
---save-every readings and on Ctrl-C / SIGTERM, and a matching file is resumed on start (a
-replay source then continues from the reading after the saved one). A state file that cannot
+reading counts; where the source knows the true labels (the embedded replay, or a CSV whose
+header has a `label` column) each line shows the true label and the summary scores them.
+With --state-file the stream's state is written atomically every --save-every readings and
+on Ctrl-C / SIGTERM, and a matching file is resumed on start (a replay source then continues
+from the reading after the saved one). A state file that cannot
 be used (another model, corrupt, values that do not fit) is moved aside to FILE.rejected
 (.rejected.1, ... if taken), never overwritten; a symbolic link is followed. Sources: see
 `edgeseq.runtime.live` (replay, csv, stdin, serial, sim, or your own driver class). A wrong
@@ -24,7 +26,14 @@ import math
 import os
 import sys
 
-from edgeseq.errors import UsageError, run_script
+try:
+    from edgeseq.errors import UsageError, run_script
+except ModuleNotFoundError as e:    # a Python without edgeseq (a bare `python`): one line naming the one to use
+    py, me = (p if os.path.relpath(p).startswith(os.pardir) else os.path.relpath(p) for p in (
+        os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv", "bin", "python"),
+        os.path.abspath(__file__)))
+    sys.exit(f"Error: {sys.executable} has no module '{e.name}'; run it with the clone's Python: `{py} {me}` "
+             "(`make demo` sets up .venv; on a device, `python3 -m venv .venv && .venv/bin/pip install '.[pi]'`)")
 
 
 class Parser(argparse.ArgumentParser):
@@ -59,7 +68,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     check_rate(args.rate)
     from edgeseq.runtime import StreamSession
-    from edgeseq.runtime.live import open_source, run_live
+    from edgeseq.runtime.live import open_source, run_live, summary_lines
     from edgeseq.runtime.statefile import lock_state_file, model_sha256, resume_state
 
     if args.state_file is not None and not args.state_file.strip():
@@ -80,15 +89,8 @@ def main(argv=None):
                            print_every=args.print_every, max_readings=args.max_readings)
     if args.json:
         print(json.dumps({"summary": summary}), flush=True)
-    print(f"{summary['this_run']} readings in {summary['seconds']} s on the {sess.backend} backend "
-          f"({summary['rate_hz']} Hz; target "
-          f"{summary['target_rate_hz']}), latency median {summary['median_us']} us p99 {summary['p99_us']} us, "
-          f"late {summary['late']}, dropped {summary['dropped']}, bad {summary['bad']}, RSS "
-          f"{summary['rss_kb_end']} kB; stopped by {summary['stopped_by']}", file=sys.stderr)
-    if summary["continuous_accuracy"] is not None:
-        print(f"continuous accuracy (never reset, true labels known for this replay): "
-              f"{summary['continuous_accuracy']:.3f} over {summary['scored_readings']} readings past the grace period "
-              "after each change", file=sys.stderr)
+    for line in summary_lines(summary, sess.backend, sess.labels):
+        print(line, file=sys.stderr)
     return 0
 
 

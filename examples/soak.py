@@ -1,6 +1,6 @@
 """Soak benchmark: stream 1,000,000 readings through one model and watch memory and latency.
 
-    python examples/soak.py --model models/gru-int8.onnx [--readings 1000000] [--json]
+    .venv/bin/python examples/soak.py --model models/gru-int8.onnx [--readings 1000000] [--json]
 
 Real readings (the embedded test set, sequences joined end to end and repeated), one
 `StreamSession.push` per reading, unpaced. Prints RSS at the start, every 10 %, and at the end
@@ -10,13 +10,22 @@ A benchmark, not a test: it takes about 20-30 s for the GRU on one x86 core.
 
 import argparse
 import json
+import os
+import sys
 import time
 
-import numpy as np
+try:
+    import numpy as np
 
-from edgeseq.data import load_dataset
-from edgeseq.runtime import StreamSession
-from edgeseq.runtime.live import rss_kb
+    from edgeseq.data import load_dataset
+    from edgeseq.runtime import StreamSession
+    from edgeseq.runtime.live import rss_kb
+except ModuleNotFoundError as e:    # a Python without edgeseq (a bare `python`): one line naming the one to use
+    py, me = (p if os.path.relpath(p).startswith(os.pardir) else os.path.relpath(p) for p in (
+        os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv", "bin", "python"),
+        os.path.abspath(__file__)))
+    sys.exit(f"Error: {sys.executable} has no module '{e.name}'; run it with the clone's Python: `{py} {me}` "
+             "(`make demo` sets up .venv), or activate .venv first")
 
 
 def main():

@@ -9,12 +9,21 @@ the held-out test split with BLEU and chrF.
 """
 
 import argparse
+import os
+import sys
 from pathlib import Path
 
-from edgeseq.translate.evaluate import evaluate_mt
-from edgeseq.translate.runtime import Translator, attention_png
-from edgeseq.translate.train import load_run, save_run, train_mt
-from export.translate import export_translation
+try:
+    from edgeseq.translate.evaluate import evaluate_mt
+    from edgeseq.translate.runtime import Translator, attention_png
+    from edgeseq.translate.train import load_run, save_run, train_mt
+    from export.translate import export_translation
+except ModuleNotFoundError as e:    # a Python without edgeseq (a bare `python`): one line naming the one to use
+    py, me = (p if os.path.relpath(p).startswith(os.pardir) else os.path.relpath(p) for p in (
+        os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv", "bin", "python"),
+        os.path.abspath(__file__)))
+    sys.exit(f"Error: {sys.executable} has no module '{e.name}'; run it with the clone's Python: `{py} {me}` "
+             "(`make demo` sets up .venv), or activate .venv first")
 
 SENTENCES = ["Open the file", "Save all notebooks", "Restart the kernel and clear all outputs",
              "Close the terminal", "Rename the file"]

@@ -61,7 +61,7 @@ import onnx
 import onnxruntime as ort
 
 from edgeseq import contract
-from edgeseq.data import Dataset, load_dataset
+from edgeseq.data import DATA_REMEDY, Dataset, load_dataset
 from edgeseq.errors import DataError, ExportValidationError, UsageError
 from edgeseq.runtime.evaluate import (STREAM_READINGS, final_accuracy, joined_streams, long_streams, output_error,
                                       reading_accuracy, run_each, run_streams, score_continuous)
@@ -244,7 +244,7 @@ def dataset_for(ckpt: dict, data: str | Dataset | None) -> Dataset:
                 why = f"this checkpoint names its training data only as '{spec}', which is not a data set or file"
             raise DataError(f"int8 export needs the training data for calibration and checks, but {why}; "
                             "pass it with --data") from None
-    ds = ds.for_model(ckpt["features"], f"data '{ds.name}'")
+    ds = ds.for_model(ckpt["features"], f"data '{ds.name}'", DATA_REMEDY)
     if list(ds.labels) != list(ckpt["labels"]):
         raise DataError(f"data '{ds.name}' has labels {ds.labels}, the model predicts {ckpt['labels']}; "
                         "pass the training data with --data")
@@ -259,8 +259,11 @@ def export_int8(ckpt: dict, out, scheme: str = DEFAULT_SCHEME, data=None, max_hi
     model against the float one and move it into place. Returns the export report.
 
     float_parts: for a state-space model, the projections kept float (of `SSM_PARTS`; None:
-    `SSM_FLOAT_PARTS`); ignored for the other architectures, a UsageError when unknown."""
-    from export.step import build_graph, stamp, strip, write_validated
+    `SSM_FLOAT_PARTS`); ignored for the other architectures, a UsageError when unknown.
+    The report's `float_bytes` is the size of the file `export_model` writes for the same
+    checkpoint and max_history (the float model a user deploys), not of the split graph
+    quantized here, whose unfused cells serialise to another size."""
+    from export.step import build_graph, export_model, stamp, strip, write_validated
     from export.validate import validate_stream
 
     out = Path(out)
@@ -278,6 +281,7 @@ def export_int8(ckpt: dict, out, scheme: str = DEFAULT_SCHEME, data=None, max_hi
         raise UsageError(f"unknown state-space part(s) {', '.join(unknown)} to keep float; choose from "
                          f"{', '.join(SSM_PARTS)}")
     ds = dataset_for(ckpt, data)
+    given = ckpt
     ckpt, _ = equalize_input(ckpt, ds.train)
     proto, meta, model = build_graph(ckpt, max_history, split=True)
     # The working directory lies beside `out` under the same temporary name as its final file
@@ -357,7 +361,10 @@ def export_int8(ckpt: dict, out, scheme: str = DEFAULT_SCHEME, data=None, max_hi
                     max_diff=err["max_abs"], tolerance=max_error)
             return report
 
+        # The float twin as `edgeseq export` writes it (fused cells, validation record), sized
+        # for the report: the quantized split graph is not the file a user compares with.
+        float_bytes = export_model(given, os.path.join(tmp, "float-export.onnx"), max_history=max_history)["bytes"]
         report = write_validated(qproto, out, check)
-    report["float_bytes"] = len(proto.SerializeToString())
+    report["float_bytes"] = float_bytes
     report["quantization"] = settings
     return report

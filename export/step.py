@@ -24,6 +24,7 @@ from torch import nn
 
 import edgeseq
 from edgeseq import contract
+from edgeseq.data import trained_on
 from edgeseq.errors import UsageError
 from edgeseq.runtime.statefile import TEMP_SUFFIX, remove_leftovers, temp_prefix
 from edgeseq.train import model_from_checkpoint
@@ -215,11 +216,14 @@ class WindowGraph(nn.Module):
 
 
 def meta_for(ckpt: dict, model, mode: str, max_history=None, quantization=None) -> contract.ModelMeta:
+    """The metadata of a checkpoint's graph; `data` records what it was trained on (float and
+    int8 alike: int8 calibration data given with --data is not the training data)."""
     state = model.state_specs() if mode == "stream" else []
     return contract.ModelMeta(
         arch=ckpt["arch"], mode=mode, features=list(ckpt["features"]), labels=list(ckpt["labels"]),
         state=state, max_history=max_history, quantization=quantization,
         version=edgeseq.__version__, normalization=ckpt["normalization"], config=ckpt["config"],
+        data=trained_on(ckpt),
     )
 
 

@@ -40,7 +40,7 @@ from torch import nn
 import edgeseq
 from edgeseq import contract
 from edgeseq.errors import ExportValidationError, UsageError
-from edgeseq.runtime.statefile import TEMP_SUFFIX, remove_leftovers, temp_prefix
+from edgeseq.runtime.statefile import TEMP_SUFFIX, remove_leftovers, replace_dir, temp_prefix
 from edgeseq.translate.runtime import FORMAT           # model.json format: the one the runtime reads
 from edgeseq.translate.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer
 from edgeseq.translate.train import greedy_torch, model_from, source_batch
@@ -194,7 +194,7 @@ def export_translation(ckpt: dict, out, sentences: list | None = None) -> dict:
         os.chmod(tmp, shareable_mode(0o777))         # mkdtemp makes 0700
         for f in tmp.iterdir():
             os.chmod(f, shareable_mode(0o666))
-        _replace_dir(tmp, out)
+        replace_dir(tmp, out)
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
         if e.filename is None or str(e.filename).startswith(str(tmp)):     # a failed write() names no file
@@ -206,18 +206,3 @@ def export_translation(ckpt: dict, out, sentences: list | None = None) -> dict:
     files = {f.name: f.stat().st_size for f in sorted(out.iterdir())}
     return {"path": str(out), "arch": ckpt["arch"], "files": files, **report}
 
-
-def _replace_dir(new: Path, out: Path):
-    """Move `new` to `out`; an existing `out` is swapped out first and removed only after."""
-    if not out.exists():
-        os.replace(new, out)
-        return
-    old = out.with_name(f".{out.name}.old")
-    shutil.rmtree(old, ignore_errors=True)
-    os.replace(out, old)
-    try:
-        os.replace(new, out)
-    except BaseException:
-        os.replace(old, out)
-        raise
-    shutil.rmtree(old, ignore_errors=True)

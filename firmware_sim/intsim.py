@@ -472,7 +472,8 @@ def from_parts(meta, initializers: dict, nodes, path="<model>") -> IntModel:
                         feat_m=np.array([m for m, _ in feat], np.int64), feat_s=np.array([s for _, s in feat], np.int64),
                         mean_fx=np.round(mean * np.exp2(in_frac)).astype(np.int64), in_frac=in_frac, cells=cells,
                         head=head, head_hq=multiplier(1.0 / (ONE_Q15 * head.in_scale)), head_b=_q12(mm["head.bias"]),
-                        meta={"arch": meta.arch, "features": meta.features, "quantization": meta.quantization})
+                        meta={"arch": meta.arch, "features": meta.features, "quantization": meta.quantization,
+                              "data": meta.data})
     except (KeyError, IndexError, ValueError, TypeError, StopIteration, ArithmeticError) as e:
         raise ModelFileError(f"'{path}' is not laid out as edgeseq's int8 export writes it ({type(e).__name__}: "
                              f"{str(e)[:80]}); export it again with --int8") from None

@@ -65,17 +65,20 @@ def macs_per_step(m) -> int:
     return int(sum(c["x"].w.size + c["h"].w.size for c in m.cells) + m.head.w.size)
 
 
-def readings_for(m, data: str | None, n: int) -> tuple:
-    """(float readings [n, F], description): the test split of `data` (default: the embedded
-    data, if its channels are the model's) joined end to end; otherwise seeded synthetic
-    readings spread over each channel's int8 input range."""
-    from edgeseq.data import load_dataset
+def readings_for(m, data: str | None, n: int, model=None) -> tuple:
+    """(float readings [n, F], description): the test split of `data` joined end to end; with
+    `data` None, of the data the model was trained on (its `edgeseq.data` metadata; a recorded
+    file that is gone is a DataError saying to pass --data). A file exported before that key
+    reads the embedded data if its channels are the model's, else seeded synthetic readings
+    spread over each channel's int8 input range. `model` names the file in messages."""
+    from edgeseq.data import data_for_model
     from edgeseq.errors import DataError
 
+    recorded = m.meta.get("data")
     try:
-        ds = load_dataset(data or "basicmotions").for_model(m.meta["features"], f"data '{data or 'basicmotions'}'")
+        ds = data_for_model(data, m.meta["features"], trained=recorded, model=None if model is None else str(model))
     except DataError:
-        if data is not None:
+        if data is not None or recorded is not None:
             raise
         ds = None
     if ds is not None:
@@ -102,9 +105,9 @@ def measure(model, core: str, opt: str = "-O2", readings: int = 1000, counted: i
         raise UsageError(f"unknown core '{core}'; use one of {', '.join(toolchain.CORES)}")
     if opt not in OPTS:
         raise UsageError(f"optimisation '{opt}' must be one of {', '.join(OPTS)}")
-    compiler = toolchain.require_compiler()
     m = from_onnx(model)
-    X, source = readings_for(m, data, readings)
+    X, source = readings_for(m, data, readings, model)       # a model or data error first: no toolchain needed
+    compiler = toolchain.require_compiler()
     xq = m.to_fixed(X)
     state, want = m.init_state(1), []
     for x in xq:

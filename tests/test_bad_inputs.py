@@ -27,6 +27,7 @@ from edgeseq.cli import cli
 ROOT = Path(__file__).resolve().parents[1]
 FEATURES = ["acc_x", "acc_y", "acc_z", "gyr_x", "gyr_y", "gyr_z"]
 GOOD = "0.1,0.2,0.3,0.4,0.5,0.6\n"
+LABELLED = "time,label," + ",".join(FEATURES) + "\n"      # a header with columns besides the features
 
 
 @pytest.fixture(scope="module")
@@ -173,6 +174,11 @@ CASES = [
     (["stream", GRU], GOOD + "1,2,3,4,5,1e40\n", R, "beyond float32"),
     (["stream", GRU, "--on-bad", "skip"], "acc_x,acc_y\n" + GOOD, R, "lacks"),
     (["stream", GRU, "--on-bad", "skip"], "\ufeffacc_x,acc_y,acc_z,gyr_x,gyr_y,gyr_z,acc_x\n" + GOOD, R, "twice"),
+    (["stream", GRU, "--on-bad", "skip"], "label,Label," + ",".join(FEATURES) + "\n" + GOOD, R,
+     "the header names a label column 2 times"),
+    (["stream", GRU], LABELLED + "2024-05-01T10:00:00Z,walk,1,2,x,4,5,6\n", R, "input line 2: non-numeric value 'x'"),
+    (["stream", GRU], LABELLED + '"10:00, Monday",walk,1,2,3,4,5,nan\n', R, "input line 2: NaN or Inf"),
+    (["stream", GRU], LABELLED + "2024-05-01T10:00:00Z,walk,1,2,3\n", R, "input line 2: 5 values, the header names 8"),
     (["stream", GRU, "--max-history", "0"], GOOD, U, "--max-history"),
     (["stream", GRU, "--state-file", "afile/s.state"], GOOD, R, "afile"),
     (["stream", GRU, "--state-file", "empty"], GOOD, U, "is a directory"),
@@ -352,7 +358,9 @@ def session(kit):
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.one_of(st.binary(max_size=40), st.sampled_from([GOOD.encode(), b"\xef\xbb\xbf" + GOOD.encode(),
-                                                                      b"1,2,3,4,5,6\r", b"acc_x,acc_y\n", b"\n"])),
+                                                                      b"1,2,3,4,5,6\r", b"acc_x,acc_y\n", b"\n",
+                                                                      LABELLED.encode(),
+                                                                      b'"t, 1",walk,1,2,3,4,5,6\n'])),
                 max_size=12))
 def test_random_bytes_to_the_stream_reader(session, chunks):
     """Any bytes: the reader raises only its own errors, skips what it rejects, and the state
@@ -362,14 +370,14 @@ def test_random_bytes_to_the_stream_reader(session, chunks):
 
     data = b"".join(chunks)
     session.reset()
-    out = []
+    out, notes = [], []
     try:
-        stats = stream_lines(session, read_lines(io.BytesIO(data)), on_bad="skip", echo=out.append)
+        stats = stream_lines(session, read_lines(io.BytesIO(data)), on_bad="skip", echo=out.append, note=notes.append)
     except HeaderError:
         assert session.position[0] == 0                       # the header is the first line: nothing streamed
         return
     assert stats["readings"] == int(session.position[0])
-    assert stats["readings"] == sum(1 for line in out if not line.startswith("#"))
+    assert stats["readings"] == len(out) and stats["skipped"] == len(notes)   # stdout: one line per reading
     state = session.snapshot()["state"]
     assert all(np.isfinite(s).all() for s in state)
 

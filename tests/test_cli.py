@@ -78,11 +78,101 @@ def test_stream_bad_readings(runner, exported, line, message):
     text = "0,0,0,0,0,0\n" + line + "\n0,0,0,0,0,0\n"
     r = runner.invoke(cli, ["stream", model], input=text)
     assert r.exit_code == 1 and _err(r) == message
+    skipped = "line 2 skipped: " + message.split(": ", 2)[2].split("; fix it")[0]
     r = runner.invoke(cli, ["stream", model, "--on-bad", "skip"], input=text)
-    assert r.exit_code == 0 and "line 2 skipped" in r.output
+    assert r.exit_code == 0 and r.stderr.splitlines()[0] == skipped     # reported on stderr ...
     clean = runner.invoke(cli, ["stream", model], input="0,0,0,0,0,0\n0,0,0,0,0,0\n")
-    good = [l for l in r.stdout.splitlines() if not l.startswith("#")]
-    assert good == clean.stdout.splitlines()      # the skipped reading changed nothing
+    assert r.stdout == clean.stdout               # ... stdout is clean CSV, and the skipped reading changed nothing
+    r = runner.invoke(cli, ["stream", model, "--on-bad", "skip", "--json"], input=text)
+    assert r.exit_code == 0 and r.stderr.splitlines()[0] == skipped
+    assert [json.loads(l)["reading"] for l in r.stdout.splitlines()] == [1, 2]   # one object per reading
+
+
+FEATURES = ["acc_x", "acc_y", "acc_z", "gyr_x", "gyr_y", "gyr_z"]
+
+
+def _training_csv(path, labels, rows=12):
+    """edgeseq's training CSV layout (sequence,label,<features>) with a timestamp and a note
+    column: ISO times, quoted commas, empty cells. Features in another order than the model's.
+    Returns the same readings as plain lines in the model's feature order."""
+    d = np.load(Path(__file__).resolve().parents[1] / "edgeseq" / "data" / "basicmotions.npz")
+    X = d["X_test"][0][:rows]
+    order = [2, 0, 1, 5, 3, 4]
+    lines = ["sequence,Label,time," + ",".join(FEATURES[i] for i in order) + ",note"]
+    for t, (x, label) in enumerate(zip(X, labels)):
+        note = ['"moved, then still"', "", '"a ""quoted"" note"'][t % 3]
+        lines.append(f"s{t // 5},{label},2024-05-01T10:00:{t:02d}.500+02:00," + ",".join(f"{x[i]:.6f}" for i in order)
+                     + f",{note}")
+    Path(path).write_text("\n".join(lines) + "\n")
+    return [",".join(f"{v:.6f}" for v in x) for x in X]
+
+
+def test_stream_reads_a_training_csv_and_scores_its_labels(runner, exported):
+    """Columns other than the features (sequence, a timestamp, notes with commas, empty cells)
+    are ignored; the label column is printed beside each prediction and scored."""
+    model = str(exported("gru")[0])
+    labels = ["Standing"] * 6 + ["Jumping"] * 2 + ["Walking"] * 3 + [""]
+    plain = _training_csv("t.csv", labels)
+    r = runner.invoke(cli, ["stream", model, "--input", "t.csv"])
+    assert r.exit_code == 0, r.output
+    ref = runner.invoke(cli, ["stream", model], input="\n".join(plain) + "\n").stdout.splitlines()
+    out = r.stdout.splitlines()
+    assert out == [f"{line},{true}" for line, true in zip(ref, labels)]     # the same predictions, plus the truth
+    known = [(line.split(",")[1], true) for line, true in zip(ref, labels) if true in ("Standing", "Walking")]
+    acc = sum(p == t for p, t in known) / 9
+    assert r.stderr.splitlines()[1:] == [
+        f"true labels: accuracy {acc:.3f} over 9 readings with a label the model knows (one stream, never reset); "
+        "none lies 20 readings past the start or a change of label",
+        "not scored: 2 readings labelled 'Jumping' (2), which the model does not know; 1 reading without a label"]
+    r = runner.invoke(cli, ["stream", model, "--input", "t.csv", "--json"])
+    objs = [json.loads(l) for l in r.stdout.splitlines()]
+    assert [o["true"] for o in objs] == [t or None for t in labels]
+    assert [o["label"] for o in objs] == [line.split(",")[1] for line in ref]
+
+
+def test_stream_scores_past_the_grace_after_each_change(runner, exported):
+    model = str(exported("gru")[0])
+    d = np.load(Path(__file__).resolve().parents[1] / "edgeseq" / "data" / "basicmotions.npz")
+    names = list(d["labels"])
+    X = np.concatenate([d["X_test"][0][:30], d["X_test"][-1][:25]])
+    truth = [names[d["y_test"][0]]] * 30 + [names[d["y_test"][-1]]] * 25
+    rows = ["label," + ",".join(FEATURES)] + [f"{t}," + ",".join(f"{v:.6f}" for v in x) for t, x in zip(truth, X)]
+    r = runner.invoke(cli, ["stream", model], input="\n".join(rows) + "\n")
+    assert r.exit_code == 0, r.output
+    pred = [l.split(",")[1] for l in r.stdout.splitlines()]
+    past = [i for i in range(55) if 20 <= i < 30 or i >= 50]                  # 20 after the start and the change
+    acc, acc_past = np.mean([p == t for p, t in zip(pred, truth)]), np.mean([pred[i] == truth[i] for i in past])
+    assert r.stderr.splitlines()[0].startswith("55 readings, 0 skipped; state ")
+    assert r.stderr.splitlines()[1:] == [
+        f"true labels: accuracy {acc:.3f} over 55 readings with a label the model knows (one stream, never reset); "
+        f"{acc_past:.3f} over the 15 past the first 20 after the start and each change of label"]
+
+
+def test_stream_header_file_bad_feature_cells_fail_as_before(runner, exported):
+    """Only the feature columns are checked, and a bad one is a bad reading as without a header."""
+    model = str(exported("gru")[0])
+    _training_csv("t.csv", ["Standing"] * 4, rows=4)
+    lines = Path("t.csv").read_text().splitlines()
+    cells = lines[2].split(",")
+    bad_feature = ",".join(cells[:4] + ["x"] + cells[5:])
+    short = ",".join(cells[:-1])                  # row 2 has an empty note: 9 cells
+    for line, message in [(bad_feature, "non-numeric value 'x'"), (short, "9 values, the header names 10 columns")]:
+        Path("b.csv").write_text("\n".join(lines[:2] + [line] + lines[3:]) + "\n")
+        r = runner.invoke(cli, ["stream", model, "--input", "b.csv"])
+        assert r.exit_code == 1
+        assert _err(r) == f"Error: input line 3: {message}; fix it or pass --on-bad skip (state before it is kept)"
+        r = runner.invoke(cli, ["stream", model, "--input", "b.csv", "--on-bad", "skip"])
+        assert r.exit_code == 0 and r.stderr.splitlines()[0] == f"line 3 skipped: {message}"
+        Path("c.csv").write_text("\n".join(lines[:2] + lines[3:]) + "\n")
+        clean = runner.invoke(cli, ["stream", model, "--input", "c.csv"]).stdout
+        assert r.stdout == clean                  # the skipped reading changed nothing
+    Path("two.csv").write_text("label,LABEL," + ",".join(FEATURES) + "\n")
+    r = runner.invoke(cli, ["stream", model, "--input", "two.csv"])
+    assert r.exit_code == 1
+    assert _err(r) == "Error: input line 1: the header names a label column 2 times ('label', 'LABEL'); keep one"
+    r = runner.invoke(cli, ["stream", model], input="walk,2024-05-01T10:00:00Z,1,2,3,4,5,6\n")
+    assert r.exit_code == 1 and _err(r) == ("Error: input line 1: 8 values, the model expects 6; fix it or pass "
+                                            "--on-bad skip (state before it is kept)")   # no header: all features
 
 
 def test_model_file_errors(runner):
@@ -139,17 +229,62 @@ def test_export_int8_and_compare(runner, trained, exported):
     r = runner.invoke(cli, ["export", "runs/gru", "--int8", "--out", "models/g8.onnx"])
     assert r.exit_code == 0, r.output
     assert r.output.startswith("wrote models/g8.onnx") and "int8 static vs float" in r.output
+    # the float size printed is that of the float export of the same run, not of the graph int8 starts from
+    assert runner.invoke(cli, ["export", "runs/gru", "--out", "models/g.onnx"]).exit_code == 0
+    size = Path("models/g.onnx").stat().st_size
+    assert f"({Path('models/g8.onnx').stat().st_size:,} bytes; float export {size:,}); int8 static" in r.output
     float_model = str(exported("gru")[0])
     r = runner.invoke(cli, ["compare", float_model, "models/g8.onnx", "--rounds", "1", "--json"])
     assert r.exit_code == 0, r.output
     res = json.loads(r.output)
     first, q = res["models"]
     assert first["quantization"] == "float" and q["quantization"] == "int8 static"
-    assert first["vs_first"] is None and 0 < q["vs_first"]["mean_rel"] <= 0.02
+    assert first["vs_twin"] is None and 0 < q["vs_twin"]["mean_rel"] <= 0.02 and q["twin_of"] == float_model
     assert q["bytes"] * 2.5 < first["bytes"] and q["latency_us_median"] > 0
     assert res["readings_per_stream"] == 500
     r = runner.invoke(cli, ["compare", float_model, "models/g8.onnx", "--rounds", "1"])
     assert r.exit_code == 0 and "int8 static" in r.output.splitlines()[3]
+
+
+def test_compare_shows_differences_between_twins_only(runner, trained, exported):
+    """A difference is taken against the first earlier twin in the list (same architecture,
+    settings, labels, features, normalisation); a model with none gets n/a and null."""
+    import re
+
+    from edgeseq.report.compare import format_compare
+    from edgeseq.train import save_checkpoint
+    save_checkpoint(trained("gru"), "runs/gru")
+    for args in (["export", "runs/gru", "--int8", "--out", "m/gru8.onnx"],
+                 ["train", "--arch", "gru", "--epochs", "1", "--set", "hidden=8", "--out", "runs/small", "--quiet"],
+                 ["export", "runs/small", "--out", "m/small.onnx"],
+                 ["export", "runs/small", "--int8", "--keep-anyway", "--out", "m/small8.onnx"]):
+        r = runner.invoke(cli, args)
+        assert r.exit_code == 0, (args, r.output)
+    gru = str(exported("gru")[0])
+    paths = [gru, "m/small.onnx", "m/gru8.onnx", "m/small8.onnx"]
+    r = runner.invoke(cli, ["compare", *paths, "--rounds", "1", "--readings", "100", "--json"])
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output)
+    assert [m["twin_of"] for m in res["models"]] == [None, None, gru, "m/small.onnx"]
+    assert [m["vs_twin"] is None for m in res["models"]] == [True, True, False, False]
+    assert res["models"][2]["vs_twin"]["mean_rel"] <= 0.02
+
+    text = format_compare(res).splitlines()
+    head = re.split(r"\s{2,}", text[0].strip())
+    rows = [dict(zip(head, re.split(r"\s{2,}", line.strip()))) for line in text[2:6]]
+    assert [(m["diff vs"], m["max diff"], m["agree"]) for m in rows][:2] == [("-", "n/a", "n/a")] * 2
+    assert [m["diff vs"] for m in rows[2:]] == ["gru.onnx", "small.onnx"]
+    assert all(m["max diff"] != "n/a" for m in rows[2:])
+    note = next(line for line in text if line.startswith("diff: "))
+    assert "n/a: no earlier model in the list is its twin" in note and "a float model and its int8 export" in note
+
+    from dataclasses import replace
+
+    from edgeseq.report.compare import twin_key
+    from edgeseq.runtime import open_model
+    meta = open_model(gru)[1]
+    assert twin_key(replace(meta, arch="ssm")) != twin_key(meta) != twin_key(replace(meta, labels=meta.labels[::-1]))
+    assert twin_key(open_model("m/gru8.onnx")[1]) == twin_key(meta)       # int8 adds an input scale only
 
 
 def test_int8_and_compare_errors(runner, trained, exported):
@@ -181,6 +316,65 @@ def test_example_scripts_end_in_one_error_line(capsys, exc, code, line):
     with pytest.raises(SystemExit) as e:
         run_script(main)
     assert e.value.code == code and capsys.readouterr().err == line
+
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.py"))
+
+
+@pytest.mark.parametrize("script", EXAMPLES, ids=lambda p: p.name)
+def test_example_scripts_run_by_a_python_without_edgeseq_say_which_python_to_use(script):
+    """`python examples/X.py` with a Python that lacks edgeseq (here: no site-packages) ends in
+    one line naming the clone's Python, as typed from the clone, instead of a traceback."""
+    import re
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-I", "-S", str(script), "--help"], cwd=script.parents[1],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and r.stdout == "", (r.returncode, r.stdout)
+    assert re.fullmatch(rf"Error: {re.escape(sys.executable)} has no module '(numpy|edgeseq)'; run it with the "
+                        rf"clone's Python: `\.venv/bin/python examples/{script.name}` \(`make demo` sets up \.venv"
+                        r"[^\n]*\n", r.stderr), r.stderr
+
+
+def test_readme_says_how_to_reach_edgeseq_before_its_first_command():
+    """After `make demo` edgeseq lives in .venv/bin, off PATH: the README says to activate it
+    before the first bare `edgeseq`/`python` command, and every example it runs exists."""
+    import re
+    readme = (EXAMPLES[0].parents[1] / "README.md").read_text()
+    blocks = re.findall(r"^```[a-z]*\n(.*?)^```", readme, flags=re.S | re.M)
+    lines = [line for block in blocks for line in block.splitlines()]
+    bare = next(line for line in lines if re.match(r"(edgeseq|python) ", line))
+    assert readme.index("run `. .venv/bin/activate` once") < readme.index(bare), bare
+    named = set(re.findall(r"(?:^|\s)(examples/\w+\.py)", "\n".join(lines), flags=re.M))
+    assert named and all((EXAMPLES[0].parents[1] / n).is_file() for n in named), named
+
+
+def test_demo_hint_commands_run_as_printed(exported, int8, tmp_path, monkeypatch):
+    """The demo's closing "Next:" commands run as printed, with a PATH that does not hold the
+    venv's bin (as after `make demo`), on the models the demo writes under --out."""
+    import importlib.util
+    import os
+    import re
+    import shlex
+    import shutil
+    import subprocess
+    spec = importlib.util.spec_from_file_location("demo", EXAMPLES[0].parent / "demo.py")
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    (tmp_path / "out" / "models").mkdir(parents=True)
+    shutil.copy(exported("gru")[0], tmp_path / "out" / "models" / "gru.onnx")
+    shutil.copy(int8("gru", "static")[0], tmp_path / "out" / "models" / "gru-int8.onnx")
+    monkeypatch.chdir(tmp_path)
+    hint = demo.next_steps(Path("out"), "gru")
+    commands = [shlex.split(c) for c in re.findall(r"`([^`]+)`", hint)]
+    assert hint.startswith("Next: ") and [c[1:] for c in commands] == [
+        ["eval", "out/models/gru.onnx"], ["compare", "out/models/gru.onnx", "out/models/gru-int8.onnx"], ["bench"]]
+    env = {**os.environ, "PATH": os.pathsep.join(d for d in os.environ.get("PATH", "").split(os.pathsep)
+                                                 if Path(d).resolve() != Path(commands[0][0]).resolve().parent)}
+    for argv in commands:
+        argv = argv + ["--help"] if argv[1] == "bench" else argv + (["--rounds", "1"] if argv[1] == "compare" else [])
+        r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0 and "Error" not in r.stderr, (argv, r.stdout, r.stderr)
 
 
 def test_eval_says_n_a_when_no_reading_lies_past_the_grace(runner, exported, basicmotions, tmp_path):

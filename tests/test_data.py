@@ -294,3 +294,30 @@ def test_dataset_source_is_the_absolute_path(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert load_dataset("d.npz").source == str((tmp_path / "d.npz").resolve())
     assert load_dataset("basicmotions").source == "basicmotions"
+
+
+def test_npz_labels_give_the_class_order_of_string_y(tmp_path):
+    """`labels` beside string `y` is the class order (unused names stay classes); a name in
+    `y` or `y_test` that `labels` lacks is one line naming the array and the name."""
+    X, y = np.zeros((8, 5, 2), np.float32), np.array(["walk", "run", "sit", "walk"] * 2)
+    labels = np.array(["sit", "walk", "run", "jump"])
+    np.savez(tmp_path / "d.npz", X=X, y=y, labels=labels, X_test=X[:4], y_test=y[:4])
+    ds = load_dataset(str(tmp_path / "d.npz"))
+    assert ds.labels == ["sit", "walk", "run", "jump"]
+    assert ds.train.y.tolist() == [1, 2, 0, 1] * 2 and ds.test.y.tolist() == [1, 2, 0, 1]
+    np.savez(tmp_path / "h.npz", X=X, y=y, labels=labels)                      # held-out split, same order
+    assert load_dataset(str(tmp_path / "h.npz")).labels == ["sit", "walk", "run", "jump"]
+
+    np.savez(tmp_path / "e.npz", X=X, y=np.array(["walk", "run", "swim", "hop"] * 2), labels=labels)
+    with pytest.raises(DataError) as e:
+        load_dataset(str(tmp_path / "e.npz"))
+    assert str(e.value) == (f"'{tmp_path / 'e.npz'}': y holds the label 'swim', which is not in labels "
+                            "(sit, walk, run, jump); add it to labels or correct y")
+    np.savez(tmp_path / "t.npz", X=X, y=y, labels=labels, X_test=X[:2], y_test=np.array(["run", "hop"]))
+    with pytest.raises(DataError, match=r"'.*t.npz': y_test holds the label 'hop', which is not in labels"):
+        load_dataset(str(tmp_path / "t.npz"))
+    Y = np.array([["walk"] * 3 + ["run"] * 2] * 8)                              # one label per reading
+    Y[5, 4] = "fly"
+    np.savez(tmp_path / "r.npz", X=X, y=Y, labels=labels)
+    with pytest.raises(DataError, match=r"y holds the label 'fly'"):
+        load_dataset(str(tmp_path / "r.npz"))

@@ -92,9 +92,10 @@ def test_channels_are_matched_by_name_in_eval(run):
     perm = [2, 0, 1]
     moved = evaluate(str(path), ds.test.channels(perm), features=[ds.features[i] for i in perm])
     assert moved["accuracy"] == base["accuracy"] == 1.0 and moved["confusion"] == base["confusion"]
-    with pytest.raises(DataError, match=r"data lacks baro and has extra pressure: its channels differ"):
+    with pytest.raises(DataError, match=r"data has the channels huge, pressure, noise but the model reads huge, "
+                                        r"baro, noise \(it lacks baro and has extra pressure\)"):
         evaluate(str(path), ds.test, features=["huge", "pressure", "noise"])
-    with pytest.raises(DataError, match=r"data has 2 channels, the model reads 3 \(huge, baro, noise\)"):
+    with pytest.raises(DataError, match=r"data has 2 channels \(f0, f1\) but the model reads 3 \(huge, baro, noise\)"):
         evaluate(str(path), ds.test.channels([0, 1]))          # unnamed: by position, counts must agree
 
 
@@ -110,10 +111,13 @@ def test_align_features(data, model, expect):
 
 
 @pytest.mark.parametrize("data, model, match", [
-    (["a", "b"], ["a", "b", "c"], r"data 'd' lacks c: its channels differ"),
-    (["a", "b", "c", "d"], ["a", "b", "c"], r"data 'd' has extra d: its channels differ"),
+    (["a", "b"], ["a", "b", "c"], r"data 'd' has the channels a, b but the model reads a, b, c \(it lacks c\)"),
+    (["a", "b", "c", "d"], ["a", "b", "c"], r"data 'd' has the channels a, b, c, d but the model reads a, b, c "
+                                            r"\(it has extra d\)"),
+    (["x", "y"], ["a", "b"], r"data 'd' has the channels x, y but the model reads a, b; give data with the model's "
+                             r"channels, named as in training$"),
     (["a", "a", "b"], ["a", "b", "c"], r"names channel\(s\) a more than once"),
-    (["f0", "f1"], ["a", "b", "c"], r"data 'd' has 2 channels, the model reads 3"),
+    (["f0", "f1"], ["a", "b", "c"], r"data 'd' has 2 channels \(f0, f1\) but the model reads 3 \(a, b, c\)"),
 ])
 def test_align_features_refuses_other_channels(data, model, match):
     with pytest.raises(DataError, match=match):

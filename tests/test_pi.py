@@ -246,3 +246,115 @@ def test_edgeseq_stream_state_file_resumes(exported, tmp_path):
     whole = run.invoke(cli, ["stream", model, "--input", "-"], input="\n".join(rows) + "\n")
     lines = lambda r: [l for l in r.stdout.splitlines() if l[:1].isdigit()]  # noqa: E731
     assert lines(second) == lines(whole)[120:] and lines(second)[0].startswith("121,")
+
+
+def _basicmotions_csv(path, features, rows, label=True):
+    """The embedded test readings end to end as a CSV a person might keep: sequence, label,
+    an ISO time and the features in reverse order. Returns the true labels."""
+    from edgeseq.data import load_dataset
+    ds = load_dataset("basicmotions").for_model(features)
+    X = np.concatenate([ds.test.X[i, :ds.test.lengths[i]] for i in range(len(ds.test))])[:rows]
+    y = np.concatenate([ds.test.Y[i, :ds.test.lengths[i]] for i in range(len(ds.test))])[:rows]
+    names = [ds.labels[k] for k in y]
+    head = ["sequence"] + (["label"] if label else []) + ["time"] + list(features)[::-1]
+    lines = [",".join(head)]
+    for t, (x, name) in enumerate(zip(X, names)):
+        cells = [f"s{t // 100}"] + ([name] if label else []) + [f"2024-05-01T10:{t // 60:02d}:{t % 60:02d}Z"]
+        lines.append(",".join(cells + [repr(float(v)) for v in x[::-1]]))     # float32 values, exactly
+    Path(path).write_text("\n".join(lines) + "\n")
+    return names
+
+
+def test_csv_source_with_labels_matches_the_embedded_replay(int8, tmp_path):
+    """A CSV of the same readings with a label column (and a sequence and a time column the
+    reader ignores) predicts, shows and scores exactly as the embedded replay does."""
+    model = int8("gru", "static")[0]
+    s = StreamSession(model)
+    names = _basicmotions_csv(tmp_path / "r.csv", s.features, 150)
+    runs = {}
+    for spec in ("replay:basicmotions", f"csv:{tmp_path / 'r.csv'}", f"replay:{tmp_path / 'r.csv'}"):
+        s = StreamSession(model)
+        out = []
+        summary = run_live(s, open_source(spec, s.features), max_readings=150, as_json=True, echo=out.append)
+        runs[spec] = ([(o["reading"], o["label"], o["prob"], o["true"]) for o in map(json.loads, out)],
+                      summary["true_labels"])
+    first, *others = runs.values()
+    assert [r[3] for r in first[0]] == names and first[1]["scored"] == 150
+    assert all(other == first for other in others), list(runs)
+    lines = []
+    run_live(StreamSession(model), LineSource(iter_file(Path(tmp_path / "r.csv").read_text().splitlines())),
+             echo=lines.append)                                                    # stdin: the same
+    assert [l.split()[4].rstrip(")") for l in lines] == names and "(true " in lines[0]
+
+
+def _main():
+    import runpy
+    return runpy.run_path(str(DEMO))["main"]
+
+
+SUMMARY = (r"(?P<n>\d+) readings? in \d+\.\d+ s on the (native|onnxruntime) backend \((?P<pace>[^)]*)\), "
+           r"latency median \d+\.\d+ us, p99 \d+\.\d+ us, (?P<counts>[^;]*); RSS \d+ kB; (?P<stopped>.*)")
+
+
+def test_demo_summary_says_why_it_stopped_and_what_was_scored(int8, tmp_path, capsys):
+    import re
+    model = str(int8("gru", "static")[0])
+    main = _main()
+    assert main(["--model", model, "--source", "replay:basicmotions", "--rate", "0", "--max-readings", "30",
+                 "--json"]) == 0
+    out, err = capsys.readouterr()
+    lines = [json.loads(l) for l in out.splitlines()[:-1]]
+    m = re.fullmatch(SUMMARY, err.splitlines()[0])
+    assert m and m["n"] == "30" and m["pace"].endswith(" Hz; unpaced source") and m["counts"] == "bad 0", err
+    assert m["stopped"] == "stopped at the reading limit (--max-readings 30)"
+    acc = np.mean([l["label"] == l["true"] for l in lines])
+    past = np.mean([l["label"] == l["true"] for l in lines[20:]])       # one activity: 20 after the start
+    assert err.splitlines()[1:] == [f"true labels: accuracy {acc:.3f} over 30 readings with a label the model knows "
+                                    f"(one stream, never reset); {past:.3f} over the 10 past the first 20 after the "
+                                    "start and each change of label"]
+    assert "None" not in err and json.loads(out.splitlines()[-1])["summary"]["stopped_by"] == "reading limit"
+
+    _basicmotions_csv(tmp_path / "r.csv", StreamSession(model).features, 5, label=False)
+    assert main(["--model", model, "--source", f"replay:{tmp_path / 'r.csv'}", "--rate", "1000"]) == 0
+    err = capsys.readouterr().err
+    m = re.fullmatch(SUMMARY, err.strip())                                   # no labels: one line
+    assert m and m["n"] == "5" and m["pace"].endswith(" Hz; target 1000 Hz"), err
+    assert re.fullmatch(r"late \d+, dropped \d+, bad 0", m["counts"])
+    assert m["stopped"] == "stopped at the end of the source"
+    assert main(["--model", model, "--source", f"csv:{tmp_path / 'r.csv'}", "--rate", "50"]) == 0
+    m = re.fullmatch(SUMMARY, capsys.readouterr().err.strip())               # csv: is unpaced whatever --rate says
+    assert m and m["pace"].endswith(" Hz; unpaced source") and m["counts"] == "bad 0"
+
+
+def test_demo_summary_of_a_source_with_nothing_to_measure(int8, capsys, monkeypatch):
+    import io
+    model = str(int8("gru", "static")[0])
+    header = ",".join(StreamSession(model).features) + "\n"
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(header.encode())))
+    assert _main()(["--model", model, "--source", "stdin"]) == 0
+    err = capsys.readouterr().err
+    assert "None" not in err and err.count("\n") == 1
+    assert err.startswith("0 readings in ") and err.rstrip().endswith(
+        " Hz; unpaced source), latency n/a (no readings), bad 0; RSS " + err.split("RSS ")[1].split(" ")[0]
+        + " kB; stopped at the end of the source")
+
+
+def test_summary_lines_leave_out_what_was_not_measured():
+    from edgeseq.runtime.live import summary_lines
+    bad = {"nan_inf": 2, "field_count": 1, "garbage": 0, "non_numeric": 0, "out_of_range": 0}
+    s = {"this_run": 0, "seconds": 0.0, "rate_hz": None, "paced": False, "target_rate_hz": None, "median_us": None,
+         "p99_us": None, "late": 0, "dropped": 0, "bad": dict.fromkeys(bad, 0), "rss_kb_end": None,
+         "stopped_by": "SIGINT", "true_labels": None}
+    assert summary_lines(s, "onnxruntime", ["a", "b"]) == [
+        "0 readings in 0.0 s on the onnxruntime backend (too short to time; unpaced source), "
+        "latency n/a (no readings), bad 0; stopped by SIGINT"]
+    s.update(this_run=1, seconds=0.5, rate_hz=2.0, paced=True, target_rate_hz=2.0, median_us=12.5, p99_us=40.0,
+             late=1, bad=bad, rss_kb_end=65000, stopped_by="reading limit",
+             true_labels={"scored": 0, "accuracy": None, "grace": 20, "past_grace": 0, "accuracy_past_grace": None,
+                          "unknown": {"jump": 1}, "unlabelled": 0})
+    assert summary_lines(s, "native", ["a", "b"]) == [
+        "1 reading in 0.5 s on the native backend (2.0 Hz; target 2 Hz), latency median 12.5 us, p99 40.0 us, "
+        "late 1, dropped 0, bad 3 (2 nan_inf, 1 field_count); RSS 65000 kB; stopped at the reading limit "
+        "(--max-readings 1)",
+        "true labels: no reading has a label the model knows (a, b); nothing scored",
+        "not scored: 1 reading labelled 'jump' (1), which the model does not know"]

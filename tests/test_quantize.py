@@ -71,6 +71,7 @@ def test_int8_file_and_weights_are_smaller(exported, int8, arch):
     for scheme in SCHEMES:
         path, report = int8(arch, scheme)
         assert path.stat().st_size * 2.5 <= fbytes, (scheme, path.stat().st_size, fbytes)
+        assert report["float_bytes"] == fbytes       # the float file of the same checkpoint, not the split graph
     proto_f, proto_q = onnx.load(str(exported(arch)[0])), onnx.load(str(int8(arch, "static")[0]))
     wbytes = lambda p: sum(numpy_helper.to_array(t).nbytes for t in p.graph.initializer)  # noqa: E731
     assert wbytes(proto_q) * 3 <= wbytes(proto_f)

@@ -137,9 +137,13 @@ def test_transformer_deploys_the_window_it_trained_with(exported, trained):
     assert s.state_nbytes() == s.state_nbytes_at(window)          # bounded: the cache slid
 
 
-def test_pi_replay_prints_the_true_label_and_scores_the_stream(exported):
+def test_pi_replay_prints_the_true_label_and_scores_the_stream(exported, basicmotions):
     s = StreamSession(exported("gru")[0])
     lines = []
     summary = run_live(s, open_source("replay:basicmotions", s.features), max_readings=300, echo=lines.append)
-    assert "(true " in lines[0] and summary["scored_readings"] > 0
-    assert 0.0 <= summary["continuous_accuracy"] <= 1.0
+    t = summary["true_labels"]
+    y = np.concatenate([basicmotions.test.Y[i, :basicmotions.test.lengths[i]] for i in range(4)])[:300]
+    assert "(true " in lines[0] and t["scored"] == 300 and t["grace"] == GRACE
+    assert t["past_grace"] == int((since_change(y) >= GRACE).sum())       # eval's continuous protocol, one order
+    assert 0.0 <= t["accuracy_past_grace"] <= 1.0 and t["unknown"] == {} and t["unlabelled"] == 0
+    assert summary["stopped_by"] == "reading limit"

@@ -4,10 +4,12 @@ numpy only, so the runtime can read the embedded test split without torch.
 
 User `.npz`: `X` float [N, T, F], `y` labels [N] (ints or strings) or [N, T] (one label per
 reading: a long recording whose activity changes), optional `lengths` [N]
-(valid readings per sequence; the rest is padding), optional `labels` (class names for
-integer `y`) and `features` (channel names). A held-out split may ship as `X_test`,
-`y_test`, `lengths_test`; without it the last quarter of each class (in file order) is held
-out, so the split is deterministic. `X_test` and `y_test` come together or not at all.
+(valid readings per sequence; the rest is padding), optional `labels` (the class names in
+class order: integer `y` indexes them; string `y` is looked up in them, and a name in `y`
+that `labels` lacks is refused) and `features` (channel names). A held-out split may ship
+as `X_test`, `y_test`, `lengths_test`; without it the last quarter of each class (in file
+order) is held out, so the split is deterministic. `X_test` and `y_test` come together or
+not at all.
 
 User `.csv`: one reading per row with a header. Columns `sequence` (an id) and `label` are
 required, every other column is a feature, in header order; an optional `split` column
@@ -23,7 +25,9 @@ for per-sequence scores, is the label of its last row.
     s2,rest,0.0,0.0,9.8
 
 Channels are matched by name wherever data meets a model (`align_features`): named columns
-in another order are put in the model's order; unnamed ones (f0, f1, ...) by position.
+in another order are put in the model's order; unnamed ones (f0, f1, ...) by position. The
+commands that evaluate a model read the data it was trained on unless told otherwise
+(`data_for_model`; an exported file records it, see `trained_on`).
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ from edgeseq.errors import DataError
 
 DATA_DIR = Path(__file__).resolve().parent
 EMBEDDED = {"basicmotions": DATA_DIR / "basicmotions.npz"}
+CHANNELS_REMEDY = "give data with the model's channels, named as in training"
+DATA_REMEDY = "pass --data with the model's training data, or other data with its channels"  # commands with --data
 
 
 @dataclass
@@ -81,9 +87,9 @@ class Dataset:
     def n_features(self):
         return len(self.features)
 
-    def for_model(self, model_features, where: str | None = None) -> "Dataset":
+    def for_model(self, model_features, where: str | None = None, remedy: str = CHANNELS_REMEDY) -> "Dataset":
         """This data with its channels in the order a model reads them (`align_features`)."""
-        order = align_features(self.features, model_features, where or f"data '{self.name}'")
+        order = align_features(self.features, model_features, where or f"data '{self.name}'", remedy)
         if order is None:
             return self
         return Dataset(self.name, self.train.channels(order), self.test.channels(order), self.labels,
@@ -94,20 +100,22 @@ def _generic(names) -> bool:
     return list(names) == [f"f{i}" for i in range(len(names))]
 
 
-def align_features(dataset_features, model_features, where: str):
+def align_features(dataset_features, model_features, where: str, remedy: str = CHANNELS_REMEDY):
     """The one rule for feeding data to a model: channels are matched by name.
 
     Returns None when the data's columns are already in the model's order, else the index
     array that puts them in it (`X[..., order]`). Named channels in another order are
-    reordered; named channels that differ are refused (DataError naming the missing and the
-    extra ones). Unnamed channels (None, or the generic f0, f1, ... on either side) can only
-    be matched by position, so the counts must agree. `where` names the data in messages."""
+    reordered; named channels that differ are refused (DataError naming the data's channels
+    and the model's, and the missing and extra ones where some are shared). Unnamed channels
+    (None, or the generic f0, f1, ... on either side) can only be matched by position, so the
+    counts must agree. `where` names the data in messages; `remedy` ends them (what to do:
+    the commands that take `--data` pass DATA_REMEDY)."""
     model = [str(f) for f in model_features]
     data = [str(f) for f in dataset_features]
     if _generic(data) or _generic(model):
         if len(data) != len(model):
-            raise DataError(f"{where} has {len(data)} channels, the model reads {len(model)} "
-                            f"({', '.join(model)}); give data with the model's channels")
+            raise DataError(f"{where} has {len(data)} channels ({', '.join(data)}) but the model reads {len(model)} "
+                            f"({', '.join(model)}); {remedy}")
         return None
     if data == model:
         return None
@@ -117,11 +125,48 @@ def align_features(dataset_features, model_features, where: str):
     missing = [f for f in model if f not in data]
     extra = [f for f in data if f not in model]
     if missing or extra:
-        parts = [f"lacks {', '.join(missing)}"] if missing else []
-        parts += [f"has extra {', '.join(extra)}"] if extra else []
-        raise DataError(f"{where} {' and '.join(parts)}: its channels differ from the model's "
-                        f"({', '.join(model)}); give data with the model's channels, named as in training")
+        shared = len(missing) < len(model)                  # some channels in common: say which differ
+        parts = [f"lacks {', '.join(missing)}"] if missing and shared else []
+        parts += [f"has extra {', '.join(extra)}"] if extra and shared else []
+        detail = f" (it {' and '.join(parts)})" if parts else ""
+        raise DataError(f"{where} has the channels {', '.join(data)} but the model reads {', '.join(model)}"
+                        f"{detail}; {remedy}")
     return np.array([data.index(f) for f in model], dtype=np.int64)
+
+
+def trained_on(ckpt: dict) -> str | None:
+    """What a checkpoint was trained on, as `load_dataset` reopens it: the data file's absolute
+    path, the embedded data set's name, or None (data built in memory, or an older checkpoint
+    that names a file only by its stem)."""
+    if ckpt.get("data_path"):
+        return str(ckpt["data_path"])
+    return ckpt.get("dataset") if ckpt.get("dataset") in EMBEDDED else None
+
+
+def data_for_model(data: str | None, features, labels=None, trained: str | None = None,
+                   model: str | None = None) -> Dataset:
+    """The data a model is evaluated on, its channels in the model's order: what `eval`,
+    `compare`, `report` and `firmware simulate`/`measure` read.
+
+    data: what the user asked for (`--data`), which wins. None: the model's own training data,
+    `trained` (the model file's `edgeseq.data` metadata or `trained_on(checkpoint)`: an
+    embedded name or a file's absolute path); a model that records none (a file exported
+    before that key) is read against the embedded basicmotions. features, labels: the model's
+    channel and class names (labels None: not checked); `model` names it in messages.
+    Raises DataError, one line that says to pass --data: the recorded file no longer exists
+    (naming it), the data's channels are not the model's (naming both, `align_features`),
+    or its labels are not the model's."""
+    who = f"model '{model}'" if model else "the model"
+    if data is None and trained is not None and trained not in EMBEDDED and not Path(trained).is_file():
+        raise DataError(f"{who} was trained on '{trained}', which no longer exists; pass --data with that data "
+                        "(or other data with the model's channels)")
+    ds = load_dataset(data or trained or "basicmotions")
+    ds = ds.for_model(features, f"data '{ds.name}'", DATA_REMEDY)
+    if labels is not None and list(ds.labels) != list(labels):
+        raise DataError(f"data '{ds.name}' has the labels {', '.join(ds.labels)} but the model predicts "
+                        f"{', '.join(labels)}; pass --data with the model's training data, or other data with "
+                        "its labels")
+    return ds
 
 
 F32_MAX = float(np.finfo(np.float32).max)
@@ -245,11 +290,12 @@ def _load_npz(path: Path, name: str) -> Dataset:
         if Xte.shape[2] != Xtr.shape[2]:
             raise DataError(f"'{path}': X_test has {Xte.shape[2]} features, X has {Xtr.shape[2]}")
         yte_raw = _check_y(yte, Xte, Lte, path, "y_test")
-        codes, labels = _encode_labels(np.concatenate([ytr_raw.ravel(), yte_raw.ravel()]), labels, path)
+        codes, labels = _encode_labels(np.concatenate([ytr_raw.ravel(), yte_raw.ravel()]), labels, path,
+                                       ((train_keys[1], ytr_raw.size), ("y_test", yte_raw.size)))
         train = _split(Xtr, codes[: ytr_raw.size].reshape(ytr_raw.shape), Ltr)
         test = _split(Xte, codes[ytr_raw.size:].reshape(yte_raw.shape), Lte)
     else:
-        codes, labels = _encode_labels(ytr_raw.ravel(), labels, path)
+        codes, labels = _encode_labels(ytr_raw.ravel(), labels, path, ((train_keys[1], None),))
         train, test = _holdout(_split(Xtr, codes.reshape(ytr_raw.shape), Ltr))
     features = features or [f"f{i}" for i in range(Xtr.shape[2])]
     return Dataset(name, train, test, labels, features)
@@ -331,8 +377,13 @@ def _check_lengths(L, X, path, key="lengths"):
     return L
 
 
-def _encode_labels(y, labels, path):
-    """Labels (integers, or strings / anything else by name) -> (int64 codes, class names)."""
+def _encode_labels(y, labels, path, keys=(("y", None),)):
+    """Labels (integers, or strings / anything else by name) -> (int64 codes, class names).
+
+    `labels` given (the file's `labels` array) is the class order: integers index it, names
+    are looked up in it (an unknown name is refused, naming the first). Without it, names
+    are sorted. keys: (array name, number of entries) for the parts `y` joins, in order, so
+    that an error names the array an unknown label came from."""
     if y.dtype.kind == "f":
         if not np.isfinite(y).all() or (y != np.round(y)).any():
             raise DataError(f"'{path}': labels must be integers or names; found non-integer numbers (NaN, 0.5, ...)")
@@ -349,6 +400,20 @@ def _encode_labels(y, labels, path):
     if any(not n.strip() for n in names):
         raise DataError(f"'{path}': some labels are empty; label every reading (for padding past a sequence's "
                         "end, give `lengths`)")
+    if labels is not None:
+        index = {n: i for i, n in enumerate(labels)}
+        codes = np.array([index.get(str(v).strip(), -1) for v in y], dtype=np.int64)
+        if (codes < 0).any():
+            first = int(np.argmax(codes < 0))
+            key, at = keys[-1][0], first
+            for k, n in keys:
+                if n is None or at < n:
+                    key = k
+                    break
+                at -= n
+            raise DataError(f"'{path}': {key} holds the label '{str(y[first]).strip()}', which is not in labels "
+                            f"({', '.join(labels)}); add it to labels or correct {key}")
+        return codes, labels
     index = {n: i for i, n in enumerate(names)}
     return np.array([index[str(v)] for v in y], dtype=np.int64), names
 

@@ -76,10 +76,14 @@ class RecurrentClassifier(nn.Module):
         out, _ = self.rnn(self.norm(x))                       # (B, T, H)
         return self.head(self.drop(last_valid(out, lengths)))
 
-    def forward_stream(self, x: torch.Tensor, carry=None):
+    def forward_stream(self, x: torch.Tensor, carry=None, fresh: torch.Tensor | None = None):
         """One chunk of a long stream, for truncated BPTT: x (B, T, F), `carry` what the previous
-        chunk returned (None: zero state) -> (logits after every reading (B, T, C), carry).
-        The carry is the fused layer's state, detached: gradients stop at the chunk's start."""
+        chunk returned (None: zero state), `fresh` (B,) bool: rows that start from zero state
+        here -> (logits after every reading (B, T, C), carry). The carry is the fused layer's
+        state, detached: gradients stop at the chunk's start."""
+        if carry is not None and fresh is not None:
+            keep = (~fresh).to(x.dtype).view(1, -1, 1)        # (1, B, 1): the layer's state is (layers, B, H)
+            carry = tuple(s * keep for s in carry) if isinstance(carry, tuple) else carry * keep
         out, state = self.rnn(self.norm(x), carry)            # (B, T, H)
         carry = tuple(s.detach() for s in state) if isinstance(state, tuple) else state.detach()
         return self.head(self.drop(out)), carry

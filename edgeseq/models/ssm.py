@@ -218,10 +218,14 @@ class SSM(nn.Module):
         """x (B, T, F) -> logits after each sequence's last valid reading (B, C)."""
         return self.head(self.drop(last_valid(self._hidden(x)[0], lengths)))
 
-    def forward_stream(self, x: torch.Tensor, carry=None):
+    def forward_stream(self, x: torch.Tensor, carry=None, fresh: torch.Tensor | None = None):
         """One chunk of a long stream, for truncated BPTT: x (B, T, F), `carry` what the previous
-        chunk returned (None: zero state) -> (logits after every reading (B, T, C), carry: the
-        last state of each layer, detached, so gradients stop at the chunk's start)."""
+        chunk returned (None: zero state), `fresh` (B,) bool: rows that start from zero state
+        here -> (logits after every reading (B, T, C), carry: the last state of each layer,
+        detached, so gradients stop at the chunk's start)."""
+        if carry is not None and fresh is not None:
+            keep = (~fresh).to(x.dtype).unsqueeze(1)          # (B, 1)
+            carry = tuple(s * keep for s in carry)
         h, last = self._hidden(x, carry)
         return self.head(self.drop(h)), tuple(s.detach() for s in last)
 

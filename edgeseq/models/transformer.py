@@ -132,14 +132,18 @@ class Transformer(nn.Module):
             h = h + sinusoid(position, self.config.d_model)
         return h
 
-    def _hidden(self, x):
+    def _hidden(self, x, hidden_keys=None):
+        """x (B, T, F) -> (B, T, C). `hidden_keys` (B, T) bool: keys no query of that row sees
+        (a carried context that belongs to another sequence)."""
         B, T, _ = x.shape
         h = self._embed(x, torch.arange(T, device=x.device))  # (B, T, C)
         i = torch.arange(T, device=x.device)
         seen = i.unsqueeze(1) >= i.unsqueeze(0)               # (T, T): key j <= query i
         if self.config.window:
             seen &= i.unsqueeze(1) - i.unsqueeze(0) < self.config.window
-        bias = torch.zeros(T, T, device=x.device).masked_fill(~seen, MASKED)  # (T, T)
+        if hidden_keys is not None:
+            seen = seen & ~hidden_keys[:, None, None, :]      # (B, 1, T, T)
+        bias = torch.zeros(seen.shape, device=x.device).masked_fill(~seen, MASKED)  # (T, T) or (B, 1, T, T)
         for block in self.blocks:
             h = block(h, bias)
         return self.ln_f(h)                                   # (B, T, C)
@@ -148,17 +152,35 @@ class Transformer(nn.Module):
         """x (B, T, F) -> logits after every reading (B, T, classes)."""
         return self.head(self._hidden(x))
 
-    def forward_stream(self, x, carry=None):
-        """One chunk of a long stream, for truncated BPTT: x (B, T, F), `carry` the last
-        window - 1 readings before it (None: the stream starts here) -> (logits after every
-        reading of the chunk (B, T, C), carry). Each reading attends to the window it would
-        see in deployment (the runtime slides the cache); without positions, where the window
-        sits in the stream does not matter."""
-        ctx = 0 if carry is None else carry.shape[1]
-        full = x if carry is None else torch.cat([carry, x], dim=1)     # (B, ctx + T, F)
-        logits = self.head(self.drop(self._hidden(full)))[:, ctx:]      # (B, T, C)
-        keep = (self.config.window or full.shape[1]) - 1
-        return logits, full[:, full.shape[1] - keep:].detach() if keep else full[:, :0]
+    def forward_stream(self, x, carry=None, fresh=None):
+        """One chunk of a long stream, for truncated BPTT: x (B, T, F), `carry` what the previous
+        chunk returned (None: the stream starts here), `fresh` (B,) bool: rows that start from
+        nothing here -> (logits after every reading of the chunk (B, T, C), carry: the last
+        `context()` readings with a mask of those this row may see). Each reading sees what it
+        would in deployment (the runtime slides the cache); without positions, where the window
+        sits in the stream does not matter, so the logits are those of one pass over the whole
+        stream (or, from a fresh row, over its own readings)."""
+        B, T, _ = x.shape
+        if carry is None:
+            full, seen = x, torch.ones(B, T, dtype=torch.bool)
+        else:
+            past, past_seen = carry
+            if fresh is not None:
+                past_seen = past_seen & ~fresh.unsqueeze(1)               # (B, ctx)
+            full = torch.cat([past, x], dim=1)                           # (B, ctx + T, F)
+            seen = torch.cat([past_seen, torch.ones(B, T, dtype=torch.bool)], dim=1)
+        ctx = full.shape[1] - T
+        hidden = None if bool(seen.all()) else ~seen
+        logits = self.head(self.drop(self._hidden(full, hidden)))[:, ctx:]  # (B, T, C)
+        keep = self.context() if self.config.window else full.shape[1] - 1
+        start = max(0, full.shape[1] - keep)
+        return logits, (full[:, start:].detach(), seen[:, start:])
+
+    def context(self) -> int:
+        """Readings before a reading that its logits depend on: each layer's window reaches
+        `window - 1` readings further back through the previous layer's outputs (the KV cache
+        of layer l holds outputs that saw their own windows). 0 when the window is unbounded."""
+        return self.config.layers * (self.config.window - 1) if self.config.window else 0
 
     def forward(self, x, lengths=None):
         """x (B, T, F) -> logits after each sequence's last valid reading (B, classes)."""

@@ -20,6 +20,7 @@ from __future__ import annotations
 import platform
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -113,82 +114,76 @@ def run_train_bench(archs=("rnn", "gru", "lstm", "transformer", "ssm"), threads:
             "gru_within_target": rows.get("gru", {}).get("seconds", 0.0) < TRAIN_TARGET_S}
 
 
-EPOCH_ARCHS = ("rnn", "gru", "lstm", "transformer", "ssm")
+TRAIN_ARCHS = ("rnn", "gru", "lstm", "transformer", "ssm")
+TRAIN_PASSES = 3              # forward + backward of a reading's multiply-adds, the usual rule of thumb
 
 
-def run_epoch_bench(archs=EPOCH_ARCHS, lengths=(100, 1000), epochs: int = 3, threads: int | None = None) -> dict:
-    """Training time per epoch against sequence length: the parallel-training claim, measured.
+def run_train_throughput(archs=TRAIN_ARCHS, lengths=(100, 1_000, 10_000), readings: int = 200_000,
+                         epochs: int = 2, threads: int | None = None) -> dict:
+    """Training readings per second against sequence length, through `edgeseq.train.train`.
 
-    The same data at every length: BasicMotions' 40 training sequences (100 readings of 6
-    channels each, 4,000 readings) cut into sequences of `length` readings, joined end to end
-    first when `length` is longer (1,000: 4 sequences of 10 joined recordings). An epoch is one
-    forward and backward pass over all of them in one batch, the loss over every reading's
-    logits (`forward_all`, per-reading labels), then an Adam step: one whole-sequence update of
-    each architecture's default model (its config's defaults, the models the demo trains).
-    Figures: median seconds of `epochs` epochs after one untimed, torch threads as given (or
-    torch's default), with parameters and state floats per stream. Recurrent models run
-    torch's fused GRU/LSTM layers (a sequential loop over readings inside), the Transformer
-    attends over each sequence (its trained window masks the rest), the SSM runs its parallel
-    scan."""
+    The data at every length: `readings` synthetic IMU readings (`edgeseq.data.synthetic`,
+    6 channels, 7 classes) as readings / length recordings of `length` readings (+-5 %). Each
+    architecture trains `epochs` epochs of its default schedule and model (seed 0, torch threads
+    as given or torch's default). Figures per architecture and length: seconds per epoch and per
+    1,000 data readings; training readings/s (forward and backward, stream and single-sequence
+    readings both counted, as `train` reports them); and their share of this core's GEMM bound:
+    numpy's single-thread float32 GEMM rate (`edgeseq.runtime.native.bench.gemm_rate`) over
+    TRAIN_PASSES x the model's multiply-adds per reading (the Transformer's at its full window).
+    `linearity`: the largest over the smallest seconds per data reading across lengths."""
     import torch
 
-    from edgeseq.data import load_dataset
+    from edgeseq.data.synthetic import recordings
     from edgeseq.models import build_model, make_config
+    from edgeseq.runtime.native.bench import gemm_rate
+    from edgeseq.train import DEFAULTS, train
 
     if threads:
         torch.set_num_threads(threads)
-    ds = load_dataset("basicmotions")
-    tr = ds.train
-    X = np.concatenate([x[:n] for x, n in zip(tr.X, tr.lengths)]).astype(np.float32)  # (4000, F), end to end
-    Y = np.concatenate([y[:n] for y, n in zip(tr.Y, tr.lengths)]).astype(np.int64)
+    rate = gemm_rate()
     rows = {}
     for arch in archs:
-        torch.manual_seed(0)
-        cfg = make_config(arch, n_features=ds.n_features, n_classes=len(ds.labels))
-        model = build_model(arch, cfg).train()
-        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-        specs = model.state_specs()
-        floats = {k: int(sum(np.prod([d for d in s.shape if isinstance(d, int)]) for s in specs if s.kind == k))
-                  for k in ("fixed", "growing")}
-        row = {"parameters": int(sum(p.numel() for p in model.parameters())),
-               "state_floats_per_stream": floats["fixed"], "cache_floats_per_reading": floats["growing"],
-               "seconds_per_epoch": {}}
+        cfg = make_config(arch, n_features=6, n_classes=7)
+        model = build_model(arch, cfg)
+        window = getattr(cfg, "window", 0)
+        macs = model.macs_per_reading(window) if window else model.macs_per_reading()
+        row = {"macs_per_reading": int(macs), "lengths": {}}
         for T in lengths:
-            n = len(X) // T
-            x = torch.from_numpy(X[:n * T].reshape(n, T, -1))
-            y = torch.from_numpy(Y[:n * T].reshape(n, T).astype(np.int64))
-
-            def epoch():
-                opt.zero_grad()
-                logits = model.forward_all(x)
-                loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
-                loss.backward()
-                opt.step()
-            epoch()
-            times = []
-            for _ in range(epochs):
-                t0 = time.perf_counter()
-                epoch()
-                times.append(time.perf_counter() - t0)
-            row["seconds_per_epoch"][T] = float(np.median(times))
-        first, last = lengths[0], lengths[-1]
-        row["ratio"] = row["seconds_per_epoch"][last] / row["seconds_per_epoch"][first]
+            ds = recordings(max(1, readings // T), T, n_test=7, seed=0)
+            ck = train(arch, ds, replace(DEFAULTS[arch], epochs=epochs, threads=threads or torch.get_num_threads()),
+                       progress=False)
+            m = ck["metrics"]
+            data = int(ds.train.lengths.sum())
+            row["lengths"][T] = {
+                "recordings": len(ds.train), "data_readings": data, "seconds_per_epoch": m["train_seconds"] / epochs,
+                "seconds_per_1000_readings": 1000 * m["train_seconds"] / epochs / data,
+                "readings_per_s": m["readings_per_second"],
+                "share_of_gemm_bound": m["readings_per_second"] * TRAIN_PASSES * macs / rate,
+                "plan": m["plan"]}
+        per = [v["seconds_per_1000_readings"] for v in row["lengths"].values()]
+        row["linearity"] = max(per) / min(per)
         rows[arch] = row
-    return {"archs": rows, "lengths": list(lengths), "readings": int(len(X)), "epochs": epochs,
-            "threads": torch.get_num_threads()}
+    return {"archs": rows, "lengths": list(lengths), "readings": readings, "epochs": epochs,
+            "gemm_macs_per_s": rate, "threads": torch.get_num_threads()}
 
 
-def format_epoch_bench(r: dict) -> str:
+def format_train_throughput(r: dict) -> str:
     L = r["lengths"]
-    lines = [f"Training time per epoch, the same {r['readings']:,} BasicMotions readings as sequences of "
-             f"{' and '.join(f'{t:,}' for t in L)} readings (one batch, loss on every reading; median of "
-             f"{r['epochs']} epochs, {r['threads']} torch threads):",
-             "  arch         params  state floats " + "".join(f"  T={t:<6d} s" for t in L) + f"  T={L[-1]} / T={L[0]}"]
+    lines = [f"Training throughput, {r['readings']:,} synthetic IMU readings as recordings of "
+             f"{', '.join(f'{t:,}' for t in L)} readings ({r['epochs']} epochs of each default schedule, "
+             f"{r['threads']} torch thread(s); GEMM {r['gemm_macs_per_s'] / 1e9:.1f} GMAC/s, bound = GEMM / "
+             f"({TRAIN_PASSES} x MACs per reading)):",
+             "  arch          MACs " + "".join(f" | T={t:<6,d} readings/s  bound  s/epoch" for t in L)
+             + " | s per reading, max/min"]
     for arch, row in r["archs"].items():
-        state = (f"{row['state_floats_per_stream']:,d}" if not row["cache_floats_per_reading"]
-                 else f"{row['cache_floats_per_reading']:,d}/reading")
-        lines.append(f"  {arch:11s} {row['parameters']:7,d} {state:>13s} "
-                     + "".join(f" {row['seconds_per_epoch'][t]:10.3f}" for t in L) + f"  {row['ratio']:8.2f}x")
+        cells = "".join(f" | {v['readings_per_s']:19,.0f} {v['share_of_gemm_bound']:5.1%} {v['seconds_per_epoch']:8.2f}"
+                        for v in row["lengths"].values())
+        lines.append(f"  {arch:11s} {row['macs_per_reading']:6,d}{cells} | {row['linearity']:.2f}x")
+    rps = {a: min(v["readings_per_s"] for v in row["lengths"].values()) for a, row in r["archs"].items()}
+    if "gru" in rps and {"lstm", "ssm"} & set(rps):
+        ref = {a: rps[a] / rps["gru"] for a in ("lstm", "ssm") if a in rps}
+        lines.append("  GRU's slowest readings/s against the slowest of: "
+                     + ", ".join(f"{a} {v:.2f}x" for a, v in ref.items()))
     return "\n".join(lines)
 
 
@@ -417,8 +412,8 @@ def format_bench(r: dict) -> str:
                          f"{row['test_accuracy']:.3f})")
         if "gru" in t["archs"]:
             lines.append(f"  default GRU under {t['target_s']:.0f} s: {'met' if t['gru_within_target'] else 'NOT met'}")
-    if "epochs" in r:
-        lines.append(format_epoch_bench(r["epochs"]))
+    if "throughput" in r:
+        lines.append(format_train_throughput(r["throughput"]))
     m = r["machine"]
     lines.append(f"({m['machine']}, {m['cpus']} cpus, onnxruntime {m['onnxruntime']}, torch {m.get('torch', '-')}, "
                  "1 thread)")

@@ -1,20 +1,27 @@
 """`edgeseq compare`: two or more exported models side by side, measured in one run.
 
-For each model: file size, test accuracy (streamed as deployed), output difference from the
-first model over long real streams (test sequences joined end to end, state never reset),
-and per-reading latency of `StreamSession.push` with one stream. Latency is measured in
+For each model: file size, test accuracy (streamed as deployed), output difference from its
+twin over long real streams (test sequences joined end to end, state never reset), and
+per-reading latency of `StreamSession.push` with one stream. Latency is measured in
 interleaved rounds (model A, B, A, B ...) so that machine noise falls on every model alike.
 numpy + onnxruntime only.
+
+Twins are files of one model (`twin_key`): a float export and its int8 exports, or one file
+listed twice to compare backends. Each model's difference is taken against the first earlier
+model in the list that is its twin; a model with none gets null (n/a): the outputs of a GRU
+and an SSM, or of two sizes of GRU, differ by what each learnt, not by an error. (Two
+trainings of one setting on one data set, seeds apart, share a key and are compared.)
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
 
 import numpy as np
 
-from edgeseq.data import load_dataset
+from edgeseq.data import data_for_model
 from edgeseq.errors import DataError, UsageError
 from edgeseq.runtime.evaluate import STREAM_READINGS, evaluate, long_streams, output_error
 from edgeseq.runtime.session import StreamSession
@@ -25,27 +32,42 @@ def _quant_name(meta) -> str:
     return f"int8 {q.get('scheme', '')}".strip() if q else "float"
 
 
-def compare_models(paths: list, data: str = "basicmotions", readings: int = STREAM_READINGS,
+TWINS = ("same architecture, settings, labels, features and normalisation (mean, std): "
+         "a float model and its int8 export")
+
+
+def twin_key(meta) -> str:
+    """Two files are twins when these agree (`TWINS`); int8 export adds only its input scale to
+    the normalisation, so a float model and its int8 exports share the key."""
+    norm = meta.normalization or {}
+    return json.dumps([meta.arch, meta.mode, meta.config, list(meta.labels), list(meta.features),
+                       norm.get("mean"), norm.get("std")], sort_keys=True)
+
+
+def compare_models(paths: list, data: str | None = None, readings: int = STREAM_READINGS,
                    rounds: int = 20, latency_readings: int = 100, seed: int = 0, backend: str | None = None) -> dict:
-    """Figures for every model in `paths`; differences are against the first."""
+    """Figures for every model in `paths`; each difference is against the model's first earlier
+    twin in `paths` (`twin_key`), null where it has none. `data`: a data set name or path;
+    None: the first model's training data (`data_for_model`)."""
     if len(paths) < 2:
         raise UsageError("compare needs at least two models")
     if readings < 1 or rounds < 1 or latency_readings < 1:
         raise UsageError("readings, rounds and latency readings must be at least 1")
-    ds = load_dataset(data)
     sessions = [StreamSession(p, streams=1, backend=backend) for p in paths]
     first = sessions[0].meta
     for p, s in zip(paths, sessions):
         if list(s.meta.features) != list(first.features) or list(s.meta.labels) != list(first.labels):
             raise DataError(f"'{p}' reads other features or predicts other labels than '{paths[0]}'; "
                             "compare models of one task")
-    ds = ds.for_model(first.features, f"data '{ds.name}'")
+    ds = data_for_model(data, first.features, first.labels, first.data, str(paths[0]))
 
+    keys = [twin_key(s.meta) for s in sessions]
+    twin = [next((j for j in range(i) if keys[j] == keys[i]), None) for i in range(len(paths))]
     X = long_streams(ds.test, readings, seed=seed)                       # (B, T, F)
-    outputs = []
-    for p in paths:
-        s = StreamSession(p, streams=X.shape[0], backend=backend)
-        outputs.append(np.stack([s.push_logits(X[:, t]).copy() for t in range(X.shape[1])]))
+    outputs = {}                                                         # only models in a twin pair
+    for i in sorted({i for i, j in enumerate(twin) if j is not None} | {j for j in twin if j is not None}):
+        s = StreamSession(paths[i], streams=X.shape[0], backend=backend)
+        outputs[i] = np.stack([s.push_logits(X[:, t]).copy() for t in range(X.shape[1])])
 
     lat = [[] for _ in paths]
     stream = X[0, :latency_readings]
@@ -71,11 +93,12 @@ def compare_models(paths: list, data: str = "basicmotions", readings: int = STRE
             "bytes": os.path.getsize(p), "accuracy": acc["accuracy"], "continuous": acc["continuous"],
             "latency_us_median": float(np.median(t)), "latency_us_p99": float(np.quantile(t, 0.99)),
         }
-        row["vs_first"] = None if i == 0 else output_error(outputs[0], outputs[i])
+        row["twin_of"] = None if twin[i] is None else str(paths[twin[i]])
+        row["vs_twin"] = None if twin[i] is None else output_error(outputs[twin[i]], outputs[i])
         rows.append(row)
     return {
         "data": ds.name, "test_sequences": len(ds.test),
-        "streams": int(X.shape[0]), "readings_per_stream": int(X.shape[1]),
+        "streams": int(X.shape[0]), "readings_per_stream": int(X.shape[1]), "twins": TWINS,
         "latency": {"rounds": rounds, "readings_per_round": int(len(stream)), "streams": 1,
                     "what": "StreamSession.push, one reading, from a reset stream"},
         "models": rows,
@@ -83,21 +106,22 @@ def compare_models(paths: list, data: str = "basicmotions", readings: int = STRE
 
 
 def format_compare(r: dict) -> str:
-    head = ["model", "quant", "backend", "KB", "x smaller", "per seq", "continuous", "follow", "max diff", "mean diff",
-            "agree", "us/reading", "p99 us"]
+    head = ["model", "quant", "backend", "KB", "x smaller", "per seq", "continuous", "follow", "diff vs",
+            "max diff", "mean diff", "agree", "us/reading", "p99 us"]
     base = r["models"][0]
     lines = []
     for m in r["models"]:
-        d = m["vs_first"]
+        d = m["vs_twin"]
         lines.append([
             os.path.basename(m["model"]), m["quantization"], m.get("backend", "onnxruntime"), f"{m['bytes'] / 1000:.1f}",
             f"{base['bytes'] / m['bytes']:.2f}", f"{m['accuracy']:.3f}",
             f"{m['continuous']['reading_accuracy']:.3f}" if m["continuous"]["scored_readings"] else "n/a",
             "-" if m["continuous"]["median_readings_to_follow"] is None
             else f"{m['continuous']['median_readings_to_follow']:.0f}",
-            "-" if d is None else f"{d['max_abs']:.3f} ({d['max_rel']:.1%})",
-            "-" if d is None else f"{d['mean_abs']:.4f} ({d['mean_rel']:.2%})",
-            "-" if d is None else f"{d['argmax_agreement']:.1%}",
+            "-" if d is None else os.path.basename(m["twin_of"]),
+            "n/a" if d is None else f"{d['max_abs']:.3f} ({d['max_rel']:.1%})",
+            "n/a" if d is None else f"{d['mean_abs']:.4f} ({d['mean_rel']:.2%})",
+            "n/a" if d is None else f"{d['argmax_agreement']:.1%}",
             f"{m['latency_us_median']:.1f}", f"{m['latency_us_p99']:.1f}",
         ])
     widths = [max(len(h), *(len(row[i]) for row in lines)) for i, h in enumerate(head)]
@@ -109,9 +133,11 @@ def format_compare(r: dict) -> str:
                f"each its own stream. continuous: per-reading accuracy on {c['orders']} never-reset streams of "
                f"{c['readings_per_stream']} readings (test sequences joined; {c['grace']} readings after each change "
                "not scored); follow: median readings to follow a change of label.")
-    out.append(f"diff: logits against the "
-               f"first model over {r['streams']} streams x {r['readings_per_stream']} readings (test sequences "
-               "end to end, state fed back); % of the first model's output range. agree: same top class.")
+    out.append(f"diff: logits against its twin (under 'diff vs': the first earlier model in the list with the "
+               f"{r['twins']}) over {r['streams']} streams x {r['readings_per_stream']} readings (test sequences "
+               "end to end, state fed back); % of the twin's output range. agree: same top class. "
+               "n/a: no earlier model in the list is its twin; different models (another architecture, size or "
+               "training data) differ by what each learnt, so their difference measures no error.")
     lat = r["latency"]
     out.append(f"latency: {lat['what']}, {lat['rounds']} interleaved rounds of {lat['readings_per_round']} readings.")
     return "\n".join(out)

@@ -1,7 +1,8 @@
 """`edgeseq report`: fixed recurrent state against a growing KV cache, measured in one run.
 
 For the RNN, GRU, LSTM and the causal Transformer (growing cache, and a bounded window), float
-and int8, trained on the embedded BasicMotions data:
+and int8, trained on one data set (`data`: the embedded BasicMotions by default, or the data
+the reused runs were trained on), whose test readings are what every model streams:
 
 1. models: parameters, file size, multiply-accumulates per reading, test accuracy;
 2. memory per stream against history length, read from live sessions after streaming;
@@ -12,8 +13,10 @@ and int8, trained on the embedded BasicMotions data:
 5. process peak memory (RSS) while streaming a long stream, each model in its own process;
 6. the machine, versions, repeats and warm-up.
 
-Writes report.json (every figure), report.md, index.html and PNG plots into one directory.
-`quick=True` measures the same things with fewer readings and repeats (under a minute).
+Writes report.json (every figure), report.md, index.html and PNG plots into one directory,
+built beside it under a temporary name and moved into place only once complete: a failed
+report leaves an existing directory as it was. `quick=True` measures the same things with
+fewer readings and repeats (under a minute).
 """
 
 from __future__ import annotations
@@ -50,20 +53,20 @@ def _bar(total, desc, progress):
 
 # --- 1. models --------------------------------------------------------------------------------
 
-def _models(out: Path, runs, settings, progress) -> dict:
+def _models(out: Path, reused: dict, ds, settings, progress) -> dict:
+    """Train (or take from `reused`: arch -> (run directory, checkpoint)) and export every
+    architecture on `ds`, and measure each file's size and accuracy."""
     from dataclasses import replace
 
-    from edgeseq.data import load_dataset
-    from edgeseq.train import DEFAULTS, TrainConfig, load_checkpoint, model_from_checkpoint, save_checkpoint, train
+    from edgeseq.train import DEFAULTS, TrainConfig, model_from_checkpoint, save_checkpoint, train
     from export import export_int8, export_model
 
-    ds = load_dataset("basicmotions")
     rows, ckpts = {}, {}
     bar = _bar(len(ARCHS), "models", progress)
     for arch in ARCHS:
-        run = Path(runs) / arch if runs else None
-        if run is not None and (run / "checkpoint.pt").exists():
-            ckpt, source = load_checkpoint(run), f"reused {run}"
+        if arch in reused:
+            run, ckpt = reused[arch]
+            source = f"reused {run}"
         else:
             tc = DEFAULTS.get(arch, TrainConfig())
             tc = replace(tc, epochs=max(1, int(tc.epochs * settings["epochs_scale"])))
@@ -94,7 +97,7 @@ def _models(out: Path, runs, settings, progress) -> dict:
 def _accuracy(path, ds) -> dict:
     """Both protocols: per sequence (reset at each start) and continuous (never reset)."""
     from edgeseq.runtime import evaluate
-    ev = evaluate(str(path), ds.test, labels=ds.labels)
+    ev = evaluate(str(path), ds.test, labels=ds.labels, features=ds.features)
     c = ev["continuous"]
     return {"accuracy": ev["accuracy"], "continuous_accuracy": c["reading_accuracy"],
             "continuous_last_reading_accuracy": c["last_reading_accuracy"],
@@ -268,7 +271,6 @@ _RSS = r"""
 import json, sys
 import numpy as np
 from edgeseq.runtime import StreamSession
-from edgeseq.data import load_dataset
 path, n, window = sys.argv[1], int(sys.argv[2]), (None if sys.argv[3] == "-" else int(sys.argv[3]))
 def status_kb(key):
     with open("/proc/self/status") as f:
@@ -276,8 +278,7 @@ def status_kb(key):
             if line.startswith(key + ":"):
                 return int(line.split()[1])
 rss_kb = lambda: status_kb("VmRSS")
-ds = load_dataset("basicmotions")
-X = np.concatenate([ds.test.X[i, :ds.test.lengths[i]] for i in range(len(ds.test))]).astype(np.float32)
+X = np.load(sys.argv[4])                  # the report's readings (F,) per row, in the model's channel order
 s = StreamSession(path, max_history=window, on_full="slide")
 marks = sorted({int(n * k / 20) for k in range(1, 21)})
 out = {"start_kb": rss_kb(), "points": []}
@@ -291,21 +292,26 @@ print(json.dumps(out))
 """
 
 
-def _rss(models, settings, progress) -> dict:
+def _rss(models, settings, readings, progress) -> dict:
+    import tempfile
+
     jobs = []
     for name, path, window in _variants(models, settings["window"]):
         growing = name.startswith("transformer") and window == 0
         jobs.append((name, path, window, settings["rss_growing"] if growing else settings["rss_readings"]))
     bar = _bar(len(jobs), "rss", progress)
     out = {}
-    for name, path, window, n in jobs:
-        res = subprocess.run([sys.executable, "-c", _RSS, path, str(n), "-" if window is None else str(window)],
-                             capture_output=True, text=True, check=True)
-        r = json.loads(res.stdout.strip().splitlines()[-1])
-        first = r["points"][0][1]
-        r.update({"readings": n, "growth_kb_after_first_5pct": r["points"][-1][1] - first})
-        out[name] = r
-        bar.update(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        npy = os.path.join(tmp, "readings.npy")
+        np.save(npy, readings)
+        for name, path, window, n in jobs:
+            res = subprocess.run([sys.executable, "-c", _RSS, path, str(n), "-" if window is None else str(window),
+                                  npy], capture_output=True, text=True, check=True)
+            r = json.loads(res.stdout.strip().splitlines()[-1])
+            first = r["points"][0][1]
+            r.update({"readings": n, "growth_kb_after_first_5pct": r["points"][-1][1] - first})
+            out[name] = r
+            bar.update(1)
     bar.close()
     return out
 
@@ -472,6 +478,7 @@ def _markdown(r: dict, files: dict) -> str:
              f"Measured {m['date']} on {m['machine']['machine']} ({m['machine']['cpus']} CPUs), "
              f"onnxruntime {m['machine']['onnxruntime']}, torch {m['machine'].get('torch', '-')}, "
              f"numpy {m['machine']['numpy']}, Python {m['machine']['python']}; one thread per session. "
+             f"Data: {m.get('data', '-')}. "
              f"Mode: {'quick' if m['quick'] else 'full'}; latency repeats {r['latency']['repeats']} streams of "
              f"{r['latency']['history']} readings; warm-up {m['settings']['warmup']} calls; {m['seconds']:.0f} s in all.",
              ""] + [f"- {s}" for s in _summary(r)] + [""]
@@ -509,27 +516,97 @@ def _html(r: dict, files: dict) -> str:
 
 # --- entry point ------------------------------------------------------------------------------
 
-def build_report(out, quick: bool = False, runs=None, progress: bool = True) -> dict:
-    import tempfile
+def report_data(runs, data: str | None = None):
+    """(Dataset, reused) for a report: `reused` maps each architecture found in `runs` to (run
+    directory, checkpoint); the data is `data` if given, else the data those runs were trained
+    on (`edgeseq.data.trained_on`), else the embedded basicmotions. Checked before anything is
+    trained or written: every reused run must read the data's channels and predict its labels
+    (DataError saying to pass --data), and the runs must be of one task. Raises UsageError for
+    a `runs` that is not a directory of runs, or runs trained on different data without --data."""
+    from edgeseq.data import data_for_model, load_dataset, trained_on
+    from edgeseq.train import load_checkpoint
 
-    import torch
-
-    from edgeseq.data import load_dataset
-    from edgeseq.report.bench import machine_info
-
+    reused = {}
     if runs is not None:
         if not Path(runs).is_dir():
             raise UsageError(f"--runs '{runs}' is not a directory; give the folder that holds <arch>/checkpoint.pt "
                              "(e.g. runs after `make demo`), or leave --runs out to train here")
-        if not any((Path(runs) / a / "checkpoint.pt").is_file() for a in ARCHS):
+        found = [a for a in ARCHS if (Path(runs) / a / "checkpoint.pt").is_file()]
+        if not found:
             raise UsageError(f"--runs '{runs}' holds none of {', '.join(f'{a}/checkpoint.pt' for a in ARCHS)}; "
                              "leave --runs out to train here")
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+        reused = {a: (Path(runs) / a, load_checkpoint(Path(runs) / a)) for a in found}
+    if not reused:
+        return load_dataset(data or "basicmotions"), reused
+    specs = {a: trained_on(ckpt) for a, (_, ckpt) in reused.items()}
+    if data is None and len(set(specs.values())) > 1:
+        shown = ", ".join(f"{a} on '{specs[a] or reused[a][1].get('dataset', '?')}'" for a in reused)
+        raise UsageError(f"--runs '{runs}' holds runs trained on different data ({shown}); a report measures "
+                         "every model on one data set: pass --data")
+    first, (run, ckpt) = next(iter(reused.items()))
+    for a, (_, c) in reused.items():
+        if list(c["features"]) != list(ckpt["features"]) or list(c["labels"]) != list(ckpt["labels"]):
+            raise UsageError(f"--runs '{runs}': {a} reads other channels or predicts other labels than {first}; "
+                             "a report compares models of one task")
+    return data_for_model(data, ckpt["features"], ckpt["labels"], specs[first], str(run)), reused
+
+
+def build_report(out, quick: bool = False, runs=None, progress: bool = True, data: str | None = None) -> dict:
+    """Measure everything (see the module docstring) and write the report into directory `out`.
+
+    It is built in a temporary directory beside `out` (`.<name>.<pid>.<random>.tmp`) and moved
+    into place at the end: an existing `out` keeps what the report does not write, and is left
+    as it was when the report fails. `runs`, `data`: see `report_data`."""
+    import shutil
+    import tempfile
+
+    from edgeseq.runtime.statefile import TEMP_SUFFIX, remove_leftovers, temp_prefix
+    from export.step import shareable_mode
+
+    target = Path(out).resolve()
+    if target.exists() and not target.is_dir():
+        raise UsageError(f"--out '{out}' is a file; give a directory for the report")
+    ds, reused = report_data(runs, data)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(target)
+    work = Path(tempfile.mkdtemp(prefix=temp_prefix(target), suffix=TEMP_SUFFIX, dir=target.parent))
+    try:
+        r = _build(work, ds, reused, quick, progress)
+        os.chmod(work, shareable_mode(0o777))         # mkdtemp makes 0700
+        _move_into_place(work, target)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    return r
+
+
+def _move_into_place(work: Path, out: Path) -> None:
+    """`work` becomes `out`: renamed whole when `out` does not exist, else entry by entry (a
+    file replaces its namesake, a folder such as models/ is swapped in whole), so files of
+    `out` that the report does not write stay."""
+    from edgeseq.runtime.statefile import replace_dir
+
+    if not out.exists():
+        os.replace(work, out)
+        return
+    for entry in sorted(work.iterdir()):
+        if entry.is_dir():
+            replace_dir(entry, out / entry.name)
+        else:
+            os.replace(entry, out / entry.name)
+    work.rmdir()
+
+
+def _build(out: Path, ds, reused: dict, quick: bool, progress: bool) -> dict:
+    import tempfile
+
+    import torch
+
+    from edgeseq.report.bench import machine_info
+
     settings = QUICK if quick else FULL
     torch.set_num_threads(min(2, os.cpu_count() or 1))
     t0 = time.perf_counter()
-    ds = load_dataset("basicmotions")
     readings = np.concatenate([ds.test.X[i, :ds.test.lengths[i]] for i in range(len(ds.test))]).astype(np.float32)
     r, phases = {}, {}
 
@@ -538,15 +615,16 @@ def build_report(out, quick: bool = False, runs=None, progress: bool = True) -> 
         result = fn()
         phases[name] = round(time.perf_counter() - t, 1)
         return result
-    r["models"], ckpts = phase("models", lambda: _models(out, runs, settings, progress))
+    r["models"], ckpts = phase("models", lambda: _models(out, reused, ds, settings, progress))
     r["memory"] = phase("memory", lambda: _memory(r["models"], settings, readings))
     with tempfile.TemporaryDirectory() as tmp:
         r["latency"] = phase("latency", lambda: _latency(r["models"], ckpts, settings, readings, Path(tmp), progress))
     r["throughput"] = phase("throughput", lambda: _throughput(r["models"], settings, readings, progress))
-    r["rss"] = phase("rss", lambda: _rss(r["models"], settings, progress))
+    r["rss"] = phase("rss", lambda: _rss(r["models"], settings, readings, progress))
     r["meta"] = {"quick": quick, "settings": settings, "machine": machine_info(),
-                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "data": "basicmotions (test split, "
-                 "sequences joined end to end, as the readings streamed)", "seconds": time.perf_counter() - t0,
+                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                 "data": f"{ds.name} (test split, sequences joined end to end, as the readings streamed)",
+                 "data_source": ds.source, "seconds": time.perf_counter() - t0,
                  "phase_seconds": phases}
     for m in r["models"].values():                      # paths in the report are relative to it
         for kind in ("float", "int8"):

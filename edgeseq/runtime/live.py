@@ -31,6 +31,12 @@ MIN_RATE to MAX_RATE) on a fixed schedule; live
 sources arrive at the device's pace. A reading handled after its slot has passed counts as
 late; if the loop falls more than `max_lag` readings behind, readings are dropped to catch
 up and counted. Neither is hidden: both are in every status line and in the summary.
+
+True labels: the embedded replay knows each reading's; a CSV source (replay:, csv:, stdin,
+serial) whose header has a `label` column carries them too (other non-feature columns are
+ignored, see `edgeseq.runtime.stream`). Either way each line shows the true label and the
+summary scores them the same way (`LabelScore`: readings whose label the model knows, and
+those past the grace period after the start and each change of label).
 """
 
 from __future__ import annotations
@@ -49,7 +55,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edgeseq.errors import EdgeseqError, ReadingError, UsageError
-from edgeseq.runtime.stream import LineReader, read_lines
+from edgeseq.runtime.stream import LabelScore, LineReader, label_lines, plural_readings, read_lines
 
 MIN_RATE, MAX_RATE = 1e-6, 1e6        # readings per second: one per 11 days to a million per second
 MAX_BAUD = 100_000_000
@@ -59,21 +65,18 @@ SOURCES = ("replay:basicmotions, replay:FILE.csv, csv:FILE.csv, stdin, serial:/d
 
 class ReplaySource:
     """Replayed readings. The embedded test set also knows each reading's true label
-    (`truth()`), so a replay can be scored as it runs (continuous protocol, never reset)."""
+    (`truth()`); a CSV file's come from a `label` column, through its `reader`."""
 
     paced = True
     labels = None              # per row: the true label's name (embedded data only)
-    scored = None              # per row: past the grace period after a change of label
 
     def __init__(self, what: str, features: list, skip: int = 0):
         if what == "basicmotions":
-            from edgeseq.data import load_dataset, since_change
-            from edgeseq.runtime.evaluate import GRACE
+            from edgeseq.data import load_dataset
             ds = load_dataset("basicmotions").for_model(features, "the embedded data basicmotions")
             self.rows = np.concatenate([ds.test.X[i, :ds.test.lengths[i]] for i in range(len(ds.test))])
             y = np.concatenate([ds.test.Y[i, :ds.test.lengths[i]] for i in range(len(ds.test))])
             self.labels = [ds.labels[k] for k in y]
-            self.scored = since_change(y) >= GRACE
         else:
             try:
                 with open(what, "rb") as f:
@@ -99,10 +102,10 @@ class ReplaySource:
         return r
 
     def truth(self):
-        """(true label, scored) of the row read last, or None where the labels are unknown."""
+        """The true label of the row read last, or None where the source has no labels of its own."""
         if self.labels is None or getattr(self, "last", None) is None:
             return None
-        return self.labels[self.last], bool(self.scored[self.last])
+        return self.labels[self.last]
 
     def close(self):
         pass
@@ -281,8 +284,6 @@ class Stats:
     late: int = 0
     dropped: int = 0
     saves: int = 0
-    scored: int = 0          # readings with a known true label, past the grace period after a change
-    hits: int = 0            # of those, predicted right
     latencies: deque = field(default_factory=lambda: deque(maxlen=1000))
 
     def latency(self) -> dict:
@@ -305,7 +306,7 @@ def _bad_kind(msg: str, line) -> str:
         return "nan_inf"
     if "beyond" in msg:
         return "out_of_range"
-    if "values, the model expects" in msg:
+    if re.search(r"values, the (model expects|header names)", msg):
         return "field_count"
     return "non_numeric"
 
@@ -350,6 +351,8 @@ def run_live(sess, source, rate: float | None = None, on_bad: str = "skip", as_j
     period = 1.0 / rate if rate else 0.0
     paced = bool(rate) and getattr(source, "paced", False)
     reader = getattr(source, "reader", None) or LineReader(sess.features)
+    score = LabelScore(sess.labels)
+    ended = False
     t0 = clock()
     slot = 0
     started = time.time()
@@ -379,6 +382,7 @@ def run_live(sess, source, rate: float | None = None, on_bad: str = "skip", as_j
                 slot += 1
             item = source.read()
             if item is None:
+                ended = True
                 break
             t_start = time.perf_counter()
             try:
@@ -403,9 +407,12 @@ def run_live(sess, source, rate: float | None = None, on_bad: str = "skip", as_j
             st.readings += 1
             k = int(probs.argmax())
             truth = source.truth() if hasattr(source, "truth") else None
-            if truth is not None and truth[1]:
-                st.scored += 1
-                st.hits += sess.labels[k] == truth[0]
+            if truth is not None:
+                truth = (truth,)
+            elif isinstance(item, (str, bytes, bytearray)) and reader.label_col is not None:
+                truth = (reader.label or None,)                 # None: an empty label cell
+            if truth is not None:
+                score.add(truth[0], sess.labels[k])
             if st.readings % print_every == 0:
                 lat = st.latency()
                 if as_json:
@@ -415,7 +422,7 @@ def run_live(sess, source, rate: float | None = None, on_bad: str = "skip", as_j
                                      "state_bytes": sess.state_nbytes(), "late": st.late, "dropped": st.dropped,
                                      "bad": sum(st.bad.values())}))
                 else:
-                    true = f" (true {_printable(truth[0]):>9s})" if truth else ""
+                    true = f" (true {_printable(truth[0]):>9s})" if truth and truth[0] else ""
                     label = _printable(sess.labels[k])
                     echo(f"{st.readings:8d} {label:>10s} {probs[k]:.2f}{true}  {st.latencies[-1] * 1e6:7.1f} us "
                          f"(median {lat['median_us']}, p99 {lat['p99_us']})  state {sess.state_nbytes()} B  "
@@ -431,8 +438,33 @@ def run_live(sess, source, rate: float | None = None, on_bad: str = "skip", as_j
     done = st.readings - start_readings
     summary = {"readings": st.readings, "this_run": done, "bad": st.bad, "late": st.late, "dropped": st.dropped,
                "seconds": round(seconds, 2), "rate_hz": round(done / seconds, 1) if seconds else None,
-               "target_rate_hz": rate, "kept_up": st.late == 0 and st.dropped == 0, **st.latency(),
+               "paced": paced, "target_rate_hz": rate if paced else None,
+               "kept_up": st.late == 0 and st.dropped == 0, **st.latency(),
                "state_bytes": sess.state_nbytes(), "rss_kb_start": rss_start, "rss_kb_end": rss_kb(),
-               "saves": st.saves, "stopped_by": stop["signal"] or "end of source", "started": started,
-               "continuous_accuracy": st.hits / st.scored if st.scored else None, "scored_readings": st.scored}
+               "saves": st.saves, "started": started,
+               "stopped_by": stop["signal"] or ("end of source" if ended else "reading limit"),
+               "true_labels": score.summary() if score.readings else None}
     return summary
+
+
+def summary_lines(summary: dict, backend: str, labels: list) -> list:
+    """run_live's summary in words (the demo prints these on stderr). An unpaced source has no
+    target, late or dropped readings: it is said to be unpaced instead; a figure that could
+    not be measured (no readings, no /proc) is left out or said to be n/a."""
+    s = summary
+    rate = f"{s['rate_hz']} Hz" if s["rate_hz"] is not None else "too short to time"
+    pace = f"{rate}; target {s['target_rate_hz']:g} Hz" if s["paced"] else f"{rate}; unpaced source"
+    lat = (f"latency median {s['median_us']} us, p99 {s['p99_us']} us" if s["median_us"] is not None
+           else "latency n/a (no readings)")
+    bad = sum(s["bad"].values())
+    counts = ([f"late {s['late']}", f"dropped {s['dropped']}"] if s["paced"] else []) + \
+        [f"bad {bad}" + (f" ({', '.join(f'{v} {k}' for k, v in s['bad'].items() if v)})" if bad else "")]
+    rss = f"; RSS {s['rss_kb_end']} kB" if s["rss_kb_end"] is not None else ""
+    stopped = {"end of source": "stopped at the end of the source",
+               "reading limit": f"stopped at the reading limit (--max-readings {s['this_run']})"}.get(
+        s["stopped_by"], f"stopped by {s['stopped_by']}")
+    out = [f"{plural_readings(s['this_run'])} in {s['seconds']} s on the {backend} backend ({pace}), {lat}, "
+           f"{', '.join(counts)}{rss}; {stopped}"]
+    if s["true_labels"] is not None:
+        out += label_lines(s["true_labels"], labels)
+    return out

@@ -8,6 +8,7 @@ from pathlib import Path
 import onnxruntime as ort
 
 from edgeseq import contract
+from edgeseq.data import data_for_model
 from edgeseq.errors import ModelFileError
 from edgeseq.runtime.providers import check_provider, confirm_provider, session_options
 
@@ -54,3 +55,13 @@ def open_model(path: str | os.PathLike, provider: str = "cpu", threads: int = 1)
     except (ValueError, TypeError, KeyError, AttributeError, RecursionError):    # a parser gap: still one line
         raise ModelFileError(f"'{path}' has unreadable edgeseq metadata; export it again") from None
     return sess, meta
+
+
+def model_data(path: str | os.PathLike, data: str | None = None):
+    """The Dataset to evaluate the model file at `path` on, its channels in the model's order:
+    `data` (what the user passed with --data) if given, else the data the model was trained on
+    (its `edgeseq.data` metadata; basicmotions for a file without it). Raises ModelFileError
+    as `open_model`, DataError as `edgeseq.data.data_for_model` (a recorded file that is gone,
+    channels or labels that are not the model's: one line that says to pass --data)."""
+    _, meta = open_model(path)
+    return data_for_model(data, meta.features, meta.labels, meta.data, str(path))

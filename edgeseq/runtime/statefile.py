@@ -517,3 +517,21 @@ def write_files(files: dict) -> None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
         raise
+
+
+def replace_dir(new, out) -> None:
+    """Move directory `new` to `out`; an existing `out` is swapped out first (to `.<name>.old`
+    beside it) and removed only once `new` is in place, or moved back if that fails."""
+    new, out = Path(new), Path(out)
+    if not out.exists():
+        os.replace(new, out)
+        return
+    old = out.with_name(f".{out.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    os.replace(out, old)
+    try:
+        os.replace(new, out)
+    except BaseException:
+        os.replace(old, out)
+        raise
+    shutil.rmtree(old, ignore_errors=True)

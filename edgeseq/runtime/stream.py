@@ -7,6 +7,13 @@ optionally in double quotes. A line that is not UTF-8, too long or not a reading
 reading (ReadingError, which `--on-bad skip` skips); a header that names columns but cannot be
 used is a HeaderError, which no option skips: feeding columns in the wrong order would give
 wrong answers silently.
+
+Without a header every cell is a feature, in the model's order. With a header that names the
+model's features, a line is read as a CSV record (a quoted cell may hold a comma) with as many
+cells as the header, and only the feature columns are parsed and checked: the others (a
+timestamp, `sequence`, notes, empty cells) are ignored whatever they hold, so edgeseq's own
+training CSV streams as it is. A column headed `label` (any case) is the reading's true label:
+shown beside each prediction and scored (`LabelScore`).
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import json
 import numpy as np
 
 from edgeseq.errors import DataError, ReadingError
+from edgeseq.runtime.evaluate import GRACE
 
 BOM = "\ufeff"
 F32_MAX = float(np.finfo(np.float32).max)
@@ -32,20 +40,42 @@ def _cells(line: str) -> list:
     return [c.strip().strip('"').strip() for c in line.split(",")]
 
 
+def _record(line: str) -> list:
+    """One line as a CSV record: quotes honoured (a quoted cell may hold a comma), cells stripped."""
+    try:
+        return [c.strip() for c in next(csv.reader([line], skipinitialspace=True), [])]
+    except csv.Error as e:                      # a cell past the csv module's size limit
+        raise ReadingError(f"not a CSV line ({e})") from None
+
+
 def parse_line(line: str, n: int, order=None, width=None) -> np.ndarray:
     """One CSV line -> float32 [1, n]. `order` picks the model's features from a header's
-    columns (`width` cells per line). ReadingError names the problem."""
-    cells = _cells(line)
-    want = width if order is not None else n
-    if len(cells) != want:
-        raise ReadingError(f"{len(cells)} values, the model expects {want}")
+    columns (`width` cells per line; the other cells are not read). ReadingError names the
+    problem."""
+    return _parse(line, n, order, width)[0]
+
+
+def _parse(line: str, n: int, order=None, width=None):
+    """(float32 [1, n], the line's cells): every cell a feature, or with a header's `order`
+    the line as a CSV record of `width` cells of which only the feature columns are read."""
+    if order is None:
+        row = cells = _cells(line)
+        if len(cells) != n:
+            raise ReadingError(f"{len(cells)} values, the model expects {n}")
+    else:
+        row = _record(line)
+        if len(row) != width:               # a missing or extra cell would shift the columns
+            raise ReadingError(f"{len(row)} values, the header names {width} columns")
+        cells = [row[i] for i in order]
+    return _numbers(cells), row
+
+
+def _numbers(cells: list) -> np.ndarray:
     try:
         values = np.array([float(c) for c in cells], np.float64)
     except ValueError:
         bad = next(c for c in cells if not _is_number(c))
         raise ReadingError(f"non-numeric value '{bad[:20].encode('unicode_escape').decode('ascii')}'") from None
-    if order is not None:
-        values = values[order]
     if not np.isfinite(values).all():
         raise ReadingError("NaN or Inf value")
     if (np.abs(values) > F32_MAX).any():
@@ -75,7 +105,7 @@ def header_order(line: str, features: list):
     line = line.lstrip(BOM)
     if not is_header(line, features):
         return None
-    cells = _cells(line)
+    cells = _record(line)
     missing = [f for f in features if f not in cells]
     twice = sorted({c for c in cells if c in features and cells.count(c) > 1})
     if missing or twice:
@@ -85,12 +115,25 @@ def header_order(line: str, features: list):
     return np.array([cells.index(f) for f in features])
 
 
+def label_column(cells: list, features: list):
+    """Index of the header column named `label` (any case; not a model feature), or None.
+    HeaderError if two columns are: which one holds the true label would be a guess."""
+    found = [i for i, c in enumerate(cells) if c.lower() == "label" and c not in features]
+    if len(found) > 1:
+        raise HeaderError(f"the header names a label column {len(found)} times "
+                          f"({', '.join(repr(cells[i]) for i in found)}); keep one")
+    return found[0] if found else None
+
+
 class LineReader:
     """Turns raw lines (bytes or str) into readings: decoding, byte-order mark, header.
 
     >>> r = LineReader(["acc_x", "acc_y"])
     >>> r.parse(b"acc_y,acc_x\\n")   # header: None, and the columns are reordered from now on
     >>> r.parse(b"1,2\\n")           # -> float32 [[2., 1.]]
+
+    With a header naming a `label` column, `label` holds the true label of the reading parsed
+    last ('' for an empty cell); without one it stays None.
     """
 
     def __init__(self, features: list):
@@ -98,6 +141,8 @@ class LineReader:
         self.n = len(self.features)
         self.order = None
         self.width = None
+        self.label_col = None       # header column of the true label, if the header has one
+        self.label = None           # the last good reading's true label
         self._first = True
 
     def parse(self, raw) -> np.ndarray | None:
@@ -124,9 +169,14 @@ class LineReader:
             self._first = False
             order = header_order(line, self.features)
             if order is not None:
-                self.order, self.width = order, len(_cells(line))
+                cells = _record(line)
+                self.order, self.width = order, len(cells)
+                self.label_col = label_column(cells, self.features)
                 return None
-        return parse_line(line, self.n, self.order, self.width)
+        x, row = _parse(line, self.n, self.order, self.width)
+        if self.label_col is not None:
+            self.label = row[self.label_col]
+        return x
 
 
 def csv_line(*cells) -> str:
@@ -153,10 +203,94 @@ def read_lines(fh):
         yield chunk
 
 
-def stream_lines(sess, lines, on_bad="error", as_json=False, echo=print, on_reading=None, start: int = 0) -> dict:
+def _printable(text: str) -> str:
+    """A label as one line of text (control characters escaped)."""
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+
+
+class LabelScore:
+    """Accuracy per reading against true labels, on one stream that is never reset.
+
+    Scored: every reading whose true label the model knows; and, as `edgeseq eval`'s continuous
+    protocol scores a stream, those of them past the first `grace` readings after the start
+    (of this run) and after each change of label. A reading whose label the model does not
+    know is counted by label, one without a label (an empty cell) counted: neither is scored.
+    """
+
+    def __init__(self, labels: list, grace: int = GRACE):
+        self.known, self.grace = list(labels), grace
+        self.readings = self.scored = self.hits = self.past = self.past_hits = self.unlabelled = 0
+        self.unknown: dict = {}                 # label -> readings
+        self._prev, self._since = None, 0
+
+    def add(self, true, predicted: str) -> None:
+        """One reading's true label (None or '' for none) and the label the model predicted."""
+        true = true or ""
+        self._since = self._since + 1 if self.readings and true == self._prev else 0
+        self._prev = true
+        self.readings += 1
+        if not true:
+            self.unlabelled += 1
+        elif true not in self.known:
+            self.unknown[true] = self.unknown.get(true, 0) + 1
+        else:
+            hit = predicted == true
+            self.scored += 1
+            self.hits += hit
+            if self._since >= self.grace:
+                self.past += 1
+                self.past_hits += hit
+
+    def summary(self) -> dict:
+        return {"scored": self.scored, "accuracy": self.hits / self.scored if self.scored else None,
+                "grace": self.grace, "past_grace": self.past,
+                "accuracy_past_grace": self.past_hits / self.past if self.past else None,
+                "unknown": dict(self.unknown), "unlabelled": self.unlabelled}
+
+    def lines(self) -> list:
+        return label_lines(self.summary(), self.known)
+
+
+def plural_readings(n: int) -> str:
+    return f"{n} reading" if n == 1 else f"{n} readings"
+
+
+def label_lines(d: dict, known: list) -> list:
+    """A LabelScore summary in words: what was scored, the accuracy, and what was not scored."""
+    if d["scored"]:
+        past = (f"{d['accuracy_past_grace']:.3f} over the {d['past_grace']} past the first {d['grace']} after the "
+                "start and each change of label" if d["past_grace"] else
+                f"none lies {d['grace']} readings past the start or a change of label")
+        out = [f"true labels: accuracy {d['accuracy']:.3f} over {plural_readings(d['scored'])} with a label the model "
+               f"knows (one stream, never reset); {past}"]
+    else:
+        out = [f"true labels: no reading has a label the model knows ({', '.join(map(_printable, known))}); "
+               "nothing scored"]
+    skipped = []
+    if d["unknown"]:
+        named = sorted(d["unknown"].items(), key=lambda kv: (-kv[1], kv[0]))
+        text = ", ".join(f"'{_printable(k)}' ({v})" for k, v in named[:5])
+        text += f" and {len(named) - 5} more labels" if len(named) > 5 else ""
+        skipped.append(f"{plural_readings(sum(d['unknown'].values()))} labelled {text}, which the model does not know")
+    if d["unlabelled"]:
+        skipped.append(f"{plural_readings(d['unlabelled'])} without a label")
+    if skipped:
+        out.append("not scored: " + "; ".join(skipped))
+    return out
+
+
+def stream_lines(sess, lines, on_bad="error", as_json=False, echo=print, on_reading=None, start: int = 0,
+                 note=None, score: LabelScore | None = None) -> dict:
     """Stream CSV lines (bytes or str); `on_reading(count)` runs after each good reading (e.g.
     to save state). Returns {"readings", "skipped"}. Raises ReadingError (on_bad="error") naming
-    the input line, HeaderError for an unusable header; the state before a bad line is kept."""
+    the input line, HeaderError for an unusable header; the state before a bad line is kept.
+
+    `echo` gets one line per reading only (CSV, or JSON with `as_json`); a skipped line is
+    reported to `note` (default: standard error). Where the header has a label column, each
+    output line carries the true label and `score` (if given) scores it."""
+    if note is None:
+        import sys
+        note = lambda text: print(text, file=sys.stderr)      # noqa: E731
     stats = {"readings": start, "skipped": 0}
     reader = LineReader(sess.features)
     for lineno, line in enumerate(lines, start=1):
@@ -173,18 +307,19 @@ def stream_lines(sess, lines, on_bad="error", as_json=False, echo=print, on_read
                 raise ReadingError(f"input line {lineno}: {msg}; fix it or pass --on-bad skip "
                                    "(state before it is kept)") from None
             stats["skipped"] += 1
-            if as_json:
-                echo(json.dumps({"line": lineno, "skipped": msg}))
-            else:
-                echo(f"# line {lineno} skipped: {msg}")
+            note(f"line {lineno} skipped: {msg}")
             continue
         k = int(probs.argmax())
         stats["readings"] += 1
+        true = () if reader.label_col is None else (reader.label,)
+        if true and score is not None:
+            score.add(reader.label, sess.labels[k])
         if as_json:
             echo(json.dumps({"reading": stats["readings"], "label": sess.labels[k], "prob": round(float(probs[k]), 6),
+                             **({"true": reader.label or None} if true else {}),
                              "probs": {l: round(float(p), 6) for l, p in zip(sess.labels, probs)}}))
         else:
-            echo(csv_line(stats["readings"], sess.labels[k], f"{probs[k]:.4f}"))
+            echo(csv_line(stats["readings"], sess.labels[k], f"{probs[k]:.4f}", *true))
         if on_reading is not None:
             on_reading(stats["readings"])
     return stats
