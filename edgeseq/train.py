@@ -421,26 +421,29 @@ def chunked(model) -> bool:
 
 
 def _time_update(model, opt, sched, update, plan, n_features, streaming, repeats: int = 3) -> float:
-    """Seconds one update takes: the median of `repeats` updates on zero readings, after which
-    the model, optimizer, schedule and random state are restored, so the run trains exactly
-    as it would untimed."""
+    """Seconds one update takes: the median of `repeats` updates on zero readings in steady
+    state (after an untimed first one, each carrying the state of the one before, as all but
+    an epoch's first do), after which the model, optimizer, schedule and random state are
+    restored, so the run trains exactly as it would untimed."""
     import copy
     saved = [copy.deepcopy(o.state_dict()) for o in (model, opt, sched)]
     c = plan.chunk
 
     def rows(n):
         return torch.zeros(n, c, n_features), torch.zeros(n, c, dtype=torch.long), torch.ones(n, c, dtype=torch.bool)
-    if plan.lanes:
-        x, y, m = rows(plan.lanes)
-        seq = (x, y, m, m, torch.ones(plan.lanes, dtype=torch.bool), None)
-    else:
-        seq = (torch.arange(plan.batch),)
+    lanes, streams = rows(plan.lanes), rows(plan.streams)
+    seq_carry = carry = None
     times = []
     with torch.random.fork_rng():
-        for _ in range(repeats):
+        for i in range(repeats + 1):
+            if plan.lanes:
+                seq = (*lanes, lanes[2], torch.zeros(plan.lanes, dtype=torch.bool), seq_carry)
+            else:
+                seq = (torch.arange(plan.batch),)
             t = time.perf_counter()
-            update(seq, (*rows(plan.streams), None) if streaming else None)
-            times.append(time.perf_counter() - t)
+            _, seq_carry, carry, _ = update(seq, (*streams, carry) if streaming else None)
+            if i:
+                times.append(time.perf_counter() - t)
     for o, state in zip((model, opt, sched), saved):
         o.load_state_dict(state)
     return float(np.median(times))

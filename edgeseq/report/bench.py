@@ -276,7 +276,7 @@ def run_bench(repeats: int = 2000, warmup: int = 200, cache_lengths=(16, 256, 10
                          "recompute_us": r["median_us"], "speedup": r["median_us"] / c_net,
                          "state_bytes_per_stream": s.state_nbytes_at(T)})
         out["transformer"] = rows
-        out["backends"] = run_backends(gru_ckpt, Path(tmp), repeats, warmup, floor_bind["median_us"],
+        out["backends"] = run_backends(gru_ckpt, Path(tmp), repeats, warmup, lambda: floor.run_with_iobinding(b),
                                        backends=tuple(backends))
     return out
 
@@ -297,14 +297,16 @@ def _interleaved_us(fns: dict, rounds: int, warmup: int) -> dict:
     return {k: float(np.median(v) * 1e6) for k, v in times.items()}
 
 
-def run_backends(gru_ckpt, tmp: Path, repeats: int, warmup: int, floor_us: float,
+def run_backends(gru_ckpt, tmp: Path, repeats: int, warmup: int, floor_call,
                  streams=(1, 16, 256, 1024), backends=("onnxruntime", "native")) -> dict:
     """The step backends side by side on one GRU (hidden 64), float and static int8, calls
     interleaved: StreamSession.push per call (median us) at 1, 16, 256 and 1024 streams,
     readings/s, and each backend's share of the GEMM bound (this core's single-thread float32
     GEMM rate, `edgeseq.runtime.native.bench.gemm_rate`, over the step's multiply-adds per
-    reading). At one stream also the bare IO-binding call of the same graph, so that push less
-    that call is the onnxruntime backend's Python overhead. `backends` picks which are timed."""
+    reading). At one stream, in the same interleaved rounds: `floor_call` (onnxruntime's
+    per-call floor, an Identity graph with IO binding), the bare IO-binding call of the same
+    graph (push less that call is the onnxruntime backend's Python overhead) and the native C
+    step alone (push over it is the native session's wrapper). `backends` picks which push."""
     from edgeseq.runtime import StreamSession, native
     from edgeseq.runtime.native.bench import gemm_rate, macs_per_reading
     from export import export_int8, export_model
@@ -320,7 +322,7 @@ def run_backends(gru_ckpt, tmp: Path, repeats: int, warmup: int, floor_us: float
     rate = gemm_rate()
     out = {"simd": native.simd(), "int8_kernel": ("AVX-512 VNNI" if native.vnni() else "exact float32 products")
            if native.available() else "", "backends": list(backends), "gemm_macs_per_s": rate,
-           "floor_iobinding_us": floor_us, "rows": []}
+           "rows": []}
     if not native.available():
         out["native"] = native.why_unavailable()
     for kind, path in paths.items():
@@ -328,10 +330,16 @@ def run_backends(gru_ckpt, tmp: Path, repeats: int, warmup: int, floor_us: float
             x = rng.standard_normal((B, 6)).astype(np.float32)
             sessions = {b: StreamSession(path, streams=B, backend=b) for b in backends}
             fns = {b: (lambda s=s: s.push(x)) for b, s in sessions.items()}
-            if B == 1 and "onnxruntime" in sessions:
-                s = sessions["onnxruntime"]
-                bind = s._bindings[0]
-                fns["bare"] = lambda: s.session.run_with_iobinding(bind)
+            if B == 1:
+                fns["floor"] = floor_call
+                if "onnxruntime" in sessions:
+                    s = sessions["onnxruntime"]
+                    bind = s._bindings[0]
+                    fns["bare"] = lambda: s.session.run_with_iobinding(bind)
+                if "native" in sessions and sessions["native"]._native is not None:
+                    nat = sessions["native"]._native
+                    nat.x[:] = x
+                    fns["c_step"] = nat.run
             rounds = max(20, repeats * 4 // (B + 3))
             t = _interleaved_us(fns, rounds, max(5, warmup // (B + 1)))
             macs = macs_per_reading(sessions[backends[0]].meta)
@@ -340,9 +348,15 @@ def run_backends(gru_ckpt, tmp: Path, repeats: int, warmup: int, floor_us: float
             for b in backends:
                 rps = B / t[b] * 1e6
                 row[b] = {"us_per_call": t[b], "readings_per_s": rps, "share_of_gemm_bound": rps / bound}
+            if "floor" in t:
+                row["floor_iobinding_us"] = t["floor"]
+                out.setdefault("floor_iobinding_us", t["floor"])
             if "bare" in t:
                 row["onnxruntime"]["bare_iobinding_us"] = t["bare"]
                 row["onnxruntime"]["python_overhead_us"] = t["onnxruntime"] - t["bare"]
+            if "c_step" in t:
+                row["native"]["c_step_us"] = t["c_step"]
+                row["native"]["push_over_c_step"] = t["native"] / t["c_step"]
             out["rows"].append(row)
     return out
 
@@ -393,9 +407,14 @@ def format_bench(r: dict) -> str:
         for row in b["rows"]:
             if row["streams"] != 1:
                 continue
-            parts = [f"{n} push {row[n]['us_per_call'] / b['floor_iobinding_us']:.2f}x" for n in names]
-            lines.append(f"  batch 1 {row['model']} against the IO-binding floor ({b['floor_iobinding_us']:.2f} us): "
-                         + ", ".join(parts))
+            floor = row["floor_iobinding_us"]
+            parts = [f"{n} push {row[n]['us_per_call'] / floor:.2f}x" for n in names]
+            lines.append(f"  batch 1 {row['model']} against the IO-binding floor ({floor:.2f} us, timed in the same "
+                         "interleaved rounds): " + ", ".join(parts))
+            nat = row.get("native", {})
+            if "c_step_us" in nat:
+                lines.append(f"    native backend: push {nat['us_per_call']:.2f} us = {nat['push_over_c_step']:.2f}x "
+                             f"the C step alone ({nat['c_step_us']:.2f} us)")
             o = row.get("onnxruntime", {})
             if "python_overhead_us" in o:
                 lines.append(f"    onnxruntime backend: push {o['us_per_call']:.2f} us = the graph's IO-binding call "
