@@ -456,12 +456,10 @@ def stream(model, input_, provider, max_history, on_full, on_bad, as_json, state
     """
     from edgeseq.runtime import StreamSession
     from edgeseq.runtime.live import stdin_bytes
-    from edgeseq.runtime.statefile import lock_state_file
+    from edgeseq.runtime.statefile import check_state_path, lock_state_file
 
-    if state_file is not None and not state_file.strip():
-        raise UsageError("--state-file is empty; give a file name")
-    if state_file and Path(state_file).is_dir():
-        raise UsageError(f"--state-file '{state_file}' is a directory; give a file name")
+    if state_file is not None:
+        check_state_path(state_file, protect=(model, input_))
     sess = StreamSession(model, provider=provider, max_history=max_history, on_full=on_full, backend=backend)
     _note_window(max_history, (sess.meta.config or {}).get("window"))
     fh = stdin_bytes() if input_ == "-" else open(input_, "rb")

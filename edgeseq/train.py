@@ -255,8 +255,9 @@ def check_train_config(tc: TrainConfig) -> TrainConfig:
 def check_trainable(dataset: Dataset) -> None:
     """DataError unless every class can be learnt: the training split holds at least 2
     classes, and every label of the dataset (one seen only in the test split, or named in a
-    file's `labels` but never used) occurs in it. A class without training readings would
-    be a silent, never-trained output."""
+    file's `labels` but never used) occurs in it where a training loss scores it
+    (`scored_labels`). A class without scored training readings would be a silent,
+    never-trained output."""
     Y = dataset.train.Y
     seen = set(np.unique(Y[Y >= 0]).tolist())
     if not len(dataset.train):
@@ -266,6 +267,12 @@ def check_trainable(dataset: Dataset) -> None:
         raise DataError(f"the training split of '{dataset.name}' holds one class ({only}); training needs at "
                         "least 2 classes: add sequences of another class")
     unseen = [c for c in range(len(dataset.labels)) if c not in seen]
+    unscored = sorted(seen - scored_labels(dataset.train)) if not unseen else []
+    if unscored:
+        names = ", ".join(f"'{dataset.labels[c]}'" for c in unscored)
+        raise DataError(f"label(s) {names} of '{dataset.name}' occur only where no training loss looks: never at a "
+                        f"sequence's last reading, in its last three quarters, or {GRACE} readings past a change of "
+                        "label; a model cannot learn them: label longer stretches with them")
     if unseen:
         Yt = dataset.test.Y
         in_test = set(np.unique(Yt[Yt >= 0]).tolist())
@@ -273,6 +280,18 @@ def check_trainable(dataset: Dataset) -> None:
         where = "occur only in the test split" if set(unseen) <= in_test else "never occur in the training split"
         raise DataError(f"label(s) {names} of '{dataset.name}' {where}; a model cannot learn them: add training "
                         "sequences with them, or drop them (and their test sequences)")
+
+
+def scored_labels(split: Split) -> set:
+    """The classes some training loss scores: at a sequence's last reading, past the first
+    quarter of a sequence, or GRACE readings past a change of label (where the stream loss
+    looks)."""
+    scored = set(np.unique(split.y).tolist())
+    for Y, n in zip(split.Y, split.lengths):
+        y = Y[:n]
+        keep = (np.arange(n) >= n // 4) | (since_change(y) >= GRACE)
+        scored |= set(np.unique(y[keep]).tolist())
+    return scored
 
 
 def train(arch: str, dataset: Dataset | str = "basicmotions", train_config: TrainConfig | None = None,

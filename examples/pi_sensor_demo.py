@@ -69,12 +69,11 @@ def main(argv=None):
     check_rate(args.rate)
     from edgeseq.runtime import StreamSession
     from edgeseq.runtime.live import open_source, run_live, summary_lines
-    from edgeseq.runtime.statefile import lock_state_file, model_sha256, resume_state
+    from edgeseq.runtime.statefile import check_state_path, lock_state_file, model_sha256, resume_state
 
-    if args.state_file is not None and not args.state_file.strip():
-        raise UsageError("--state-file is empty; give a file name")
-    if args.state_file and os.path.isdir(args.state_file):
-        raise UsageError(f"--state-file '{args.state_file}' is a directory; give a file name")
+    if args.state_file is not None:
+        source_file = args.source.split(":", 1)[1] if args.source.split(":", 1)[0] in ("csv", "replay") else None
+        check_state_path(args.state_file, protect=(args.model, source_file))
     with lock_state_file(args.state_file) if args.state_file else contextlib.nullcontext() as state_file:
         sess = StreamSession(args.model, max_history=args.max_history, on_full="slide",  # a window never stops
                              backend=args.backend)

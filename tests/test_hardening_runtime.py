@@ -328,11 +328,18 @@ def test_another_models_state_file_is_moved_aside_not_overwritten(models, tmp_pa
     assert read_state(state)[0]["readings"] == 2
     # resume_state is the one place both use: it says where the file went.
     notes = []
-    state.write_bytes(b"garbage")
+    head, arrays = read_state(state)
+    arrays["state_0"][0, 0] = np.inf
+    _rewrite(state, head, arrays)
     assert resume_state(state, StreamSession(models["gru"]), note=notes.append) == 0
     assert len(notes) == 1 and notes[0].endswith("moved it to '" + str(tmp_path / "other.state.rejected.3") +
                                                  "' and starting fresh") and "delete it" not in notes[0]
-    _tried("unusable state file", 4)
+    # A file edgeseq never wrote (no state header) is not its to move: refused, left as it is.
+    state.write_bytes(b"garbage")
+    with pytest.raises(StateFileError, match="not an edgeseq state file .* left as it is"):
+        resume_state(state, StreamSession(models["gru"]), note=notes.append)
+    assert state.read_bytes() == b"garbage" and not (tmp_path / "other.state.rejected.4").exists()
+    _tried("unusable state file", 5)
 
 
 def _npz(**arrays) -> bytes:

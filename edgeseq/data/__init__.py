@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -171,6 +172,20 @@ def data_for_model(data: str | None, features, labels=None, trained: str | None 
 
 F32_MAX = float(np.finfo(np.float32).max)
 F32_TINY = float(np.finfo(np.float32).tiny)
+
+# A number as data files write one: ASCII digits, an optional sign, decimal point and exponent;
+# nan/inf pass here so that callers refuse them by name.
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?:nan|inf|infinity)", re.I | re.ASCII)
+
+
+def parse_float(text: str) -> float:
+    """`text` (surrounding spaces allowed) as a float: 1.5, -2, +3e-4, .5, nan, inf. ValueError
+    for anything else, including what Python's float() also takes but no data file means: 1_0
+    (float reads it as 10), full-width or other non-ASCII digits, spaces inside."""
+    t = text.strip()
+    if not _NUMBER.fullmatch(t):
+        raise ValueError(f"not a number: {text!r}")
+    return float(t)
 CONSTANT = 1e-6   # a channel whose std is at most this fraction of its magnitude is constant
 
 
@@ -381,8 +396,8 @@ def _encode_labels(y, labels, path, keys=(("y", None),)):
     """Labels (integers, or strings / anything else by name) -> (int64 codes, class names).
 
     `labels` given (the file's `labels` array) is the class order: integers index it, names
-    are looked up in it (an unknown name is refused, naming the first). Without it, names
-    are sorted. keys: (array name, number of entries) for the parts `y` joins, in order, so
+    are looked up in it (an unknown name is refused, naming the first). Without it, the
+    distinct values are the classes, sorted: integers are names too, never a range to fill. keys: (array name, number of entries) for the parts `y` joins, in order, so
     that an error names the array an unknown label came from."""
     if y.dtype.kind == "f":
         if not np.isfinite(y).all() or (y != np.round(y)).any():
@@ -391,10 +406,15 @@ def _encode_labels(y, labels, path, keys=(("y", None),)):
     if y.dtype.kind == "O":
         raise DataError(f"'{path}': labels are Python objects; save them as integers or strings")
     if y.dtype.kind in "iu":
-        if labels is None:
-            labels = [str(v) for v in range(int(y.max()) + 1)]
-        if y.min() < 0 or y.max() >= len(labels):
-            raise DataError(f"'{path}': labels must be integers in 0..{len(labels) - 1}")
+        if y.min() < 0:
+            raise DataError(f"'{path}': labels must be integers of at least 0, or names; found {int(y.min())} "
+                            "(for padding past a sequence's end, give `lengths`)")
+        if labels is None:                    # the integers are names, not a range: [0, 7, 10**9] is 3 classes
+            values = np.unique(y)
+            return np.searchsorted(values, y).astype(np.int64), [str(v) for v in values.tolist()]
+        if y.max() >= len(labels):
+            raise DataError(f"'{path}': labels must be integers in 0..{len(labels) - 1} (they index the file's "
+                            f"labels, {len(labels)} names); found {int(y.max())}")
         return y.astype(np.int64), labels
     names = sorted({str(v) for v in y})
     if any(not n.strip() for n in names):
@@ -470,7 +490,7 @@ def _load_csv(path: Path) -> Dataset:
         if len(row) != len(header):
             raise DataError(f"'{path}' line {lineno}: {len(row)} fields, header has {len(header)}")
         try:
-            values = [float(row[i]) for i in feat_idx]
+            values = [parse_float(row[i]) for i in feat_idx]
         except ValueError:
             bad = next(row[i] for i in feat_idx if not _is_float(row[i]))
             raise DataError(f"'{path}' line {lineno}: non-numeric value '{bad}'; fix or remove that row") from None
@@ -522,7 +542,7 @@ def _load_csv(path: Path) -> Dataset:
 
 def _is_float(s):
     try:
-        float(s)
+        parse_float(s)
         return True
     except ValueError:
         return False

@@ -49,7 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from edgeseq import contract
-from edgeseq.errors import EdgeseqError
+from edgeseq.errors import EdgeseqError, UsageError
 
 try:
     import fcntl
@@ -66,6 +66,55 @@ MAX_REJECTED = 1000                  # <name>.rejected.N: past this many, someth
 
 class StateFileError(EdgeseqError):
     """A state file that cannot be used: corrupt, for another model, or in use by another process."""
+
+
+class NotAStateFile(StateFileError, UsageError):
+    """The path names something edgeseq never wrote (no state header, or not a regular file):
+    refused (exit 2) and left where it is, never moved aside."""
+
+
+def check_state_path(path, protect=()) -> None:
+    """UsageError-like NotAStateFile unless `path` (symbolic links followed) can be a state
+    file: not empty; not a directory, FIFO, device or socket; not one of `protect` (the model,
+    the input: saving state there would replace them); and short enough that its temporary,
+    lock and `.rejected` files can be named beside it. Checked before a stream starts, so
+    nothing is streamed that could not be saved."""
+    shown = str(path)
+    if not shown.strip():
+        raise NotAStateFile("--state-file is empty; give a file name")
+    target = resolve(path)
+    for other in protect:
+        if other is not None and str(other) != "-" and (target == resolve(other) or _same_file(target, other)):
+            raise NotAStateFile(f"--state-file '{shown}' is the file '{other}' this command reads; give the state "
+                                "a file of its own")
+    try:
+        mode = os.stat(target).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as e:
+        raise NotAStateFile(f"--state-file '{shown}' cannot be examined ({e.strerror}); give another file name") \
+            from None
+    if mode is not None and stat.S_ISDIR(mode):
+        raise NotAStateFile(f"--state-file '{shown}' is a directory; give a file name")
+    if mode is not None and not stat.S_ISREG(mode):
+        raise NotAStateFile(f"--state-file '{shown}' is not a regular file (a FIFO, device or socket); give a "
+                            "file name")
+    longest = max(len(f"{temp_prefix(target)}{'0' * 8}{TEMP_SUFFIX}"), len(lock_path(target).name),
+                  len(f"{target.name}.rejected.{MAX_REJECTED}"))
+    try:
+        limit = os.pathconf(target.parent if target.parent.exists() else ".", "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):
+        limit = 255
+    if longest > limit:
+        raise NotAStateFile(f"--state-file name '{target.name}' is too long: the files saved beside it would need "
+                            f"{longest} characters, this file system allows {limit}; give a shorter name")
+
+
+def _same_file(a, b) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def model_sha256(path) -> str:
@@ -352,14 +401,20 @@ def read_state(path, check_header=None, expect: dict | None = None, max_bytes: i
     read, and `check_header(header)` may refuse the header before the payload is looked at.
     OSError (FileNotFoundError included) when it cannot be read."""
     path = Path(path)
-    with open(resolve(path), "rb") as f:
-        size = os.fstat(f.fileno()).st_size
+    fd = os.open(resolve(path), os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
+    with open(fd, "rb") as f:                   # non-blocking: a FIFO put there must not hang the open
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise NotAStateFile(f"state file '{path}' is not a regular file (a FIFO, device or socket); give a "
+                                "file name")
+        size = st.st_size
         if max_bytes is not None and size > max_bytes:
             raise StateFileError(f"state file '{path}' is {size:,} bytes, more than a state of this model can take "
                                  f"({max_bytes:,}){ADVICE}")
         data = f.read()
     if not data.startswith(MAGIC):
-        raise StateFileError(f"state file '{path}' is not an edgeseq state file (bad header){ADVICE}")
+        raise NotAStateFile(f"state file '{path}' is not an edgeseq state file (bad header) and was left as it is; "
+                            "use another --state-file, or delete it if it is an old state")
     end = data.find(b"\n", len(MAGIC), len(MAGIC) + MAX_HEADER)
     if end < 0:
         raise _corrupt(path, "truncated header" if len(data) < len(MAGIC) + MAX_HEADER else "header too long")
@@ -473,6 +528,8 @@ def resume_state(path, sess, model_hash: str | None = None, note=None) -> int:
         header = load_state(path, sess, model_hash)
     except FileNotFoundError:
         return 0
+    except NotAStateFile:                         # not edgeseq's to move
+        raise
     except StateFileError as e:
         linked = os.path.islink(path)
         dest = set_aside(path)

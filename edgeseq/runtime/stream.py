@@ -24,6 +24,7 @@ import json
 
 import numpy as np
 
+from edgeseq.data import parse_float
 from edgeseq.errors import DataError, ReadingError
 from edgeseq.runtime.evaluate import GRACE
 
@@ -72,7 +73,7 @@ def _parse(line: str, n: int, order=None, width=None):
 
 def _numbers(cells: list) -> np.ndarray:
     try:
-        values = np.array([float(c) for c in cells], np.float64)
+        values = np.array([parse_float(c) for c in cells], np.float64)
     except ValueError:
         bad = next(c for c in cells if not _is_number(c))
         raise ReadingError(f"non-numeric value '{bad[:20].encode('unicode_escape').decode('ascii')}'") from None
@@ -85,7 +86,7 @@ def _numbers(cells: list) -> np.ndarray:
 
 def _is_number(c):
     try:
-        float(c)
+        parse_float(c)
         return True
     except ValueError:
         return False
