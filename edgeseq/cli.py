@@ -192,11 +192,17 @@ class _Cli(click.Group):
 
 
 def _note_window(max_history, window):
-    """A note on stderr when a cache bound exceeds the window a Transformer attends to."""
+    """A note on stderr when a cache bound differs from the window a Transformer attends to."""
     if max_history and isinstance(window, int) and 0 < window < max_history:
         click.echo(f"note: the model attends to its last {window} readings (its training window); a cache of "
                    f"{max_history} holds {max_history - window} readings it never reads: --max-history {window} "
                    "gives the same answers with less memory", err=True)
+    elif max_history and isinstance(window, int) and (max_history < window or window == 0):
+        trained = f"its last {window} readings" if window else "its whole history"
+        fix = f"--max-history {window} or more gives" if window else "no --max-history gives"
+        click.echo(f"note: the model was trained to attend to {trained}; a cache of {max_history} shows it only "
+                   f"{max_history}, so its answers differ from the trained model's (usually less accurate): "
+                   f"{fix} the trained answers", err=True)
 
 
 def _echo_json(obj):
@@ -775,7 +781,7 @@ def firmware_emit(model, out, prefix, as_json):
     check_prefix(prefix)
     m = from_onnx(model)
     with _writing(out):
-        r = emit(m, out, prefix=prefix)
+        r = emit(m, out, prefix=prefix, protect=(model,))
     if as_json:
         _echo_json(r)
     else:

@@ -369,6 +369,9 @@ def _train(arch, dataset, tc, model_overrides, progress=True):
         return loss.item(), seq_carry, carry, run
 
     bar = Progress(arch, dataset, plan, tc.epochs, progress)
+    if bar.enabled and norm.constant is not None and norm.constant.any():
+        names = ", ".join(f"'{dataset.features[i]}'" for i in np.flatnonzero(norm.constant))
+        bar._say(f"channel(s) {names} do not vary in the training data: the model will ignore them")
     if bar.enabled:
         bar.start(_time_update(model, opt, sched, update, plan, tr.X.shape[2], streaming))
     t0 = time.perf_counter()
@@ -402,6 +405,7 @@ def _train(arch, dataset, tc, model_overrides, progress=True):
         history.append(total_loss / plan.per_epoch)
     bar.close()
     seconds = time.perf_counter() - t0
+    ignored = ignore_constant_channels(model, norm)
 
     model.eval()
     metrics = {
@@ -414,6 +418,7 @@ def _train(arch, dataset, tc, model_overrides, progress=True):
         "updates": total,
         "stream_training": streaming,
         "plan": asdict(plan),
+        "ignored_channels": [dataset.features[i] for i in ignored],
     }
     return {
         "edgeseq_version": edgeseq.__version__,
@@ -430,6 +435,19 @@ def _train(arch, dataset, tc, model_overrides, progress=True):
         "metrics": metrics,
         "loss_history": history,
     }
+
+
+@torch.no_grad()
+def ignore_constant_channels(model, norm) -> list:
+    """Zero the input weights of the channels that did not vary in training (`norm.constant`):
+    the model learnt nothing from them (their normalised value was 0 throughout), and a drift
+    at run time, in any unit, must not move its answers. Returns their indices."""
+    constant = np.flatnonzero(norm.constant) if norm.constant is not None else []
+    if len(constant):
+        params = dict(model.named_parameters())
+        for name in getattr(model, "input_weights", None) or (model.input_weight,):
+            params[name][:, torch.from_numpy(constant)] = 0.0
+    return [int(i) for i in constant]
 
 
 def chunked(model) -> bool:

@@ -166,6 +166,11 @@ def equalize_input(ckpt: dict, train_split, alpha: float = EQUALIZE_ALPHA) -> tu
     key = build_model(ckpt["arch"], ckpt["config"]).input_weight
     w = np.maximum(np.abs(ckpt["state_dict"][key].double().numpy()).max(0), 1e-12)   # (F,)
     s = r ** alpha / w ** (1 - alpha)
+    flat = r < 1.0          # only a channel that never varied in training stays under 1 std: leave it unscaled
+    if flat.all():
+        s = np.ones_like(s)
+    elif flat.any():
+        s[flat] = s[~flat].max()
     s = s / s.max()
     out = copy.copy(ckpt)
     sd = dict(ckpt["state_dict"])

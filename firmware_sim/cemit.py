@@ -284,16 +284,29 @@ TABLES = ("/* edgeseq: the sigmoid and tanh tables every emitted model reads (20
           + _arr("int16_t", "es_tanh_q15", TANH, static=False))
 
 
-def emit(m: IntModel, out, prefix: str = "es") -> dict:
+def _same_file(a, b) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def emit(m: IntModel, out, prefix: str = "es", protect=()) -> dict:
     """Write `<prefix>_model.h`, `<prefix>_model.c`, `<prefix>_example.c`, and the files every
     model shares, `es_kernels.h` and `es_tables.c` (the same text for every model), into the
     directory `out` (created). Returns sizes: source bytes, int8 weights (padded), table bytes,
-    scratch, state and io bytes. UsageError for a prefix that is not a C name."""
+    scratch, state and io bytes. UsageError for a prefix that is not a C name, or when one of
+    the files would land on a path of `protect` (the model being read), links followed."""
     p = check_prefix(prefix)
     out = Path(out)
+    names = [f"{p}_model.h", f"{p}_model.c", "es_kernels.h", "es_tables.c", f"{p}_example.c"]
+    for name in names:
+        for other in protect:
+            if os.path.realpath(out / name) == os.path.realpath(other) or _same_file(out / name, other):
+                raise UsageError(f"--out '{out}' would write {name} over '{other}', which this command reads; "
+                                 "choose another --out or --prefix")
     h, c = header(m, p), source(m, p)
-    files = {f"{p}_model.h": h, f"{p}_model.c": c, "es_kernels.h": KERNELS, "es_tables.c": TABLES,
-             f"{p}_example.c": EXAMPLE.format(p=p, P=p.upper())}
+    files = dict(zip(names, (h, c, KERNELS, TABLES, EXAMPLE.format(p=p, P=p.upper()))))
     out.mkdir(parents=True, exist_ok=True)
     write_all({out / name: text.encode() for name, text in files.items()})
     weights = sum(pad4(x.w.shape[1]) * pad4(x.w.shape[0]) for cell in m.cells for x in (cell["x"], cell["h"]))

@@ -112,3 +112,64 @@ def test_check_state_path_accepts_new_and_existing_files(tmp_path):
     check_state_path(tmp_path / "new.state")
     (tmp_path / "old.state").write_bytes(b"")
     check_state_path(tmp_path / "old.state", protect=(tmp_path / "m.onnx", "-"))
+
+
+# -- firmware emit never writes over what it reads; bounded beams; cache below the window ------
+
+def test_emit_never_writes_over_the_model_it_reads(int8, tmp_path):
+    import shutil
+
+    from click.testing import CliRunner
+
+    from edgeseq.cli import cli
+    target = tmp_path / "es_model.c"
+    shutil.copy(int8("gru", "static")[0], target)
+    before = target.read_bytes()
+    r = CliRunner().invoke(cli, ["firmware", "emit", str(target), "--out", str(tmp_path)])
+    assert r.exit_code == 2 and f"would write es_model.c over '{target}', which this command reads" in r.output
+    assert target.read_bytes() == before and not (tmp_path / "es_model.h").exists()
+
+
+def test_a_beam_wider_than_the_bound_is_refused_before_decoding():
+    from edgeseq.errors import UsageError
+    from edgeseq.translate.runtime import MAX_BEAM, Translator
+    with pytest.raises(UsageError, match=rf"beam size must be 1..{MAX_BEAM}, got 50000"):
+        Translator.beam(object(), ["Save the notebook"], beam=50000)
+
+
+def test_a_cache_below_the_trained_window_says_so(models):
+    r = invoke(["stream", models["transformer"], "--max-history", "2"], GOOD * 3)
+    assert r.exit_code == 0
+    assert ("note: the model was trained to attend to its last 6 readings; a cache of 2 shows it only 2, so its "
+            "answers differ from the trained model's (usually less accurate): --max-history 6 or more gives the "
+            "trained answers") in r.stderr, r.stderr
+
+
+# -- a channel that never varied in training is ignored, in any unit ----------------------------
+
+def test_a_constant_channel_is_ignored_whatever_its_unit(tmp_path):
+    from edgeseq.runtime.evaluate import evaluate
+    from edgeseq.train import TrainConfig, train
+    from export import export_int8, export_model
+    rng = np.random.default_rng(0)
+    n, T = 48, 40
+    y = np.arange(n) % 2
+    t = np.arange(T) / 10
+    X = np.zeros((n, T, 3), np.float32)
+    X[:, :, 0] = np.sin(2 * np.pi * (1 + y[:, None]) * t) + 0.1 * rng.standard_normal((n, T))
+    X[:, :, 1] = 0.5 * y[:, None] + 0.1 * rng.standard_normal((n, T))
+    X[:, :, 2] = 101370.0                                        # a barometer, in Pa, that never moved
+    np.savez(tmp_path / "d.npz", X=X, y=y, features=np.array(["acc", "gyr", "baro"]))
+    ck = train("gru", str(tmp_path / "d.npz"), TrainConfig(epochs=8, lr=1e-2), {"hidden": 8}, progress=False)
+    assert ck["metrics"]["ignored_channels"] == ["baro"]
+    ds = load_dataset(str(tmp_path / "d.npz"))
+    drift = ds.test.X.copy()
+    drift[:, :, 2] += 10.0                                       # 10 Pa of weather
+    drifted = type(ds.test)(drift, ds.test.y, ds.test.lengths, ds.test.Y)
+    export_model(ck, tmp_path / "f.onnx")
+    export_int8(ck, tmp_path / "d8.onnx", "dynamic", keep_anyway=True)
+    for name in ("f.onnx", "d8.onnx"):
+        a = evaluate(str(tmp_path / name), ds.test, backend="onnxruntime")
+        b = evaluate(str(tmp_path / name), drifted, backend="onnxruntime")
+        assert b["accuracy"] == a["accuracy"], name
+        assert abs(b["continuous"]["reading_accuracy"] - a["continuous"]["reading_accuracy"]) <= 0.02, name

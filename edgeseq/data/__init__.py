@@ -186,6 +186,8 @@ def parse_float(text: str) -> float:
     if not _NUMBER.fullmatch(t):
         raise ValueError(f"not a number: {text!r}")
     return float(t)
+
+
 CONSTANT = 1e-6   # a channel whose std is at most this fraction of its magnitude is constant
 
 
@@ -193,15 +195,16 @@ CONSTANT = 1e-6   # a channel whose std is at most this fraction of its magnitud
 class Normalization:
     mean: np.ndarray  # float32 [F]
     std: np.ndarray   # float32 [F]
+    constant: np.ndarray | None = None   # bool [F]: channels that did not vary in the data fitted on
 
     @classmethod
     def fit(cls, split: Split, features: list | None = None) -> "Normalization":
         """Per-feature mean and std over every valid training reading, computed in float64.
 
         A constant channel (std <= CONSTANT * max(|mean|, float32 tiny), a test relative to
-        the channel's magnitude) keeps std = 1: only its mean is subtracted, so a drift at
-        run time stays its own size (a barometer trained at 1013.7 hPa that reads 1013.8
-        gives 0.1) instead of being divided by float32 rounding noise.
+        the channel's magnitude) keeps std = 1, is flagged in `constant`, and training makes
+        the model ignore it (its input weights are zeroed: it taught the model nothing, and a
+        drift at run time, whatever its unit, must not move the answer).
 
         The model normalises in float32, so a channel whose mean, std or deviation from the
         mean does not fit float32 is refused (DataError naming the channel: rescale it), as
@@ -217,7 +220,8 @@ class Normalization:
                             "clean or drop those readings")
         mean = values.mean(0)
         std = values.std(0)
-        std = np.where(std <= np.maximum(CONSTANT * np.abs(mean), F32_TINY), 1.0, std)  # constant: std 1
+        constant = std <= np.maximum(CONSTANT * np.abs(mean), F32_TINY)
+        std = np.where(constant, 1.0, std)                  # constant: std 1
         with np.errstate(over="ignore", invalid="ignore"):
             dev = np.abs(values - mean).max(0)               # (F,): the graph computes x - mean in float32
         fits = (np.abs(mean) < F32_MAX) & (std < F32_MAX) & (dev < F32_MAX) & (dev / std < F32_MAX)
@@ -227,7 +231,7 @@ class Normalization:
             raise DataError(f"channel '{names[i]}' (column {i}): values up to {np.abs(values[:, i]).max():.3g} "
                             "overflow the model's float32 arithmetic once normalised; rescale that channel "
                             "(another unit, or divide it by a power of ten) and train again")
-        return cls(mean.astype(np.float32), std.astype(np.float32))
+        return cls(mean.astype(np.float32), std.astype(np.float32), constant)
 
     def to_json(self):
         return {"mean": self.mean.tolist(), "std": self.std.tolist()}

@@ -36,6 +36,8 @@ def reverse_within(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
 
 
 class BiRNN(nn.Module):
+    input_weights = ("fwd.weight_ih_l0", "bwd.weight_ih_l0")   # the matrices that read the normalised reading
+
     def __init__(self, config: BiRNNConfig):
         super().__init__()
         if config.cell not in ("gru", "lstm"):

@@ -41,6 +41,8 @@ FORMAT = 1                                   # the newest model.json format this
 ARCHS = ("transformer", "lstm-attn")         # edgeseq.translate.models.ARCHS, without importing torch
 MAX_LENGTH = 4096                            # most tokens max_source / max_target may allow
 
+MAX_BEAM = 64   # hypotheses per sentence; translation papers use 4-10, and each holds a decoder cache
+
 
 @dataclass
 class Translation:
@@ -299,8 +301,9 @@ class Translator:
 
     def beam(self, sentences: list, beam: int = 4, alpha: float = 0.6, max_len: int | None = None,
              attention: bool = False, truncate: bool = False) -> list:
-        if beam < 1:
-            raise UsageError("beam size must be at least 1")
+        if not 1 <= beam <= MAX_BEAM:
+            raise UsageError(f"beam size must be 1..{MAX_BEAM}, got {beam}: each hypothesis holds a decoder cache, "
+                             "and past a few dozen a wider beam finds nothing better")
         if alpha < 0:
             raise UsageError("length penalty alpha must be >= 0")
         src, lengths, rows, unknown = self.prepare(sentences, truncate)
