@@ -108,6 +108,11 @@ class MetadataError(ModelFileError):
         self.missing = list(missing)
 
 
+def _compact(v) -> str:
+    """JSON without spaces: a metadata value as few bytes as it takes."""
+    return json.dumps(v, separators=(",", ":"))
+
+
 def _fail(key: str, what: str, remedy: str = "export it again"):
     raise MetadataError(key, f"metadata {key} {what}; {remedy}")
 
@@ -260,19 +265,21 @@ class ModelMeta:
     data: str | None = None             # the training data (META_DATA); None: unknown or an older file
 
     def to_props(self) -> dict:
+        """The metadata as ONNX metadata_props: compact JSON per key (a small model's file is
+        a few KB of them)."""
         return {
-            META_FORMAT: json.dumps(self.format),
-            META_ARCH: json.dumps(self.arch),
-            META_MODE: json.dumps(self.mode),
-            META_FEATURES: json.dumps(self.features),
-            META_LABELS: json.dumps(self.labels),
-            META_STATE: json.dumps([s.to_json() for s in self.state]),
-            META_MAX_HISTORY: json.dumps(self.max_history),
-            META_QUANT: json.dumps(self.quantization),
-            META_VERSION: json.dumps(self.version),
-            META_NORM: json.dumps(self.normalization),
-            META_CONFIG: json.dumps(self.config),
-            META_DATA: json.dumps(self.data),
+            META_FORMAT: _compact(self.format),
+            META_ARCH: _compact(self.arch),
+            META_MODE: _compact(self.mode),
+            META_FEATURES: _compact(self.features),
+            META_LABELS: _compact(self.labels),
+            META_STATE: _compact([s.to_json() for s in self.state]),
+            META_MAX_HISTORY: _compact(self.max_history),
+            META_QUANT: _compact(self.quantization),
+            META_VERSION: _compact(self.version),
+            META_NORM: _compact(self.normalization),
+            META_CONFIG: _compact(self.config),
+            META_DATA: _compact(self.data),
         }
 
     @property

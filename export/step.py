@@ -345,6 +345,8 @@ def write_validated(proto: onnx.ModelProto, out: Path, validate) -> dict:
     remove_leftovers(out)
     fd, tmp = tempfile.mkstemp(prefix=temp_prefix(out), suffix=TEMP_SUFFIX, dir=out.parent)
     os.close(fd)
+    for node in proto.graph.node:                # names served the export (int8 picks nodes by name);
+        node.name = ""                           # no reader of the written file uses them
     try:
         onnx.save_model(proto, tmp)
         report = dict(validate(tmp))
@@ -373,7 +375,7 @@ def record_validation(path, report: dict):
     keep = [p for p in proto.metadata_props if p.key != contract.META_VALIDATION]
     del proto.metadata_props[:]
     proto.metadata_props.extend(keep)
-    proto.metadata_props.add(key=contract.META_VALIDATION, value=json.dumps(report))
+    proto.metadata_props.add(key=contract.META_VALIDATION, value=json.dumps(report, separators=(",", ":")))
     onnx.save_model(proto, str(path))
 
 
