@@ -262,7 +262,9 @@ def train(arch, data, out, epochs, lr, seed, settings, as_json, quiet):
     dataset = load_dataset(data)
     tc = DEFAULTS.get(arch, TrainConfig())
     tc = replace(tc, seed=seed, **({"epochs": epochs} if epochs else {}), **({"lr": lr} if lr else {}))
-    ckpt = train_fn(arch, dataset, tc, overrides, progress=not quiet and not as_json)
+    if Path(out).exists() and not Path(out).is_dir():
+        raise UsageError(f"--out '{out}' is a file; give a directory for checkpoint.pt and metrics.json")
+    ckpt = train_fn(arch, dataset, tc, overrides, progress=not quiet)      # progress goes to stderr
     with _writing(out):
         path = save_checkpoint(ckpt, out)
     m = ckpt["metrics"]
@@ -348,7 +350,7 @@ def export(run, out, max_history, int8, int8_scheme, data, max_error, max_accura
               help="Latency: interleaved rounds of 100 readings per model.")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--backend", type=click.Choice(["auto", "onnxruntime", "native"]), default=None,
-              help="Step backend: native (compiled C step: RNN/GRU/LSTM, float and static int8) or onnxruntime; "
+              help="Step backend: native (compiled C step: RNN/GRU/LSTM/SSM, float and static int8) or onnxruntime; "
                    "auto (default, or $EDGESEQ_BACKEND) picks native where it can run.")
 @_errors
 def compare(models, data, readings, rounds, backend, as_json):
@@ -375,7 +377,7 @@ def compare(models, data, readings, rounds, backend, as_json):
 @click.option("--provider", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--backend", type=click.Choice(["auto", "onnxruntime", "native"]), default=None,
-              help="Step backend: native (compiled C step: RNN/GRU/LSTM, float and static int8) or onnxruntime; "
+              help="Step backend: native (compiled C step: RNN/GRU/LSTM/SSM, float and static int8) or onnxruntime; "
                    "auto (default, or $EDGESEQ_BACKEND) picks native where it can run.")
 @_errors
 def eval_cmd(model, data, split, provider, backend, as_json):
@@ -436,7 +438,7 @@ def eval_cmd(model, data, split, provider, backend, as_json):
               "or SIGTERM.")
 @click.option("--save-every", type=click.IntRange(min=1), default=500, show_default=True)
 @click.option("--backend", type=click.Choice(["auto", "onnxruntime", "native"]), default=None,
-              help="Step backend: native (compiled C step: RNN/GRU/LSTM, float and static int8) or onnxruntime; "
+              help="Step backend: native (compiled C step: RNN/GRU/LSTM/SSM, float and static int8) or onnxruntime; "
                    "auto (default, or $EDGESEQ_BACKEND) picks native where it can run.")
 @_errors
 def stream(model, input_, provider, max_history, on_full, on_bad, as_json, state_file, save_every, backend):

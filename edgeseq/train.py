@@ -493,12 +493,16 @@ def sequence_logits(model, X: torch.Tensor, lengths: torch.Tensor, chunk: int = 
     take `chunk` readings at a time with their state carried (the same numbers as one pass, in
     bounded memory: a Transformer's attention over a whole 2,600-reading recording would not
     fit), `batch` sequences at a time."""
-    out = []
+    order = torch.argsort(lengths, stable=True)             # similar lengths together: little padding
+    out = torch.zeros(0)
     for i in range(0, len(X), batch):
-        x, n = X[i:i + batch], lengths[i:i + batch]
+        idx = order[i:i + batch]
+        x, n = X[idx], lengths[idx]
         T = int(n.max())
         if not chunked(model):
-            out.append(model(x[:, :T], n))
+            res = model(x[:, :T], n)
+            out = torch.zeros(len(X), res.shape[-1]) if not out.numel() else out
+            out[idx] = res
             continue
         res, carry = None, None
         for t0 in range(0, T, chunk):
@@ -507,8 +511,9 @@ def sequence_logits(model, X: torch.Tensor, lengths: torch.Tensor, chunk: int = 
                 res = torch.zeros(len(x), logits.shape[-1])
             end = (t0 + torch.arange(logits.shape[1])).unsqueeze(0) == (n - 1).unsqueeze(1)   # (B, c)
             res[end.any(1)] = logits[end]
-        out.append(res)
-    return torch.cat(out)
+        out = torch.zeros(len(X), res.shape[-1]) if not out.numel() else out
+        out[idx] = res
+    return out
 
 
 @torch.no_grad()

@@ -57,6 +57,7 @@ import os
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import onnx
 import onnxruntime as ort
 
@@ -198,6 +199,23 @@ def float_matmuls(proto: onnx.ModelProto, parts) -> list:
             if pattern and n.op_type in OP_TYPES and len(n.input) > 1 and pattern.match(n.input[1])]
 
 
+CALIBRATION_READINGS = 20_000     # static int8 ranges from at most this many training readings ...
+CALIBRATION_PER_SEQUENCE = 1_000  # ... at most this many from each sequence's start: each call's feeds
+                                  # are kept (a Transformer's: its whole cache), so more costs memory
+                                  # in proportion and moves the ranges little
+
+
+def calibration_split(split, seed: int = 0):
+    """The training readings static int8 calibrates on: every sequence's first
+    CALIBRATION_PER_SEQUENCE readings, sequences in a seeded order up to CALIBRATION_READINGS
+    (at least one). A `Split`."""
+    n = np.minimum(split.lengths, CALIBRATION_PER_SEQUENCE)
+    order = np.random.default_rng(seed).permutation(len(split))
+    take = order[:max(1, int(np.searchsorted(np.cumsum(n[order]), CALIBRATION_READINGS, side="right")))]
+    T = int(n[take].max())
+    return type(split)(split.X[take, :T], split.y[take], n[take], split.Y[take, :T])
+
+
 def quantize(float_path, out_path, scheme: str, calibration: list | None = None, float_parts=()) -> dict:
     """Quantize the float step graph at `float_path` into `out_path`; returns the settings used.
 
@@ -208,6 +226,9 @@ def quantize(float_path, out_path, scheme: str, calibration: list | None = None,
         raise UsageError(f"unknown int8 scheme '{scheme}'; use {' or '.join(SCHEMES)}")
     proto = onnx.load_model(str(float_path))
     exclude = activation_products(proto) + float_matmuls(proto, float_parts)
+    if "" in exclude:             # the quantizer matches nodes by name: "" would keep every unnamed node float
+        raise ExportValidationError("the float graph has unnamed nodes, which int8 export cannot tell apart; "
+                                    "export it again with this edgeseq")
     settings = {"scheme": scheme, "weights": "int8", "weight_scale": "symmetric, per output channel",
                 "reduce_range": True, "op_types": OP_TYPES, "float_nodes": exclude,
                 "tool": f"onnxruntime {ort.__version__}"}
@@ -304,7 +325,8 @@ def export_int8(ckpt: dict, out, scheme: str = DEFAULT_SCHEME, data=None, max_hi
         float_check = validate_stream(float_path, model, meta, contract.VALIDATION_READINGS, seed=seed)
         fsess = cpu_session(float_path)
         calibration = []
-        run_streams(fsess, meta, ds.train.X, ds.train.lengths, record=calibration)
+        cal = calibration_split(ds.train, seed)
+        run_streams(fsess, meta, cal.X, cal.lengths, record=calibration)
         run_streams(fsess, meta, long_streams(ds.train, stream_readings, seed=seed + 1), record=calibration)
         q_path = os.path.join(tmp, "int8.onnx")
         parts = (SSM_FLOAT_PARTS if float_parts is None else tuple(float_parts)) if ssm else ()

@@ -63,10 +63,10 @@ def int8(trained, tmp_path_factory):
 
 # -- the runtime suites run on both step backends ---------------------------------------------
 # Modules listing `backend_suite` in pytestmark run every test twice: with the default backend
-# (auto: native for RNN, GRU and LSTM where the extension is built) and with onnxruntime
-# throughout, set through $EDGESEQ_BACKEND as a user would. A test of a model that runs on
-# onnxruntime either way (transformer, bidirectional) runs once.
-ONNXRUNTIME_ONLY_IDS = ("transformer", "bigru", "bilstm", "ssm")
+# (auto: native for RNN, GRU, LSTM, SSM and Transformer where the extension is built) and with
+# onnxruntime throughout, set through $EDGESEQ_BACKEND as a user would. A test of a model that
+# runs on onnxruntime either way (bidirectional) runs once.
+ONNXRUNTIME_ONLY_IDS = ("bigru", "bilstm")
 # Long torch-side runs whose onnxruntime half the export's three-way parity tests already hold:
 # on the onnxruntime backend they would repeat torch's work to check nothing new.
 ONCE = ("test_session_matches_torch_step_loop", "test_targets_on_both_protocols",

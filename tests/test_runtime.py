@@ -11,7 +11,7 @@ from helpers import assert_close, run_without_torch
 
 pytestmark = pytest.mark.usefixtures("backend_suite")   # conftest: on both step backends
 
-STREAM = ["rnn", "gru", "lstm", "transformer"]
+STREAM = ["rnn", "gru", "lstm", "transformer", "ssm"]
 
 
 def _readings(basicmotions, n, B):

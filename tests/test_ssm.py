@@ -17,7 +17,7 @@ from edgeseq.errors import UsageError
 from edgeseq.models import build_model, config_dict, make_config
 from edgeseq.models.common import RecurrentConfig
 from edgeseq.models.ssm import diagonal_scan
-from edgeseq.runtime import StreamSession, evaluate, open_model
+from edgeseq.runtime import StreamSession, evaluate, native, open_model
 from edgeseq.train import DEFAULTS, save_checkpoint
 from export import export_model
 from export.quantize import MAX_ACCURACY_DROP, MAX_ERROR
@@ -163,7 +163,7 @@ def test_targets_and_state_budget(exported, basicmotions):
     assert ev["accuracy"] >= 0.95 and c["reading_accuracy"] >= 0.90 and c["followed"] >= 0.9
     gru = RecurrentConfig()
     s = StreamSession(path, streams=3)
-    assert s.backend == "onnxruntime"
+    assert s.backend == ("native" if native.available() else "onnxruntime")
     assert s.state_nbytes() == s.state_nbytes_at(10_000) <= 4 * gru.hidden * gru.layers
     s.push(basicmotions.test.X[:3, 0])
     assert s.state_nbytes() == 256
@@ -231,14 +231,15 @@ def test_cli_train_export_eval(trained, tmp_path, monkeypatch):
 
 def test_ssm_beside_the_others_in_compare_and_firmware(exported, int8, tmp_path):
     """compare takes it beside the GRU; firmware check plans its memory and cost from the graph
-    (state flat, MACs per reading counted); the paths built on the integer RNN kernels and the
-    native step refuse it with one line saying why."""
+    (state flat, MACs per reading counted); the paths built on the integer RNN kernels refuse it
+    with one line saying why; the native step runs it (tests/test_native_ssm.py)."""
     ssm, q = str(exported("ssm")[0]), str(int8("ssm", "static")[0])
     runner = CliRunner()
     r = runner.invoke(cli, ["compare", str(exported("gru")[0]), ssm, q, "--rounds", "1", "--readings", "50", "--json"])
     assert r.exit_code == 0, r.output
     rows = json.loads(r.output)["models"]
-    assert [m["arch"] for m in rows] == ["gru", "ssm", "ssm"] and rows[1]["backend"] == "onnxruntime"
+    assert [m["arch"] for m in rows] == ["gru", "ssm", "ssm"]
+    assert rows[1]["backend"] == ("native" if native.available() else "onnxruntime")
     for path in (ssm, q):
         r = runner.invoke(cli, ["firmware", "check", path, "--target", "nrf52840", "--json"])
         assert r.exit_code in (0, 1), r.output
@@ -249,5 +250,5 @@ def test_ssm_beside_the_others_in_compare_and_firmware(exported, int8, tmp_path)
         r = runner.invoke(cli, cmd)
         errors = [line for line in r.output.splitlines() if line.startswith("Error:")]
         assert r.exit_code != 0 and len(errors) == 1 and "ssm" in errors[0] and "Traceback" not in r.output, r.output
-    with pytest.raises(UsageError, match="the native step runs rnn, gru and lstm models, not ssm"):
-        StreamSession(ssm, backend="native")
+    if native.available():
+        assert StreamSession(ssm, backend="native").backend == StreamSession(q, backend="native").backend == "native"

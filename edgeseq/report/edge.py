@@ -129,7 +129,10 @@ def _memory(models, settings, readings: np.ndarray) -> dict:
     for name, path, window in _variants(models, settings["window"]):
         if name.endswith("-int8"):
             continue
-        s = StreamSession(path, max_history=window, on_full="slide")
+        # The cache as a runtime that keeps every reading up to the bound holds it (onnxruntime): the
+        # native ring of a windowed model keeps only the rows its window reads, whatever the bound.
+        s = StreamSession(path, max_history=window, on_full="slide",
+                          backend="onnxruntime" if name.startswith("transformer") else None)
         got = {}
         for t in range(1, H + 1):
             s.push(readings[(t - 1) % len(readings)][None])
@@ -305,8 +308,9 @@ def _rss(models, settings, readings, progress) -> dict:
         npy = os.path.join(tmp, "readings.npy")
         np.save(npy, readings)
         for name, path, window, n in jobs:
+            env = {**os.environ, "EDGESEQ_BACKEND": "onnxruntime"} if name.startswith("transformer") else None
             res = subprocess.run([sys.executable, "-c", _RSS, path, str(n), "-" if window is None else str(window),
-                                  npy], capture_output=True, text=True, check=True)
+                                  npy], capture_output=True, text=True, check=True, env=env)   # as in _memory
             r = json.loads(res.stdout.strip().splitlines()[-1])
             first = r["points"][0][1]
             r.update({"readings": n, "growth_kb_after_first_5pct": r["points"][-1][1] - first})

@@ -156,7 +156,9 @@ def run_streams(sess, meta: contract.ModelMeta, X: np.ndarray, lengths: np.ndarr
 
     A stream stops at its length (later entries are NaN); `record` collects the feeds of
     every call (reading, position and the state as it was fed back), for calibration; `probs`
-    collects the graph's `probs` output, one (N, C) array per reading."""
+    collects the graph's `probs` output, one (N, C) array per reading. A Transformer's cache
+    slides at the model's `max_history` (its trained window by default), as `StreamSession`
+    slides it: memory and time stay linear in T."""
     N, T, _ = X.shape
     lengths = np.full(N, T) if lengths is None else np.asarray(lengths)
     state = {}
@@ -185,6 +187,11 @@ def run_streams(sess, meta: contract.ModelMeta, X: np.ndarray, lengths: np.ndarr
             p[rows] = res[1]
             probs.append(p)
         for s, v in zip(meta.state, res[first_state:]):
+            if s.kind == contract.KIND_GROWING and meta.max_history:
+                axis = list(s.shape).index(contract.HISTORY_AXIS)
+                if v.shape[axis] > meta.max_history:        # the rows the window still reads
+                    v = np.ascontiguousarray(np.take(v, np.arange(v.shape[axis] - meta.max_history, v.shape[axis]),
+                                                     axis=axis))
             if every:
                 state[s.name] = v
             else:                                # new arrays: recorded feeds must not change under us

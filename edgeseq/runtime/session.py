@@ -4,6 +4,8 @@ Recurrent models hold a fixed state: two banks of state buffers and two pre-buil
 that alternate (ping-pong), so a call copies the reading in, runs, and swaps an index; nothing
 is allocated or re-bound. The Transformer's cache grows by one row per call: each call binds
 the previous call's `present` outputs as the next `past` inputs where they lie, without copying.
+On the native backend the C step holds the state (a Transformer's cache as a ring of rows per
+stream, `edgeseq.runtime.native.attn`) and one C call copies, checks and steps.
 
 A reading is checked (shape, real numbers, within READING_SIGMAS training standard deviations
 of the training mean: NaN and Inf fail the same comparison) before anything runs, and a step
@@ -129,12 +131,17 @@ class StreamSession:
     made under the lock; `push_logits` returns a view of the session's buffer that the next
     call (from any thread) overwrites.
 
-    Backends: `backend="onnxruntime"` runs the ONNX graph; `"native"` runs RNN, GRU and LSTM
-    models (float32 and static int8, read from the same .onnx) through a compiled C step
-    (`edgeseq.runtime.native`: float within float32 rounding of onnxruntime; int8 the firmware's
-    integer arithmetic, bit-exact with `firmware simulate`, so its logits differ from
-    onnxruntime's QDQ int8 by quantization-sized amounts); `"auto"` (default) picks native where
-    it can run and onnxruntime otherwise (the Transformer, dynamic int8, window models, CUDA, no
+    Backends: `backend="onnxruntime"` runs the ONNX graph; `"native"` runs RNN, GRU, LSTM,
+    SSM and Transformer models (float32 and static int8, read from the same .onnx) through a
+    compiled C step (`edgeseq.runtime.native`: float within float32 rounding of onnxruntime;
+    RNN/GRU/LSTM int8 the firmware's integer arithmetic, bit-exact with `firmware simulate`, so
+    its logits differ from onnxruntime's QDQ int8 by quantization-sized amounts; SSM and
+    Transformer int8 onnxruntime's own QDQ arithmetic, their state float32). A native
+    Transformer keeps its KV cache as a ring of rows per stream (the window, or max_history
+    where smaller; doubling where neither bounds it): the same history, max_history, on_full,
+    positions and snapshots (past.{l}.key/value, rows no step can see again as zeros) as on
+    onnxruntime, and `state_nbytes` counts the rows the ring holds. `"auto"` (default) picks
+    native where it can run and onnxruntime otherwise (dynamic int8, window models, CUDA, no
     built extension). `session.backend` says which runs. `backend="native"` where it cannot
     run raises UsageError saying why. `backend=None` (default) takes $EDGESEQ_BACKEND, or
     "auto" when it is unset. State, snapshot/restore, reset, the reading checks and state files
@@ -168,14 +175,14 @@ class StreamSession:
             raise UsageError(f"max_history (--max-history) applies to the transformer only; a {meta.arch} "
                              "model's recurrent state is fixed, it has no history to bound")
         bound = meta.max_history if max_history is None else (int(max_history) or None)
-        native_step = self._choose_backend(backend, meta, str(model), provider, int(streams), session)
+        native_step = self._choose_backend(backend, meta, str(model), provider, int(streams), session, bound, on_full)
         self._setup(session, meta, str(model), int(streams), provider, bound, on_full, native_step=native_step)
 
     @staticmethod
-    def _choose_backend(backend, meta, path, provider, streams, session):
-        """The NativeStep to run on, or None for onnxruntime (see the class docstring). A file
-        the native step accepts runs side by side with its graph on a few probe readings first
-        (`native.probe`): where they disagree, the graph wins."""
+    def _choose_backend(backend, meta, path, provider, streams, session, max_history=None, on_full="slide"):
+        """The native step to run on (`native.open_step`), or None for onnxruntime (see the class
+        docstring). A file the native step accepts runs side by side with its graph on a few
+        probe readings first (`native.probe`): where they disagree, the graph wins."""
         named = backend
         backend = default_backend() if backend is None else backend
         if not isinstance(backend, str) or backend not in BACKENDS:
@@ -192,9 +199,9 @@ class StreamSession:
         step = None
         if why is None:
             try:
-                why = native.probe(native.NativeStep(path, meta, native.PROBE_STREAMS), session)
+                why = native.probe(native.open_step(path, meta, native.PROBE_STREAMS, max_history), session)
                 if why is None:
-                    step = native.NativeStep(path, meta, streams)
+                    step = native.open_step(path, meta, streams, max_history, on_full)
             except EdgeseqError as e:
                 why = str(e).splitlines()[0]
         if why is not None:
@@ -222,7 +229,7 @@ class StreamSession:
         self._has_position = contract.POSITION in {i.name for i in session.get_inputs()}
         # Readings each stream has seen. A cache model feeds it to the graph, so it advances in
         # place; a fixed-state model only counts calls and stores the call count at each stream's start.
-        self._pos = np.zeros(streams, np.int64)
+        self._pos = np.zeros(streams, np.int64) if native_step is None or not self.growing else native_step.pos
         self._calls = 0
         self._x = np.zeros((streams, self.n_features), np.float32) if native_step is None else native_step.x
         self._hi, self._lo, self._beyond = reading_bounds(meta, self.n_features)
@@ -364,21 +371,27 @@ class StreamSession:
             return self._subs[0]._history()          # the sub-sessions advance and slide together
         if not self.growing:
             return 0
+        if self._native is not None:
+            return self._native.history              # counted as the graph's shared cache would hold it
         return int(self._state[0].shape()[contract.GROWING_HISTORY_AXIS])
 
     def state_nbytes(self) -> int:
         """Bytes of state each stream holds now: flat for recurrent models, growing for a cache."""
         with self._lock:
-            if self._native is not None:
-                return sum(s.bytes_per_reading() for s in self.meta.state)
+            if self._native is not None:           # a native cache: the rows its ring holds per stream
+                rows = self._native.rows_held() if self.growing else 1
+                return rows * sum(s.bytes_per_reading() for s in self.meta.state)
             if self._subs is not None:
                 return self._subs[0].state_nbytes()
             return sum(int(np.prod(v.shape()[1:])) * 4 for v in self._state)
 
     def state_nbytes_at(self, history: int) -> int:
-        """Bytes one stream would hold after `history` readings (bounded by max_history)."""
+        """Bytes one stream would hold after `history` readings (bounded by max_history, and on
+        the native backend by the window its ring keeps)."""
         if self.max_history is not None:
             history = min(history, self.max_history)
+        if self._native is not None and self.growing and self._native.window:
+            history = min(history, self._native.window)
         return sum(s.bytes_per_reading() * (history if s.kind == contract.KIND_GROWING else 1)
                    for s in self.meta.state)
 
@@ -472,7 +485,10 @@ class StreamSession:
     def _apply(self, position: np.ndarray, arrays: list) -> None:
         """Install checked state (see `_check_snapshot`): nothing here can fail half way."""
         if self._native is not None:
-            self._native.set_state(arrays)
+            if self.growing:                             # the ring lays its rows out by position
+                self._native.set_state(arrays, position)
+            else:
+                self._native.set_state(arrays)
             self._set_position(slice(None), position)
             return
         if self._subs is not None:
@@ -596,8 +612,11 @@ class StreamSession:
             # shape) go through _take, which converts what it can and names what is wrong.
             rc = nat.push(readings) if type(readings) is np.ndarray else -3
             if rc < -1:
-                self._take(readings)
-                rc = nat.run()
+                if rc >= -3:
+                    self._take(readings)
+                    rc = nat.run()
+                if rc <= -4:                     # a Transformer's cache: full (-4) or its ring to grow (-5)
+                    rc = self._native_room(rc)
             if rc >= 0:
                 raise self._nonfinite(rc)
             self._calls += 1
@@ -662,10 +681,21 @@ class StreamSession:
         if self.max_history is None or self._history() < self.max_history:
             return False
         if self.on_full == "error":
-            raise HistoryFullError(
-                f"history is full ({self.max_history} readings); reset the stream, raise max_history "
-                "or slide (on_full='slide', --on-full slide); stream state unchanged")
+            raise self._history_full()
         return True
+
+    def _history_full(self) -> HistoryFullError:
+        return HistoryFullError(
+            f"history is full ({self.max_history} readings); reset the stream, raise max_history "
+            "or slide (on_full='slide', --on-full slide); stream state unchanged")
+
+    def _native_room(self, rc: int) -> int:
+        """The native Transformer step's answer once its cache has room: -4 (full, on_full
+        "error") raises HistoryFullError; -5 grows its ring (no bound: doubling) and steps."""
+        if rc == -4:
+            raise self._history_full()
+        self._native.grow()
+        return self._native.run()
 
     def _step_cache(self):
         past = self._state

@@ -91,9 +91,9 @@ def check_state_path(path, protect=()) -> None:
         mode = os.stat(target).st_mode
     except FileNotFoundError:
         mode = None
-    except OSError as e:
-        raise NotAStateFile(f"--state-file '{shown}' cannot be examined ({e.strerror}); give another file name") \
-            from None
+    except OSError as e:                          # a run-time failure (exit 1), as writing there would be
+        raise StateFileError(f"--state-file '{shown}' cannot be used ({e.strerror}); give a file in a folder "
+                             "that can be written") from None
     if mode is not None and stat.S_ISDIR(mode):
         raise NotAStateFile(f"--state-file '{shown}' is a directory; give a file name")
     if mode is not None and not stat.S_ISREG(mode):

@@ -19,6 +19,21 @@ what `firmware_sim.intsim` computes (its Q12 logits are in `logits_q12`; `logits
 / 4096), which is what the emitted firmware computes too. A stream's results never depend on
 the other streams of the call.
 
+The state-space model (ssm, fixed and selective decay) runs the same way through
+`edgeseq.runtime.native.ssm` and es_ssm.h: float32 within float32 rounding of its graph;
+static int8 as onnxruntime runs its QDQ graph (each quantized MatMul's integers and rounding
+as QLinearMatMul's, the norms, decay and state update float32), so its logits match
+onnxruntime's int8 to the bit but where float32 rounding moves a value across a rounding
+boundary. Its state stays float32, [B, d_state] per layer, the graph's state_in.{i}.
+
+The Transformer runs through `edgeseq.runtime.native.attn` (`AttnStep`, es_attn.h) with its KV
+cache as a ring of rows per stream and layer (the window's rows, or max_history's where that
+is smaller; grown by doubling where neither bounds it), the history, max_history and on_full
+counted as the onnxruntime backend counts them, and its `state` in the graph's
+past.{l}.key/value layout: float32 within float32 rounding of its graph, static int8 as its
+QDQ graph computes it. `open_step(path, meta, streams, max_history, on_full)` builds the step
+a model needs.
+
 The runtime stays light: numpy only here; the int8 layout comes from
 `firmware_sim.intsim.from_parts` (numpy too), imported when an int8 model is opened.
 """
@@ -31,6 +46,8 @@ import numpy as np
 
 from edgeseq import contract
 from edgeseq.errors import EdgeseqError, ModelFileError, UsageError
+from edgeseq.runtime.native import attn as _attn
+from edgeseq.runtime.native import ssm as _ssm
 from edgeseq.runtime.native.onnxfile import Graph, read_graph
 
 try:
@@ -45,7 +62,7 @@ except ImportError as _e:                           # not built: the session sta
             + "; build it with `pip install -e .` where a C compiler is installed "
               "(e.g. `apt-get install build-essential`)")
 
-__all__ = ["NativeStep", "available", "why_unavailable", "supports", "simd", "vnni", "gate"]
+__all__ = ["NativeStep", "AttnStep", "open_step", "available", "why_unavailable", "supports", "simd", "vnni", "gate"]
 
 KINDS = {"rnn": 0, "gru": 1, "lstm": 2}
 GATES = {"rnn": 1, "gru": 3, "lstm": 4}
@@ -96,9 +113,9 @@ def _meta_reason(meta) -> str | None:
     if meta.mode != "stream":
         return f"a {meta.arch} model reads whole windows: onnxruntime only"
     if meta.arch == "transformer" or any(s.kind == contract.KIND_GROWING for s in meta.state):
-        return "the transformer's growing KV cache runs on onnxruntime only"
-    if meta.arch not in KINDS:
-        return f"the native step runs rnn, gru and lstm models, not {meta.arch}: onnxruntime only"
+        return _attn.meta_reason(meta)                     # the KV cache: attn.py
+    if meta.arch not in KINDS and meta.arch != "ssm":
+        return f"the native step runs rnn, gru, lstm and ssm models, not {meta.arch}: onnxruntime only"
     q = meta.quantization
     if q:
         scheme = q.get("scheme")
@@ -106,6 +123,8 @@ def _meta_reason(meta) -> str | None:
             return "int8 dynamic scales activations per call: onnxruntime only"
         if scheme != "static":
             return f"int8 scheme {scheme!r} runs on onnxruntime only (the native step runs static int8)"
+    if meta.arch == "ssm":
+        return _ssm.meta_reason(meta)
     per = 2 if meta.arch == "lstm" else 1
     roles = [s.role for s in meta.state]
     layers = len(roles) // per
@@ -119,16 +138,22 @@ def _meta_reason(meta) -> str | None:
 
 
 def supports(meta, path) -> str | None:
-    """None when the model at `path` (its parsed metadata `meta`) can run natively: rnn, gru
-    or lstm, stream mode, float32 or static int8, laid out as edgeseq's export writes it. Else
-    a one-line reason, e.g. "the transformer's growing KV cache runs on onnxruntime only".
+    """None when the model at `path` (its parsed metadata `meta`) can run natively: rnn, gru,
+    lstm, ssm or transformer, stream mode, float32 or static int8, laid out as edgeseq's export
+    writes it. Else a one-line reason, e.g. "int8 dynamic scales activations per call:
+    onnxruntime only".
     Says nothing about the extension itself: see `available()`."""
     reason = _meta_reason(meta)
     if reason:
         return reason
     try:
         graph = read_graph(path)
-        if meta.quantization:
+        if meta.arch == "transformer":
+            with np.errstate(all="ignore"):
+                _attn.plan(meta, graph, path)
+        elif meta.arch == "ssm":
+            _ssm.ssm_plan(meta, graph, path)
+        elif meta.quantization:
             with np.errstate(all="ignore"):            # a non-finite constant is refused when bound
                 _int_model(meta, graph, path)
         else:
@@ -154,7 +179,9 @@ def probe(step: "NativeStep", session) -> str | None:
     step reads weights and wiring it expects; this catches a file whose operations say otherwise
     (an edited cell, scale or constant): the graph is what counts. Agreement: float logits
     within FLOAT_PROBE_RTOL of their scale, both finite alike; int8 within INT8_PROBE_RTOL of the
-    logits' range."""
+    logits' range. A Transformer's step (`attn.AttnStep`) runs with its cache, as `attn.probe`."""
+    if isinstance(step, _attn.AttnStep):
+        return _attn.probe(step, session, PROBE_READINGS, lambda got, want: _agree(step, got, want))
     meta = step.meta
     B, F = step.streams, len(meta.features)
     norm = meta.normalization or {}
@@ -175,7 +202,11 @@ def probe(step: "NativeStep", session) -> str | None:
             rc = step.run()
             want.append(res[0])
             got.append(step.logits.copy() if rc == -1 else np.full_like(res[0], np.nan))
-    got, want = np.stack(got).astype(np.float64), np.stack(want).astype(np.float64)
+    return _agree(step, np.stack(got).astype(np.float64), np.stack(want).astype(np.float64))
+
+
+def _agree(step, got: np.ndarray, want: np.ndarray) -> str | None:
+    """probe's verdict on the native logits `got` against the graph's `want` [readings, B, C]."""
     if not np.isfinite(want).all() or not np.isfinite(got).all():
         if np.array_equal(np.isfinite(want), np.isfinite(got)) and not step.int8:
             return None
@@ -361,6 +392,18 @@ def _matrix(mm, bias=None, reference=False) -> tuple:
 
 # -- the step --------------------------------------------------------------------------------
 
+AttnStep = _attn.AttnStep
+
+
+def open_step(path, meta, streams: int = 1, max_history: int | None = None, on_full: str = "slide"):
+    """The native step for the model at `path`: an `AttnStep` (a Transformer, its cache bounded
+    by max_history, None for none, full as `on_full` says) or a `NativeStep` (the others, which
+    hold no history: max_history and on_full do not apply)."""
+    if meta.arch == "transformer":
+        return AttnStep(path, meta, streams, max_history=max_history, on_full=on_full)
+    return NativeStep(path, meta, streams)
+
+
 class NativeStep:
     """One recurrent step graph bound to C, for `streams` streams.
 
@@ -370,7 +413,8 @@ class NativeStep:
       probs   float32 [B, C]  softmax of logits
       logits_q12  int32 [B, C]  int8 models only: firmware_sim.intsim's Q12 logits
     `run()` advances every stream one reading and returns -1; when a stream's logits come out
-    NaN or Inf (float models only) it returns that stream's index and no state changes.
+    NaN or Inf (float models and int8 ssm; integer logits cannot) it returns that stream's index
+    and no state changes.
     `set_bounds(hi, lo)` (float32 [F] each; lo None for |reading| <= hi), once, then
     `push(readings)` does copy, check and run in one call: readings a C-contiguous float32
     [B, F] array ([F] for one stream); returns run()'s code, or -2 when a reading lies outside
@@ -384,6 +428,8 @@ class NativeStep:
                    integers round(v x 32768), h saturated to int16, c to int32. A value from
                    `state` comes back to the same integer: h (16 bits) always, c whenever
                    |c| < 512 (2^24 / 32768: float32 holds 24 bits; a larger cell keeps its top 24).
+                   ssm (float and int8): s per layer, float32 [B, d_state], live and copied as
+                   a float model's; `logits_q12` and `int_state` belong to int8 rnn/gru/lstm only.
       reset(stream=None)  zeros one stream or all.
     Not thread-safe: serialize calls (StreamSession holds its lock around them).
 
@@ -400,6 +446,8 @@ class NativeStep:
         if _ext is None:
             raise UsageError(why_unavailable())
         reason = _meta_reason(meta)
+        if reason is None and meta.arch == "transformer":
+            reason = "a transformer's step with its cache is an AttnStep (native.open_step builds it)"
         if reason:
             raise UsageError(f"'{path}' cannot run natively: {reason}")
         if isinstance(streams, bool) or not isinstance(streams, (int, np.integer)) or streams < 1:
@@ -411,16 +459,18 @@ class NativeStep:
         self.x = np.zeros((B, F), np.float32)
         self.logits = np.zeros((B, C), np.float32)
         self.probs = np.zeros((B, C), np.float32)
-        kind = KINDS[meta.arch]
-        if self.int8:
+        self._integer = self.int8 and meta.arch != "ssm"      # state held as integers (int8 RNN, GRU, LSTM)
+        if meta.arch == "ssm":
+            self._bind_ssm(_ssm.ssm_plan(meta, graph, path), B, F, C)
+        elif self.int8:
             try:
                 with np.errstate(all="ignore"):          # non-finite constants are refused below, not warned
-                    self._bind_int8(_int_model(meta, graph, path), kind, B, F, C, reference, vnni)
+                    self._bind_int8(_int_model(meta, graph, path), KINDS[meta.arch], B, F, C, reference, vnni)
             except ModelFileError as e:
                 msg = str(e)
                 raise ModelFileError(msg if str(path) in msg else f"'{path}': {msg}") from None
         else:
-            self._bind_float(_float_plan(meta, graph, path), kind, B, F, C)
+            self._bind_float(_float_plan(meta, graph, path), KINDS[meta.arch], B, F, C)
         self.run = self._step.run              # the C methods themselves: no Python frame per call
         self.push = self._step.push
         self.set_bounds = self._step.set_bounds
@@ -434,6 +484,14 @@ class NativeStep:
         self._step = _ext.float_step(kind, B, F, H, C, self.x, self.logits, self.probs, plan["mean"], plan["std"],
                                      self._banks[0], self._banks[1],
                                      [(dense, ox, oh) for dense, ox, oh in plan["layers"]], plan["head"])
+
+    def _bind_ssm(self, plan, B, F, C):
+        self.hidden, self.layers = plan["N"], plan["L"]
+        self._banks = [[np.zeros((B, plan["N"]), np.float32) for _ in self.meta.state] for _ in range(2)]
+        self._keep = plan                      # the weights the step points into
+        self._step = _ext.ssm_step(B, F, plan["D"], plan["N"], C, plan["selective"], self.int8, self.x, self.logits,
+                                   self.probs, plan["mean"], plan["std"], self._banks[0], self._banks[1], plan["enc"],
+                                   plan["layers"], plan["final"], plan["head"])
 
     def _bind_int8(self, m, kind, B, F, C, reference, vnni):
         from firmware_sim.intsim import SIGMOID, TANH
@@ -460,14 +518,14 @@ class NativeStep:
 
     @property
     def state(self) -> list:
-        if self.int8:
+        if self._integer:
             return [(a.astype(np.float64) / Q15).astype(np.float32) for a in self._int]
         return self._banks[self._step.bank]
 
     @property
     def int_state(self) -> list:
-        """int8 models: the live integer state (h int16 Q15, c int32 Q15), [B, H] each."""
-        if not self.int8:
+        """int8 RNN, GRU and LSTM models: the live integer state (h int16 Q15, c int32 Q15), [B, H] each."""
+        if not self._integer:
             raise UsageError("int_state belongs to int8 models; a float model's state is `state`")
         return self._int
 
@@ -485,7 +543,7 @@ class NativeStep:
                 raise UsageError(f"state '{spec.name}' must be real numbers of shape {list(shape)}, got "
                                  f"{a.dtype} {list(a.shape)}")
             new.append(a)
-        if not self.int8:
+        if not self._integer:
             for dst, a in zip(self.state, new):
                 np.copyto(dst, a, casting="unsafe")
             return
@@ -498,5 +556,5 @@ class NativeStep:
     def reset(self, stream: int | None = None) -> None:
         """Zero the state of one stream, or of all (stream=None)."""
         rows = slice(None) if stream is None else stream
-        for a in (self._int if self.int8 else self.state):
+        for a in (self._int if self._integer else self.state):
             a[rows] = 0

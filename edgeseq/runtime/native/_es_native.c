@@ -25,6 +25,7 @@
 
 #include "es_kernels.h"
 #include "es_float.h"
+#include "es_attn.h"
 
 #define ES_MAX_LAYERS 16
 #define ES_MAX_VIEWS (16 + 12 * ES_MAX_LAYERS)
@@ -848,6 +849,14 @@ static PyTypeObject GateType = {
     .tp_methods = gate_methods,
 };
 
+/* -- the Transformer step (AttnStep): es_attn_step.h, sharing the helpers above ---------- */
+
+#include "es_attn_step.h"
+
+/* -- the state-space step (SsmStep): es_ssm_step.h, sharing the helpers above ------------ */
+
+#include "es_ssm_step.h"
+
 /* -- constructors ------------------------------------------------------------------------ */
 
 static int check_sizes(int kind, int B, int F, int H, int C) {
@@ -1143,6 +1152,11 @@ static PyMethodDef module_methods[] = {
     {"simd", simd, METH_NOARGS, "the instruction set the float step runs with on this machine"},
     {"gate", gate_new, METH_VARARGS, "gate(B, F, C, x, hi, lo, logits) -> Gate: the reading and logits checks"},
     {"vnni", (PyCFunction)(void (*)(void))vnni_available, METH_NOARGS, "True when int8 products run with AVX-512 VNNI here"},
+    {"attn_step", attn_step_new, METH_VARARGS, "attn_step(sizes, bufs, consts, embed, layers, head) -> AttnStep: the "
+                                               "Transformer step with its KV cache ring (es_attn_step.h)"},
+    {"ssm_step", ssm_step, METH_VARARGS, "ssm_step(B, F, D, N, C, selective, quant, x, logits, probs, mean, std, "
+                                         "bank0, bank1, enc, layers, final, head) -> SsmStep: the state-space step "
+                                         "(es_ssm_step.h)"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_es_native",
@@ -1151,7 +1165,9 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_es_native",
 
 PyMODINIT_FUNC PyInit__es_native(void) {
   PyObject *m;
-  if (PyType_Ready(&StepType) < 0 || PyType_Ready(&GateType) < 0) return NULL;
+  if (PyType_Ready(&StepType) < 0 || PyType_Ready(&GateType) < 0 || PyType_Ready(&AttnType) < 0 ||
+      PyType_Ready(&SsmType) < 0)
+    return NULL;
   m = PyModule_Create(&module);
   if (m == NULL) return NULL;
   Py_INCREF(&StepType);

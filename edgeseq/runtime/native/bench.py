@@ -64,9 +64,13 @@ def ort_push(path, B: int):
 
 
 def macs_per_reading(meta) -> int:
-    """Multiply-adds of one reading's step of a recurrent model (its parsed metadata): the
-    products' useful columns, no padding, no gates."""
+    """Multiply-adds of one reading's step of a recurrent or state-space model (its parsed
+    metadata): the products' useful columns, no padding, no gates."""
     F, C, H = len(meta.features), len(meta.labels), int(meta.state[0].shape[1])
+    if meta.arch == "ssm":                         # as edgeseq.models.ssm.SSM.macs_per_reading
+        c = meta.config
+        d, N = c["d_model"], c["d_state"]
+        return F * d + c["layers"] * (d * (2 * N + d if c.get("selective") else N + d) + N * d + d * d) + d * C
     L = len(meta.state) // (2 if meta.arch == "lstm" else 1)
     G = {"rnn": 1, "gru": 3, "lstm": 4}[meta.arch]
     return sum(((F if layer == 0 else H) + H) * G * H for layer in range(L)) + H * C

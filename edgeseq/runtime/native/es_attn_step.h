@@ -1,0 +1,372 @@
+/* The Transformer step's Python type (AttnStep) for edgeseq.runtime.native._es_native.
+   Included once by _es_native.c, after its buffer helpers (bind_view, get_int, check_tuple,
+   take_reading), which it shares; the arithmetic is es_attn.h's. Layouts are built by
+   edgeseq/runtime/native/attn.py.
+
+     attn_step(sizes, bufs, consts, embed, layers, head) -> AttnStep
+       sizes  (B, F, D, heads, L, d_ff, C, R, max_history, full_error, growable)
+       bufs   (x, logits, probs, position int64 [B], history int64 [1], ring float32 [L][2][B][D][R])
+       consts (score_div, gelu_div, gelu_one, gelu_half, mean, std, freq | None, lnf_w, lnf_b, lnf_eps)
+       layers [(ln1_w, ln1_b, ln1_eps, ln2_w, ln2_b, ln2_eps, qkv, proj, fc1, fc2)]
+       a product: (w [K][np], b [np], np, quant, in_s, in_z, out_q, out_s, out_z, acc_bias | None,
+                   mul | None, bias | None)   (see es_a_linear_t)
+
+   AttnStep.run() / push(readings) / set_bounds(hi, lo) behave as Step's (push: -2, -3 as
+   there), and run() returns es_attn_step's codes: -1 adopted, i >= 0 stream i non-finite
+   (nothing adopted), -4 history full (on_full="error"), -5 the ring must grow first.
+   set_ring(ring, R) binds a new ring of R rows (the caller grows and lays it out). */
+
+#define ES_A_MAX_VIEWS (24 + 24 * ES_A_MAX_LAYERS)
+
+typedef struct {
+  PyObject_HEAD
+  es_attn_t a;
+  es_a_linear_t *lin[2 + 4 * ES_A_MAX_LAYERS];
+  int32_t blk[2 + 4 * ES_A_MAX_LAYERS][4];
+  int nlin, busy, quant;
+  long work;
+  Py_buffer views[ES_A_MAX_VIEWS];
+  int nviews;
+  Py_buffer ring;
+  int has_ring;
+  const float *hi, *lo;
+} AttnObject;
+
+static PyTypeObject AttnType;
+
+static void attn_dealloc(AttnObject *s) {
+  int i;
+  for (i = 0; i < s->nviews; i++) PyBuffer_Release(&s->views[i]);
+  if (s->has_ring) PyBuffer_Release(&s->ring);
+  PyMem_Free(s->a.scratch);
+  Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+static void *attn_bind(AttnObject *s, PyObject *obj, Py_ssize_t itemsize, Py_ssize_t count, int writable,
+                       const char *what) {
+  return bind_view(s->views, &s->nviews, ES_A_MAX_VIEWS, obj, itemsize, count, writable, what);
+}
+
+static void *attn_bind_item(AttnObject *s, PyObject *seq, Py_ssize_t i, Py_ssize_t count, int writable,
+                            const char *what) {
+  PyObject *o = PySequence_GetItem(seq, i);
+  void *p;
+  if (o == NULL) return NULL;
+  p = o == Py_None ? NULL : attn_bind(s, o, 4, count, writable, what);
+  if (o == Py_None) PyErr_Format(PyExc_ValueError, "%s: an array expected, got None", what);
+  Py_DECREF(o);
+  return p;
+}
+
+/* an optional float32 [count] array (None: NULL, no error) */
+static int attn_bind_opt(AttnObject *s, PyObject *seq, Py_ssize_t i, Py_ssize_t count, const float **out,
+                         const char *what) {
+  PyObject *o = PySequence_GetItem(seq, i);
+  if (o == NULL) return -1;
+  *out = NULL;
+  if (o != Py_None && !(*out = attn_bind(s, o, 4, count, 0, what))) {
+    Py_DECREF(o);
+    return -1;
+  }
+  Py_DECREF(o);
+  return 0;
+}
+
+static int attn_get_float(PyObject *t, Py_ssize_t i, float *out, const char *what) {
+  PyObject *o = PySequence_GetItem(t, i);
+  double v;
+  if (o == NULL) return -1;
+  v = PyFloat_AsDouble(o);
+  Py_DECREF(o);
+  if (v == -1.0 && PyErr_Occurred()) return -1;
+  if (!isfinite(v)) {
+    PyErr_Format(PyExc_ValueError, "%s: not a finite number", what);
+    return -1;
+  }
+  *out = (float)v;
+  return 0;
+}
+
+static int attn_bind_linear(AttnObject *s, es_a_linear_t *p, PyObject *t, int K, int N, const char *what) {
+  long np, quant, out_q;
+  int32_t *blk;
+  if (s->nlin >= 2 + 4 * ES_A_MAX_LAYERS) {
+    PyErr_SetString(PyExc_ValueError, "too many products");
+    return -1;
+  }
+  blk = s->blk[s->nlin];
+  s->lin[s->nlin++] = p;
+  if (check_tuple(t, 12, what) < 0 || get_int(t, 2, ES_F_NB, 1 << 20, &np, what) < 0 ||
+      get_int(t, 3, 0, 1, &quant, what) < 0 || get_int(t, 6, 0, 1, &out_q, what) < 0)
+    return -1;
+  if (np % ES_F_NB || np < N) {
+    PyErr_Format(PyExc_ValueError, "%s: %ld columns for %d outputs (a multiple of %d expected)", what, np, N, ES_F_NB);
+    return -1;
+  }
+  p->K = K, p->N = N, p->quant = (int)quant, p->out_q = (int)out_q;
+  p->d.np = (int)np, p->d.n1 = K, p->d.nblocks = 1;
+  blk[0] = 0, blk[1] = (int32_t)np, blk[2] = 0, blk[3] = K;
+  p->d.blocks = blk;
+  if (!(p->d.w = attn_bind_item(s, t, 0, (Py_ssize_t)K * np, 0, what)) ||
+      !(p->d.b = attn_bind_item(s, t, 1, np, 0, what)))
+    return -1;
+  if (attn_get_float(t, 4, &p->in_s, what) < 0 || attn_get_float(t, 5, &p->in_z, what) < 0 ||
+      attn_get_float(t, 7, &p->out_s, what) < 0 || attn_get_float(t, 8, &p->out_z, what) < 0)
+    return -1;
+  if (attn_bind_opt(s, t, 9, N, &p->acc_bias, what) < 0 || attn_bind_opt(s, t, 10, N, &p->mul, what) < 0 ||
+      attn_bind_opt(s, t, 11, N, &p->bias, what) < 0)
+    return -1;
+  if (p->quant && (p->mul == NULL || !(p->in_s > 0.0f) || (p->out_q && !(p->out_s > 0.0f)))) {
+    PyErr_Format(PyExc_ValueError, "%s: an int8 product needs its scales", what);
+    return -1;
+  }
+  if (K > s->a.k_max) s->a.k_max = K;
+  if ((int)np > s->a.np_max) s->a.np_max = (int)np;
+  s->work += (long)K * np;
+  return 0;
+}
+
+static int attn_set_ring(AttnObject *s, PyObject *ring, int64_t R) {
+  const es_attn_t *a = &s->a;
+  Py_buffer v;
+  float *scratch;
+  size_t want;
+  if (R < 1 || R > ((int64_t)1 << 40)) {
+    PyErr_SetString(PyExc_ValueError, "ring rows out of range");
+    return -1;
+  }
+  if (PyObject_GetBuffer(ring, &v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) {
+    PyErr_SetString(PyExc_ValueError, "ring: not a C-contiguous writable buffer");
+    return -1;
+  }
+  want = (size_t)2 * a->L * a->B * (size_t)R * a->D;
+  if (v.itemsize != 4 || (size_t)v.len != want * 4 || ((uintptr_t)v.buf) % 4) {
+    PyBuffer_Release(&v);
+    PyErr_Format(PyExc_ValueError, "ring: %zd bytes, expected float32 [%d][2][%d][%d][%lld]", v.len, a->L, a->B,
+                 a->D, (long long)R);
+    return -1;
+  }
+  {
+    es_attn_t sized = s->a;                      /* the scratch for R rows; nothing changes on failure */
+    sized.R = R;
+    scratch = PyMem_Realloc(s->a.scratch, sizeof(float) * es_attn_scratch(&sized));
+  }
+  if (scratch == NULL) {
+    PyBuffer_Release(&v);
+    PyErr_NoMemory();
+    return -1;
+  }
+  s->a.scratch = scratch;
+  s->a.R = R;
+  if (s->has_ring) PyBuffer_Release(&s->ring);
+  s->ring = v;
+  s->has_ring = 1;
+  s->a.ring = (float *)v.buf;
+  return 0;
+}
+
+static PyObject *attn_step_new(PyObject *mod, PyObject *args) {
+  PyObject *sizes, *bufs, *consts, *embed, *layers, *head;
+  long v[11];
+  AttnObject *s;
+  es_attn_t *a;
+  int i, l;
+  (void)mod;
+  if (!PyArg_ParseTuple(args, "OOOOOO", &sizes, &bufs, &consts, &embed, &layers, &head)) return NULL;
+  if (check_tuple(sizes, 11, "sizes") < 0 || check_tuple(bufs, 6, "bufs") < 0 || check_tuple(consts, 10, "consts") < 0)
+    return NULL;
+  {
+    static const long lo[11] = {1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0};
+    static const long hi[11] = {1L << 20, 1L << 16, 1L << 16, 1L << 16, ES_A_MAX_LAYERS, 1L << 16, 1L << 16,
+                                1L << 30, 1L << 30, 1, 1};
+    for (i = 0; i < 11; i++)
+      if (get_int(sizes, i, lo[i], hi[i], &v[i], "sizes") < 0) return NULL;
+  }
+  if (v[2] % v[3]) {
+    PyErr_SetString(PyExc_ValueError, "d_model is not a multiple of heads");
+    return NULL;
+  }
+  if (!PyList_Check(layers) || PyList_GET_SIZE(layers) != v[4]) {
+    PyErr_SetString(PyExc_ValueError, "layers: a list of one tuple per layer expected");
+    return NULL;
+  }
+  if (!(s = PyObject_New(AttnObject, &AttnType))) return NULL;
+  memset((char *)s + sizeof(PyObject), 0, sizeof(AttnObject) - sizeof(PyObject));
+  a = &s->a;
+  a->B = (int)v[0], a->F = (int)v[1], a->D = (int)v[2], a->NH = (int)v[3], a->L = (int)v[4], a->FF = (int)v[5];
+  a->C = (int)v[6], a->HD = a->D / a->NH;
+  a->max_history = v[8], a->full_error = (int)v[9], a->growable = (int)v[10];
+  if (!(a->x = attn_bind_item(s, bufs, 0, (Py_ssize_t)a->B * a->F, 0, "x")) ||
+      !(a->logits = attn_bind_item(s, bufs, 1, (Py_ssize_t)a->B * a->C, 1, "logits")) ||
+      !(a->probs = attn_bind_item(s, bufs, 2, (Py_ssize_t)a->B * a->C, 1, "probs")))
+    goto fail;
+  {
+    PyObject *o = PySequence_GetItem(bufs, 3);
+    if (o == NULL) goto fail;
+    a->pos = bind_view(s->views, &s->nviews, ES_A_MAX_VIEWS, o, 8, a->B, 1, "position");
+    Py_DECREF(o);
+    if (a->pos == NULL) goto fail;
+    o = PySequence_GetItem(bufs, 4);
+    if (o == NULL) goto fail;
+    a->hist = bind_view(s->views, &s->nviews, ES_A_MAX_VIEWS, o, 8, 1, 1, "history");
+    Py_DECREF(o);
+    if (a->hist == NULL) goto fail;
+  }
+  if (attn_get_float(consts, 0, &a->score_div, "score_div") < 0 || attn_get_float(consts, 1, &a->gelu_div, "gelu") < 0 ||
+      attn_get_float(consts, 2, &a->gelu_one, "gelu") < 0 || attn_get_float(consts, 3, &a->gelu_half, "gelu") < 0 ||
+      attn_get_float(consts, 9, &a->lnf_eps, "lnf_eps") < 0)
+    goto fail;
+  if (!(a->mean = attn_bind_item(s, consts, 4, a->F, 0, "mean")) ||
+      !(a->std = attn_bind_item(s, consts, 5, a->F, 0, "std")) ||
+      attn_bind_opt(s, consts, 6, a->D / 2, &a->freq, "freq") < 0 ||
+      !(a->lnf_w = attn_bind_item(s, consts, 7, a->D, 0, "lnf_w")) ||
+      !(a->lnf_b = attn_bind_item(s, consts, 8, a->D, 0, "lnf_b")))
+    goto fail;
+  if (attn_bind_linear(s, &a->embed, embed, a->F, a->D, "embed") < 0) goto fail;
+  for (l = 0; l < a->L; l++) {
+    PyObject *t = PyList_GET_ITEM(layers, l);
+    es_a_layer_t *ly = &a->layer[l];
+    if (check_tuple(t, 10, "layer") < 0) goto fail;
+    if (!(ly->ln1_w = attn_bind_item(s, t, 0, a->D, 0, "ln1")) || !(ly->ln1_b = attn_bind_item(s, t, 1, a->D, 0, "ln1")) ||
+        attn_get_float(t, 2, &ly->ln1_eps, "ln1 eps") < 0 ||
+        !(ly->ln2_w = attn_bind_item(s, t, 3, a->D, 0, "ln2")) || !(ly->ln2_b = attn_bind_item(s, t, 4, a->D, 0, "ln2")) ||
+        attn_get_float(t, 5, &ly->ln2_eps, "ln2 eps") < 0 ||
+        attn_bind_linear(s, &ly->qkv, PyTuple_GET_ITEM(t, 6), a->D, 3 * a->D, "qkv") < 0 ||
+        attn_bind_linear(s, &ly->proj, PyTuple_GET_ITEM(t, 7), a->D, a->D, "proj") < 0 ||
+        attn_bind_linear(s, &ly->fc1, PyTuple_GET_ITEM(t, 8), a->D, a->FF, "fc1") < 0 ||
+        attn_bind_linear(s, &ly->fc2, PyTuple_GET_ITEM(t, 9), a->FF, a->D, "fc2") < 0)
+      goto fail;
+  }
+  if (attn_bind_linear(s, &a->head, head, a->D, a->C, "head") < 0) goto fail;
+  for (i = 0; i < s->nlin; i++) s->quant |= s->lin[i]->quant;
+  s->work *= a->B;                  /* the products; the attention's rows are added per call */
+  {
+    PyObject *o = PySequence_GetItem(bufs, 5);
+    int rc;
+    if (o == NULL) goto fail;
+    rc = attn_set_ring(s, o, (int64_t)v[7]);
+    Py_DECREF(o);
+    if (rc < 0) goto fail;
+  }
+  return (PyObject *)s;
+fail:
+  Py_DECREF(s);
+  return NULL;
+}
+
+ES_CLONES static int attn_run(es_attn_t *a) { return es_attn_step(a); }
+
+static PyObject *attn_go(AttnObject *s) {
+  int rc;
+  if (s->busy) {
+    PyErr_SetString(PyExc_RuntimeError, "AttnStep.run() called while another call runs; serialize calls");
+    return NULL;
+  }
+  s->busy = 1;
+  if (s->work + (long)s->a.B * s->a.L * 2 * s->a.D * (long)(s->a.R < (1L << 20) ? s->a.R : (1L << 20)) >
+      ES_NOGIL_WORK) {
+    Py_BEGIN_ALLOW_THREADS
+    rc = attn_run(&s->a);
+    Py_END_ALLOW_THREADS
+  } else {
+    rc = attn_run(&s->a);
+  }
+  s->busy = 0;
+  return PyLong_FromLong(rc);
+}
+
+static PyObject *attn_run_m(AttnObject *s, PyObject *const *args, Py_ssize_t nargs) {
+  (void)args;
+  if (nargs != 0) {
+    PyErr_SetString(PyExc_TypeError, "run() takes no arguments");
+    return NULL;
+  }
+  return attn_go(s);
+}
+
+static PyObject *attn_push(AttnObject *s, PyObject *const *args, Py_ssize_t nargs) {
+  int rc;
+  if (nargs != 1) {
+    PyErr_SetString(PyExc_TypeError, "push(readings) takes one argument");
+    return NULL;
+  }
+  if (s->hi == NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "push() before set_bounds()");
+    return NULL;
+  }
+  if (s->busy) {
+    PyErr_SetString(PyExc_RuntimeError, "AttnStep.push() called while another call runs; serialize calls");
+    return NULL;
+  }
+  rc = take_reading(args[0], s->a.B, s->a.F, (float *)s->a.x, s->hi, s->lo);
+  if (rc < 0) return PyLong_FromLong(rc);
+  return attn_go(s);
+}
+
+static PyObject *attn_set_bounds(AttnObject *s, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs != 2) {
+    PyErr_SetString(PyExc_TypeError, "set_bounds(hi, lo) takes two arguments");
+    return NULL;
+  }
+  if (s->hi != NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "bounds are set once");
+    return NULL;
+  }
+  if (!(s->hi = attn_bind(s, args[0], 4, s->a.F, 0, "hi"))) return NULL;
+  if (args[1] != Py_None && !(s->lo = attn_bind(s, args[1], 4, s->a.F, 0, "lo"))) return NULL;
+  Py_RETURN_NONE;
+}
+
+static PyObject *attn_set_ring_m(AttnObject *s, PyObject *const *args, Py_ssize_t nargs) {
+  long long R;
+  if (nargs != 2) {
+    PyErr_SetString(PyExc_TypeError, "set_ring(ring, R) takes two arguments");
+    return NULL;
+  }
+  if (s->busy) {
+    PyErr_SetString(PyExc_RuntimeError, "set_ring() while a call runs; serialize calls");
+    return NULL;
+  }
+  R = PyLong_AsLongLong(args[1]);
+  if (R == -1 && PyErr_Occurred()) return NULL;
+  if (attn_set_ring(s, args[0], (int64_t)R) < 0) return NULL;
+  Py_RETURN_NONE;
+}
+
+static PyObject *attn_get_kernel(AttnObject *s, void *closure) {
+  (void)closure;
+  return PyUnicode_FromString(s->quant ? "int8 QDQ (int8 sums as exact float32 products)" : "float32");
+}
+
+static PyObject *attn_get_rows(AttnObject *s, void *closure) {
+  (void)closure;
+  return PyLong_FromLongLong((long long)s->a.R);
+}
+
+static PyMethodDef attn_methods[] = {
+    {"run", (PyCFunction)(void (*)(void))attn_run_m, METH_FASTCALL,
+     "run() -> int: advance every stream one reading; -1 adopted, i >= 0 stream i gave NaN/Inf (nothing adopted), "
+     "-4 history full (on_full error), -5 the ring must grow first"},
+    {"set_bounds", (PyCFunction)(void (*)(void))attn_set_bounds, METH_FASTCALL,
+     "set_bounds(hi, lo): float32 [F] each (lo None: |reading| <= hi), the range push() takes; set once"},
+    {"push", (PyCFunction)(void (*)(void))attn_push, METH_FASTCALL,
+     "push(readings) -> int: copy, check (-2 out of range, -3 not a float32 [B, F] buffer) and run()"},
+    {"set_ring", (PyCFunction)(void (*)(void))attn_set_ring_m, METH_FASTCALL,
+     "set_ring(ring, R): bind float32 [L][2][B][D][R] as the cache (laid out by the caller)"},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef attn_getset[] = {
+    {"kernel", (getter)attn_get_kernel, NULL, "the products' kernel this step runs", NULL},
+    {"rows", (getter)attn_get_rows, NULL, "ring rows per stream and layer", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyTypeObject AttnType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "edgeseq.runtime.native._es_native.AttnStep",
+    .tp_basicsize = sizeof(AttnObject),
+    .tp_dealloc = (destructor)attn_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A bound Transformer step with its KV cache ring; build it with attn_step().",
+    .tp_methods = attn_methods,
+    .tp_getset = attn_getset,
+};

@@ -1,0 +1,362 @@
+"""The native state-space step (edgeseq.runtime.native.ssm, es_ssm.h) on tiny seeded models,
+fixed and selective decay: float within 1e-4 of onnxruntime and static int8 within the int8
+probe tolerance over 1,000 never-reset readings (1 and 7 streams, the last reset mid-way),
+streams independent of each other, a NaN step not adopted, state that interchanges with
+onnxruntime's, and edited files run by their graph or refused; on BasicMotions, int8 run
+natively scores within the int8 bound of its float twin on both protocols."""
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+import edgeseq
+from edgeseq import contract
+from edgeseq.errors import UsageError
+from edgeseq.models import build_model, config_dict, make_config
+from edgeseq.runtime import StreamSession, native
+from edgeseq.runtime.model import open_model
+from edgeseq.runtime.statefile import load_state, save_state
+from helpers import assert_close
+from test_native import native_stream, readings
+
+needs_ext = pytest.mark.skipif(not native.available(), reason=native.why_unavailable() or "native step not built")
+
+F, C, T = 3, 4, 1000
+STREAMS = [1, 7]
+# (selective, d_model, d_state): widths that are neither multiples of 16 (the product panels)
+# nor, for the states, of 4
+VARIANTS = {"fixed": (False, 12, 6), "selective": (True, 10, 5), "small": (True, 8, 4)}
+FLOAT_RTOL = 1e-4
+
+
+def tiny_checkpoint(selective: bool, d_model: int, d_state: int) -> dict:
+    """Untrained and seeded, two layers (the layer-to-layer path), weights livelier than the default init."""
+    cfg = make_config("ssm", n_features=F, n_classes=C, d_model=d_model, d_state=d_state, layers=2,
+                      selective=selective)
+    torch.manual_seed(0)
+    model = build_model("ssm", cfg)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "log_" not in name:                    # decay rates as initialised: fast and slow states
+                p.mul_(2.0)
+    mean, std = np.arange(F, dtype=np.float32), np.full(F, 2.0, np.float32)
+    model.norm.set(mean, std)
+    return {"edgeseq_version": edgeseq.__version__, "arch": "ssm", "config": config_dict(cfg),
+            "state_dict": model.state_dict(), "normalization": {"mean": mean.tolist(), "std": std.tolist()},
+            "labels": [f"c{i}" for i in range(C)], "features": [f"f{i}" for i in range(F)]}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """(variant, scheme) -> path: float (the step graph as exported) or static int8 (the split
+    graph, the state given its own copy, quantized by onnxruntime's static QDQ quantizer, as
+    export_int8 does)."""
+    from edgeseq.runtime.evaluate import run_streams
+    from export.quantize import isolate_matmul_inputs, quantize
+    from export.step import build_graph, stamp, strip
+    root = tmp_path_factory.mktemp("native_ssm")
+    cache = {}
+
+    def get(variant, scheme="float"):
+        if (variant, scheme) in cache:
+            return cache[variant, scheme]
+        ckpt = tiny_checkpoint(*VARIANTS[variant])
+        path = root / f"{variant}-{scheme}.onnx"
+        if scheme == "float":
+            proto, _, _ = build_graph(ckpt)
+            onnx.save(proto, str(path))
+        else:
+            proto, meta, _ = build_graph(ckpt, split=True)
+            isolate_matmul_inputs(proto, outputs=True)
+            split = root / f"{variant}-split.onnx"
+            onnx.save(proto, str(split))
+            sess, _ = open_model(split)
+            calibration = []
+            run_streams(sess, meta, readings(60, 4, seed=1).transpose(1, 0, 2), record=calibration)
+            meta.quantization = quantize(split, path, scheme, calibration)
+            q = onnx.load(str(path))
+            q.ir_version = contract.IR_VERSION
+            strip(q)
+            stamp(q, meta)
+            onnx.save(q, str(path))
+        cache[variant, scheme] = path
+        return path
+    return get
+
+
+def ort_loop(path, X, reset_at=None):
+    """(logits [T, B, C], probs [T, B, C], final state) of a plain onnxruntime loop, state fed
+    back; the last stream starts again at reading `reset_at`."""
+    sess, meta = open_model(path)
+    state = [np.zeros((X.shape[1], s.shape[1]), np.float32) for s in meta.state]
+    logits, probs = [], []
+    for t, x in enumerate(X):
+        if t == reset_at:
+            for a in state:
+                a[-1] = 0
+        res = sess.run(None, {contract.READING: x, **{s.name: v for s, v in zip(meta.state, state)}})
+        logits.append(res[0])
+        probs.append(res[1])
+        state = res[2:]
+    return np.stack(logits), np.stack(probs), state
+
+
+# -- float: onnxruntime's numbers ----------------------------------------------------------
+
+@needs_ext
+@pytest.mark.parametrize("streams", STREAMS)
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_float_matches_onnxruntime(tiny, variant, streams):
+    path = tiny(variant)
+    _, meta = open_model(path)
+    assert native.supports(meta, path) is None
+    X = readings(T, streams)
+    ref, ref_probs, ref_state = ort_loop(path, X, reset_at=T // 2)
+    step = native.NativeStep(path, meta, streams)
+    assert step.kernel == "ssm float32"
+    got, got_probs = [], []
+    for t, x in enumerate(X):
+        if t == T // 2:
+            step.reset(stream=streams - 1)
+        step.x[:] = x
+        assert step.run() == -1
+        got.append(step.logits.copy())
+        got_probs.append(step.probs.copy())
+    got, got_probs = np.stack(got), np.stack(got_probs)
+    scale = max(1.0, float(np.abs(ref).max()))
+    assert_close(got, ref, f"{variant} logits", atol=FLOAT_RTOL * scale)
+    assert_close(got_probs, ref_probs, f"{variant} probs", atol=FLOAT_RTOL)
+    for i, (a, b) in enumerate(zip(step.state, ref_state)):
+        assert_close(a, b, f"{variant} state {i}", atol=FLOAT_RTOL * max(1.0, float(np.abs(b).max())))
+    assert (got.argmax(-1) == ref.argmax(-1)).mean() > 0.99
+
+
+# -- int8: onnxruntime's QDQ graph ----------------------------------------------------------
+
+@needs_ext
+@pytest.mark.parametrize("streams", STREAMS)
+@pytest.mark.parametrize("variant", ["fixed", "selective"])
+def test_int8_matches_onnxruntime(tiny, variant, streams):
+    """Static int8: the QLinearMatMul integers, onnxruntime's rounding; the float parts (norms,
+    decay, state) differ by float32 rounding, which now and then moves a value across a
+    rounding boundary of the next quantization: within the probe's int8 tolerance throughout."""
+    path = tiny(variant, "static")
+    _, meta = open_model(path)
+    assert native.supports(meta, path) is None
+    X = readings(T, streams)
+    ref, _, ref_state = ort_loop(path, X, reset_at=T // 2)
+    step = native.NativeStep(path, meta, streams)
+    assert step.int8 and step.kernel == "ssm int8 QDQ (exact integer products)"
+    got = native_stream(step, X, reset_at=T // 2)
+    span = float(ref.max() - ref.min())
+    diff = np.abs(got - ref)
+    print(f"{variant} int8, {streams} stream(s): max |native - onnxruntime| {diff.max():.3g} "
+          f"({diff.max() / span:.2%} of the range), logits identical in {(diff == 0).all(-1).mean():.2%} of readings")
+    assert diff.max() <= native.INT8_PROBE_RTOL * span
+    assert (got.argmax(-1) == ref.argmax(-1)).mean() > 0.99
+    for a, b in zip(step.state, ref_state):
+        assert a.dtype == np.float32 and a.shape == b.shape
+
+
+# -- the step's contract -----------------------------------------------------------------------
+
+@needs_ext
+@pytest.mark.parametrize("scheme", ["float", "static"])
+def test_streams_do_not_depend_on_each_other(tiny, scheme):
+    """Stream 3 of 7 computes what it computes alone, to the bit."""
+    path = tiny("selective", scheme)
+    _, meta = open_model(path)
+    X = readings(50, 7)
+    many = native_stream(native.NativeStep(path, meta, 7), X)
+    one = native_stream(native.NativeStep(path, meta, 1), X[:, 3:4])
+    assert np.array_equal(many[:, 3:4], one)
+
+
+@needs_ext
+@pytest.mark.parametrize("scheme", ["float", "static"])
+def test_a_nan_step_is_not_adopted(tiny, scheme):
+    path = tiny("fixed", scheme)
+    _, meta = open_model(path)
+    step = native.NativeStep(path, meta, 3)
+    native_stream(step, readings(5, 3))
+    before = [a.copy() for a in step.state]
+    logits = step.logits.copy()
+    step.x[:] = readings(1, 3)[0]
+    step.x[2, 1] = np.nan
+    assert step.run() == 2
+    assert all(np.array_equal(a, b) for a, b in zip(step.state, before))
+    step.x[2, 1] = 0.0
+    assert step.run() == -1
+    assert not np.array_equal(step.logits, logits)
+
+
+@needs_ext
+@pytest.mark.parametrize("scheme", ["float", "static"])
+def test_state_round_trips_and_resets_per_stream(tiny, scheme):
+    path = tiny("selective", scheme)
+    _, meta = open_model(path)
+    step = native.NativeStep(path, meta, 4)
+    X = readings(40, 4)
+    native_stream(step, X[:30])
+    snap = [a.copy() for a in step.state]
+    assert [a.shape for a in snap] == [(4, 5)] * 2 and all(a.dtype == np.float32 for a in snap)
+    after = native_stream(step, X[30:])
+    step.reset()
+    assert all(not a.any() for a in step.state)
+    step.set_state(snap)
+    assert all(np.array_equal(a, b) for a, b in zip(step.state, snap))
+    assert np.array_equal(native_stream(step, X[30:]), after)
+    step.reset(stream=1)
+    assert not any(a[1].any() for a in step.state) and all(a[0].any() for a in step.state)
+    with pytest.raises(UsageError, match="int_state belongs to int8"):
+        step.int_state
+
+
+@needs_ext
+@pytest.mark.parametrize("scheme", ["float", "static"])
+def test_sessions_pick_native_and_state_interchanges_with_onnxruntime(tiny, tmp_path, scheme):
+    """auto runs it natively (the probe agrees); a snapshot or state file taken on one backend
+    and restored on the other gives the same next outputs (int8: within the probe tolerance)."""
+    path = tiny("selective", scheme)
+    nat = StreamSession(path, streams=3)
+    ort_ = StreamSession(path, streams=3, backend="onnxruntime")
+    assert nat.backend == "native" and StreamSession(path, backend="native").backend == "native"
+    X = readings(40, 3, seed=3)
+    for x in X[:20]:
+        nat.push(x)
+    ort_.restore(nat.snapshot())
+    a = np.stack([nat.push_logits(x).copy() for x in X[20:30]])
+    b = np.stack([ort_.push_logits(x).copy() for x in X[20:30]])
+    tol = FLOAT_RTOL * max(1.0, float(np.abs(b).max())) if scheme == "float" else \
+        native.INT8_PROBE_RTOL * float(b.max() - b.min())
+    assert np.abs(a - b).max() <= tol
+    save_state(tmp_path / "s.state", ort_, 30)                     # onnxruntime -> native, through a file
+    back = StreamSession(path, streams=3, backend="native")
+    load_state(tmp_path / "s.state", back)
+    assert all(np.array_equal(p, q) for p, q in zip(back.snapshot()["state"], ort_.snapshot()["state"]))
+    assert np.abs(back.push_logits(X[30]) - ort_.push_logits(X[30])).max() <= tol
+    nat.reset(stream=2)
+    assert list(nat.position) == [30, 30, 0] and all(not s[2].any() for s in nat.snapshot()["state"])
+
+
+@needs_ext
+def test_a_session_shared_by_threads_loses_no_push(tiny):
+    """Four threads pushing the same reading into one native session (enough streams that the C
+    step releases the GIL): every push is applied once, as 400 pushes in a row would be."""
+    import threading
+    path = tiny("selective", "static")
+    x = readings(1, 256, seed=4)[0]
+    shared, serial = StreamSession(path, streams=256), StreamSession(path, streams=256)
+    assert shared.backend == "native"
+
+    def pusher():
+        for _ in range(100):
+            shared.push(x)
+    threads = [threading.Thread(target=pusher) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for _ in range(400):
+        serial.push(x)
+    assert list(shared.position) == [400] * 256
+    assert all(np.array_equal(a, b) for a, b in zip(shared.snapshot()["state"], serial.snapshot()["state"]))
+
+
+# -- what the native step refuses ----------------------------------------------------------
+
+def _edit(src, dst, edit):
+    m = onnx.load(str(src))
+    edit(m)
+    onnx.save(m, str(dst))
+    return dst
+
+
+def _swap(op_from, op_to):
+    def edit(m):
+        next(n for n in m.graph.node if n.op_type == op_from).op_type = op_to
+    return edit
+
+
+def _set_constant(name_end, value):
+    def edit(m):
+        from onnx import numpy_helper
+        t = next(t for t in m.graph.initializer if t.name.endswith(name_end))
+        a = numpy_helper.to_array(t).copy()
+        a.reshape(-1)[0] = value
+        t.CopyFrom(numpy_helper.from_array(a, t.name))
+    return edit
+
+
+@needs_ext
+def test_an_edited_file_runs_its_graph(tiny, tmp_path):
+    """A file whose graph computes something else than the export's step (an edited operation,
+    the 1 of 1 - a, a NaN in an int8 constant) runs on onnxruntime under auto and is refused
+    by name under native."""
+    one = next(t.name for t in onnx.load(str(tiny("selective"))).graph.initializer
+               if t.name.startswith("scalar_tensor"))
+    cases = [(tiny("fixed"), _swap("Sigmoid", "Tanh")), (tiny("selective"), _set_constant(one, 0.9)),
+             (tiny("selective"), _swap("Softplus", "Relu")), (tiny("fixed", "static"), _swap("Sigmoid", "Tanh")),
+             (tiny("fixed", "static"), _set_constant("ssm0_x_bias", np.nan))]
+    for i, (src, edit) in enumerate(cases):
+        path = _edit(src, tmp_path / f"edited{i}.onnx", edit)
+        _, meta = open_model(path)
+        assert native.supports(meta, path) is not None, i
+        s = StreamSession(path, streams=2)
+        assert s.backend == "onnxruntime", i
+        with pytest.raises(UsageError, match=f"backend 'native' cannot run '{path}'"):
+            StreamSession(path, backend="native")
+        x = readings(1, 2)[0]
+        assert np.array_equal(s.push_logits(x), StreamSession(path, streams=2, backend="onnxruntime").push_logits(x))
+
+
+@needs_ext
+def test_the_probe_catches_a_step_that_misreads_its_weights(tiny, monkeypatch):
+    """The last safety net: a native step whose weights differ from the graph's (here: one
+    decay read wrong) disagrees with onnxruntime on the probe readings; auto then runs the graph."""
+    from edgeseq.runtime.native import ssm
+    path = tiny("fixed")
+    plan = ssm.ssm_plan
+
+    def misread(*args):
+        p = plan(*args)
+        layer = list(p["layers"][0])
+        layer[8] = layer[8].copy()
+        layer[8][0] = 0.99
+        p["layers"][0] = tuple(layer)
+        return p
+    monkeypatch.setattr(ssm, "ssm_plan", misread)
+    assert StreamSession(path).backend == "onnxruntime"
+    with pytest.raises(UsageError, match="its graph computes other logits than the native step"):
+        StreamSession(path, backend="native")
+
+
+@needs_ext
+def test_dynamic_int8_stays_on_onnxruntime(tiny):
+    _, meta = open_model(tiny("fixed"))
+    meta.quantization = {"scheme": "dynamic"}
+    assert native.supports(meta, tiny("fixed")) == "int8 dynamic scales activations per call: onnxruntime only"
+
+
+# -- BasicMotions -------------------------------------------------------------------------------
+
+@needs_ext
+def test_int8_native_on_basicmotions_within_the_int8_bound(exported, int8, basicmotions):
+    """The default SSM, static int8 run natively against its float twin: per-reading accuracy
+    on both protocols (each test sequence its own stream; the sequences joined, never reset)
+    within the export's bound, MAX_ACCURACY_DROP."""
+    from edgeseq.runtime.evaluate import evaluate, reading_accuracy
+    from export.quantize import MAX_ACCURACY_DROP
+    ds = basicmotions.test
+    figures = {}
+    for name, path in (("float", exported("ssm")[0]), ("int8", int8("ssm", "static")[0])):
+        ev = evaluate(str(path), ds, backend="native")
+        assert ev["backend"] == "native"
+        s = StreamSession(path, streams=len(ds), backend="native")
+        logits = np.stack([s.push_logits(ds.X[:, t]).copy() for t in range(ds.X.shape[1])])   # (T, N, C)
+        figures[name] = (reading_accuracy(logits, ds), ev["continuous"]["reading_accuracy"], ev["accuracy"])
+    (fs, fc, ff), (qs, qc, qf) = figures["float"], figures["int8"]
+    print(f"ssm native: per sequence (per reading) {fs:.3f} -> {qs:.3f}, continuous {fc:.3f} -> {qc:.3f}, "
+          f"final reading {ff:.3f} -> {qf:.3f}")
+    assert fs - qs <= MAX_ACCURACY_DROP + 1e-9 and fc - qc <= MAX_ACCURACY_DROP + 1e-9
