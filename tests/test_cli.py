@@ -36,7 +36,7 @@ def _readings_csv(path, rows, header=True):
 def test_train_export_eval_stream(runner, exported):
     r = runner.invoke(cli, ["train", "--arch", "gru", "--epochs", "2", "--set", "hidden=8", "--out", "runs/g", "--json"])
     assert r.exit_code == 0, r.output
-    assert json.loads(r.output)["arch"] == "gru"
+    assert json.loads(r.stdout)["arch"] == "gru"                  # progress goes to stderr
     r = runner.invoke(cli, ["export", "runs/g", "--out", "models/g.onnx"])
     assert r.exit_code == 0, r.output
     assert r.output.startswith("wrote models/g.onnx") and Path("models/g.onnx").exists()

@@ -206,7 +206,7 @@ def test_cli_train_export_eval(trained, tmp_path, monkeypatch):
     r = runner.invoke(cli, ["train", "--arch", "ssm", "--epochs", "1", "--set", "selective=true",
                             "--set", "d_state=8", "--out", "runs/s", "--json"])
     assert r.exit_code == 0, r.output
-    out = json.loads(r.output)
+    out = json.loads(r.stdout)                                   # progress goes to stderr
     assert out["arch"] == "ssm" and out["stream_training"] is True
     r = runner.invoke(cli, ["export", "runs/s", "--out", "s.onnx"])
     assert r.exit_code == 0 and r.output.startswith("wrote s.onnx"), r.output
