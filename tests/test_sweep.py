@@ -52,7 +52,7 @@ def test_python_only_number_forms_are_not_numbers(text):
 
 def test_underscores_and_wide_digits_are_bad_readings_and_bad_data(models, tmp_path):
     for cell in ("1_0", "１"):
-        r = cli_error(["stream", models["gru"]], 1, f"input line 1: non-numeric value", stdin=f"{cell},0.2,0.3\n")
+        r = cli_error(["stream", models["gru"]], 1, "input line 1: non-numeric value", stdin=f"{cell},0.2,0.3\n")
         assert r.stdout == ""
     csv = tmp_path / "d.csv"
     csv.write_text("sequence,label,a,b\n" + "".join(f"s{i},{'xy'[i % 2]},1_0,2\n" for i in range(8)))
