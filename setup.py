@@ -19,16 +19,29 @@ if sys.platform == "win32":
 else:
     compile_args, libraries = ["-O3", "-std=gnu99", "-fno-strict-aliasing", "-fno-trapping-math", "-Wno-psabi"], ["m"]
 
+# numpy's headers where numpy is importable at build time (pyproject's build requirements list
+# it): readings are read and probabilities copied through its C API; without them, through the
+# buffer protocol and ndarray.copy(), a little slower.
+include_dirs, macros = [os.path.join("firmware_sim", "kernels"), os.path.join("edgeseq", "runtime", "native")], []
+try:
+    import numpy
+    include_dirs.append(numpy.get_include())
+    macros.append(("ES_NUMPY", "1"))
+except ImportError:
+    pass
+
 native = Extension(
     "edgeseq.runtime.native._es_native",
     sources=[os.path.join("edgeseq", "runtime", "native", "_es_native.c")],
-    include_dirs=[os.path.join("firmware_sim", "kernels"), os.path.join("edgeseq", "runtime", "native")],
+    include_dirs=include_dirs,
+    define_macros=macros,
     depends=[os.path.join("firmware_sim", "kernels", "es_kernels.h"),
              os.path.join("edgeseq", "runtime", "native", "es_float.h"),
              os.path.join("edgeseq", "runtime", "native", "es_attn.h"),
              os.path.join("edgeseq", "runtime", "native", "es_attn_step.h"),
              os.path.join("edgeseq", "runtime", "native", "es_ssm.h"),
-             os.path.join("edgeseq", "runtime", "native", "es_ssm_step.h")],
+             os.path.join("edgeseq", "runtime", "native", "es_ssm_step.h"),
+             os.path.join("edgeseq", "runtime", "native", "es_push.h")],
     extra_compile_args=compile_args,
     libraries=libraries,
     optional=True,

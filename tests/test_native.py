@@ -336,3 +336,78 @@ def test_native_runtime_imports_neither_torch_nor_onnx(tiny, tmp_path):
         assert step.run() == -1
         print("OK")
     """, tmp_path)
+
+
+# -- push in one C call ------------------------------------------------------------------------
+
+@pytest.mark.skipif(not native.available(), reason="the native extension is not built here")
+@pytest.mark.parametrize("arch", ["gru", "lstm"])
+def test_push_in_one_c_call_answers_as_the_python_path(tiny, arch):
+    """The C push (float32 arrays) and the Python path (lists, bad readings) give the same
+    probabilities and count positions alike; a bad reading changes nothing; the session is
+    freed when dropped (the pusher's reference to it is collectable)."""
+    import gc
+    import weakref
+    from edgeseq.errors import ReadingError
+    from edgeseq.runtime import StreamSession
+    X = readings(30, 2, seed=7)
+    fast, slow = StreamSession(tiny(arch), streams=2, backend="native"), StreamSession(tiny(arch), streams=2,
+                                                                                       backend="native")
+    assert type(fast.push).__name__ == "Pusher"
+    for t in range(30):
+        a = fast.push(X[t])
+        b = slow.push(X[t].tolist())                         # a list: converted by the Python path
+        assert np.array_equal(a, b) and a is not fast._probs
+        a[:] = -1                                            # a copy: the session's buffer is untouched
+    assert fast.position.tolist() == slow.position.tolist() == [30, 30]
+    before = fast.snapshot()
+    bad = X[0].copy()
+    bad[1, 0] = np.nan
+    with pytest.raises(ReadingError):
+        fast.push(bad)
+    assert fast.position.tolist() == [30, 30]
+    assert all(np.array_equal(u, v) for u, v in zip(before["state"], fast.snapshot()["state"]))
+    gone = weakref.ref(fast)
+    del fast, a
+    gc.collect()
+    assert gone() is None
+
+
+@pytest.mark.skipif(not native.available(), reason="the native extension is not built here")
+def test_snapshots_taken_while_another_thread_pushes_are_consistent(tiny):
+    """One thread pushes, another snapshots: each snapshot's state is the state after exactly
+    its position's readings (the C push and snapshot share the session's lock)."""
+    import threading
+    from edgeseq.runtime import StreamSession
+    import sys
+    x = readings(1, 1, seed=9)[0]
+    s = StreamSession(tiny("lstm"), backend="native")
+    snaps, stop = [], threading.Event()
+
+    def pusher():
+        while not stop.is_set():
+            s.push(x)
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)                  # hand the GIL over often: snapshots fall between pushes
+    t = threading.Thread(target=pusher)
+    try:
+        t.start()
+        import time
+        end = time.monotonic() + 5
+        while len({int(p["position"][0]) for p in snaps[-50:]}) < 20 and time.monotonic() < end:
+            snaps.append(s.snapshot())
+            time.sleep(0.0002)
+    finally:
+        stop.set()
+        t.join()
+        sys.setswitchinterval(interval)
+    want = {int(snap["position"][0]) for snap in snaps}
+    assert len(want) > 10                        # the pushes really ran between the snapshots
+    ref, states = StreamSession(tiny("lstm"), backend="native"), {}
+    for n in range(max(want) + 1):
+        if n in want:
+            states[n] = ref.snapshot()["state"]
+        ref.push(x)
+    for snap in snaps:
+        n = int(snap["position"][0])
+        assert all(np.array_equal(u, v) for u, v in zip(snap["state"], states[n])), n

@@ -278,7 +278,105 @@ def run_bench(repeats: int = 2000, warmup: int = 200, cache_lengths=(16, 256, 10
         out["transformer"] = rows
         out["backends"] = run_backends(gru_ckpt, Path(tmp), repeats, warmup, lambda: floor.run_with_iobinding(b),
                                        backends=tuple(backends))
+        if "native" in backends:
+            out["archs"] = run_arch_steps(Path(tmp), repeats, warmup, lambda: floor.run_with_iobinding(b))
     return out
+
+
+HISTORIES = (16, 50, 256, 1024)
+
+
+def run_arch_steps(tmp: Path, repeats: int, warmup: int, floor_call) -> dict:
+    """The SSM (fixed and selective, float32 and static int8) and the Transformer on the native
+    step next to onnxruntime, untrained models of the default sizes, StreamSession.push per
+    call (median us). At one stream the native push, its C step alone and `floor_call`
+    (onnxruntime's per-call floor) run interleaved, and the onnxruntime push in rounds of its
+    own (a 15-100 us call between two floor calls would slow the floor). SSM at 1 and 1,024 streams (share of the GEMM
+    bound as in `run_backends`); the Transformer with its default window (50) full, and with
+    no window (`window=0`) at cached histories of 16, 50, 256 and 1,024 readings (max_history
+    = the history, sliding), where its time grows with the history."""
+    from edgeseq.runtime import StreamSession, native
+    from edgeseq.runtime.native.bench import gemm_rate, macs_per_reading
+    from export import export_int8, export_model
+
+    if not native.available():
+        return {"native": native.why_unavailable()}
+    rng = np.random.default_rng(0)
+    rate = gemm_rate()
+    out = {"gemm_macs_per_s": rate, "ssm": [], "transformer": {}}
+    for variant in ("fixed", "selective"):
+        ckpt = _random_checkpoint("ssm", selective=variant == "selective")
+        paths = {"float": tmp / f"ssm-{variant}.onnx", "int8": tmp / f"ssm-{variant}-8.onnx"}
+        export_model(ckpt, paths["float"])
+        export_int8(ckpt, paths["int8"], "static", keep_anyway=True)
+        for kind, path in paths.items():
+            for B in (1, 1024):
+                x = rng.standard_normal((B, len(ckpt["features"]))).astype(np.float32)
+                sessions = {b: StreamSession(path, streams=B, backend=b) for b in ("onnxruntime", "native")}
+                rounds, warm = max(20, repeats * 4 // (B + 3)), max(5, warmup // (B + 1))
+                if B == 1:              # the floor next to native calls only: a long onnxruntime call between
+                    nat = sessions["native"]._native        # two floor calls would slow the floor's
+                    nat.x[:] = x
+                    push = sessions["native"].push
+                    t = _interleaved_us({"native": lambda: push(x), "floor": floor_call, "c_step": nat.run},
+                                        rounds, warm)
+                    ort_push = sessions["onnxruntime"].push
+                    t["onnxruntime"] = _interleaved_us({"o": lambda: ort_push(x)}, rounds, warm)["o"]
+                else:
+                    t = _interleaved_us({b: (lambda s=s: s.push(x)) for b, s in sessions.items()}, rounds, warm)
+                macs = macs_per_reading(sessions["native"].meta)
+                row = {"variant": variant, "model": kind, "streams": B, "macs_per_reading": macs,
+                       "gemm_bound_readings_per_s": rate / macs}
+                for b in sessions:
+                    rps = B / t[b] * 1e6
+                    row[b] = {"us_per_call": t[b], "readings_per_s": rps, "share_of_gemm_bound": rps * macs / rate}
+                if B == 1:
+                    row["floor_iobinding_us"] = t["floor"]
+                    row["native"]["c_step_us"] = t["c_step"]
+                    row["native"]["over_floor"] = t["native"] / t["floor"]
+                out["ssm"].append(row)
+    x = rng.standard_normal((1, 6)).astype(np.float32)
+    w50 = tmp / "tr-w50.onnx"
+    export_model(_random_checkpoint("transformer"), w50)
+    sessions = {b: StreamSession(w50, max_history=50, on_full="slide", backend=b) for b in ("onnxruntime", "native")}
+    for s in sessions.values():
+        for _ in range(60):
+            s.push(x)
+    t = _interleaved_us({"native": lambda: sessions["native"].push(x), "floor": floor_call}, repeats, warmup)
+    t["onnxruntime"] = _interleaved_us({"o": lambda: sessions["onnxruntime"].push(x)}, max(50, repeats // 4),
+                                       max(5, warmup // 4))["o"]
+    out["transformer"]["window_full"] = {"window": 50, "native_us": t["native"], "onnxruntime_us": t["onnxruntime"],
+                                         "floor_iobinding_us": t["floor"], "over_floor": t["native"] / t["floor"]}
+    w0 = tmp / "tr-w0.onnx"
+    export_model(_random_checkpoint("transformer", window=0), w0)
+    fns, held = {}, {}
+    for n in HISTORIES:
+        s = StreamSession(w0, max_history=n, on_full="slide", backend="native")
+        for _ in range(n):
+            s.push(x)
+        fns[n], held[n] = (lambda s=s: s.push(x)), s.state_nbytes()
+    t = _interleaved_us(fns, max(50, repeats // 4), max(5, warmup // 4))
+    out["transformer"]["history"] = [{"history": n, "native_us": t[n], "state_bytes": held[n]} for n in HISTORIES]
+    return out
+
+
+def format_arch_steps(a: dict) -> list:
+    if a.get("native"):
+        return [f"SSM and Transformer on the native step: not timed ({a['native']})"]
+    lines = ["SSM (d_model 32, d_state 16), StreamSession.push, calls interleaved with the floor and the C step:",
+             "  variant    model  streams   onnxruntime us   native us   native rd/s  of bound  vs floor  C step us"]
+    for r in a["ssm"]:
+        nat = r["native"]
+        extra = (f"{nat['over_floor']:8.2f}x {nat['c_step_us']:10.2f}" if r["streams"] == 1 else "")
+        lines.append(f"  {r['variant']:9s}  {r['model']:5s} {r['streams']:8d} {r['onnxruntime']['us_per_call']:16.2f} "
+                     f"{nat['us_per_call']:11.2f} {nat['readings_per_s']:13,.0f} {nat['share_of_gemm_bound']:9.0%} {extra}")
+    w = a["transformer"]["window_full"]
+    lines.append(f"Transformer, window {w['window']} full, 1 stream: native push {w['native_us']:.2f} us = "
+                 f"{w['over_floor']:.2f}x the IO-binding floor ({w['floor_iobinding_us']:.2f} us); onnxruntime "
+                 f"{w['onnxruntime_us']:.1f} us")
+    lines.append("Transformer, no window, native push by cached history: " + ", ".join(
+        f"{h['history']}: {h['native_us']:.2f} us ({h['state_bytes'] // 1024} KiB)" for h in a["transformer"]["history"]))
+    return lines
 
 
 def _interleaved_us(fns: dict, rounds: int, warmup: int) -> dict:
@@ -361,10 +459,24 @@ def run_backends(gru_ckpt, tmp: Path, repeats: int, warmup: int, floor_call,
     return out
 
 
+def _cpu_model() -> str:
+    """The processor's model name (Linux /proc/cpuinfo), else platform.processor()."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
 def machine_info() -> dict:
     import os
     import onnxruntime as ort
-    info = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
+    import datetime
+    info = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "cpu": _cpu_model(),
+            "python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
             "onnxruntime": ort.__version__, "numpy": np.__version__, "processor": platform.processor()}
     try:
         import torch
@@ -423,6 +535,8 @@ def format_bench(r: dict) -> str:
             lines.append(f"  native backend not timed: {b['native']}")
     elif b:
         lines.append(f"Step backends: {b['native']}")
+    if "archs" in r:
+        lines.extend(format_arch_steps(r["archs"]))
     if "train" in r:
         t = r["train"]
         lines.append(f"Training, default schedule on BasicMotions ({t['threads']} torch threads):")

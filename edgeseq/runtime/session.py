@@ -230,7 +230,7 @@ class StreamSession:
         # Readings each stream has seen. A cache model feeds it to the graph, so it advances in
         # place; a fixed-state model only counts calls and stores the call count at each stream's start.
         self._pos = np.zeros(streams, np.int64) if native_step is None or not self.growing else native_step.pos
-        self._calls = 0
+        self._count = np.zeros(1, np.int64)      # calls made (one C push adds to it in place)
         self._x = np.zeros((streams, self.n_features), np.float32) if native_step is None else native_step.x
         self._hi, self._lo, self._beyond = reading_bounds(meta, self.n_features)
         self._logits = np.zeros((streams, len(self.labels)), np.float32) if native_step is None else native_step.logits
@@ -245,6 +245,10 @@ class StreamSession:
         self._gate = None
         if native_step is not None:      # the C step holds state, readings and outputs in these buffers
             native_step.set_bounds(self._hi, self._lo)
+            from edgeseq.runtime import native
+            fast = native.pusher(native_step, self._probs, self._count, self._push)
+            if fast is not None:         # push in one C call; anything but an adopted step takes _push
+                self._lock, self.push = fast
             self._subs = None
             self._reset(None)
             return
@@ -342,6 +346,14 @@ class StreamSession:
         """Readings each stream has seen since it started or was reset: int64 [streams], a copy."""
         with self._lock:
             return self._position()
+
+    @property
+    def _calls(self) -> int:
+        return int(self._count[0])
+
+    @_calls.setter
+    def _calls(self, value: int) -> None:
+        self._count[0] = value
 
     def _position(self) -> np.ndarray:
         if self._subs is not None:
@@ -585,7 +597,10 @@ class StreamSession:
     def push(self, readings) -> np.ndarray:
         """Advance every stream by one reading; returns class probabilities float32 [streams,
         classes], a copy (made under the lock, so another thread's push cannot change it).
-        Raises as `push_logits`."""
+        Raises as `push_logits`. (On the native backend one C call does all of it.)"""
+        return self._push(readings)
+
+    def _push(self, readings) -> np.ndarray:
         with self._lock:
             logits = self._advance_batch(readings) if self._subs is None else self._advance_each(readings)
             return self._probs.copy() if self._has_probs else softmax(logits.copy())
@@ -619,7 +634,7 @@ class StreamSession:
                     rc = self._native_room(rc)
             if rc >= 0:
                 raise self._nonfinite(rc)
-            self._calls += 1
+            self._count[0] += 1
             return self._logits
         gate = self._gate
         if gate is None or type(readings) is not np.ndarray or gate.take(readings) != 0:
@@ -636,7 +651,7 @@ class StreamSession:
                 raise self._nonfinite()
             self._bank ^= 1
             self._state = self._banks[self._bank]
-            self._calls += 1
+            self._count[0] += 1
         return self._logits
 
     def _undo_step(self, state) -> None:

@@ -106,6 +106,17 @@ def gate(x: np.ndarray, hi: np.ndarray, lo, logits: np.ndarray):
     return _ext.gate(B, F, logits.shape[1], x, hi, lo, logits)
 
 
+def pusher(native_step, probs: np.ndarray, count: np.ndarray, slow):
+    """(lock, push) for a session on `native_step` (a NativeStep or AttnStep), or None when the
+    extension is not built. `push(readings)` takes the lock, copies, checks and steps in one C
+    call and returns probs.copy() (float32 [B, C]), adding 1 to count (int64 [1]); any other
+    outcome releases the lock and returns slow(readings) (es_push.h). The lock is the session's."""
+    if _ext is None:
+        return None
+    lock = _ext.lock()
+    return lock, _ext.pusher(native_step._step, lock, probs, count, slow)
+
+
 # -- what runs natively ---------------------------------------------------------------------
 
 def _meta_reason(meta) -> str | None:

@@ -23,6 +23,11 @@
 #include <stdint.h>
 #include <string.h>
 
+#ifdef ES_NUMPY       /* numpy's C API where setup.py found numpy: readings and copies without the buffer protocol */
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>
+#endif
+
 #include "es_kernels.h"
 #include "es_float.h"
 #include "es_attn.h"
@@ -624,11 +629,14 @@ ES_CLONES static int int8_run(StepObject *s) {
 
 /* -- Step.run ----------------------------------------------------------------------------- */
 
-static PyObject *step_go(StepObject *s) {
+/* ES_PUSH_ERROR: a Python exception is set (a call while another runs, push before set_bounds) */
+#define ES_PUSH_ERROR (-100)
+
+static int step_go_rc(StepObject *s) {
   int rc;
   if (s->busy) {
     PyErr_SetString(PyExc_RuntimeError, "Step.run() called while another call runs; serialize calls");
-    return NULL;
+    return ES_PUSH_ERROR;
   }
   s->busy = 1;
   if (s->work > ES_NOGIL_WORK) {
@@ -639,8 +647,12 @@ static PyObject *step_go(StepObject *s) {
     rc = s->quant ? int8_run(s) : float_run(s);
   }
   s->busy = 0;
-  return PyLong_FromLong(rc);
+  return rc;
 }
+
+static PyObject *rc_object(int rc) { return rc == ES_PUSH_ERROR ? NULL : PyLong_FromLong(rc); }
+
+static PyObject *step_go(StepObject *s) { return rc_object(step_go_rc(s)); }
 
 static PyObject *step_run(StepObject *s, PyObject *const *args, Py_ssize_t nargs) {
   (void)args;
@@ -653,25 +665,9 @@ static PyObject *step_run(StepObject *s, PyObject *const *args, Py_ssize_t nargs
 
 /* -- readings ------------------------------------------------------------------------------ */
 
-/* Copy readings, a C-contiguous float32 buffer [B, F] (or [F] when B = 1), into x, checking
-   every value: lo <= v <= hi, or |v| <= hi where lo is NULL (NaN and Inf fail both).
-   0: copied, all in range; -2: copied, some value out of range (x is no state: nothing is
-   lost); -3: not such a buffer, nothing copied (the caller converts it and checks it itself). */
-static int take_reading(PyObject *obj, int B, int F, float *x, const float *hi, const float *lo) {
-  Py_buffer v;
-  const float *src;
-  int ok, r, f, bad = 0;
-  if (PyObject_GetBuffer(obj, &v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
-    PyErr_Clear();
-    return -3;
-  }
-  ok = v.itemsize == 4 && v.format != NULL && (!strcmp(v.format, "f") || !strcmp(v.format, "=f")) &&
-       ((v.ndim == 2 && v.shape[0] == B && v.shape[1] == F) || (v.ndim == 1 && B == 1 && v.shape[0] == F));
-  if (!ok) {
-    PyBuffer_Release(&v);
-    return -3;
-  }
-  src = (const float *)v.buf;
+/* copy [B, F] readings from src into x, checking each: 0 all in range, -2 some value not */
+static int check_reading(const float *src, int B, int F, float *x, const float *hi, const float *lo) {
+  int r, f, bad = 0;
   for (r = 0; r < B; r++, src += F, x += F) {
     if (lo == NULL)
       for (f = 0; f < F; f++) {
@@ -686,8 +682,41 @@ static int take_reading(PyObject *obj, int B, int F, float *x, const float *hi, 
         bad |= !(a >= lo[f] && a <= hi[f]);
       }
   }
-  PyBuffer_Release(&v);
   return bad ? -2 : 0;
+}
+
+/* Copy readings, a C-contiguous float32 buffer [B, F] (or [F] when B = 1), into x, checking
+   every value: lo <= v <= hi, or |v| <= hi where lo is NULL (NaN and Inf fail both).
+   0: copied, all in range; -2: copied, some value out of range (x is no state: nothing is
+   lost); -3: not such a buffer, nothing copied (the caller converts it and checks it itself). */
+static int take_reading(PyObject *obj, int B, int F, float *x, const float *hi, const float *lo) {
+  Py_buffer v;
+  int ok, rc;
+#ifdef ES_NUMPY
+  if (PyArray_CheckExact(obj)) {
+    PyArrayObject *a = (PyArrayObject *)obj;
+    int nd = PyArray_NDIM(a);
+    npy_intp *dims = PyArray_DIMS(a);
+    if (PyArray_TYPE(a) != NPY_FLOAT32 || !PyArray_IS_C_CONTIGUOUS(a) || !PyArray_ISALIGNED(a) ||
+        !PyArray_ISNOTSWAPPED(a) ||
+        !((nd == 2 && dims[0] == B && dims[1] == F) || (nd == 1 && B == 1 && dims[0] == F)))
+      return -3;
+    return check_reading((const float *)PyArray_DATA(a), B, F, x, hi, lo);
+  }
+#endif
+  if (PyObject_GetBuffer(obj, &v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) {
+    PyErr_Clear();
+    return -3;
+  }
+  ok = v.itemsize == 4 && v.format != NULL && (!strcmp(v.format, "f") || !strcmp(v.format, "=f")) &&
+       ((v.ndim == 2 && v.shape[0] == B && v.shape[1] == F) || (v.ndim == 1 && B == 1 && v.shape[0] == F));
+  if (!ok) {
+    PyBuffer_Release(&v);
+    return -3;
+  }
+  rc = check_reading((const float *)v.buf, B, F, x, hi, lo);
+  PyBuffer_Release(&v);
+  return rc;
 }
 
 /* set_bounds(hi, lo): float32 [F] each, lo None for |v| <= hi */
@@ -711,23 +740,33 @@ static PyObject *step_set_bounds(StepObject *s, PyObject *const *args, Py_ssize_
   Py_RETURN_NONE;
 }
 
-static PyObject *step_push(StepObject *s, PyObject *const *args, Py_ssize_t nargs) {
+/* push's checks and step, the answer as run()'s or take_reading's code (ES_PUSH_ERROR: raised) */
+static int push_rc(int *busy, const float *hi, const char *what, PyObject *readings, int B, int F, float *x,
+                   const float *lo) {
   int rc;
+  if (hi == NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "push() before set_bounds()");
+    return ES_PUSH_ERROR;
+  }
+  if (*busy) {
+    PyErr_Format(PyExc_RuntimeError, "%s.push() called while another call runs; serialize calls", what);
+    return ES_PUSH_ERROR;
+  }
+  rc = take_reading(readings, B, F, x, hi, lo);
+  return rc < 0 ? rc : 0;
+}
+
+static int step_push_rc(StepObject *s, PyObject *readings) {
+  int rc = push_rc(&s->busy, s->hi, "Step", readings, s->B, s->F, s->x, s->lo);
+  return rc < 0 ? rc : step_go_rc(s);
+}
+
+static PyObject *step_push(StepObject *s, PyObject *const *args, Py_ssize_t nargs) {
   if (nargs != 1) {
     PyErr_SetString(PyExc_TypeError, "push(readings) takes one argument");
     return NULL;
   }
-  if (s->hi == NULL) {
-    PyErr_SetString(PyExc_RuntimeError, "push() before set_bounds()");
-    return NULL;
-  }
-  if (s->busy) {
-    PyErr_SetString(PyExc_RuntimeError, "Step.push() called while another call runs; serialize calls");
-    return NULL;
-  }
-  rc = take_reading(args[0], s->B, s->F, s->x, s->hi, s->lo);
-  if (rc < 0) return PyLong_FromLong(rc);
-  return step_go(s);
+  return rc_object(step_push_rc(s, args[0]));
 }
 
 static PyObject *step_get_bank(StepObject *s, void *closure) {
@@ -856,6 +895,7 @@ static PyTypeObject GateType = {
 /* -- the state-space step (SsmStep): es_ssm_step.h, sharing the helpers above ------------ */
 
 #include "es_ssm_step.h"
+#include "es_push.h"
 
 /* -- constructors ------------------------------------------------------------------------ */
 
@@ -1157,6 +1197,9 @@ static PyMethodDef module_methods[] = {
     {"ssm_step", ssm_step, METH_VARARGS, "ssm_step(B, F, D, N, C, selective, quant, x, logits, probs, mean, std, "
                                          "bank0, bank1, enc, layers, final, head) -> SsmStep: the state-space step "
                                          "(es_ssm_step.h)"},
+    {"lock", lock_new, METH_NOARGS, "lock() -> Lock: a native session's lock (es_push.h)"},
+    {"pusher", pusher_new, METH_VARARGS, "pusher(step, lock, probs, count, slow) -> Pusher: the session's push in one "
+                                         "C call (es_push.h)"},
     {NULL, NULL, 0, NULL}};
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_es_native",
@@ -1166,8 +1209,11 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_es_native",
 PyMODINIT_FUNC PyInit__es_native(void) {
   PyObject *m;
   if (PyType_Ready(&StepType) < 0 || PyType_Ready(&GateType) < 0 || PyType_Ready(&AttnType) < 0 ||
-      PyType_Ready(&SsmType) < 0)
+      PyType_Ready(&SsmType) < 0 || PyType_Ready(&LockType) < 0 || PyType_Ready(&PusherType) < 0)
     return NULL;
+#ifdef ES_NUMPY
+  import_array();
+#endif
   m = PyModule_Create(&module);
   if (m == NULL) return NULL;
   Py_INCREF(&StepType);

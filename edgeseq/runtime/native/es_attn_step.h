@@ -256,11 +256,11 @@ fail:
 
 ES_CLONES static int attn_run(es_attn_t *a) { return es_attn_step(a); }
 
-static PyObject *attn_go(AttnObject *s) {
+static int attn_go_rc(AttnObject *s) {
   int rc;
   if (s->busy) {
     PyErr_SetString(PyExc_RuntimeError, "AttnStep.run() called while another call runs; serialize calls");
-    return NULL;
+    return ES_PUSH_ERROR;
   }
   s->busy = 1;
   if (s->work + (long)s->a.B * s->a.L * 2 * s->a.D * (long)(s->a.R < (1L << 20) ? s->a.R : (1L << 20)) >
@@ -272,8 +272,10 @@ static PyObject *attn_go(AttnObject *s) {
     rc = attn_run(&s->a);
   }
   s->busy = 0;
-  return PyLong_FromLong(rc);
+  return rc;
 }
+
+static PyObject *attn_go(AttnObject *s) { return rc_object(attn_go_rc(s)); }
 
 static PyObject *attn_run_m(AttnObject *s, PyObject *const *args, Py_ssize_t nargs) {
   (void)args;
@@ -284,23 +286,17 @@ static PyObject *attn_run_m(AttnObject *s, PyObject *const *args, Py_ssize_t nar
   return attn_go(s);
 }
 
+static int attn_push_rc(AttnObject *s, PyObject *readings) {
+  int rc = push_rc(&s->busy, s->hi, "AttnStep", readings, s->a.B, s->a.F, (float *)s->a.x, s->lo);
+  return rc < 0 ? rc : attn_go_rc(s);
+}
+
 static PyObject *attn_push(AttnObject *s, PyObject *const *args, Py_ssize_t nargs) {
-  int rc;
   if (nargs != 1) {
     PyErr_SetString(PyExc_TypeError, "push(readings) takes one argument");
     return NULL;
   }
-  if (s->hi == NULL) {
-    PyErr_SetString(PyExc_RuntimeError, "push() before set_bounds()");
-    return NULL;
-  }
-  if (s->busy) {
-    PyErr_SetString(PyExc_RuntimeError, "AttnStep.push() called while another call runs; serialize calls");
-    return NULL;
-  }
-  rc = take_reading(args[0], s->a.B, s->a.F, (float *)s->a.x, s->hi, s->lo);
-  if (rc < 0) return PyLong_FromLong(rc);
-  return attn_go(s);
+  return rc_object(attn_push_rc(s, args[0]));
 }
 
 static PyObject *attn_set_bounds(AttnObject *s, PyObject *const *args, Py_ssize_t nargs) {

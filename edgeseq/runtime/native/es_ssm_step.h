@@ -159,11 +159,11 @@ ES_CLONES static int ssm_run(SsmObject *s) {
   return bad;
 }
 
-static PyObject *ssm_go(SsmObject *s) {
+static int ssm_go_rc(SsmObject *s) {
   int rc;
   if (s->busy) {
     PyErr_SetString(PyExc_RuntimeError, "SsmStep.run() called while another call runs; serialize calls");
-    return NULL;
+    return ES_PUSH_ERROR;
   }
   s->busy = 1;
   if (s->work > ES_NOGIL_WORK) {
@@ -174,8 +174,10 @@ static PyObject *ssm_go(SsmObject *s) {
     rc = ssm_run(s);
   }
   s->busy = 0;
-  return PyLong_FromLong(rc);
+  return rc;
 }
+
+static PyObject *ssm_go(SsmObject *s) { return rc_object(ssm_go_rc(s)); }
 
 static PyObject *ssm_run_method(SsmObject *s, PyObject *const *args, Py_ssize_t nargs) {
   (void)args;
@@ -200,23 +202,17 @@ static PyObject *ssm_set_bounds(SsmObject *s, PyObject *const *args, Py_ssize_t 
   Py_RETURN_NONE;
 }
 
+static int ssm_push_rc(SsmObject *s, PyObject *readings) {
+  int rc = push_rc(&s->busy, s->hi, "SsmStep", readings, s->B, s->F, s->x, s->lo);
+  return rc < 0 ? rc : ssm_go_rc(s);
+}
+
 static PyObject *ssm_push(SsmObject *s, PyObject *const *args, Py_ssize_t nargs) {
-  int rc;
   if (nargs != 1) {
     PyErr_SetString(PyExc_TypeError, "push(readings) takes one argument");
     return NULL;
   }
-  if (s->hi == NULL) {
-    PyErr_SetString(PyExc_RuntimeError, "push() before set_bounds()");
-    return NULL;
-  }
-  if (s->busy) {
-    PyErr_SetString(PyExc_RuntimeError, "SsmStep.push() called while another call runs; serialize calls");
-    return NULL;
-  }
-  rc = take_reading(args[0], s->B, s->F, s->x, s->hi, s->lo);
-  if (rc < 0) return PyLong_FromLong(rc);
-  return ssm_go(s);
+  return rc_object(ssm_push_rc(s, args[0]));
 }
 
 static PyObject *ssm_get_bank(SsmObject *s, void *closure) {

@@ -1,0 +1,284 @@
+"""Render the figure tables in docs/ from the JSON the benchmarks write.
+
+    python scripts/render_docs.py            # rewrite every marked region that is out of date
+    python scripts/render_docs.py --check    # exit 1, naming the regions, if any is out of date
+
+A page marks a region with two comments, and everything between them is this script's:
+
+    <!-- figures:bench-gru -->
+    ...generated...
+    <!-- /figures:bench-gru -->
+
+The name picks a renderer (RENDERERS), which reads one JSON file (SOURCES) and returns
+Markdown: a line naming the machine and the date the JSON records, then the table. To change
+a figure, re-run its benchmark into the JSON and run this script; an edit by hand between the
+markers fails `tests/test_docs.py`.
+
+Sources:
+  - docs/figures/bench.json   `edgeseq bench --repeats 500 --json > docs/figures/bench.json`
+  - docs/report/report.json   `edgeseq report --out docs/report` (the full report run)
+
+Standard library only, so it runs wherever the docs build.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+
+SOURCES = {
+    "bench": "docs/figures/bench.json",
+    "report": "docs/report/report.json",
+}
+
+REGION = re.compile(r"<!-- figures:(?P<name>[a-z0-9-]+) -->\n(?P<body>.*?)<!-- /figures:(?P=name) -->", re.S)
+OPEN = re.compile(r"<!-- (/?)figures:([a-z0-9-]+) -->")
+
+
+class RenderError(Exception):
+    """A region or a source that cannot be rendered: unknown name, unclosed marker, missing JSON."""
+
+
+# --- formatting --------------------------------------------------------------------------------
+
+def _us(v: float) -> str:
+    return f"{v:,.1f} us" if v < 100 else f"{v:,.0f} us"
+
+
+def _x(v: float) -> str:
+    return f"{v:.2f}x" if v < 10 else f"{v:.0f}x" if v >= 100 else f"{v:.1f}x"
+
+
+def _rate(v: float) -> str:
+    return f"{v / 1e6:.2f} M" if v >= 1e6 else f"{v:,.0f}"
+
+
+def _table(header: list, rows: list) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def machine_line(d: dict, source: str, how: str) -> str:
+    """One line: what was run, on which machine, when. The date comes from the JSON only."""
+    m = d.get("machine") or d.get("meta", {}).get("machine") or {}
+    parts = [m.get("machine", "unknown machine")]
+    if m.get("cpus"):
+        parts[0] += f" ({m['cpus']} CPUs)"
+    if m.get("processor"):
+        parts.append(m["processor"])
+    for key, label in (("python", "Python"), ("onnxruntime", "onnxruntime"), ("numpy", "numpy"), ("torch", "torch")):
+        if m.get(key):
+            parts.append(f"{label} {m[key]}")
+    date = d.get("date") or d.get("measured") or d.get("meta", {}).get("date")
+    when = f"measured {date}" if date else f"the date is not recorded in `{source}`"
+    return f"*{how}, on {', '.join(parts)}; {when}.*"
+
+
+# --- renderers ---------------------------------------------------------------------------------
+
+def render_bench_gru(d: dict, source: str) -> str:
+    g = d["gru"]
+    backend = g.get("edgeseq_push_backend", "onnxruntime")
+    rows = [
+        ["onnxruntime floor, Identity, `session.run`", g["ort_floor_session_run"]],
+        ["onnxruntime floor, Identity, IO binding", g["ort_floor_iobinding"]],
+        ["torch eager `model.step`", g["torch_eager"]],
+        ["plain onnxruntime `session.run` loop", g["ort_session_run"]],
+        [f"edgeseq `StreamSession.push`, {backend} backend (checks the reading, returns probabilities)",
+         g["edgeseq_push"]],
+    ]
+    table = _table([f"GRU step, hidden {g['hidden']}, batch 1", "median", "p99"],
+                   [[name, _us(t["median_us"]), _us(t["p99_us"])] for name, t in rows])
+    graph = g["ort_session_run"]["median_us"] - g["ort_floor_session_run"]["median_us"]
+    text = (f"`push` ({backend} backend) is {_x(g['ratio_push_to_floor'])} the `session.run` floor and "
+            f"{_x(g['speedup_vs_torch_eager'])} faster than torch eager; the plain `session.run` loop costs "
+            f"{_us(graph)} above the floor.")
+    how = f"`edgeseq bench --repeats {d['repeats']}`, {d.get('threads', 1)} thread"
+    return "\n\n".join([machine_line(d, source, how), table, text])
+
+
+def render_bench_transformer(d: dict, source: str) -> str:
+    rows = [[f"{r['history']:,}", _us(r["cached_us"]), _us(r["recompute_us"]), _x(r["speedup"]),
+             f"{r['state_bytes_per_stream'] / 1024:,.0f} KB"] for r in d["transformer"]]
+    table = _table(["Transformer history", "cached step", "recompute", "speedup", "cache per stream"], rows)
+    how = f"`edgeseq bench --repeats {d['repeats']}`, {d.get('threads', 1)} thread"
+    return "\n\n".join([machine_line(d, source, how), table])
+
+
+def render_bench_backends(d: dict, source: str) -> str:
+    b = d.get("backends") or {}
+    how = f"`edgeseq bench --repeats {d['repeats']}`, {d.get('threads', 1)} thread, calls interleaved"
+    if not b.get("rows"):
+        return "\n\n".join([machine_line(d, source, how), f"The step backends were not timed: {b.get('native', '-')}."])
+    names = [n for n in ("native", "onnxruntime") if n in b["backends"]] + \
+            [n for n in b["backends"] if n not in ("native", "onnxruntime")]
+    models = list(dict.fromkeys(r["model"] for r in b["rows"]))
+    top = max(r["streams"] for r in b["rows"])
+    bound = b["rows"][0]["gemm_bound_readings_per_s"]
+    rows = []
+    for name in names:
+        for model in models:
+            one = next(r for r in b["rows"] if r["model"] == model and r["streams"] == 1)
+            many = next(r for r in b["rows"] if r["model"] == model and r["streams"] == top)
+            label = "float" if model == "float" else "int8 static" if model == "int8" else model
+            rows.append([f"{name}, {label}", f"{one[name]['us_per_call']:.2f}", f"{one['floor_iobinding_us']:.2f} us",
+                         _x(one[name]["us_per_call"] / one["floor_iobinding_us"]),
+                         _rate(many[name]["readings_per_s"]), f"{many[name]['share_of_gemm_bound']:.0%}"])
+    macs = b["rows"][0]["macs_per_reading"]
+    table = _table([f"GRU hidden {d['gru']['hidden']}, `StreamSession.push`", "us per call, 1 stream", "IO-binding floor, same rounds",
+                    "push / floor", f"readings/s at {top:,} streams", f"of the GEMM bound ({_rate(bound)}/s)"], rows)
+    notes = [f"The GEMM bound is this core's single-thread float32 GEMM rate ({b['gemm_macs_per_s'] / 1e9:.1f} GMAC/s) "
+             f"over the step's {macs:,} multiply-adds a reading."]
+    ones = {r["model"]: r for r in b["rows"] if r["streams"] == 1}
+    if "onnxruntime" in names and all("python_overhead_us" in r["onnxruntime"] for r in ones.values()):
+        parts = [f"{ones[m]['onnxruntime']['python_overhead_us']:.2f} us ({m})" for m in models]
+        notes.append("The onnxruntime backend's push is its IO-binding call plus " + ", ".join(parts) + " of Python.")
+    if "native" in names and all("c_step_us" in r["native"] for r in ones.values()):
+        parts = [f"{ones[m]['native']['c_step_us']:.2f} us ({m})" for m in models]
+        notes.append(f"The C step alone, timed in the same rounds, takes {', '.join(parts)} at batch 1 "
+                     f"(native SIMD: {b.get('simd') or '-'}; int8 products: {b.get('int8_kernel') or '-'}).")
+    return "\n\n".join([machine_line(d, source, how), table, " ".join(notes)])
+
+
+def _latency_at(lat: dict, name: str, step: int) -> dict:
+    for row in lat["series"][name]:
+        if row["from"] <= step <= row["to"]:
+            return row
+    return lat["series"][name][-1]
+
+
+def render_report(d: dict, source: str) -> str:
+    lat, th, rss = d["latency"], d["throughput"], d["rss"]
+    H = lat["history"]
+    rows = []
+    for name in lat["series"]:
+        a, b = _latency_at(lat, name, 16), _latency_at(lat, name, H)
+        t = th.get(name, [])
+        big = f"{t[-1]['readings_per_s']:,.0f} ({t[-1]['vs_single_stream_calls']:.1f}x)" if t else "-"
+        r = rss.get(name)
+        grow = f"{r['growth_kb_after_first_5pct'] / 1024:+.1f} MiB over {r['readings']:,}" if r else "-"
+        rows.append([name, f"{a['median_us']:.1f} / {b['median_us']:.1f}", big, grow])
+    top = max((t[-1]["streams"] for t in th.values() if t), default=0)
+    table = _table(["model", f"us per reading, median, step ~16 / ~{H:,}",
+                    f"readings/s at {top:,} streams (x vs {top:,} single-stream calls)", "RSS growth over readings"],
+                   rows)
+    ref = lat.get("reference", {})
+    notes = []
+    rec = {p["step"]: p["median_us"] for p in lat.get("recompute", [])}
+    if 16 in rec and H in rec:
+        notes.append(f"Recomputing the Transformer's history without a cache: {_us(rec[16])} at step 16, "
+                     f"{_us(rec[H])} at step {H:,}.")
+    if "ort_floor_session_run" in ref and "gru_torch_eager" in ref:
+        notes.append(f"onnxruntime per-call floor {_us(ref['ort_floor_session_run']['median_us'])}; "
+                     f"GRU step in torch eager {_us(ref['gru_torch_eager']['median_us'])}.")
+    how = "`edgeseq report`" + (" --quick" if d.get("meta", {}).get("quick") else "") + ", one thread per session"
+    return "\n\n".join([machine_line(d, source, how), table] + ([" ".join(notes)] if notes else []))
+
+
+RENDERERS = {
+    "bench-gru": ("bench", render_bench_gru),
+    "bench-transformer": ("bench", render_bench_transformer),
+    "bench-backends": ("bench", render_bench_backends),
+    "report": ("report", render_report),
+}
+
+
+# --- pages -------------------------------------------------------------------------------------
+
+def load(source: str, root: Path = ROOT) -> dict:
+    path = root / SOURCES[source]
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RenderError(f"{SOURCES[source]} is missing; run its benchmark (see scripts/render_docs.py)") from None
+    except json.JSONDecodeError as e:
+        raise RenderError(f"{SOURCES[source]} is not JSON: {e}") from None
+
+
+def render_region(name: str, root: Path = ROOT, cache: dict | None = None) -> str:
+    if name not in RENDERERS:
+        raise RenderError(f"unknown figures region {name!r}; known: {', '.join(sorted(RENDERERS))}")
+    source, fn = RENDERERS[name]
+    cache = {} if cache is None else cache
+    if source not in cache:
+        cache[source] = load(source, root)
+    return fn(cache[source], SOURCES[source]).rstrip() + "\n"
+
+
+def check_markers(text: str, where: str) -> list:
+    """Region names in order; raises on an unclosed, unopened or nested marker."""
+    names, open_name = [], None
+    for m in OPEN.finditer(text):
+        closing, name = m.group(1) == "/", m.group(2)
+        if not closing:
+            if open_name:
+                raise RenderError(f"{where}: figures:{name} opens inside figures:{open_name}")
+            open_name = name
+        else:
+            if open_name != name:
+                raise RenderError(f"{where}: /figures:{name} closes {'nothing' if not open_name else open_name}")
+            names.append(name)
+            open_name = None
+    if open_name:
+        raise RenderError(f"{where}: figures:{open_name} is never closed")
+    return names
+
+
+def render_page(text: str, where: str = "page", root: Path = ROOT, cache: dict | None = None) -> str:
+    """The page with every region rendered from its JSON (in memory; nothing is written)."""
+    check_markers(text, where)
+    cache = {} if cache is None else cache
+
+    def sub(m):
+        body = render_region(m.group("name"), root, cache)
+        return f"<!-- figures:{m.group('name')} -->\n\n{body}\n<!-- /figures:{m.group('name')} -->"
+    return REGION.sub(sub, text)
+
+
+def pages(root: Path = ROOT) -> list:
+    return sorted(p for p in (root / "docs").rglob("*.md") if "<!-- figures:" in p.read_text(encoding="utf-8"))
+
+
+def stale(root: Path = ROOT) -> dict:
+    """{page: rendered text} for every page whose regions differ from their JSON."""
+    out, cache = {}, {}
+    for p in pages(root):
+        text = p.read_text(encoding="utf-8")
+        new = render_page(text, str(p.relative_to(root)), root, cache)
+        if new != text:
+            out[p] = new
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if a region is out of date")
+    args = ap.parse_args(argv)
+    try:
+        todo = stale()
+    except RenderError as e:
+        print(f"Error: {e}", file=sys.stderr)
+        return 1
+    for p, text in todo.items():
+        rel = p.relative_to(ROOT)
+        if args.check:
+            print(f"{rel}: figures differ from their JSON; run python scripts/render_docs.py", file=sys.stderr)
+        else:
+            p.write_text(text, encoding="utf-8")
+            print(f"rendered {rel}")
+    if args.check:
+        return 1 if todo else 0
+    if not todo:
+        print("figures up to date")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

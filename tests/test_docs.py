@@ -1,0 +1,91 @@
+"""The documentation: the site builds with no warning (a broken link or anchor fails), the
+figure tables are what their JSON says, and the README stays a front door that links into it."""
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def render_docs():
+    spec = importlib.util.spec_from_file_location("render_docs", ROOT / "scripts" / "render_docs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_site_builds_strict(tmp_path):
+    pytest.importorskip("mkdocs", reason="mkdocs not installed: pip install '.[docs]' (Python 3.11+)")
+    site = tmp_path / "site"
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
+    r = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-d", str(site)],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"mkdocs build --strict failed:\n{r.stdout}\n{r.stderr}"
+    for page in ("index.html", "api/runtime/index.html", "measured/index.html", "report/report/index.html",
+                 "report/index.html", "report/memory.png", "attention-transformer.png"):
+        assert (site / page).is_file(), f"{page} missing from the built site"
+    api = (site / "api" / "runtime" / "index.html").read_text(encoding="utf-8")
+    assert 'id="edgeseq.runtime.session.StreamSession.push"' in api
+
+
+def test_figures_are_rendered_from_their_json():
+    rd = render_docs()
+    stale = rd.stale()
+    assert not stale, ("figures differ from their JSON (edited by hand, or the JSON changed): "
+                       + ", ".join(str(p.relative_to(ROOT)) for p in stale)
+                       + "; run python scripts/render_docs.py")
+
+
+def test_every_renderer_has_a_region():
+    rd = render_docs()
+    used = set()
+    for page in rd.pages():
+        used.update(rd.check_markers(page.read_text(encoding="utf-8"), page.name))
+    assert used == set(rd.RENDERERS), f"renderers without a region: {sorted(set(rd.RENDERERS) - used)}"
+
+
+def test_a_hand_edit_between_markers_is_caught():
+    rd = render_docs()
+    page = ROOT / "docs" / "measured.md"
+    text = page.read_text(encoding="utf-8")
+    assert rd.render_page(text) == text
+    body = re.search(r"<!-- figures:bench-gru -->(.*?)<!-- /figures:bench-gru -->", text, re.S).group(1)
+    edited = text.replace(body, re.sub(r"\d+\.\d us", "1.0 us", body, count=1))
+    assert edited != text
+    assert rd.render_page(edited) == text
+
+
+def test_machine_line_names_the_date_only_when_the_json_has_one():
+    rd = render_docs()
+    m = {"machine": "x86_64", "cpus": 2, "onnxruntime": "1.32.0", "processor": ""}
+    dated = rd.machine_line({"machine": m, "date": "2026-11-29 12:11 UTC"}, "docs/figures/x.json", "`run`")
+    assert dated == "*`run`, on x86_64 (2 CPUs), onnxruntime 1.32.0; measured 2026-11-29 12:11 UTC.*"
+    undated = rd.machine_line({"machine": m}, "docs/figures/x.json", "`run`")
+    assert undated.endswith("the date is not recorded in `docs/figures/x.json`.*")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("<!-- figures:bench-gru -->\nx\n", "never closed"),
+    ("<!-- /figures:bench-gru -->\n", "closes nothing"),
+    ("<!-- figures:nope -->\n<!-- /figures:nope -->\n", "unknown figures region 'nope'"),
+    ("<!-- figures:report -->\n<!-- figures:bench-gru -->\n", "opens inside"),
+])
+def test_bad_markers_are_refused(text, message):
+    rd = render_docs()
+    with pytest.raises(rd.RenderError, match=message):
+        rd.render_page(text)
+
+
+def test_readme_is_a_front_door_with_working_links():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 300
+    links = re.findall(r"\]\(((?:docs|CONTRIBUTING|CHANGELOG)[^)#\s]*)(?:#[^)]*)?\)", text)
+    assert links, "the README links into docs/"
+    for link in links:
+        assert (ROOT / link).exists(), f"README links to {link}, which does not exist"
