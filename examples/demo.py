@@ -65,16 +65,17 @@ def main():
               f"'{guess}' ({probs.max():.2f})")
         rows.append((arch, ev["accuracy"], ev["continuous"]["reading_accuracy"], q["int8_continuous_accuracy"],
                      rep["bytes"], q["bytes"], sess.state_nbytes(), sess.state_nbytes_at(4096),
-                     np.median(times) * 1e6))
+                     np.median(times) * 1e6, sess.backend))
 
     print("\n             per seq    continuous   int8 cont.   file bytes   int8 bytes   state after 100"
-          "   state after 4096   median step")
-    for arch, acc, cont, qcont, size, qsize, s100, s4096, us in rows:
+          "   state after 4096   median step (backend)")
+    for arch, acc, cont, qcont, size, qsize, s100, s4096, us, backend in rows:
         print(f"{arch:11s}  {acc:7.3f}   {cont:10.3f}   {qcont:10.3f}   {size:10,d}   {qsize:10,d}   {s100:13,d} B   "
-              f"{s4096:14,d} B   {us:8.1f} us")
+              f"{s4096:14,d} B   {us:8.1f} us ({backend})")
     print("\nper seq: accuracy at each test sequence's end, every sequence its own stream from zero state."
           "\ncontinuous: per-reading accuracy on the test sequences joined end to end, never reset "
           "(20 readings after each change not scored), as a device sees them."
+          "\nmedian step: StreamSession.push of one reading on the backend named (native: the compiled C step)."
           "\nRecurrent and state-space models hold the same state whatever the history; the Transformer's KV "
           "cache grows "
           "by one row per reading up to the window it was trained with, then slides."

@@ -71,12 +71,12 @@ def machine_line(d: dict, source: str, how: str) -> str:
     parts = [m.get("machine", "unknown machine")]
     if m.get("cpus"):
         parts[0] += f" ({m['cpus']} CPUs)"
-    if m.get("processor"):
-        parts.append(m["processor"])
+    if m.get("cpu") or m.get("processor"):
+        parts.append(m.get("cpu") or m["processor"])
     for key, label in (("python", "Python"), ("onnxruntime", "onnxruntime"), ("numpy", "numpy"), ("torch", "torch")):
         if m.get(key):
             parts.append(f"{label} {m[key]}")
-    date = d.get("date") or d.get("measured") or d.get("meta", {}).get("date")
+    date = d.get("date") or d.get("measured") or d.get("meta", {}).get("date") or m.get("date")
     when = f"measured {date}" if date else f"the date is not recorded in `{source}`"
     return f"*{how}, on {', '.join(parts)}; {when}.*"
 
@@ -147,6 +147,37 @@ def render_bench_backends(d: dict, source: str) -> str:
     return "\n\n".join([machine_line(d, source, how), table, " ".join(notes)])
 
 
+def render_bench_archs(d: dict, source: str) -> str:
+    a = d.get("archs") or {}
+    how = (f"`edgeseq bench --repeats {d['repeats']}`, {d.get('threads', 1)} thread; at one stream the native push, "
+           "its C step alone and the floor interleaved, the onnxruntime push in rounds of its own")
+    if not a.get("ssm"):
+        return "\n\n".join([machine_line(d, source, how), f"Not timed: {a.get('native', 'no native step')}."])
+    rows = []
+    for variant in dict.fromkeys(r["variant"] for r in a["ssm"]):
+        for model in dict.fromkeys(r["model"] for r in a["ssm"]):
+            one = next(r for r in a["ssm"] if (r["variant"], r["model"], r["streams"]) == (variant, model, 1))
+            many = max((r for r in a["ssm"] if (r["variant"], r["model"]) == (variant, model)),
+                       key=lambda r: r["streams"])
+            rows.append([f"{variant}, {'int8 static' if model == 'int8' else model}",
+                         f"{one['native']['us_per_call']:.2f} us", f"{one['native']['c_step_us']:.2f} us",
+                         f"{one['floor_iobinding_us']:.2f} us", _x(one["native"]["over_floor"]),
+                         _us(one["onnxruntime"]["us_per_call"]),
+                         f"{_rate(many['native']['readings_per_s'])} ({many['native']['share_of_gemm_bound']:.0%})"])
+    top = max(r["streams"] for r in a["ssm"])
+    ssm = _table(["SSM (d_model 32, d_state 32, 2 layers)", "native push, 1 stream", "C step alone", "floor, same rounds",
+                  "push / floor", "onnxruntime push", f"native readings/s at {top:,} streams (of the GEMM bound)"], rows)
+    w = a["transformer"]["window_full"]
+    hist = a["transformer"]["history"]
+    tr = _table(["Transformer (d 32, 4 heads, 2 layers), 1 stream", "native push", "onnxruntime push", "floor, same rounds",
+                 "native / floor"],
+                [[f"window {w['window']}, full", f"{w['native_us']:.2f} us", _us(w["onnxruntime_us"]),
+                  f"{w['floor_iobinding_us']:.2f} us", _x(w["over_floor"])]]
+                + [[f"no window, {h['history']:,} readings cached ({h['state_bytes'] // 1024} KiB)",
+                    f"{h['native_us']:.2f} us", "", "", ""] for h in hist])
+    return "\n\n".join([machine_line(d, source, how), ssm, tr])
+
+
 def _latency_at(lat: dict, name: str, step: int) -> dict:
     for row in lat["series"][name]:
         if row["from"] <= step <= row["to"]:
@@ -186,6 +217,7 @@ RENDERERS = {
     "bench-gru": ("bench", render_bench_gru),
     "bench-transformer": ("bench", render_bench_transformer),
     "bench-backends": ("bench", render_bench_backends),
+    "bench-archs": ("bench", render_bench_archs),
     "report": ("report", render_report),
 }
 

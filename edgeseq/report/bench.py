@@ -363,7 +363,7 @@ def run_arch_steps(tmp: Path, repeats: int, warmup: int, floor_call) -> dict:
 def format_arch_steps(a: dict) -> list:
     if a.get("native"):
         return [f"SSM and Transformer on the native step: not timed ({a['native']})"]
-    lines = ["SSM (d_model 32, d_state 16), StreamSession.push, calls interleaved with the floor and the C step:",
+    lines = ["SSM (d_model 32, d_state 32, 2 layers), StreamSession.push, calls interleaved with the floor and the C step:",
              "  variant    model  streams   onnxruntime us   native us   native rd/s  of bound  vs floor  C step us"]
     for r in a["ssm"]:
         nat = r["native"]

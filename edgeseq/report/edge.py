@@ -31,12 +31,10 @@ from pathlib import Path
 import numpy as np
 
 from edgeseq.errors import UsageError
+from edgeseq.report.edge_pages import BATCHES, _html, _markdown, _plots, _summary, latency_at  # noqa: F401
 
 ARCHS = ["rnn", "gru", "lstm", "transformer", "ssm"]
 FIXED = ["rnn", "gru", "lstm", "ssm"]          # a fixed state per stream: recurrent and state-space
-COLORS = {"rnn": "tab:green", "gru": "tab:blue", "lstm": "tab:purple", "transformer": "tab:red", "ssm": "tab:brown",
-          "transformer-window": "tab:orange", "recompute": "black"}
-BATCHES = [1, 16, 256, 1024]
 
 FULL = {"history": 4096, "latency_repeats": 5, "recompute_points": [2, 16, 64, 256, 1024, 4096],
         "throughput_calls": 200, "rss_readings": 100_000, "rss_growing": 20_000, "window": 256,
@@ -115,13 +113,14 @@ def _variants(models: dict, window: int) -> list:
     return out
 
 
-def _color(name):
-    return COLORS.get(name.replace("-int8", ""), "gray")
-
-
 # --- 2. memory --------------------------------------------------------------------------------
 
 def _memory(models, settings, readings: np.ndarray) -> dict:
+    """Bytes each streamed configuration holds per stream after 1 .. history readings, read
+    from live sessions on the default backend (the native step wherever it runs: there a
+    windowed Transformer's ring holds at most its window's rows), and where the Transformer's
+    cache passes each fixed-state model's state and whole footprint (None: its cache stays
+    below it, bounded by its window)."""
     from edgeseq.runtime import StreamSession
     H = settings["history"]
     points = sorted({1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, H} & set(range(1, H + 1)))
@@ -129,18 +128,20 @@ def _memory(models, settings, readings: np.ndarray) -> dict:
     for name, path, window in _variants(models, settings["window"]):
         if name.endswith("-int8"):
             continue
-        # The cache as a runtime that keeps every reading up to the bound holds it (onnxruntime): the
-        # native ring of a windowed model keeps only the rows its window reads, whatever the bound.
-        s = StreamSession(path, max_history=window, on_full="slide",
-                          backend="onnxruntime" if name.startswith("transformer") else None)
+        s = StreamSession(path, max_history=window, on_full="slide")
         got = {}
         for t in range(1, H + 1):
             s.push(readings[(t - 1) % len(readings)][None])
             if t in points:
                 got[t] = s.state_nbytes()
-        series[name] = {"history": points, "bytes": [got[t] for t in points], "max_history": window}
+        series[name] = {"history": points, "bytes": [got[t] for t in points], "max_history": window,
+                        "backend": s.backend}
     tr = series["transformer"]
-    per_reading = (tr["bytes"][-1] - tr["bytes"][0]) / (tr["history"][-1] - tr["history"][0])
+    per_reading = (tr["bytes"][1] - tr["bytes"][0]) / (tr["history"][1] - tr["history"][0])
+    held = max(tr["bytes"])
+
+    def passes(threshold):
+        return int(np.ceil(threshold / per_reading + 1e-9)) if held >= threshold else None
     cross = {}
     for arch in FIXED:
         state = series[arch]["bytes"][0]
@@ -148,13 +149,14 @@ def _memory(models, settings, readings: np.ndarray) -> dict:
         footprint_int8 = state + models[arch]["int8"]["bytes"]
         cross[arch] = {
             "state_bytes": state,
-            "passes_state_at": int(np.ceil(state / per_reading + 1e-9)),
+            "passes_state_at": passes(state),
             "footprint_bytes": footprint,
-            "passes_footprint_at": int(np.ceil(footprint / per_reading + 1e-9)),
+            "passes_footprint_at": passes(footprint),
             "footprint_int8_bytes": footprint_int8,
-            "passes_footprint_int8_at": int(np.ceil(footprint_int8 / per_reading + 1e-9)),
+            "passes_footprint_int8_at": passes(footprint_int8),
         }
-    return {"series": series, "transformer_bytes_per_reading": per_reading, "crossover": cross}
+    return {"series": series, "transformer_bytes_per_reading": per_reading, "transformer_most_bytes": held,
+            "crossover": cross}
 
 
 # --- 3. latency -------------------------------------------------------------------------------
@@ -176,10 +178,11 @@ def _latency(models, ckpts, settings, readings, tmp: Path, progress) -> dict:
     H, R = settings["history"], settings["latency_repeats"]
     variants = _variants(models, settings["window"])
     bar = _bar(len(variants) * R + len(settings["recompute_points"]) + 2, "latency", progress)
-    per_step = {}
+    per_step, used = {}, {}
     clock = time.perf_counter
     for name, path, window in variants:
         s = StreamSession(path, max_history=window, on_full="slide")
+        used[name] = s.backend
         times = np.zeros((R, H))
         for r in range(R):
             s.reset()
@@ -196,7 +199,7 @@ def _latency(models, ckpts, settings, readings, tmp: Path, progress) -> dict:
         for a, b in _bins(H):
             block = us[:, a - 1:b - 1].ravel()
             rows.append({"from": a, "to": b - 1, "median_us": float(np.median(block)),
-                         "p99_us": float(np.percentile(block, 99)), "samples": int(block.size)})
+                         "p99_us": float(np.percentile(block, 99)), "samples": int(block.size), "backend": used[name]})
         series[name] = rows
 
     F = readings.shape[1]
@@ -228,15 +231,6 @@ def _latency(models, ckpts, settings, readings, tmp: Path, progress) -> dict:
     return {"series": series, "reference": reference, "recompute": recompute, "repeats": R, "history": H}
 
 
-def latency_at(lat: dict, name: str, step: int) -> dict:
-    for row in lat["series"][name]:
-        if row["from"] <= step <= row["to"]:
-            return row
-    return lat["series"][name][-1]
-
-
-# --- 4. throughput ----------------------------------------------------------------------------
-
 def _throughput(models, settings, readings, progress) -> dict:
     from edgeseq.runtime import StreamSession
     calls = settings["throughput_calls"]
@@ -258,7 +252,8 @@ def _throughput(models, settings, readings, progress) -> dict:
                 s.push(X[i % 64])
                 times[i] = clock() - t0
             per_call = float(np.median(times))
-            rows.append({"streams": B, "call_us": per_call * 1e6, "readings_per_s": B / per_call, "calls": n})
+            rows.append({"streams": B, "call_us": per_call * 1e6, "readings_per_s": B / per_call, "calls": n,
+                         "backend": s.backend})
             bar.update(1)
         single = rows[0]["call_us"]
         for r in rows:
@@ -291,6 +286,7 @@ for t in range(1, n + 1):
         out["points"].append([t, rss_kb()])
 out["peak_kb"] = status_kb("VmHWM")       # this process's high-water mark (ru_maxrss can carry the parent's)
 out["state_bytes"] = s.state_nbytes()
+out["backend"] = s.backend
 print(json.dumps(out))
 """
 
@@ -308,9 +304,8 @@ def _rss(models, settings, readings, progress) -> dict:
         npy = os.path.join(tmp, "readings.npy")
         np.save(npy, readings)
         for name, path, window, n in jobs:
-            env = {**os.environ, "EDGESEQ_BACKEND": "onnxruntime"} if name.startswith("transformer") else None
             res = subprocess.run([sys.executable, "-c", _RSS, path, str(n), "-" if window is None else str(window),
-                                  npy], capture_output=True, text=True, check=True, env=env)   # as in _memory
+                                  npy], capture_output=True, text=True, check=True)
             r = json.loads(res.stdout.strip().splitlines()[-1])
             first = r["points"][0][1]
             r.update({"readings": n, "growth_kb_after_first_5pct": r["points"][-1][1] - first})
@@ -318,204 +313,6 @@ def _rss(models, settings, readings, progress) -> dict:
             bar.update(1)
     bar.close()
     return out
-
-
-# --- plots ------------------------------------------------------------------------------------
-
-def _finish(fig, ax, path, xlabel, ylabel, title, grid, legend):
-    import matplotlib.pyplot as plt
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.grid(True, **grid)
-    ax.legend(**legend)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def _plots(r: dict, out: Path) -> dict:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    files = {}
-    mem = r["memory"]
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for name, s in mem["series"].items():
-        label = {"transformer": "Transformer, growing KV cache",
-                 "transformer-window": f"Transformer, window of {s['max_history']}"}.get(name, f"{name.upper()} state")
-        ax.plot(s["history"], s["bytes"], marker="o", ms=3, color=_color(name), label=label)
-    g = mem["crossover"]["gru"]
-    ax.axhline(g["footprint_bytes"], color="tab:blue", ls=":", lw=1)
-    ax.text(1.1, g["footprint_bytes"] * 1.15, f"GRU whole footprint (state + float model, {g['footprint_bytes']:,} B)",
-            fontsize=8, color="tab:blue")
-    for key, what in (("passes_state_at", "passes GRU state"), ("passes_footprint_at", "passes GRU footprint")):
-        h = g[key]
-        y = h * mem["transformer_bytes_per_reading"]
-        ax.plot([h], [y], marker="X", ms=10, color="black")
-        ax.annotate(f"{what}\nat reading {h}", (h, y), textcoords="offset points", xytext=(8, -22), fontsize=8)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    _finish(fig, ax, out / "memory.png", xlabel="history (readings streamed)",
-            ylabel="bytes held per stream",
-            title="Memory per stream: fixed recurrent state vs growing KV cache",
-            grid=dict(which="both", alpha=0.3), legend=dict(fontsize=8, loc="upper left"))
-    files["memory"] = "memory.png"
-
-    lat = r["latency"]
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for name, rows in lat["series"].items():
-        xs = [(row["from"] + row["to"]) / 2 for row in rows]
-        ls = "--" if name.endswith("-int8") else "-"
-        ax.plot(xs, [row["median_us"] for row in rows], ls=ls, color=_color(name), label=f"{name} median")
-        ax.plot(xs, [row["p99_us"] for row in rows], ls=":", lw=0.8, color=_color(name))
-    if lat["recompute"]:
-        ax.plot([p["step"] for p in lat["recompute"]], [p["median_us"] for p in lat["recompute"]], "k-o", ms=4,
-                label="Transformer, recompute history (no cache)")
-    ref = lat["reference"]
-    ax.axhline(ref["ort_floor_session_run"]["median_us"], color="gray", lw=1, ls="-.")
-    ax.text(1.1, ref["ort_floor_session_run"]["median_us"] * 0.8, "onnxruntime per-call floor", fontsize=8, color="gray")
-    ax.axhline(ref["gru_torch_eager"]["median_us"], color="tab:blue", lw=1, ls="-.")
-    ax.text(1.1, ref["gru_torch_eager"]["median_us"] * 1.08, "GRU step, torch eager", fontsize=8, color="tab:blue")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    _finish(fig, ax, out / "latency.png", xlabel="step index (readings streamed)",
-            ylabel="microseconds per reading (dotted: p99)",
-            title="Latency per reading: flat for recurrent models, growing with a KV cache",
-            grid=dict(which="both", alpha=0.3), legend=dict(fontsize=7, ncol=2, loc="upper left"))
-    files["latency"] = "latency.png"
-
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for name, rows in r["throughput"].items():
-        ls = "--" if name.endswith("-int8") else "-"
-        ax.plot([x["streams"] for x in rows], [x["readings_per_s"] for x in rows], ls=ls, marker="o",
-                color=_color(name), label=f"{name} ({rows[-1]['vs_single_stream_calls']:.0f}x at B={rows[-1]['streams']})")
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    _finish(fig, ax, out / "throughput.png", xlabel="streams per call (B)",
-            ylabel="readings per second",
-            title="Throughput: many streams in one call (ratio vs B single-stream calls)",
-            grid=dict(which="both", alpha=0.3), legend=dict(fontsize=7))
-    files["throughput"] = "throughput.png"
-
-    fig, ax = plt.subplots(figsize=(8, 5))
-    for name, s in r["rss"].items():
-        ls = "--" if name.endswith("-int8") else "-"
-        ax.plot([p[0] for p in s["points"]], [p[1] / 1024 for p in s["points"]], ls=ls, color=_color(name),
-                label=f"{name} ({s['readings']:,} readings)")
-    _finish(fig, ax, out / "rss.png", xlabel="readings streamed",
-            ylabel="process RSS (MiB)",
-            title="Process memory over a long stream (one process per model)",
-            grid=dict(alpha=0.3), legend=dict(fontsize=7))
-    files["rss"] = "rss.png"
-    return files
-
-
-# --- text -------------------------------------------------------------------------------------
-
-def _tables(r: dict) -> list:
-    """[(title, header, rows)] shared by the Markdown and the HTML page."""
-    m = r["models"]
-    t1 = ("Models (accuracy per sequence, reset at each start / continuous, never reset, per reading)",
-          ["model", "parameters", "MACs/reading", "float file", "int8 file", "float acc", "int8 acc",
-           "follow a change"],
-          [[a, f"{v['parameters']:,}",
-            f"{v['macs_per_reading']:,}" + (" (at 16)" if a == "transformer" else ""),
-            f"{v['float']['bytes']:,} B", f"{v['int8']['bytes']:,} B",
-            f"{v['float']['accuracy']:.3f} / {v['float']['continuous_accuracy']:.3f}",
-            f"{v['int8']['accuracy']:.3f} / {v['int8']['continuous_accuracy']:.3f}",
-            "-" if v["float"]["median_readings_to_follow"] is None
-            else f"{v['float']['median_readings_to_follow']:.0f} readings"] for a, v in m.items()])
-    mem = r["memory"]
-    t2 = ("Where the Transformer's cache passes the recurrent models",
-          ["recurrent model", "state", "cache passes state at", "whole footprint (float)", "passes it at",
-           "footprint (int8)", "passes it at"],
-          [[a, f"{c['state_bytes']:,} B", f"reading {c['passes_state_at']:,}", f"{c['footprint_bytes']:,} B",
-            f"reading {c['passes_footprint_at']:,}", f"{c['footprint_int8_bytes']:,} B",
-            f"reading {c['passes_footprint_int8_at']:,}"] for a, c in mem["crossover"].items()])
-    lat = r["latency"]
-    H = lat["history"]
-    t3 = ("Latency per reading (microseconds, median / p99)",
-          ["model", "step ~16", f"step ~{H}"],
-          [[n, f"{latency_at(lat, n, 16)['median_us']:.1f} / {latency_at(lat, n, 16)['p99_us']:.1f}",
-            f"{latency_at(lat, n, H)['median_us']:.1f} / {latency_at(lat, n, H)['p99_us']:.1f}"]
-           for n in lat["series"]]
-          + [["Transformer recompute (no cache)",
-              *[next((f"{p['median_us']:.1f}" for p in lat["recompute"] if p["step"] == s), "-") for s in (16, H)]],
-             ["onnxruntime per-call floor", f"{lat['reference']['ort_floor_session_run']['median_us']:.1f}", "same"],
-             ["GRU step, torch eager", f"{lat['reference']['gru_torch_eager']['median_us']:.1f}", "same"]])
-    t4 = ("Throughput: B streams in one call",
-          ["model"] + [f"B={b} readings/s (x vs B calls)" for b in BATCHES],
-          [[n] + [f"{x['readings_per_s']:,.0f} ({x['vs_single_stream_calls']:.1f}x)" for x in rows]
-           for n, rows in r["throughput"].items()])
-    t5 = ("Process memory over a long stream",
-          ["model", "readings", "RSS at 5%", "RSS at end", "growth", "peak", "state held at end"],
-          [[n, f"{s['readings']:,}", f"{s['points'][0][1] / 1024:.1f} MiB", f"{s['points'][-1][1] / 1024:.1f} MiB",
-            f"{s['growth_kb_after_first_5pct'] / 1024:+.1f} MiB", f"{s['peak_kb'] / 1024:.1f} MiB",
-            f"{s['state_bytes']:,} B"] for n, s in r["rss"].items()])
-    return [t1, t2, t3, t4, t5]
-
-
-def _summary(r: dict) -> list:
-    c, lat, th = r["memory"]["crossover"], r["latency"], r["throughput"]
-    H = lat["history"]
-    g16, gH = latency_at(lat, "gru", 16)["median_us"], latency_at(lat, "gru", H)["median_us"]
-    t16, tH = latency_at(lat, "transformer", 16)["median_us"], latency_at(lat, "transformer", H)["median_us"]
-    b = th["gru"][-1]
-    return [
-        f"The Transformer's cache grows by {r['memory']['transformer_bytes_per_reading']:.0f} B per reading per stream; "
-        f"it passes the GRU's {c['gru']['state_bytes']} B state at reading {c['gru']['passes_state_at']} and the "
-        f"GRU's whole float footprint ({c['gru']['footprint_bytes']:,} B) at reading {c['gru']['passes_footprint_at']:,}.",
-        f"GRU latency per reading: {g16:.1f} us at step 16, {gH:.1f} us at step {H}. "
-        f"Transformer with its cache: {t16:.1f} us at 16, {tH:.1f} us at {H}.",
-        f"GRU with {b['streams']} streams in one call: {b['readings_per_s']:,.0f} readings/s, "
-        f"{b['vs_single_stream_calls']:.0f}x the same readings as single-stream calls.",
-        "int8 vs float file size: " + ", ".join(
-            f"{a} {v['int8']['bytes'] / 1000:.1f} vs {v['float']['bytes'] / 1000:.1f} KB" for a, v in r["models"].items()) + ".",
-    ]
-
-
-def _markdown(r: dict, files: dict) -> str:
-    m = r["meta"]
-    lines = ["# edgeseq report: fixed recurrent state vs growing KV cache", "",
-             f"Measured {m['date']} on {m['machine']['machine']} ({m['machine']['cpus']} CPUs), "
-             f"onnxruntime {m['machine']['onnxruntime']}, torch {m['machine'].get('torch', '-')}, "
-             f"numpy {m['machine']['numpy']}, Python {m['machine']['python']}; one thread per session. "
-             f"Data: {m.get('data', '-')}. "
-             f"Mode: {'quick' if m['quick'] else 'full'}; latency repeats {r['latency']['repeats']} streams of "
-             f"{r['latency']['history']} readings; warm-up {m['settings']['warmup']} calls; {m['seconds']:.0f} s in all.",
-             ""] + [f"- {s}" for s in _summary(r)] + [""]
-    plots = {"memory": "Memory per stream", "latency": "Latency per reading", "throughput": "Throughput",
-             "rss": "Process memory"}
-    for title, head, rows in _tables(r):
-        lines += [f"## {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        lines += ["| " + " | ".join(row) + " |" for row in rows]
-        lines.append("")
-    for key, title in plots.items():
-        lines += [f"![{title}]({files[key]})", ""]
-    return "\n".join(lines)
-
-
-def _html(r: dict, files: dict) -> str:
-    import html
-    md_head = _markdown(r, files).split("\n")[2]
-    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>edgeseq report</title>",
-             "<style>body{font-family:sans-serif;max-width:1000px;margin:2em auto;padding:0 1em}"
-             "table{border-collapse:collapse;margin:1em 0}td,th{border:1px solid #ccc;padding:4px 8px;"
-             "text-align:right}td:first-child,th:first-child{text-align:left}img{max-width:100%}</style>",
-             "</head><body><h1>edgeseq report: fixed recurrent state vs growing KV cache</h1>",
-             f"<p>{html.escape(md_head)}</p><ul>"] + [f"<li>{html.escape(s)}</li>" for s in _summary(r)] + ["</ul>"]
-    for key, title in (("memory", "Memory per stream"), ("latency", "Latency per reading")):
-        parts.append(f"<h2>{title}</h2><img src='{files[key]}' alt='{title}'>")
-    for title, head, rows in _tables(r):
-        parts.append(f"<h2>{html.escape(title)}</h2><table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head)
-                     + "</tr>" + "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
-                                         for row in rows) + "</table>")
-    for key, title in (("throughput", "Throughput"), ("rss", "Process memory")):
-        parts.append(f"<h2>{title}</h2><img src='{files[key]}' alt='{title}'>")
-    parts.append("<p>Every figure is in <a href='report.json'>report.json</a>.</p></body></html>")
-    return "\n".join(parts)
 
 
 # --- entry point ------------------------------------------------------------------------------
