@@ -17,6 +17,8 @@ markers fails `tests/test_docs.py`.
 Sources:
   - docs/figures/bench.json   `edgeseq bench --repeats 500 --json > docs/figures/bench.json`
   - docs/report/report.json   `edgeseq report --out docs/report` (the full report run)
+  - docs/figures/firmware.json  `python scripts/firmware_table.py --json docs/figures/firmware.json
+                                 models/{rnn,gru,lstm}-int8.onnx` (after `make demo`)
 
 Standard library only, so it runs wherever the docs build.
 """
@@ -35,6 +37,7 @@ DOCS = ROOT / "docs"
 SOURCES = {
     "bench": "docs/figures/bench.json",
     "report": "docs/report/report.json",
+    "firmware": "docs/figures/firmware.json",
 }
 
 REGION = re.compile(r"<!-- figures:(?P<name>[a-z0-9-]+) -->\n(?P<body>.*?)<!-- /figures:(?P=name) -->", re.S)
@@ -178,6 +181,27 @@ def render_bench_archs(d: dict, source: str) -> str:
     return "\n\n".join([machine_line(d, source, how), ssm, tr])
 
 
+CORES = {"cortex-m4": "M4", "cortex-m0plus": "M0+"}
+
+
+def render_firmware(d: dict, source: str) -> str:
+    rows = [[f"{r['arch'].upper()} h{r['hidden']}", f"{CORES.get(r['core'], r['core'])} {r['opt']}",
+             f"{r['instructions_per_step']:,.0f} ({r['instructions_per_mac']:.2f})", f"{r['helper_instructions']:,.0f}",
+             f"{r['stack_bytes']:,}", f"{r['cycles_per_step']:,.0f}" if r.get("cycles_per_step") else "-",
+             f"{r['sections']['text']:,}", f"{r['sections']['rodata']:,}"] for r in d["measured"]]
+    measured = _table(["model", "core, opt", "instructions / reading (per MAC)", "64-bit helper instr.", "stack B",
+                       "modelled cycles", ".text B", ".rodata B"], rows)
+    checks = _table(["model", "part", "flash", "RAM", "cycles / reading", "time / reading"],
+                    [[c["arch"].upper(), c["target"], f"{c['flash_bytes']:,} B", f"{c['ram_bytes']:,} B",
+                      f"{c['cycles']:,.0f}", _us(c["us_per_reading"]) if c["us_per_reading"] < 1000
+                      else f"{c['us_per_reading'] / 1000:.2f} ms"] for c in d["check"]])
+    exact = min(r.get("bit_exact_readings", 0) for r in d["measured"])
+    how = (f"`{d['command']}`, {d['compiler']}, each build bit-exact with the simulator over {exact:,} readings; "
+           f"measured {d['date']}")
+    return "\n\n".join([f"*{how}.*", measured, "What `firmware check` says for the same models (cycles fitted to "
+                         "the measured steps):", checks])
+
+
 def _latency_at(lat: dict, name: str, step: int) -> dict:
     for row in lat["series"][name]:
         if row["from"] <= step <= row["to"]:
@@ -219,6 +243,7 @@ RENDERERS = {
     "bench-backends": ("bench", render_bench_backends),
     "bench-archs": ("bench", render_bench_archs),
     "report": ("report", render_report),
+    "firmware": ("firmware", render_firmware),
 }
 
 
