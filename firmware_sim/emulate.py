@@ -97,6 +97,8 @@ def classify(mnemonic: str) -> tuple:
     """(base, class) for an objdump mnemonic: "ldrsb.w" -> ("ldrsb", "load"), "bne" -> ("b",
     "branch_cond"), "addeq" -> ("add", "alu"). Unknown instructions are class "other"."""
     m = mnemonic.lower().split(".")[0]
+    if m == "it_condition_failed":              # an IT block's instruction issued with its condition failed
+        return m, "condition_failed"
     if m in ("bl", "blx", "bx"):
         return m, _CLASS_OF[m]
     if m[:1] == "b" and m[1:] in _CONDS:
@@ -433,6 +435,27 @@ class Machine:
                 return name
         return f"?{addr:#x}"
 
+    def _it_skipped(self, visits: Counter) -> Counter:
+        """{address: times issued with its condition failed} for the instructions of IT blocks.
+        The emulator runs an IT block's instructions only when their condition holds; the core
+        issues every one of them (a failed one costs a cycle, Cortex-M4 TRM 3.3.3). An IT block
+        is entered only through its IT, so each of its k instructions (k = letters after "i") is
+        issued as often as the IT was."""
+        out = Counter()
+        for address, n in visits.items():
+            insn = self._insns.get(address) if self._insns else None
+            if insn is None or insn.cls != "it":
+                continue
+            nxt = address + insn.size
+            for _ in range(len(insn.base) - 1 if insn.base.startswith("it") else 0):
+                member = self._insns.get(nxt)
+                if member is None:
+                    break
+                if n > visits.get(nxt, 0):
+                    out[nxt] += n - visits.get(nxt, 0)
+                nxt += member.size
+        return out
+
     def call(self, function: Union[str, int], *args: int, count: bool = False,
              max_instructions: int = 10_000_000) -> dict:
         """Call a C function with integer/pointer arguments (AAPCS: r0-r3, then the stack).
@@ -512,6 +535,11 @@ class Machine:
             return result
         mix, by_function = Counter(), Counter()
         events = Counter(branch_not_taken=sum(not_taken.values()), pipelined_loads=sum(pipelined.values()))
+        skipped = self._it_skipped(visits)
+        events["it_condition_failed"] = sum(skipped.values())
+        for address, n in skipped.items():          # issued, condition failed: 1 cycle each (TRM)
+            by_function[self._function_of(address)] += n
+            mix["it_condition_failed"] += n
         for address, n in visits.items():
             by_function[self._function_of(address)] += n
             insn = self._insns.get(address)
@@ -522,7 +550,7 @@ class Machine:
             events["pc_loads"] += n * insn.loads_pc
             events["pc_alu_writes"] += n * insn.alu_pc
         result.update(
-            instructions=sum(visits.values()), mix=mix, by_function=by_function, events=dict(events),
+            instructions=sum(visits.values()) + sum(skipped.values()), mix=mix, by_function=by_function, events=dict(events),
             cycles=cycles(mix, self.core, events) if self._insns else None,
             provenance={"r0": "measured", "stack_bytes": "measured", "instructions": "measured",
                         "mix": "measured" if self._insns else "unavailable: no objdump",

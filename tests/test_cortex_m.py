@@ -53,6 +53,21 @@ int64_t mul64(int32_t a, int32_t b)
     return (int64_t)a * b;
 }
 
+/* Branch-free clipping: compilers for Thumb-2 use IT blocks, whose instructions run or not by data. */
+int32_t vs[64];
+
+__attribute__((noinline)) int32_t clip_sum(const int32_t *v, int32_t n)
+{
+    int32_t s = 0, i;
+    for (i = 0; i < n; i++) {
+        int32_t x = v[i];
+        if (x > 100) x = 100;
+        if (x < -100) x = -100;
+        s += x;
+    }
+    return s;
+}
+
 /* Initialised data (.data), a constant table (.rodata) and state kept between calls. */
 int32_t counter = 40;
 const int16_t steps[4] = {1, -3, 300, -20000};
@@ -112,7 +127,7 @@ def test_dot_matches_numpy_and_counts_are_plausible(elfs, data, core, opt):
     assert r["instructions"] <= c["cycles"] < 10 * r["instructions"]
     assert c["unknown"] == {}, "every executed mnemonic should have a timing class"
     size = toolchain.sections(elfs[core, opt])
-    assert size["text"] > 0 and size["bss"] == 64 + 4 * 64 and size["data"] == 4
+    assert size["text"] > 0 and size["bss"] == 64 + 4 * 64 + 4 * 64 and size["data"] == 4
     assert 0 < toolchain.sections(elfs[core, opt], symbols_from=["dot_s8"])["text"] <= size["text"]
 
 
@@ -209,6 +224,24 @@ def test_errors_are_one_line_edgeseq_errors(elfs, tmp_path):
     assert "\n" not in str(e.value)
     with pytest.raises(EdgeseqError, match="optimisation level"):
         toolchain.build([bad], "cortex-m4", "-O9", tmp_path)
+
+
+@pytest.mark.parametrize("opt", OPTS)
+def test_it_block_instructions_count_as_issued_whatever_their_condition(elfs, opt):
+    """The core issues every instruction of an IT block, its condition met or not; the emulator
+    runs only those whose condition holds. Counted as issued, a branch-free loop of IT blocks
+    takes the same instructions and cycles whatever the data."""
+    m = emulate.Machine(elfs["cortex-m4", opt], "cortex-m4")
+    counts = []
+    for values in (np.zeros(64), np.full(64, 1000), np.full(64, -1000), np.arange(-320, 320, 10)):
+        m.write("vs", np.asarray(values, "<i4").tobytes())
+        r = m.call("clip_sum", m.addr("vs"), 64, count=True)
+        assert r["r0_signed"] == int(np.clip(values, -100, 100).sum())
+        counts.append((r["instructions"], r["cycles"]["cycles"], r["events"]["it_condition_failed"]))
+    if not any(k.startswith("it") and k != "it_condition_failed" for k in r["mix"]):
+        pytest.skip(f"this compiler built clip_sum at {opt} without IT blocks")
+    assert len({c[:2] for c in counts}) == 1, counts                 # issued work does not depend on the data
+    assert max(c[2] for c in counts) > 0                             # and some were skipped by the emulator
 
 
 def test_import_does_not_need_unicorn():
