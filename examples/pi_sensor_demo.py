@@ -69,7 +69,7 @@ def main(argv=None):
     check_rate(args.rate)
     from edgeseq.runtime import StreamSession
     from edgeseq.runtime.live import open_source, run_live, summary_lines
-    from edgeseq.runtime.statefile import check_state_path, lock_state_file, model_sha256, resume_state
+    from edgeseq.runtime.statefile import check_state_path, lock_state_file, resume_state
 
     if args.state_file is not None:
         source_file = args.source.split(":", 1)[1] if args.source.split(":", 1)[0] in ("csv", "replay") else None
@@ -77,7 +77,7 @@ def main(argv=None):
     with lock_state_file(args.state_file) if args.state_file else contextlib.nullcontext() as state_file:
         sess = StreamSession(args.model, max_history=args.max_history, on_full="slide",  # a window never stops
                              backend=args.backend)
-        model_hash = model_sha256(args.model)
+        model_hash = sess.model_sha256          # the bytes the session runs, read once
         start = 0
         if state_file:
             start = resume_state(args.state_file, sess, model_hash, note=lambda line: print(line, file=sys.stderr))

@@ -360,7 +360,8 @@ def export_int8(ckpt: dict, out, scheme: str = DEFAULT_SCHEME, data=None, max_hi
             lq = run_q(qsess, meta, ds.test.X, ds.test.lengths)
             racc_f, racc_q = reading_accuracy(lf, ds.test), reading_accuracy(lq, ds.test)
             Xc, Yc, ends = joined_streams(ds.test, seed=seed)                  # never reset, as a device runs
-            cf = score_continuous(run_streams(fsess, meta, Xc).argmax(-1).T, Yc, ends)["reading_accuracy"]
+            cont = score_continuous(run_streams(fsess, meta, Xc).argmax(-1).T, Yc, ends)
+            cf = cont["reading_accuracy"]
             cq = score_continuous(run_q(qsess, meta, Xc).argmax(-1).T, Yc, ends)["reading_accuracy"]
             report = {"float_vs_torch_max_abs_diff": float_check["max_abs_diff"],
                       "streams": int(X.shape[0]), "readings": int(X.shape[1]), **err,
@@ -368,7 +369,8 @@ def export_int8(ckpt: dict, out, scheme: str = DEFAULT_SCHEME, data=None, max_hi
                       "float_reading_accuracy": racc_f, "int8_reading_accuracy": racc_q,
                       "accuracy_drop": racc_f - racc_q, "error_margin": max_error / max(err["mean_rel"], 1e-12),
                       "float_continuous_accuracy": cf, "int8_continuous_accuracy": cq,
-                      "continuous_accuracy_drop": cf - cq,
+                      "continuous_accuracy_drop": cf - cq, "continuous_grace": cont["grace"],
+                      "continuous_scored_share": cont["scored_share"],
                       "data": ds.name, "max_error": max_error, "max_accuracy_drop": max_accuracy_drop}
             broken = []
             if not err["mean_rel"] <= max_error:

@@ -46,7 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from edgeseq.errors import UsageError
-from firmware_sim.intsim import GATES, IN_LIMIT, LUT_SHIFT, SIGMOID, TANH, IntModel
+from firmware_sim.intsim import GATES, IN_LIMIT, LUT_SHIFT, SIGMOID, TANH, IntModel, check_int_model
 
 assert LUT_SHIFT == 5, "es_kernels.h holds ES_LUT_SHIFT 5"
 
@@ -296,8 +296,11 @@ def emit(m: IntModel, out, prefix: str = "es", protect=()) -> dict:
     model shares, `es_kernels.h` and `es_tables.c` (the same text for every model), into the
     directory `out` (created). Returns sizes: source bytes, int8 weights (padded), table bytes,
     scratch, state and io bytes. UsageError for a prefix that is not a C name, or when one of
-    the files would land on a path of `protect` (the model being read), links followed."""
+    the files would land on a path of `protect` (the model being read), links followed;
+    ModelFileError, before anything is written, for a constant the int32 step cannot hold
+    (`firmware_sim.intsim.check_int_model`: C that builds but overflows is never written)."""
     p = check_prefix(prefix)
+    check_int_model(m, protect[0] if protect else "<model>")
     out = Path(out)
     names = [f"{p}_model.h", f"{p}_model.c", "es_kernels.h", "es_tables.c", f"{p}_example.c"]
     for name in names:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edgeseq.errors import DataError, UsageError
+from edgeseq.errors import DataError, ModelFileError, UsageError
 
 Q = 12                      # fractional bits of pre-activations and logits
 LUT_SIZE = 2048             # table intervals over [-8, 8]: step 1/128, 2049 knots
@@ -102,17 +102,23 @@ class MatMulQ:
     in_zp: int
     m: np.ndarray            # int64 [out] multipliers
     s: np.ndarray            # int64 [out] shifts
+    name: str = ""           # the weights' tensor in the model file, for messages
+    in_name: str = ""        # its input's scale tensor, for messages
 
     @classmethod
-    def make(cls, w_q: np.ndarray, w_scale: np.ndarray, in_scale: float, in_zp: int) -> "MatMulQ":
-        ms = [multiplier(float(in_scale) * float(ws) * (1 << Q)) for ws in np.broadcast_to(w_scale, w_q.shape[1:])]
+    def make(cls, w_q: np.ndarray, w_scale: np.ndarray, in_scale: float, in_zp: int, name: str = "",
+             path="<model>", in_name: str = "") -> "MatMulQ":
+        """The product of int8 activations (scale `in_scale`, zero point `in_zp`) with `w_q`
+        (per output channel scales `w_scale`). ModelFileError naming `name` when a channel's
+        scale ratio is beyond the 15-bit multiplier; the rest is `check_int_model`'s."""
+        with np.errstate(over="ignore"):
+            reals = float(in_scale) * np.broadcast_to(np.asarray(w_scale, np.float64), w_q.shape[1:]) * (1 << Q)
+        ms = [_multiplier(float(r), f"{name} (output {o}: input scale x weight scale x 4096)", path)
+              for o, r in enumerate(reals)]
         m = np.array([a for a, _ in ms], np.int64)
         s = np.array([b for _, b in ms], np.int64)
-        worst = np.abs(w_q.astype(np.int64)).sum(0) * 256              # largest |acc| per output
-        if ((worst << np.maximum(16 - s, 0)) >= 1 << 31).any():
-            raise UsageError("an int8 layer's scale ratio is too large for 32-bit requantization; "
-                             "retrain with weight decay or export again")
-        return cls(w=w_q.astype(np.int8), in_scale=float(in_scale), in_zp=int(in_zp), m=m, s=s)
+        return cls(w=w_q.astype(np.int8), in_scale=float(in_scale), in_zp=int(in_zp), m=m, s=s, name=name,
+                   in_name=in_name)
 
     @property
     def wsum_zp(self) -> np.ndarray:
@@ -144,6 +150,7 @@ class IntModel:
     head_b: np.ndarray
     logit_scale: float = 1.0 / (1 << Q)
     meta: dict = field(default_factory=dict)
+    head_b_name: str = "the head's bias"
 
     def init_state(self, B: int = 1) -> list:
         st = []
@@ -209,10 +216,6 @@ class IntModel:
         return logits, new
 
 
-def _q12(v) -> np.ndarray:
-    return np.round(np.asarray(v, np.float64) * (1 << Q)).astype(np.int64)
-
-
 GATES = {"rnn": 1, "gru": 3, "lstm": 4}       # gate blocks of `hidden` columns in each layer's weights
 QUANT_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "QLinearMatMul",
              "ConvInteger", "QLinearConv"}
@@ -220,22 +223,26 @@ NORM_RTOL = 1e-6            # metadata normalisation vs the graph's float32 cons
 
 
 def from_onnx(path) -> IntModel:
-    """Build the integer model from a static int8 edgeseq model file.
+    """Build the integer model from a static int8 edgeseq model file, read once.
 
     Sizes (hidden, layers, features, classes) and the normalisation come from the graph itself;
     metadata that disagrees with it (arch vs the weights' gate blocks, config hidden/layers,
     normalization vs the graph's Sub/Div constants, quantization vs the graph's nodes) is
-    refused with a MetadataError (a ModelFileError) naming the key."""
-    import onnx
+    refused with a MetadataError (a ModelFileError) naming the key; a constant the integer step
+    cannot hold with a ModelFileError naming the tensor and the value (`check_int_model`)."""
+    return load_int_model(path)[0]
 
-    from edgeseq.runtime.model import open_model
 
-    from onnx import numpy_helper
+def load_int_model(path) -> tuple:
+    """(IntModel, InferenceSession, ModelMeta) of the model file at `path`, all three from one
+    read of it (a file replaced meanwhile is never half the one and half the other). Raises
+    as `from_onnx`."""
+    from edgeseq.runtime.model import load_model
 
-    _, meta = open_model(path)             # a missing, corrupt or non-edgeseq file: ModelFileError
-    proto = onnx.load(str(path))
-    init = {t.name: numpy_helper.to_array(t) for t in proto.graph.initializer}
-    return from_parts(meta, init, proto.graph.node, path)
+    sess, meta, loaded = load_model(path)  # a missing, corrupt or non-edgeseq file: ModelFileError
+    if loaded.graph is None:
+        raise ModelFileError(loaded.graph_error or f"'{path}' cannot be read; export it again")
+    return from_parts(meta, loaded.graph.initializers, loaded.graph.nodes, path), sess, meta
 
 
 def _meta_error(path, key: str, what: str):
@@ -411,19 +418,208 @@ def run_stream(model: IntModel, X_fx: np.ndarray) -> np.ndarray:
     return out
 
 
+# -- constants: one check for every integer path ---------------------------------------------
+# `from_parts` reads every quantization constant through these and ends with `check_int_model`;
+# firmware emit, check, simulate and measure and the native int8 step all build their integer
+# model with it, and `firmware_sim.cemit.emit` checks again the model it is handed.
+
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
+ACT_SPAN = 255              # the largest |a - zp| of an int8 activation a and an int8 zero point
+SHIFT_MAX = 62              # `multiplier`'s shifts: 1 ..= 62
+
+
+def _bad(path, what: str) -> ModelFileError:
+    return ModelFileError(f"'{path}': {what}; the integer step cannot hold it: export it again with --int8")
+
+
+def _entry(name: str, a: np.ndarray, i: int) -> str:
+    return name if a.size == 1 else f"{name}[{i}]"
+
+
+def real_scale(path, name: str, value) -> np.ndarray:
+    """A scale as float64 [n]: every entry finite and > 0, else ModelFileError naming it."""
+    a = np.asarray(value)
+    if a.dtype.kind != "f":
+        raise _bad(path, f"scale {name} is {a.dtype}, not a float number")
+    a = a.astype(np.float64).reshape(-1)
+    with np.errstate(invalid="ignore"):
+        bad = ~(np.isfinite(a) & (a > 0))
+    if not a.size or bad.any():
+        i = int(np.argmax(bad)) if a.size else 0
+        raise _bad(path, f"scale {_entry(name, a, i)} is {a[i]:g} (a scale must be a finite number > 0)"
+                   if a.size else f"scale {name} holds no value")
+    return a
+
+
+def int8_zero_point(path, name: str, value) -> np.ndarray:
+    """A zero point as int64 [n]: of type int8 (the integer step's activations and weights are
+    signed), else ModelFileError naming it and its type."""
+    a = np.asarray(value)
+    if a.dtype != np.int8:
+        shown = ", ".join(str(v) for v in a.reshape(-1)[:3]) + (", ..." if a.size > 3 else "")
+        raise _bad(path, f"zero point {name} is {a.dtype} ({shown}) where the integer step takes int8 "
+                   "(signed activations and weights, zero points in -128..127)")
+    return a.astype(np.int64).reshape(-1)
+
+
+def q12(path, name: str, value) -> np.ndarray:
+    """Real values as the integer step's Q12 int64: finite, and within int32 once rounded, else
+    ModelFileError naming the entry and its value."""
+    a = np.asarray(value, np.float64)
+    flat = a.reshape(-1)
+    bad = ~np.isfinite(flat)
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise _bad(path, f"{_entry(name, flat, i)} is {flat[i]:g}, not a finite number")
+    with np.errstate(over="ignore"):
+        q = np.round(a * (1 << Q))
+    out = (q < INT32_MIN) | (q > INT32_MAX)
+    if out.any():
+        i = int(np.argmax(out.reshape(-1)))
+        raise _bad(path, f"{_entry(name, flat, i)} is {flat[i]:.9g}, {q.reshape(-1)[i]:.0f} in Q12: beyond int32")
+    return q.astype(np.int64)
+
+
+def _multiplier(real: float, name: str, path) -> tuple:
+    if not (np.isfinite(real) and real > 0):
+        raise _bad(path, f"{name} has a ratio of {real:g}, not a finite number > 0")
+    try:
+        return multiplier(real)
+    except UsageError:
+        raise _bad(path, f"{name} has a ratio of {real:g}, beyond the {MULT_BITS}-bit multiplier") from None
+
+
+def _fits(path, what: str, a, lo: int = INT32_MIN, hi: int = INT32_MAX, ctype: str = "int32") -> None:
+    a = np.asarray(a, np.int64).reshape(-1)
+    out = (a < lo) | (a > hi)
+    if out.any():
+        i = int(np.argmax(out))
+        raise _bad(path, f"{what if a.size == 1 else f'{what}[{i}]'} is {int(a[i])}, beyond {ctype}")
+
+
+def _requant_ok(path, what: str, m, s) -> None:
+    m, s = np.asarray(m, np.int64).reshape(-1), np.asarray(s, np.int64).reshape(-1)
+    _fits(path, f"{what}'s multiplier", m, 1, (1 << MULT_BITS) - 1, f"1..{(1 << MULT_BITS) - 1}")
+    _fits(path, f"{what}'s shift", s, 1, SHIFT_MAX, f"1..{SHIFT_MAX}")
+
+
+def _reach(path, mm: MatMulQ, bias, bias_name: str) -> np.ndarray:
+    """The largest |output| (Q12, int64 [out]) product `mm` plus `bias` can give for any int8
+    input, every int32 on the way checked: the zero point folded out of the sum, the sum
+    before requantization (scaled up for a shift below 16), and the output with its bias."""
+    name = mm.name or "a product"
+    _fits(path, f"{name}'s input zero point", mm.in_zp, -128, 127, "int8")
+    _requant_ok(path, name, mm.m, mm.s)
+    _fits(path, f"{name}'s folded zero point", mm.wsum_zp)
+    w = np.abs(mm.w.astype(np.int64)).sum(0)
+    acc = w * ACT_SPAN
+    _fits(path, f"{name}'s largest sum", acc)
+    _fits(path, f"{name}'s largest sum before requantization", acc << np.maximum(16 - mm.s, 0))
+    reach = ((acc * mm.m) >> mm.s) + 1
+    if bias is None:
+        return reach
+    b = np.asarray(bias, np.int64).reshape(-1)
+    total = reach + np.abs(b)
+    over = total > INT32_MAX
+    if over.any():
+        o = int(np.argmax(over))
+        raise _bad(path, f"{_entry(bias_name, b, o)} is {b[o] / (1 << Q):.9g} ({b[o]} in Q12): added to {name}'s "
+                         f"output, up to {int(reach[o])}, it reaches {int(total[o])}, beyond int32")
+    return total
+
+
+def check_int_model(m: IntModel, path="<model>") -> None:
+    """Every constant of the integer step fits the C type it is written into, and every int32
+    the step computes from them fits int32 whatever the readings: the reading's fixed point
+    (in_frac int8, means within +-2^30, multipliers 1..2^15-1, shifts 1..62), each product's
+    zero points (int8), folded zero points, sums and outputs with their Q12 biases, the sum of a
+    layer's two products, and the requantizations of the state. ModelFileError (one line,
+    naming the tensor and the value) otherwise. `from_parts` calls it; so does
+    `firmware_sim.cemit.emit`, before it writes C."""
+    _fits(path, "a channel's fractional bits (in_frac)", m.in_frac, -128, 127, "int8")
+    _fits(path, "a channel's mean in fixed point", m.mean_fx, -(1 << 30), 1 << 30, "+-2^30")
+    _requant_ok(path, "the reading's quantization", m.feat_m, m.feat_s)
+    d = IN_LIMIT + np.abs(np.asarray(m.mean_fx, np.int64))
+    _fits(path, "a reading's offset before requantization", d << np.maximum(16 - np.asarray(m.feat_s, np.int64), 0))
+    for layer, cell in enumerate(m.cells):
+        gx = _reach(path, cell["x"], cell["b"], cell.get("b_name", f"b{layer}"))
+        gh = _reach(path, cell["h"], cell["bh"], cell.get("bh_name", f"bh{layer}"))
+        over = gx + gh > INT32_MAX
+        if over.any():
+            o = int(np.argmax(over))
+            raise _bad(path, f"layer {layer}'s pre-activation {o} can reach {int(gx[o] + gh[o])} in Q12 "
+                             f"({cell['x'].name} and {cell['h'].name} with their biases), beyond int32")
+        _requant_ok(path, f"layer {layer}'s state quantization", *cell["hq"])
+        if layer > 0:
+            _requant_ok(path, f"layer {layer}'s input quantization", *cell["aq"])
+    _reach(path, m.head, m.head_b, m.head_b_name)
+    _requant_ok(path, "the head's input quantization", *m.head_hq)
+
+
+def _activation(path, init: dict, producer: dict, dq) -> tuple:
+    """(scale, zero point) of the int8 activation a DequantizeLinear reads: one of each, the
+    zero point int8, and the QuantizeLinear that made it with the same ones."""
+    if len(dq.input) < 3 or not dq.input[2]:
+        raise _bad(path, f"{dq.input[0]} has no zero point, so it is uint8 where the integer step takes int8")
+    scale = real_scale(path, dq.input[1], init[dq.input[1]])
+    zero = int8_zero_point(path, dq.input[2], init[dq.input[2]])
+    if scale.size != 1 or zero.size != 1:
+        raise _bad(path, f"{dq.input[0]} has {scale.size} scales where the integer step takes one per activation")
+    q = producer.get(dq.input[0])
+    if q is not None and q.op_type == "QuantizeLinear":
+        if len(q.input) < 3 or not q.input[2]:
+            raise _bad(path, f"{q.input[0]} is quantized without a zero point (uint8) but dequantized as int8")
+        qs = np.asarray(init[q.input[1]], np.float64).reshape(-1)
+        qz = np.asarray(init[q.input[2]])
+        if qs.shape != scale.shape or qs[0] != scale[0] or qz.dtype != np.int8 or int(qz.reshape(-1)[0]) != zero[0]:
+            raise _bad(path, f"{q.input[0]} is quantized with scale {q.input[1]} = {qs.reshape(-1)[0]:g} and zero "
+                             f"point {q.input[2]} but dequantized with {dq.input[1]} = {scale[0]:g} and "
+                             f"{dq.input[2]} = {int(zero[0])}")
+    return float(scale[0]), int(zero[0])
+
+
+def _weights(path, init: dict, dq) -> tuple:
+    """(int8 weights, per-channel scales) of a DequantizeLinear of constant weights: int8,
+    symmetric (zero points 0)."""
+    w = np.asarray(init[dq.input[0]])
+    if w.dtype != np.int8:
+        raise _bad(path, f"weights {dq.input[0]} are {w.dtype} where the integer step takes int8")
+    scale = real_scale(path, dq.input[1], init[dq.input[1]])
+    if len(dq.input) > 2 and dq.input[2]:
+        zero = int8_zero_point(path, dq.input[2], init[dq.input[2]])
+        if np.any(zero):
+            i = int(np.argmax(zero != 0))
+            raise _bad(path, f"zero point {_entry(dq.input[2], zero, i)} of weights {dq.input[0]} is {int(zero[i])} "
+                             "where the integer step takes symmetric weights (zero points 0)")
+    return w, scale
+
+
+def _bias(path, init: dict, dq) -> np.ndarray:
+    """A DequantizeLinear of a constant int32 bias as its real values, (q - zero point) x scale."""
+    q = np.asarray(init[dq.input[0]])
+    if q.dtype.kind not in "iu":
+        raise _bad(path, f"bias {dq.input[0]} is {q.dtype}, not integers")
+    scale = real_scale(path, dq.input[1], init[dq.input[1]])
+    zero = np.asarray(init[dq.input[2]], np.int64).reshape(-1) if len(dq.input) > 2 and dq.input[2] else 0
+    return (q.astype(np.int64).reshape(-1) - zero).astype(np.float64) * scale
+
+
 def from_parts(meta, initializers: dict, nodes, path="<model>") -> IntModel:
     """`from_onnx` without the onnx package: the integer model from a static int8 edgeseq graph
     given as `initializers` (name -> numpy array) and `nodes` (objects with op_type, input and
     output, in graph order), with `meta` parsed already (`edgeseq.runtime.model.open_model`).
-    The same checks and errors as `from_onnx` (which reads the file with onnx and could call
-    this); `path` only names the model in messages. Used by edgeseq.runtime.native."""
+    The checks and errors of `from_onnx` (which calls this with the graph it read): the
+    quantization parameters' shapes (`edgeseq.runtime.quant.check_qdq`) and every constant the
+    integer step holds (`check_int_model`). `path` only names the model in messages. Used by
+    edgeseq.runtime.native too, so the firmware and the native int8 step refuse alike."""
     from types import SimpleNamespace
 
-    from edgeseq.errors import ModelFileError
+    from edgeseq.runtime.quant import check_qdq
 
     proto = SimpleNamespace(graph=SimpleNamespace(node=list(nodes)))       # what the checks read
     check_quantization(meta, proto, path)
     check_int8(meta, path)
+    check_qdq(initializers, proto.graph.node, path)
     try:
         init = {k: np.asarray(v) for k, v in initializers.items()}
         producer = {o: n for n in proto.graph.node for o in n.output}
@@ -440,13 +636,17 @@ def from_parts(meta, initializers: dict, nodes, path="<model>") -> IntModel:
                 continue
             a, w = dq_params(n.input[0]), dq_params(n.input[1])
             w_name = w.input[0].replace("_quantized", "")
-            w_q = init[w.input[0]]
+            in_scale, in_zp = _activation(path, init, producer, a)
+            w_q, w_scale = _weights(path, init, w)
             if n.op_type == "Gemm":
                 w_q = w_q.T                                                         # (C, H) -> (H, C)
-            mm[w_name] = MatMulQ.make(w_q, init[w.input[1]], float(init[a.input[1]]), int(init[a.input[2]]))
+            mm[w_name] = MatMulQ.make(w_q, w_scale, in_scale, in_zp, w.input[0], path, a.input[1])
             if n.op_type == "Gemm":
-                b_dq = dq_params(n.input[2])
-                mm["head.bias"] = init[b_dq.input[0]].astype(np.float64) * init[b_dq.input[1]]
+                if len(n.input) > 2 and n.input[2]:
+                    b_dq = dq_params(n.input[2])
+                    mm["head.bias"] = (_bias(path, init, b_dq), n.input[2])
+                else:                                  # a head bias of zeros: the exporter drops it
+                    mm["head.bias"] = (np.zeros(w_q.shape[1]), "the head's bias")
         H, L = _recurrent_shape(mm, init, meta, path)
         mean, std = graph_normalization(proto, init, len(meta.features), path)
         _check_normalization(meta, mean, std, path)
@@ -454,26 +654,35 @@ def from_parts(meta, initializers: dict, nodes, path="<model>") -> IntModel:
         in_frac = input_format(meta.features, mean, std, x0.in_scale, x0.in_zp)
         feat = []
         for f, (sd, k) in enumerate(zip(std, in_frac)):
-            m, sh = multiplier(1.0 / (sd * x0.in_scale * 2.0 ** k))
+            what = f"channel '{meta.features[f]}''s quantization"
+            m, sh = _multiplier(1.0 / (sd * x0.in_scale * 2.0 ** k), what, path)
             if sh > 31:
                 in_frac[f] = k = k - (sh - 31)
-                m, sh = multiplier(1.0 / (sd * x0.in_scale * 2.0 ** k))
+                m, sh = _multiplier(1.0 / (sd * x0.in_scale * 2.0 ** k), what, path)
             feat.append((m, sh))
         cells = []
         for layer in range(L):
             x, h = mm[f"wx{layer}"], mm[f"wh{layer}"]
-            cell = {"x": x, "h": h, "hq": multiplier(1.0 / (ONE_Q15 * h.in_scale)),
-                    "b": _q12(init[f"b{layer}"]), "bh": _q12(init[f"bh{layer}"]) if f"bh{layer}" in init else None}
+            cell = {"x": x, "h": h, "hq": _multiplier(1.0 / (ONE_Q15 * h.in_scale), f"scale {h.in_name} (Q15 state in)", path),
+                    "b": q12(path, f"b{layer}", init[f"b{layer}"]), "b_name": f"b{layer}",
+                    "bh": q12(path, f"bh{layer}", init[f"bh{layer}"]) if f"bh{layer}" in init else None,
+                    "bh_name": f"bh{layer}"}
             if layer > 0:
-                cell["aq"] = multiplier(1.0 / (ONE_Q15 * x.in_scale))
+                cell["aq"] = _multiplier(1.0 / (ONE_Q15 * x.in_scale), f"scale {x.in_name} (Q15 state in)", path)
             cells.append(cell)
         head = mm[next(k for k in mm if k.startswith("model.head.weight"))]
-        return IntModel(kind=meta.arch, hidden=H, layers=L, labels=list(meta.labels),
-                        feat_m=np.array([m for m, _ in feat], np.int64), feat_s=np.array([s for _, s in feat], np.int64),
-                        mean_fx=np.round(mean * np.exp2(in_frac)).astype(np.int64), in_frac=in_frac, cells=cells,
-                        head=head, head_hq=multiplier(1.0 / (ONE_Q15 * head.in_scale)), head_b=_q12(mm["head.bias"]),
-                        meta={"arch": meta.arch, "features": meta.features, "quantization": meta.quantization,
-                              "data": meta.data})
+        head_b, head_b_name = mm["head.bias"]
+        model = IntModel(kind=meta.arch, hidden=H, layers=L, labels=list(meta.labels),
+                         feat_m=np.array([m for m, _ in feat], np.int64),
+                         feat_s=np.array([s for _, s in feat], np.int64),
+                         mean_fx=np.round(mean * np.exp2(in_frac)).astype(np.int64), in_frac=in_frac, cells=cells,
+                         head=head, head_hq=_multiplier(1.0 / (ONE_Q15 * head.in_scale),
+                                                        f"scale {head.in_name} (Q15 state in)", path),
+                         head_b=q12(path, head_b_name, head_b), head_b_name=head_b_name,
+                         meta={"arch": meta.arch, "features": meta.features, "quantization": meta.quantization,
+                               "data": meta.data})
     except (KeyError, IndexError, ValueError, TypeError, StopIteration, ArithmeticError) as e:
         raise ModelFileError(f"'{path}' is not laid out as edgeseq's int8 export writes it ({type(e).__name__}: "
                              f"{str(e)[:80]}); export it again with --int8") from None
+    check_int_model(model, path)
+    return model

@@ -70,18 +70,23 @@ def integer_buffers(m) -> list:
     return [Buffer(label, lay[k], 0, 1) for k, label in names.items()]
 
 
-def run_shapes(path, history: int = 16) -> tuple:
-    """Run the graph once at batch 1 (history `history` for cache inputs) with every node output
-    exposed: ({tensor: (shape, itemsize)}, proto)."""
-    import onnx
-    import onnxruntime as ort
-    from edgeseq import contract
-
-    proto = onnx.load(str(path))
+def _check_supported(proto, path) -> None:
     unsupported = sorted({n.op_type for n in proto.graph.node} - SUPPORTED)
     if unsupported:
         raise DataError(f"'{path}' uses {', '.join(unsupported)}, which the firmware cost model and planner do "
                         "not support; export the model with edgeseq")
+
+
+def run_shapes(path, history: int = 16) -> tuple:
+    """Run the graph once at batch 1 (history `history` for cache inputs) with every node output
+    exposed: ({tensor: (shape, itemsize)}, proto). `path`: a model file, or the ModelProto
+    read from one (`check_model` reads its file once)."""
+    import onnx
+    import onnxruntime as ort
+    from edgeseq import contract
+
+    proto = path if isinstance(path, onnx.ModelProto) else onnx.load(str(path))
+    _check_supported(proto, "the model" if proto is path else path)
     g = onnx.ModelProto()
     g.CopyFrom(proto)
     have = {o.name for o in g.graph.output}
@@ -180,11 +185,12 @@ def check_model(path, target, history: int | None = None, cycles_per_mac: float 
 
     import onnx
 
-    from edgeseq.runtime.model import open_model
-    from firmware_sim.intsim import check_quantization, from_onnx
+    from edgeseq.runtime.model import load_model
+    from firmware_sim.intsim import check_quantization, from_parts
 
-    _, meta = open_model(path)
-    check_quantization(meta, onnx.load(str(path)), path)
+    _, meta, loaded = load_model(path)             # the file, read once: every figure below is of these bytes
+    source = onnx.load_model_from_string(loaded.data)
+    check_quantization(meta, source, path)
     if cycles_per_mac is not None and not (isinstance(cycles_per_mac, (int, float)) and math.isfinite(cycles_per_mac)
                                            and 0 < cycles_per_mac <= MAX_CYCLES):
         raise UsageError(f"--cycles-per-mac must be a number > 0 and at most {MAX_CYCLES:g}, got {cycles_per_mac}")
@@ -195,23 +201,24 @@ def check_model(path, target, history: int | None = None, cycles_per_mac: float 
         raise UsageError("--history applies to models with a growing cache (the transformer); recurrent state is fixed")
     if history is not None and history < 1:
         raise UsageError("--history must be at least 1")
+    _check_supported(source, path)
     H = history or ((meta.max_history or 16) if growing else 1)     # the window the model attends to
     per = sum(s.bytes_per_reading() for s in meta.state if s.kind == "growing")
     avail = target.sram_kb * 1024
     if growing and per * H > avail:
         # The cache alone overflows RAM: no need to build (and allocate) the graph at that size.
-        longest = longest_history(path, target, meta, {"ram": {"io": _io_bytes(path)}})
+        longest = longest_history(source, target, meta, {"ram": {"io": _io_bytes(source)}})
         raise EdgeseqError(f"history {H:,} needs {per * H:,} B of cache alone, {target.name} has {avail:,} B of RAM; "
                            f"the longest history that fits is {longest:,} readings, pass --history with at most that")
     if growing and H > MAX_HISTORY:
         what = f"--history {H:,}" if history else f"the model's max_history {H:,}"
         raise UsageError(f"{what} is more than the check plans: pass --history with at most {MAX_HISTORY:,} readings")
     if growing and per * H > MAX_CACHE_BYTES:
-        longest = longest_history(path, target, meta, {"ram": {"io": _io_bytes(path)}})
+        longest = longest_history(source, target, meta, {"ram": {"io": _io_bytes(source)}})
         raise EdgeseqError(f"history {H:,} needs {per * H:,} B of cache; the check plans at most "
                            f"{MAX_CACHE_BYTES:,} B of cache ({MAX_CACHE_BYTES / 2**20:g} MiB): the longest history "
                            f"that fits is {longest:,} readings, pass --history with at most that")
-    shapes, proto = run_shapes(path, H)
+    shapes, proto = run_shapes(source, H)
     macs, ops = macs_and_ops(proto, shapes)
     flash = flash_of(proto)
     integer = bool(meta.quantization and meta.quantization.get("scheme") == "static" and meta.arch in ("rnn", "gru", "lstm"))
@@ -221,7 +228,9 @@ def check_model(path, target, history: int | None = None, cycles_per_mac: float 
         from firmware_sim.measure import cost_features, macs_per_step
         from firmware_sim.targets import MEASURED, MEASURED_SOURCE, emulated_core
 
-        m = from_onnx(path)
+        if loaded.graph is None:
+            raise DataError(loaded.graph_error or f"'{path}' cannot be read; export it again")
+        m = from_parts(meta, loaded.graph.initializers, loaded.graph.nodes, path)
         lay = layout(m)
         bufs = integer_buffers(m)
         core = emulated_core(target)
@@ -281,7 +290,7 @@ def check_model(path, target, history: int | None = None, cycles_per_mac: float 
         r["note"] = (f"weights and tables ({flash_total:,} B with code) exceed the {target.xip_cache_kb} KB XIP cache: "
                      "reads miss to external flash; expect a slower step than the figure above (copy hot weights to SRAM)")
     if growing:
-        r["longest_history"] = longest_history(path, target, meta, r)
+        r["longest_history"] = longest_history(source, target, meta, r)
     return r
 
 
@@ -303,7 +312,8 @@ def verdict(r: dict) -> str | None:
 
 
 def _io_bytes(path) -> int:
-    """Bytes of the graph's non-state inputs and outputs (reading, position, logits) at batch 1."""
+    """Bytes of the graph's non-state inputs and outputs (reading, position, logits) at batch 1;
+    `path`: a model file or its ModelProto (as `run_shapes`)."""
     shapes, proto = run_shapes(path, 1)
     return sum(int(np.prod(shapes[v.name][0])) * shapes[v.name][1] for v in list(proto.graph.input) + list(proto.graph.output)
                if not v.name.startswith(("state_in", "past", "state_out", "present")))

@@ -7,19 +7,18 @@ import numpy as np
 from edgeseq.data import data_for_model
 from edgeseq.runtime.evaluate import final_accuracy, long_streams, output_error, run_streams
 from edgeseq.runtime.model import open_model
-from firmware_sim.intsim import Q, from_onnx, run_stream
+from firmware_sim.intsim import Q, load_int_model, run_stream
 
 
 def simulate(model, data: str | None = None, float_model=None, readings: int = 1000) -> dict:
     """Integer-only accuracy and logits against ONNX Runtime on the test split of `data` (None:
     the data the model was trained on, `edgeseq.data.data_for_model`)."""
-    m = from_onnx(model)
+    m, qsess, qmeta = load_int_model(model)
     ds = data_for_model(data, m.meta["features"], m.labels, m.meta.get("data"), str(model))
     split = ds.test
     logits_int = run_stream(m, m.to_fixed(split.X)).astype(np.float64) / (1 << Q)
     for t in range(split.X.shape[1]):                       # past a sequence's end: not scored
         logits_int[t, split.lengths <= t] = np.nan
-    qsess, qmeta = open_model(model)
     ort_int8 = run_streams(qsess, qmeta, split.X, split.lengths)
     r = {"model": str(model), "arch": m.kind, "data": ds.name, "test_sequences": len(split),
          "accuracy": {"integer_only": final_accuracy(np.nan_to_num(logits_int), split),

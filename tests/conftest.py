@@ -89,3 +89,11 @@ def pytest_collection_modifyitems(config, items):
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+@pytest.fixture
+def runner(tmp_path, monkeypatch):
+    """A CliRunner whose working directory is this test's temp dir."""
+    from click.testing import CliRunner
+    monkeypatch.chdir(tmp_path)
+    return CliRunner()

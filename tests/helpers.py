@@ -34,3 +34,10 @@ def run_without_torch(body: str, cwd) -> str:
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.startswith("OK"), out.stdout[-2000:]
     return out.stdout
+
+
+def one_error_line(result, code=1) -> str:
+    """The single `Error:` line of a CliRunner result that exited with `code`, with no traceback."""
+    lines = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert result.exit_code == code and len(lines) == 1 and "Traceback" not in result.output, result.output
+    return lines[0]

@@ -338,15 +338,18 @@ def test_example_scripts_run_by_a_python_without_edgeseq_say_which_python_to_use
 
 def test_readme_says_how_to_reach_edgeseq_before_its_first_command():
     """After `make demo` edgeseq lives in .venv/bin, off PATH: the README says to activate it
-    before the first bare `edgeseq`/`python` command, and every example it runs exists."""
+    before the first bare `edgeseq`/`python` command, and every example it or the docs run exists."""
     import re
     readme = (EXAMPLES[0].parents[1] / "README.md").read_text()
     blocks = re.findall(r"^```[a-z]*\n(.*?)^```", readme, flags=re.S | re.M)
     lines = [line for block in blocks for line in block.splitlines()]
     bare = next(line for line in lines if re.match(r"(edgeseq|python) ", line))
     assert readme.index("run `. .venv/bin/activate` once") < readme.index(bare), bare
-    named = set(re.findall(r"(?:^|\s)(examples/\w+\.py)", "\n".join(lines), flags=re.M))
-    assert named and all((EXAMPLES[0].parents[1] / n).is_file() for n in named), named
+    root = EXAMPLES[0].parents[1]
+    docs = [readme] + [p.read_text() for p in sorted((root / "docs").rglob("*.md"))]
+    code = [b for text in docs for b in re.findall(r"^```[a-z]*\n(.*?)^```", text, flags=re.S | re.M)]
+    named = set(re.findall(r"(?:^|\s)(examples/\w+\.py)", "\n".join(code), flags=re.M))
+    assert named and all((root / n).is_file() for n in named), named
 
 
 def test_demo_hint_commands_run_as_printed(exported, int8, tmp_path, monkeypatch):
@@ -378,14 +381,16 @@ def test_demo_hint_commands_run_as_printed(exported, int8, tmp_path, monkeypatch
 
 
 def test_eval_says_n_a_when_no_reading_lies_past_the_grace(runner, exported, basicmotions, tmp_path):
-    """Sequences shorter than the grace after a change leave nothing to score on the
-    continuous protocol: eval says n/a, not an accuracy of 0."""
+    """A label that changes at every reading leaves nothing to score on the continuous protocol
+    (its grace is at least 1 reading): eval says n/a, not an accuracy of 0."""
     ds = basicmotions
     short = tmp_path / "short.npz"
-    np.savez(short, X=ds.test.X[:, :5], y=ds.test.y, labels=np.asarray(ds.labels), features=np.asarray(ds.features),
-             X_test=ds.test.X[:, :5], y_test=ds.test.y)
+    y = np.tile([0, 1, 0, 1], (len(ds.test), 1))            # joined end to end, still a change at every reading
+    np.savez(short, X=ds.test.X[:, :4], y=y, labels=np.asarray(ds.labels), features=np.asarray(ds.features),
+             X_test=ds.test.X[:, :4], y_test=y)
     r = runner.invoke(cli, ["eval", str(exported("gru")[0]), "--data", str(short)])
     assert r.exit_code == 0, r.output
-    assert "per reading n/a (no reading lies 20 readings past a change" in r.output, r.output
+    assert "per reading n/a (no reading lies 1 reading past a change: the label changes too often)" in r.output, \
+        r.output
     r = runner.invoke(cli, ["eval", str(exported("gru")[0]), "--data", str(short), "--json"])
     assert json.loads(r.output)["continuous"]["scored_readings"] == 0

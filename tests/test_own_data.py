@@ -12,7 +12,7 @@ import shutil
 import numpy as np
 import onnx
 import pytest
-from click.testing import CliRunner
+from helpers import one_error_line as _err
 
 from edgeseq import contract
 from edgeseq.cli import cli
@@ -52,16 +52,6 @@ def own(tmp_path_factory):
     return root, data, root / "g.onnx", root / "g8.onnx", root / "runs"
 
 
-@pytest.fixture
-def runner(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    return CliRunner()
-
-
-def _err(result, code=1):
-    lines = [line for line in result.output.splitlines() if line.startswith("Error:")]
-    assert result.exit_code == code and len(lines) == 1 and "Traceback" not in result.output, result.output
-    return lines[0]
 
 
 def _recording(src, dst, value):

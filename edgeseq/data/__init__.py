@@ -6,14 +6,17 @@ User `.npz`: `X` float [N, T, F], `y` labels [N] (ints or strings) or [N, T] (on
 reading: a long recording whose activity changes), optional `lengths` [N]
 (valid readings per sequence; the rest is padding), optional `labels` (the class names in
 class order: integer `y` indexes them; string `y` is looked up in them, and a name in `y`
-that `labels` lacks is refused) and `features` (channel names). A held-out split may ship
-as `X_test`, `y_test`, `lengths_test`; without it the last quarter of each class (in file
-order) is held out, so the split is deterministic. `X_test` and `y_test` come together or
-not at all.
+that `labels` lacks is refused) and `features` (channel names), optional `groups` [N] (the
+subject, device or session each sequence comes from: strings, or integers taken as names). A
+held-out split may ship as `X_test`, `y_test`, `lengths_test`, `groups_test`; without it the
+last quarter of each class (in file order) is held out, or, where the file names groups, whole
+groups drawn with a fixed seed (`holdout`), so the split is deterministic and no group is on
+both sides. `X_test` and `y_test` come together or not at all.
 
 User `.csv`: one reading per row with a header. Columns `sequence` (an id) and `label` are
 required, every other column is a feature, in header order; an optional `split` column
-holds `train` or `test` (any other value is refused). The file is UTF-8, with or without
+holds `train` or `test` (any other value is refused), an optional `group` column the
+sequence's group (one per sequence). The file is UTF-8, with or without
 the byte-order mark a spreadsheet writes; fields may be quoted. Rows of one sequence are
 contiguous and in time order; sequences may differ in length. The label belongs to the row
 and may change within a sequence (a recording whose activity changes); a sequence's class,
@@ -56,6 +59,8 @@ class Split:
     lengths: np.ndarray  # int64 [N]
     Y: np.ndarray | None = None   # int64 [N, T]: the label of every reading, -1 past `lengths`
                                   # (None: every reading carries its sequence's y)
+    groups: np.ndarray | None = None   # str [N]: the group (subject, device, session) of each
+                                       # sequence; None: the data names no groups
 
     def __post_init__(self):
         if self.Y is None:
@@ -67,11 +72,12 @@ class Split:
         return len(self.y)
 
     def take(self, rows) -> "Split":
-        return Split(self.X[rows], self.y[rows], self.lengths[rows], self.Y[rows])
+        return Split(self.X[rows], self.y[rows], self.lengths[rows], self.Y[rows],
+                     None if self.groups is None else self.groups[rows])
 
     def channels(self, order) -> "Split":
         """The same sequences with their feature columns X[..., order] (see `align_features`)."""
-        return Split(self.X[:, :, order], self.y, self.lengths, self.Y)
+        return Split(self.X[:, :, order], self.y, self.lengths, self.Y, self.groups)
 
 
 @dataclass
@@ -83,6 +89,16 @@ class Dataset:
     features: list
     source: str | None = None   # what load_dataset reopens: 'basicmotions' or the file's absolute path
                                 # (None: built in memory)
+    held_out: str = "file"      # how the test split was set: 'file' (given), 'class' or 'group' (`holdout`)
+
+    def group_split(self) -> dict | None:
+        """Which groups each split holds, {'train': [names], 'test': [names], 'test_split': how
+        it was set}, for metrics and JSON; None where the data names no groups."""
+        if self.train.groups is None and self.test.groups is None:
+            return None
+        how = {"file": "given by the file", "class": "the last quarter of each class",
+               "group": f"whole groups, about a quarter of the sequences, seed {HOLDOUT_SEED}"}[self.held_out]
+        return {"train": _group_names(self.train), "test": _group_names(self.test), "test_split": how}
 
     @property
     def n_features(self):
@@ -94,7 +110,11 @@ class Dataset:
         if order is None:
             return self
         return Dataset(self.name, self.train.channels(order), self.test.channels(order), self.labels,
-                       list(model_features), self.source)
+                       list(model_features), self.source, self.held_out)
+
+
+def _group_names(split: Split) -> list | None:
+    return None if split.groups is None else sorted(set(split.groups.tolist()))
 
 
 def _generic(names) -> bool:
@@ -297,27 +317,41 @@ def _load_npz(path: Path, name: str) -> Dataset:
         raise DataError(f"'{path}' has lengths_test but no X_test/y_test; "
                         "save the whole test split or drop lengths_test")
     Xte, yte, Lte = z.get("X_test"), z.get("y_test"), z.get("lengths_test")
+    if "groups_test" in keys and "X_test" not in keys:
+        raise DataError(f"'{path}' has groups_test but no X_test/y_test; "
+                        "save the whole test split or drop groups_test")
+    gkey = "groups"
+    if train_keys[0] == "X_train" and "groups_train" in keys:
+        if "groups" in keys:
+            raise DataError(f"'{path}' has both groups and groups_train; keep one of the two")
+        gkey = "groups_train"
 
     Xtr = _check_X(Xtr, path, train_keys[0])
     Ltr = _check_lengths(Ltr, Xtr, path, train_keys[2])
     ytr_raw = _check_y(ytr, Xtr, Ltr, path, train_keys[1])
     labels = _names(z["labels"], path, "labels") if "labels" in keys else None
     features = _names(z["features"], path, "features", Xtr.shape[2]) if "features" in keys else None
+    Gtr = _check_groups(z[gkey], len(Xtr), path, gkey, train_keys[0]) if gkey in keys else None
+    held_out = "file"
     if Xte is not None:
         Xte = _check_X(Xte, path, "X_test")
         Lte = _check_lengths(Lte, Xte, path, "lengths_test")
         if Xte.shape[2] != Xtr.shape[2]:
             raise DataError(f"'{path}': X_test has {Xte.shape[2]} features, X has {Xtr.shape[2]}")
         yte_raw = _check_y(yte, Xte, Lte, path, "y_test")
+        Gte = None
+        if "groups_test" in keys:
+            Gte = _check_groups(z["groups_test"], len(Xte), path, "groups_test", "X_test")
         codes, labels = _encode_labels(np.concatenate([ytr_raw.ravel(), yte_raw.ravel()]), labels, path,
                                        ((train_keys[1], ytr_raw.size), ("y_test", yte_raw.size)))
-        train = _split(Xtr, codes[: ytr_raw.size].reshape(ytr_raw.shape), Ltr)
-        test = _split(Xte, codes[ytr_raw.size:].reshape(yte_raw.shape), Lte)
+        train = _split(Xtr, codes[: ytr_raw.size].reshape(ytr_raw.shape), Ltr, Gtr)
+        test = _split(Xte, codes[ytr_raw.size:].reshape(yte_raw.shape), Lte, Gte)
     else:
         codes, labels = _encode_labels(ytr_raw.ravel(), labels, path, ((train_keys[1], None),))
-        train, test = _holdout(_split(Xtr, codes.reshape(ytr_raw.shape), Ltr))
+        train, test = holdout(_split(Xtr, codes.reshape(ytr_raw.shape), Ltr, Gtr), where=f"'{path}'")
+        held_out = "class" if Gtr is None else "group"
     features = features or [f"f{i}" for i in range(Xtr.shape[2])]
-    return Dataset(name, train, test, labels, features)
+    return Dataset(name, train, test, labels, features, held_out=held_out)
 
 
 def _pair(keys, pair, path, what):
@@ -358,13 +392,35 @@ def _check_y(y, X, L, path, key):
                     f"for X of shape {list(X.shape)}, got {list(y.shape)}")
 
 
-def _split(X, codes, L) -> "Split":
+def _split(X, codes, L, groups=None) -> "Split":
     """A Split from integer labels [N] or [N, T]."""
     if codes.ndim == 1:
-        return Split(X, codes, L)
+        return Split(X, codes, L, groups=groups)
     Y = codes.astype(np.int64)
     Y[np.arange(X.shape[1])[None, :] >= L[:, None]] = -1
-    return Split(X, codes[np.arange(len(X)), L - 1].astype(np.int64), L, Y)
+    return Split(X, codes[np.arange(len(X)), L - 1].astype(np.int64), L, Y, groups)
+
+
+def _check_groups(g, n, path, key, x_key):
+    """`groups` [N]: one name per sequence (strings, or whole numbers taken as names, as labels
+    are) -> str array [N]."""
+    g = np.asarray(g)
+    if g.ndim != 1 or len(g) != n:
+        raise DataError(f"'{path}': {key} must be [N], one group name per sequence of {x_key} ({n}), got shape "
+                        f"{list(g.shape)}; save one string or integer per sequence")
+    if g.dtype.kind == "f":
+        if not np.isfinite(g).all() or (g != np.round(g)).any():
+            raise DataError(f"'{path}': {key} holds NaN or non-integer numbers; groups are names: save them as "
+                            "strings or integers")
+        g = g.astype(np.int64)
+    if g.dtype.kind not in "iuUSb":
+        raise DataError(f"'{path}': {key} must be names (strings or integers), got dtype {g.dtype}; save one "
+                        "string or integer per sequence")
+    names = np.array([(v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)).strip() for v in g.tolist()],
+                     dtype=str)
+    if not all(names):
+        raise DataError(f"'{path}': {key} holds an empty name; name the group of every sequence")
+    return names
 
 
 def _check_X(X, path, key):
@@ -442,8 +498,22 @@ def _encode_labels(y, labels, path, keys=(("y", None),)):
     return np.array([index[str(v)] for v in y], dtype=np.int64), names
 
 
-def _holdout(split: Split, fraction=0.25):
-    """Deterministic stratified hold-out: the last `fraction` of each class, in file order."""
+HOLDOUT_SEED = 0   # the test split a file without one gets: fixed, so every command reads the same split
+REDRAWS = 100      # group hold-out: draws tried for one that leaves the rest every class
+
+
+def holdout(split: Split, fraction: float = 0.25, seed: int = HOLDOUT_SEED, where: str = "the data",
+            what: str = "a test split", remedy: str = "add X_test/y_test (a split column in a .csv) or more data"):
+    """(rest, held out): a deterministic hold-out of about `fraction` of the sequences.
+
+    Without groups: the last `fraction` of each class, in file order (`seed` unused). With
+    groups (`split.groups`): whole groups, never one on both sides, drawn in a seeded order
+    (numpy's default_rng(seed)) and taken until they hold `fraction` of the sequences, at
+    least one group and never all; the first of up to REDRAWS orders whose rest keeps every
+    class is used (else the first). Raises DataError, one line that names `where` and says
+    `remedy`, when too few sequences or fewer than 2 groups leave nothing to hold out."""
+    if split.groups is not None:
+        return _group_holdout(split, fraction, seed, where, what, remedy)
     test = np.zeros(len(split), bool)
     for c in np.unique(split.y):
         idx = np.flatnonzero(split.y == c)
@@ -451,8 +521,32 @@ def _holdout(split: Split, fraction=0.25):
         if k:
             test[idx[-k:]] = True
     if not test.any():
-        raise DataError("too few sequences to hold out a test split; add X_test/y_test or more data")
+        raise DataError(f"too few sequences to hold out {what}; {remedy}")
     return split.take(~test), split.take(test)
+
+
+def _group_holdout(split, fraction, seed, where, what, remedy):
+    names, index, sizes = np.unique(split.groups, return_inverse=True, return_counts=True)
+    if len(names) < 2:
+        raise DataError(f"{where} names one group ('{names[0]}') and {what} takes whole groups, so it needs at "
+                        f"least 2; add sequences from another subject, device or session, or {remedy}")
+    rng = np.random.default_rng(seed)
+    target = max(1, round(len(split) * fraction))
+    classes = set(np.unique(split.y).tolist())
+    first = None
+    for _ in range(REDRAWS):
+        held, n = np.zeros(len(names), bool), 0
+        for g in rng.permutation(len(names))[:-1]:         # one group at least stays
+            held[g], n = True, n + sizes[g]
+            if n >= target:
+                break
+        test = held[index]
+        if first is None:
+            first = test
+        if set(np.unique(split.y[~test]).tolist()) == classes:
+            first = test
+            break
+    return split.take(~first), split.take(first)
 
 
 def _load_csv(path: Path) -> Dataset:
@@ -483,9 +577,10 @@ def _load_csv(path: Path) -> Dataset:
             raise DataError(f"'{path}': header column {i + 1} {what}; give each column its own name")
     i_seq, i_lab = header.index("sequence"), header.index("label")
     i_split = header.index("split") if "split" in header else None
-    feat_idx = [i for i, h in enumerate(header) if i not in (i_seq, i_lab, i_split)]
+    i_group = header.index("group") if "group" in header else None
+    feat_idx = [i for i, h in enumerate(header) if i not in (i_seq, i_lab, i_split, i_group)]
     if not feat_idx:
-        raise DataError(f"'{path}': no feature columns besides sequence/label")
+        raise DataError(f"'{path}': no feature columns besides sequence/label/split/group")
     seqs: dict = {}
     last_key = None
     for lineno, row in enumerate(rows[1:], start=2):
@@ -510,10 +605,17 @@ def _load_csv(path: Path) -> Dataset:
             raise DataError(f"'{path}' line {lineno}: sequence '{key}' continues after other rows; keep each "
                             "sequence's rows together, in time order")
         last_key = key
-        entry = seqs.setdefault(key, {"labels": [], "split": split, "values": []})
+        group = row[i_group].strip() if i_group is not None else ""
+        if i_group is not None and not group:
+            raise DataError(f"'{path}' line {lineno}: the group is empty; name the group (subject, device or "
+                            "session) of every row")
+        entry = seqs.setdefault(key, {"labels": [], "split": split, "group": group, "values": []})
         if split != entry["split"]:
             raise DataError(f"'{path}' line {lineno}: sequence '{key}' moves from split '{entry['split']}' to "
                             f"'{split}'; give all rows of a sequence one split")
+        if group != entry["group"]:
+            raise DataError(f"'{path}' line {lineno}: sequence '{key}' changes group from '{entry['group']}' to "
+                            f"'{group}'; give all rows of a sequence one group (or make them separate sequences)")
         entry["labels"].append(row[i_lab].strip())
         entry["values"].append(values)
     if not seqs:
@@ -532,7 +634,8 @@ def _load_csv(path: Path) -> Dataset:
     for n, e in enumerate(seqs.values()):
         Y[n, : len(e["labels"])] = codes[at: at + len(e["labels"])]
         at += len(e["labels"])
-    data = Split(X, Y[np.arange(len(seqs)), L - 1], L, Y)
+    groups = np.array([e["group"] for e in seqs.values()], dtype=str) if i_group is not None else None
+    data = Split(X, Y[np.arange(len(seqs)), L - 1], L, Y, groups)
     features = [header[i] for i in feat_idx]
     if i_split is not None:
         splits = np.array([e["split"] for e in seqs.values()])
@@ -540,8 +643,8 @@ def _load_csv(path: Path) -> Dataset:
         if not te.any() or not tr.any():
             raise DataError(f"'{path}': the split column needs both 'train' and 'test' sequences")
         return Dataset(path.stem, data.take(tr), data.take(te), labels, features)
-    train, test = _holdout(data)
-    return Dataset(path.stem, train, test, labels, features)
+    train, test = holdout(data, where=f"'{path}'")
+    return Dataset(path.stem, train, test, labels, features, held_out="class" if groups is None else "group")
 
 
 def _is_float(s):

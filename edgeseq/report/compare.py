@@ -132,7 +132,8 @@ def format_compare(r: dict) -> str:
     out.append(f"per seq: accuracy at the last reading of each of {r['test_sequences']} test sequences of {r['data']}, "
                f"each its own stream. continuous: per-reading accuracy on {c['orders']} never-reset streams of "
                f"{c['readings_per_stream']} readings (test sequences joined; {c['grace']} readings after each change "
-               "not scored); follow: median readings to follow a change of label.")
+               f"not scored, {c['scored_share']:.0%} of readings scored); follow: median readings to follow a "
+               "change of label.")
     out.append(f"diff: logits against its twin (under 'diff vs': the first earlier model in the list with the "
                f"{r['twins']}) over {r['streams']} streams x {r['readings_per_stream']} readings (test sequences "
                "end to end, state fed back); % of the twin's output range. agree: same top class. "

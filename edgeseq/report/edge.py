@@ -99,6 +99,7 @@ def _accuracy(path, ds) -> dict:
     c = ev["continuous"]
     return {"accuracy": ev["accuracy"], "continuous_accuracy": c["reading_accuracy"],
             "continuous_last_reading_accuracy": c["last_reading_accuracy"],
+            "continuous_scored_share": c["scored_share"],
             "median_readings_to_follow": c["median_readings_to_follow"]}
 
 

@@ -2,13 +2,15 @@
 
 - per sequence: every test sequence is its own stream, started from zero state; the
   prediction after each sequence's last valid reading is scored, and so is the running
-  prediction after each quarter of the sequence.
+  prediction after each quarter of the sequence. Where the data names groups (subjects,
+  devices, sessions), the accuracy of each group and the worst group too.
 - continuous (never reset): the test sequences joined end to end in `ORDERS` fixed seeded
   orders, each one stream that is never reset, as a device sees them. Scored per reading
-  (leaving out the first `GRACE` readings after each change of label and at the stream's
-  start), at each sequence's last reading, and by the readings the prediction takes to
-  follow a change of label (the first reading from which it names the new label for
-  `HOLD` readings in a row, or to the sequence's end).
+  (leaving out a grace period after each change of label and at the stream's start:
+  `grace_for`, a fifth of the median sequence length, 1 to `GRACE` readings; `scored_share`
+  says what share of the readings that leaves), at each sequence's last reading, and by the
+  readings the prediction takes to follow a change of label (the first reading from which it
+  names the new label for `HOLD` readings in a row, or to the sequence's end).
 """
 
 from __future__ import annotations
@@ -24,7 +26,10 @@ from edgeseq.runtime.session import StreamSession, WindowSession, default_backen
 
 STREAM_READINGS = 500         # readings per stream when two models are compared over long streams
 ORDERS = 3                    # continuous protocol: seeded orders of the test split, one stream each
-GRACE = 20                    # readings after a change of label that are not scored (training leaves them out too)
+GRACE = 20                    # readings after a change of label that are not scored, at most (training leaves
+                              # this many out of its stream loss)
+GRACE_FRACTION = 0.2          # continuous protocol: the grace is this share of the median sequence length (a
+                              # change is called once a fifth of a typical activity is seen), within 1..GRACE
 HOLD = 10                     # a change is followed once the prediction holds the new label this many readings
 
 
@@ -35,7 +40,8 @@ def evaluate(model: str, split: Split, labels: list | None = None, provider: str
     `features` names the split's columns (the Dataset's `features`): they are matched to the
     model's by name (`align_features`: reordered if permuted, refused if they differ);
     without names, by position, and the counts must agree. `backend`: see StreamSession; the
-    result's "backend" says which ran."""
+    result's "backend" says which ran, and "backend_note" why auto ran onnxruntime (None
+    where it did not choose so)."""
     try:
         sess = StreamSession(model, streams=len(split), provider=provider, backend=backend)
         probe = None
@@ -75,9 +81,11 @@ def evaluate(model: str, split: Split, labels: list | None = None, provider: str
     C = len(sess.labels)
     confusion = np.zeros((C, C), int)
     np.add.at(confusion, (split.y, pred), 1)
+    groups = {} if split.groups is None else {"groups": group_accuracy(pred == split.y, split.groups)}
     return {
         "model": str(model),
         "arch": sess.meta.arch, "backend": getattr(sess, "backend", "onnxruntime"),
+        "backend_note": getattr(sess, "backend_note", None),
         "quantization": sess.meta.quantization,
         "n": int(N),
         "accuracy": float((pred == split.y).mean()),
@@ -85,8 +93,28 @@ def evaluate(model: str, split: Split, labels: list | None = None, provider: str
         "labels": list(sess.labels),
         "confusion": confusion.tolist(),
         "continuous": cont,
+        **groups,
         "seconds": round(seconds, 3),
     }
+
+
+def group_accuracy(hit: np.ndarray, groups: np.ndarray) -> dict:
+    """Per-sequence accuracy by group: hit (N,) bool, groups (N,) names -> {'per_group': {name:
+    {'n', 'accuracy'}} in name order, 'worst': {'group', 'n', 'accuracy'}} (the lowest accuracy;
+    a tie goes to the group with more sequences, then the first name)."""
+    names = sorted(set(np.asarray(groups).tolist()))
+    per = {}
+    for g in names:
+        h = hit[np.asarray(groups) == g]
+        per[g] = {"n": int(len(h)), "accuracy": float(h.mean())}
+    worst = min(names, key=lambda g: (per[g]["accuracy"], -per[g]["n"]))
+    return {"per_group": per, "worst": {"group": worst, **per[worst]}}
+
+
+def grace_for(lengths) -> int:
+    """The continuous protocol's grace for sequences of `lengths` (N,): GRACE_FRACTION of their
+    median length, rounded down, at least 1 and at most GRACE (100-reading BasicMotions: 20)."""
+    return int(min(GRACE, max(1, np.floor(float(np.median(lengths)) * GRACE_FRACTION))))
 
 
 def joined_streams(split: Split, orders: int = ORDERS, seed: int = 0):
@@ -103,12 +131,16 @@ def joined_streams(split: Split, orders: int = ORDERS, seed: int = 0):
     return np.stack(X).astype(np.float32), np.stack(Y), np.stack(ends)
 
 
-def score_continuous(pred: np.ndarray, Y: np.ndarray, ends: np.ndarray, grace: int = GRACE,
+def score_continuous(pred: np.ndarray, Y: np.ndarray, ends: np.ndarray, grace: int | None = None,
                      hold: int = HOLD) -> dict:
     """Scores of predicted classes pred (S, L) int against labels Y (S, L) on never-reset
     streams whose sequences end at `ends` (S, N). Returns per-reading accuracy past the grace
-    period, accuracy at each sequence's last reading, and the readings taken to follow each
-    change of label (median, and the share of changes followed before the sequence ended)."""
+    period (None: `grace_for` the sequences' lengths) and the share of readings that scores
+    (`scored_share`), accuracy at each sequence's last reading, and the readings taken to
+    follow each change of label (median, and the share of changes followed before the
+    sequence ended)."""
+    if grace is None:
+        grace = grace_for(np.diff(np.r_[-1, ends[0]]))
     hits, n_scored, delays, changes = 0, 0, [], 0
     for p, y in zip(pred, Y):
         scored = since_change(y) >= grace
@@ -126,6 +158,7 @@ def score_continuous(pred: np.ndarray, Y: np.ndarray, ends: np.ndarray, grace: i
                 delays.append(int(done[0]))
     last = np.take_along_axis(pred, ends, 1) == np.take_along_axis(Y, ends, 1)
     return {"reading_accuracy": hits / max(n_scored, 1), "scored_readings": n_scored,
+            "scored_share": n_scored / max(Y.size, 1),
             "last_reading_accuracy": float(last.mean()),
             "median_readings_to_follow": float(np.median(delays)) if delays else None,
             "changes": changes, "followed": len(delays) / max(changes, 1),
@@ -133,11 +166,12 @@ def score_continuous(pred: np.ndarray, Y: np.ndarray, ends: np.ndarray, grace: i
 
 
 def continuous(model: str, split: Split, orders: int = ORDERS, provider: str = "cpu", seed: int = 0,
-               grace: int = GRACE, backend: str | None = None) -> dict:
+               grace: int | None = None, backend: str | None = None) -> dict:
     """The continuous protocol for a stream model file: `orders` never-reset streams, each
     pushed one reading per call through its own single-stream StreamSession (a device runs
     one stream; dynamic int8 would otherwise scale streams together). Returns
-    `score_continuous`'s figures plus the streams' length."""
+    `score_continuous`'s figures (grace None: `grace_for` the split's lengths) plus the
+    streams' length."""
     X, Y, ends = joined_streams(split, orders, seed)
     pred = np.zeros(Y.shape, np.int64)
     for s in range(orders):

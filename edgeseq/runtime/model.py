@@ -1,8 +1,15 @@
-"""Load an edgeseq ONNX file: one clear error for each way it can be wrong."""
+"""Load an edgeseq ONNX file: one clear error for each way it can be wrong.
+
+A model file is read once per open (`read_model`): the metadata, the onnxruntime session and
+the native step's weights all come from those bytes, so a file replaced meanwhile (as
+`edgeseq export` replaces one, atomically) never mixes one file's weights with another's
+metadata."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import onnxruntime as ort
@@ -16,6 +23,19 @@ from edgeseq.runtime.providers import check_provider, confirm_provider, session_
 ORT_DTYPES = {"tensor(float)": "float32", "tensor(int64)": "int64", "tensor(double)": "float64",
               "tensor(float16)": "float16", "tensor(int32)": "int32", "tensor(int8)": "int8",
               "tensor(uint8)": "uint8", "tensor(bool)": "bool"}
+MAX_MODEL_BYTES = (1 << 31) - 1     # protobuf's limit for one message: a larger .onnx keeps external data
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    """One read of a model file: its bytes, their sha256, and its graph as
+    `edgeseq.runtime.native.onnxfile` parses it (None, with `graph_error` saying why, when that
+    reader cannot; onnxruntime may still run the file)."""
+    path: str
+    data: bytes
+    sha256: str
+    graph: object = None
+    graph_error: str | None = None
 
 
 def graph_tensors(args) -> dict:
@@ -23,28 +43,52 @@ def graph_tensors(args) -> dict:
     return {a.name: (ORT_DTYPES.get(a.type, a.type), list(a.shape) if a.shape is not None else None) for a in args}
 
 
+def read_model(path: str | os.PathLike) -> bytes:
+    """The bytes of the model file at `path`, read once (at most MAX_MODEL_BYTES). Raises
+    ModelFileError when it is missing, not a regular file, unreadable or too large."""
+    p = Path(path)
+    if not p.is_file():
+        raise ModelFileError(f"model file '{path}' not found; export one with `edgeseq export RUN --out {path}`")
+    try:
+        with open(p, "rb") as f:
+            data = f.read(MAX_MODEL_BYTES + 1)
+    except OSError as e:
+        raise ModelFileError(f"cannot read model file '{path}': {e.strerror or e}") from None
+    if len(data) > MAX_MODEL_BYTES:
+        raise ModelFileError(f"model file '{path}' is larger than {MAX_MODEL_BYTES:,} bytes, more than one ONNX "
+                             "file holds; export it again")
+    return data
+
+
 def open_model(path: str | os.PathLike, provider: str = "cpu", threads: int = 1):
     """(InferenceSession, ModelMeta) for an edgeseq model file.
 
     The metadata is parsed strictly (`ModelMeta.from_props`) and checked against the graph's
-    own inputs and outputs (`ModelMeta.check_graph`), so a model that loads also runs.
+    own inputs and outputs (`ModelMeta.check_graph`) and its quantization parameters
+    (`edgeseq.runtime.quant.check_qdq`), so a model that loads also runs.
     Raises ModelFileError (missing or unreadable file, not an edgeseq model, metadata of the
-    wrong type or disagreeing with the graph: the message names the file and the key) or
-    ProviderError."""
-    p = Path(path)
-    if not p.is_file():
-        raise ModelFileError(f"model file '{path}' not found; export one with `edgeseq export RUN --out {path}`")
+    wrong type or disagreeing with the graph, quantization parameters that do not fit their
+    tensors: the message names the file and the key or tensor) or ProviderError."""
+    sess, meta, _ = load_model(path, provider, threads)
+    return sess, meta
+
+
+def load_model(path: str | os.PathLike, provider: str = "cpu", threads: int = 1):
+    """`open_model` that also returns the `ModelFile` it read: (InferenceSession, ModelMeta,
+    ModelFile), all three from one read of the file."""
+    data = read_model(path)
     providers = check_provider(provider)
     try:
-        sess = ort.InferenceSession(str(p), session_options(threads), providers=providers)
+        sess = ort.InferenceSession(data, session_options(threads), providers=providers)
     except Exception as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise ModelFileError(f"'{path}' is not a readable ONNX model ({first[:120]}); export it again") from None
     confirm_provider(sess, provider)
     props = dict(sess.get_modelmeta().custom_metadata_map)
+    inputs, outputs = graph_tensors(sess.get_inputs()), graph_tensors(sess.get_outputs())
     try:
         meta = contract.ModelMeta.from_props(props)
-        meta.check_graph(graph_tensors(sess.get_inputs()), graph_tensors(sess.get_outputs()))
+        meta.check_graph(inputs, outputs)
     except contract.MetadataError as e:
         if e.missing:
             what = "no edgeseq metadata" if not any(k.startswith("edgeseq.") for k in props) \
@@ -54,7 +98,16 @@ def open_model(path: str | os.PathLike, provider: str = "cpu", threads: int = 1)
         raise ModelFileError(f"'{path}': {e}") from None
     except (ValueError, TypeError, KeyError, AttributeError, RecursionError):    # a parser gap: still one line
         raise ModelFileError(f"'{path}' has unreadable edgeseq metadata; export it again") from None
-    return sess, meta
+    from edgeseq.runtime.native.onnxfile import parse_graph
+    from edgeseq.runtime.quant import check_qdq
+    graph, why = None, None
+    try:
+        graph = parse_graph(data)
+    except (ValueError, UnicodeDecodeError, OverflowError, RecursionError) as e:
+        why = f"'{path}' is not an ONNX model the native backend can read ({e}); export it again"
+    if graph is not None:
+        check_qdq(graph.initializers, graph.nodes, path, {k: shape for k, (_, shape) in inputs.items()})
+    return sess, meta, ModelFile(str(path), data, hashlib.sha256(data).hexdigest(), graph, why)
 
 
 def model_data(path: str | os.PathLike, data: str | None = None):

@@ -31,7 +31,7 @@ import onnxruntime as ort
 
 from edgeseq import contract
 from edgeseq.errors import HistoryFullError, ReadingError, UsageError
-from edgeseq.runtime.model import open_model
+from edgeseq.runtime.model import load_model, open_model
 from edgeseq.runtime.providers import DEVICE
 
 ON_FULL = ("error", "slide")
@@ -43,6 +43,12 @@ MAX_THREADS = 1024
 READING_SIGMAS = 1e12            # a reading this many training standard deviations from the mean is no reading
 F32_MAX = float(np.finfo(np.float32).max)
 NO_NORM_LIMIT = F32_MAX / 4      # |reading| bound for a model without normalization metadata
+# What a restored state may hold (snapshots and state files, both backends): values no step of
+# the model can write are refused, not run.
+STATE_H_BOUND = 1.0 + 2.0 ** -5  # RNN/GRU/LSTM h: tanh outputs, with room for half a step of an int8 grid
+STATE_C_BOUND = 2.0 ** 25        # LSTM c grows by |i g| <= 1 a reading: in float32 that moves it no further
+STATE_C_BOUND_INT8 = ((1 << 31) - 1) / (1 << 15)  # the native int8 step holds c as int32 Q15
+STATE_BOUND = 2.0 ** 64          # SSM state, KV cache: projections of LayerNorm outputs, far below this
 # The safety net's dot product turns +Inf and -Inf logits together into NaN, which numpy reports
 # as an "invalid value" warning; a non-finite result is exactly what the net looks for.
 warnings.filterwarnings("ignore", "invalid value encountered in dot", RuntimeWarning, r"edgeseq\.runtime\.session")
@@ -94,6 +100,7 @@ def native_refused(path, why: str, named: bool) -> UsageError:
     """The one-line error for backend 'native' where it cannot run; `named`: False when the
     backend came from $EDGESEQ_BACKEND rather than the caller."""
     source = "" if named else " (from $EDGESEQ_BACKEND)"
+    why = why[len(f"'{path}': "):] if why.startswith(f"'{path}': ") else why
     return UsageError(f"backend 'native'{source} cannot run '{path}': {why}; use --backend onnxruntime "
                       "(or auto, which picks onnxruntime here)")
 
@@ -142,10 +149,15 @@ class StreamSession:
     positions and snapshots (past.{l}.key/value, rows no step can see again as zeros) as on
     onnxruntime, and `state_nbytes` counts the rows the ring holds. `"auto"` (default) picks
     native where it can run and onnxruntime otherwise (dynamic int8, window models, CUDA, no
-    built extension). `session.backend` says which runs. `backend="native"` where it cannot
-    run raises UsageError saying why. `backend=None` (default) takes $EDGESEQ_BACKEND, or
-    "auto" when it is unset. State, snapshot/restore, reset, the reading checks and state files
-    behave the same on both.
+    built extension, a file whose graph and native step disagree on the probe, any failure to
+    build the native step). `session.backend` says which runs, and `session.backend_note` why
+    auto chose onnxruntime (one line; None where native runs or onnxruntime was asked for).
+    `backend="native"` where it cannot run raises UsageError saying why. `backend=None`
+    (default) takes $EDGESEQ_BACKEND, or "auto" when it is unset. State, snapshot/restore,
+    reset, the reading checks and state files behave the same on both.
+
+    The model file is read once: onnxruntime, the metadata and the native step all take its
+    weights from those bytes, whose sha256 is `session.model_sha256` (what a state file names).
 
     Raises ModelFileError / ProviderError (model), UsageError (bad settings).
     """
@@ -165,7 +177,7 @@ class StreamSession:
         if not _whole(threads) or not 0 <= threads <= MAX_THREADS:
             raise UsageError(f"threads must be a whole number from 0 (onnxruntime's default) to {MAX_THREADS}, "
                              f"got {threads!r}")
-        session, meta = open_model(model, provider, int(threads))
+        session, meta, loaded = load_model(model, provider, int(threads))
         if meta.mode != "stream":
             raise UsageError(
                 f"'{model}' is a {meta.arch} model: it reads whole windows in both directions and "
@@ -175,45 +187,62 @@ class StreamSession:
             raise UsageError(f"max_history (--max-history) applies to the transformer only; a {meta.arch} "
                              "model's recurrent state is fixed, it has no history to bound")
         bound = meta.max_history if max_history is None else (int(max_history) or None)
-        native_step = self._choose_backend(backend, meta, str(model), provider, int(streams), session, bound, on_full)
+        native_step, note = self._choose_backend(backend, meta, str(model), provider, int(streams), session, bound,
+                                                 on_full, loaded)
         self._setup(session, meta, str(model), int(streams), provider, bound, on_full, native_step=native_step)
+        self.model_sha256 = loaded.sha256
+        self.backend_note = note
 
     @staticmethod
-    def _choose_backend(backend, meta, path, provider, streams, session, max_history=None, on_full="slide"):
-        """The native step to run on (`native.open_step`), or None for onnxruntime (see the class
-        docstring). A file the native step accepts runs side by side with its graph on a few
-        probe readings first (`native.probe`): where they disagree, the graph wins."""
+    def _choose_backend(backend, meta, path, provider, streams, session, max_history=None, on_full="slide",
+                        loaded=None) -> tuple:
+        """(the native step to run on (`native.open_step`), or None for onnxruntime; why auto
+        chose onnxruntime, or None). See the class docstring. A file the native step accepts
+        runs side by side with its graph on a few probe readings first (`native.probe`): where
+        they disagree, the graph wins. Whatever stops the native step from being built (a
+        refusal, or any other failure of its constructor) sends auto to onnxruntime with the
+        reason, and is refused in one line under backend 'native'. `loaded`: the
+        `edgeseq.runtime.model.ModelFile` the session was opened from (the weights come from
+        its bytes, never from a second read of the file)."""
         named = backend
         backend = default_backend() if backend is None else backend
         if not isinstance(backend, str) or backend not in BACKENDS:
             raise UsageError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
         if backend == "onnxruntime":
-            return None
+            return None, None
         from edgeseq.errors import EdgeseqError
         from edgeseq.runtime import native
+        graph = None if loaded is None else loaded.graph
         why = native.why_unavailable() if not native.available() else None
         if why is None and provider != "cpu":
             why = f"the native step runs on the CPU; provider '{provider}' needs onnxruntime"
-        if why is None:
-            why = native.supports(meta, path)
+        if why is None and loaded is not None and graph is None:
+            why = loaded.graph_error or f"'{path}' could not be read by the native backend"
         step = None
-        if why is None:
-            try:
-                why = native.probe(native.open_step(path, meta, native.PROBE_STREAMS, max_history), session)
+        try:
+            if why is None:
+                why = native.supports(meta, path, graph)
+            if why is None:
+                why = native.probe(native.open_step(path, meta, native.PROBE_STREAMS, max_history, graph=graph),
+                                   session)
                 if why is None:
-                    step = native.open_step(path, meta, streams, max_history, on_full)
-            except EdgeseqError as e:
-                why = str(e).splitlines()[0]
+                    step = native.open_step(path, meta, streams, max_history, on_full, graph=graph)
+        except EdgeseqError as e:
+            why = str(e).splitlines()[0]
+        except Exception as e:                  # any other failure to build the step: the graph runs instead
+            first = str(e).strip().splitlines()[0][:120] if str(e).strip() else ""
+            why = f"the native step could not be built ({type(e).__name__}{': ' + first if first else ''})"
         if why is not None:
             if backend == "native":
                 raise native_refused(path, why, named is not None)
-            return None
-        return step
+            return None, why
+        return step, None
 
     def _setup(self, session, meta, path, streams, provider, max_history, on_full, each=None, native_step=None):
         """Everything but opening the model: shared by the session and its per-stream sub-sessions."""
         self._native = native_step
         self.backend = "native" if native_step is not None else "onnxruntime"
+        self.backend_note = None
         self.path = path
         self.session, self.meta = session, meta
         self.streams = streams
@@ -430,11 +459,77 @@ class StreamSession:
         Everything is checked before anything changes: keys, the number of state tensors, each
         one's shape (streams first; a cache's history rows on axis 2, the same for all and
         within max_history), a real-number dtype whose values are finite in float32, and
-        positions (integers >= 0, one per stream). Raises UsageError naming what is wrong;
-        the session is then exactly as it was."""
+        positions (integers >= 0, one per stream); values the model can write (`_state_bound`:
+        RNN/GRU/LSTM h within [-1, 1], an LSTM cell within what a step reaches, any other state
+        within STATE_BOUND); and one step from the restored state, at the training mean, on
+        this session's backend, must give finite logits and state. Raises UsageError naming
+        what is wrong; the session is then exactly as it was."""
         with self._lock:
             position, arrays = self._check_snapshot(snap)
+            self._apply_probed(position, arrays)
+
+    def _state_bound(self, spec: contract.StateSpec) -> tuple:
+        """(largest |value| the model writes into state `spec`, why): see `restore`."""
+        arch, role = self.meta.arch, spec.role
+        if not role and arch in ("rnn", "gru") and spec.kind == contract.KIND_FIXED:
+            role = "h."
+        if arch in ("rnn", "gru", "lstm") and role.startswith("h."):
+            name = "a GRU" if arch == "gru" else f"an {arch.upper()}"
+            return STATE_H_BOUND, f"{name}'s hidden state is a tanh output, within [-1, 1]"
+        if arch == "lstm" and role.startswith("c."):
+            if self._native is not None and getattr(self._native, "_integer", False):
+                return STATE_C_BOUND_INT8, "the native int8 step holds an LSTM cell as int32 Q15, within +-65536"
+            return STATE_C_BOUND, "an LSTM cell moves by at most 1 a reading, and no further than 2^25 in float32"
+        return STATE_BOUND, "more than this model's state reaches from any reading (2^64)"
+
+    def _probe_readings(self) -> np.ndarray:
+        norm = self.meta.normalization
+        mean = np.zeros(self.n_features) if norm is None else np.asarray(norm["mean"], np.float64)
+        return np.ascontiguousarray(np.broadcast_to(mean.astype(np.float32), (self.streams, self.n_features)))
+
+    def _graph_probe(self, position: np.ndarray, arrays: list):
+        """The first stream whose step from `arrays` (at the training mean) gives NaN or Inf
+        logits or state in the graph (onnxruntime; batch-1 calls where streams interact), or
+        None. Changes nothing."""
+        x = self._probe_readings()
+        names = [contract.LOGITS] + [s.output for s in self.meta.state]
+        rows = [slice(i, i + 1) for i in range(self.streams)] if self.meta.batch_dependent else [slice(None)]
+        with np.errstate(all="ignore"):
+            for r in rows:
+                feeds = {contract.READING: x[r], **{s.name: np.ascontiguousarray(a[r])
+                                                    for s, a in zip(self.meta.state, arrays)}}
+                if self._has_position:
+                    feeds[contract.POSITION] = np.ascontiguousarray(position[r])
+                out = self.session.run(names, feeds)
+                ok = np.ones(out[0].shape[0], bool)
+                for v in out:
+                    ok &= np.isfinite(v.reshape(v.shape[0], -1)).all(axis=1)
+                if not ok.all():
+                    return int(np.argmin(ok)) + (r.start or 0)
+        return None
+
+    def _apply_probed(self, position: np.ndarray, arrays: list) -> None:
+        """`_apply`, once one step from the restored state gives finite logits on this
+        session's backend (see `restore`); UsageError and the session as it was otherwise."""
+        nat = self._native
+        if nat is None or getattr(nat, "_integer", False):   # integer logits are always finite
+            bad = self._graph_probe(position, arrays) if nat is None else None
+        else:
+            old_position, old_state = self._position(), [a.copy() for a in nat.state]
             self._apply(position, arrays)
+            np.copyto(nat.x, self._probe_readings())
+            with np.errstate(all="ignore"):
+                rc = nat.run()
+                if rc == -5:
+                    nat.grow()
+                    rc = nat.run()
+            bad = self._graph_probe(position, arrays) if rc == -4 else (rc if rc >= 0 else None)
+            if bad is not None:
+                self._apply(old_position, old_state)
+        if bad is not None:
+            raise UsageError(f"snapshot state gives NaN or Inf for stream {bad} one step on (at the training mean): "
+                             "this model cannot have written it; session state unchanged")
+        self._apply(position, arrays)
 
     def _check_snapshot(self, snap) -> tuple:
         """(int64 [streams] positions, [float32 C-contiguous arrays]) from a snapshot, or UsageError."""
@@ -476,6 +571,12 @@ class StreamSession:
                 f = f.copy()                 # never share memory with the caller's arrays
             if not np.isfinite(f).all():
                 raise bad(f"{what} holds NaN or Inf (or values beyond float32's range)")
+            bound, why = self._state_bound(spec)
+            beyond = np.abs(f) > bound
+            if beyond.any():
+                at = np.unravel_index(int(np.argmax(beyond)), f.shape)
+                raise bad(f"{what} holds {float(f[at]):g} (stream {at[0]}), beyond +-{bound:g}: {why}; this model "
+                          "cannot have written it")
             out.append(f)
         if history is not None and self.max_history is not None and history > self.max_history:
             raise bad(f"holds {history} history rows, more than this session's max_history {self.max_history}")

@@ -125,6 +125,12 @@ def model_sha256(path) -> str:
     return h.hexdigest()
 
 
+def session_sha256(sess) -> str:
+    """The sha256 of the model `sess` runs: of the bytes it was opened from (a file replaced
+    since then does not count), else of the file at its path."""
+    return getattr(sess, "model_sha256", None) or model_sha256(sess.path)
+
+
 # -- temporary files and their leftovers ---------------------------------------------------
 
 def temp_prefix(target) -> str:
@@ -282,7 +288,7 @@ def save_state(path, sess, readings: int, model_hash: str | None = None, extra: 
     np.savez(buf, position=np.asarray(snap["position"], np.int64),
              **{f"state_{i}": a for i, a in enumerate(snap["state"])})
     payload = buf.getvalue()
-    header = {"model_sha256": model_hash or model_sha256(sess.path), "model": os.path.basename(sess.path),
+    header = {"model_sha256": model_hash or session_sha256(sess), "model": os.path.basename(sess.path),
               "arch": sess.meta.arch, "streams": sess.streams, "readings": int(readings),
               "n_state": len(snap["state"]), "payload_sha256": hashlib.sha256(payload).hexdigest(),
               "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **(extra or {})}
@@ -466,7 +472,7 @@ def load_state(path, sess, model_hash: str | None = None) -> dict:
     """Restore `sess` from `path`; returns the header. StateFileError if it cannot be used, and
     then `sess` is exactly as it was (everything is checked before anything is restored; the
     arrays' declared shapes before any of them is read)."""
-    want = model_hash or model_sha256(sess.path)
+    want = model_hash or session_sha256(sess)
 
     def check_header(header):
         if header["model_sha256"] != want:

@@ -148,17 +148,18 @@ def _meta_reason(meta) -> str | None:
     return None
 
 
-def supports(meta, path) -> str | None:
-    """None when the model at `path` (its parsed metadata `meta`) can run natively: rnn, gru,
-    lstm, ssm or transformer, stream mode, float32 or static int8, laid out as edgeseq's export
-    writes it. Else a one-line reason, e.g. "int8 dynamic scales activations per call:
+def supports(meta, path, graph: Graph | None = None) -> str | None:
+    """None when the model at `path` (its parsed metadata `meta`; `graph`: its graph as read
+    once by `edgeseq.runtime.model.load_model`, else the file is read) can run natively: rnn,
+    gru, lstm, ssm or transformer, stream mode, float32 or static int8, laid out as edgeseq's
+    export writes it. Else a one-line reason, e.g. "int8 dynamic scales activations per call:
     onnxruntime only".
     Says nothing about the extension itself: see `available()`."""
     reason = _meta_reason(meta)
     if reason:
         return reason
     try:
-        graph = read_graph(path)
+        graph = read_graph(path) if graph is None else graph
         if meta.arch == "transformer":
             with np.errstate(all="ignore"):
                 _attn.plan(meta, graph, path)
@@ -178,9 +179,57 @@ def supports(meta, path) -> str | None:
 
 PROBE_STREAMS, PROBE_READINGS = 4, 32
 FLOAT_PROBE_RTOL = 1e-4     # float: a few float32 roundings of the logits' scale (parity tests hold 1e-5)
-INT8_PROBE_RTOL = 0.10      # int8: the firmware's integers against onnxruntime's QDQ graph, as a share of
-                            # the logits' range over the probe (exported models: 1-2.5%; an edited
-                            # operation or scale: 30% and more)
+INT8_PROBE_RTOL = 0.10      # int8: of the largest |logit| over the probe (exported models: 2-4%; an edited
+                            # operation: 60% and more)
+INT8_PROBE_STEPS = 2        # int8: and this many of the graph's own output grids (`output_grid`)
+INT8_PROBE_Q12 = 2          # firmware int8: and this many steps of its Q12 logits (bias and product rounding)
+
+
+def output_grid(graph: Graph) -> float:
+    """How far an int8 graph's own rounding moves its logits, whatever their size: the step of
+    the grid the logits are quantized to (the scale of a DequantizeLinear that gives `logits`)
+    plus one int8 step of every input of the head (its input's scale x the largest sum of
+    |weights| of one class). 0 where the graph quantizes neither, or holds something else."""
+    init = graph.initializers
+    producer = {o: n for n in graph.nodes for o in n.output}
+
+    def made(t):
+        n = producer.get(t)
+        while n is not None and n.op_type == "Identity" and n.input:
+            t = n.input[0]
+            n = producer.get(t)
+        return t, n
+
+    def scale(n) -> float:
+        a = np.asarray(init.get(n.input[1], np.nan), np.float64) if len(n.input) > 1 else np.nan
+        return float(np.max(np.abs(a))) if np.size(a) else np.nan
+
+    try:
+        with np.errstate(all="ignore"):
+            grid = 0.0
+            t, n = made(contract.LOGITS)
+            if n is not None and n.op_type == "DequantizeLinear" and n.input[0] not in init:
+                grid += scale(n)
+                t, n = made(producer[n.input[0]].input[0]) if n.input[0] in producer else (t, None)
+            if n is not None and n.op_type in ("Gemm", "MatMul") and len(n.input) >= 2:
+                _, a = made(n.input[0])
+                w_name, w = made(n.input[1])
+                if a is not None and a.op_type == "DequantizeLinear":
+                    if w is not None and w.op_type == "DequantizeLinear" and w.input[0] in init:
+                        q = np.asarray(init[w.input[0]], np.float64)
+                        ws = np.asarray(init[w.input[1]], np.float64).reshape(-1)
+                        axis = int(w.attrs.get("axis", 1)) % max(q.ndim, 1)
+                        shape = [1] * q.ndim
+                        if ws.size > 1:
+                            shape[axis] = ws.size
+                        W = q * ws.reshape(shape)
+                    else:
+                        W = np.asarray(init.get(w_name, np.nan), np.float64)
+                    trans = n.op_type == "Gemm" and n.attrs.get("transB", 0) == 1
+                    grid += scale(a) * float(np.abs(W).sum(axis=1 if trans else 0).max())
+            return grid if np.isfinite(grid) else 0.0
+    except (KeyError, IndexError, ValueError, TypeError, AttributeError):
+        return 0.0
 
 
 def probe(step: "NativeStep", session) -> str | None:
@@ -188,9 +237,9 @@ def probe(step: "NativeStep", session) -> str | None:
     onnxruntime (`session`, the same file) side by side on PROBE_READINGS seeded readings around
     the training mean (state fed back): None when they agree, else a one-line reason. The native
     step reads weights and wiring it expects; this catches a file whose operations say otherwise
-    (an edited cell, scale or constant): the graph is what counts. Agreement: float logits
-    within FLOAT_PROBE_RTOL of their scale, both finite alike; int8 within INT8_PROBE_RTOL of the
-    logits' range. A Transformer's step (`attn.AttnStep`) runs with its cache, as `attn.probe`."""
+    (an edited cell, scale or constant): the graph is what counts. Agreement: both finite alike
+    (float) and within `probe_tolerance`. A Transformer's step (`attn.AttnStep`) runs with its
+    cache, as `attn.probe`."""
     if isinstance(step, _attn.AttnStep):
         return _attn.probe(step, session, PROBE_READINGS, lambda got, want: _agree(step, got, want))
     meta = step.meta
@@ -222,16 +271,31 @@ def _agree(step, got: np.ndarray, want: np.ndarray) -> str | None:
         if np.array_equal(np.isfinite(want), np.isfinite(got)) and not step.int8:
             return None
         return "its graph and the native step disagree on which readings give finite logits"
-    if step.int8:
-        scale, rtol = max(float(want.max() - want.min()), 1e-6), INT8_PROBE_RTOL
-    else:
-        scale, rtol = max(1.0, float(np.abs(want).max())), FLOAT_PROBE_RTOL
+    allowed = probe_tolerance(step, want)
     diff = float(np.abs(got - want).max())
-    if diff > rtol * scale:
+    if diff > allowed:
         return (f"its graph computes other logits than the native step reads from its weights (max difference "
-                f"{diff:.3g} over {PROBE_READINGS} probe readings, allowed {rtol * scale:.3g}): "
+                f"{diff:.3g} over {PROBE_READINGS} probe readings, allowed {allowed:.3g}): "
                 "its operations are not the ones edgeseq's export writes")
     return None
+
+
+def probe_tolerance(step, want: np.ndarray) -> float:
+    """The largest difference `probe` allows between the native step's logits and the graph's
+    `want` (finite, [readings, B, C]). It follows the logits' size and the rounding each side
+    does, never their spread over the probe (logits that barely move are no reason to refuse):
+    float, FLOAT_PROBE_RTOL of the largest |logit| (at least 1: float32 rounding of the sums
+    behind them); int8, that plus INT8_PROBE_RTOL of the largest |logit|, INT8_PROBE_STEPS of
+    the graph's own output grids (`output_grid`, at most the largest |logit|: a graph whose
+    grid swallows its logits computes nothing the step could match) and, for the firmware's
+    integer step, INT8_PROBE_Q12 steps of its Q12 logits."""
+    size = float(np.abs(want).max()) if want.size else 0.0
+    allowed = FLOAT_PROBE_RTOL * max(1.0, size)
+    if step.int8:
+        allowed += INT8_PROBE_RTOL * size + INT8_PROBE_STEPS * min(float(getattr(step, "grid", 0.0)), size)
+        if getattr(step, "_integer", False):
+            allowed += INT8_PROBE_Q12 / 4096
+    return allowed
 
 
 # -- float: the fused graph's weights, in es_float.h's layout --------------------------------
@@ -330,16 +394,18 @@ def _float_plan(meta, graph: Graph, path) -> dict:
         layers.append(((W.reshape(-1), bias, np.asarray(blocks, np.int32).reshape(-1), np_), ox, oh))
         prev = h_out
     gemm = [n for n in nodes if n.op_type == "Gemm"]
-    if (len(gemm) != 1 or len(gemm[0].input) != 3 or gemm[0].input[0] != prev or gemm[0].output != [contract.LOGITS]
+    if (len(gemm) != 1 or len(gemm[0].input) not in (2, 3) or gemm[0].input[0] != prev
+            or gemm[0].output != [contract.LOGITS]
             or gemm[0].attrs.get("transB") != 1 or gemm[0].attrs.get("transA", 0) != 0
             or gemm[0].attrs.get("alpha", 1.0) != 1.0 or gemm[0].attrs.get("beta", 1.0) != 1.0
-            or gemm[0].input[1] not in init or gemm[0].input[2] not in init):
+            or any(i not in init for i in gemm[0].input[1:])):
         _refuse(path, f"does not compute its logits as one Gemm of {prev}")
     hw = np.asarray(init[gemm[0].input[1]], np.float32)
-    hb = np.asarray(init[gemm[0].input[2]], np.float32).reshape(-1)
+    hb = (np.asarray(init[gemm[0].input[2]], np.float32).reshape(-1) if len(gemm[0].input) == 3
+          else np.zeros(C, np.float32))                    # a head bias of zeros: the exporter drops it
     if hw.shape != (C, H) or hb.shape != (C,):
         _refuse(path, f"has a head of {list(hw.shape)} for {C} labels and hidden {H}")
-    used |= {gemm[0].input[1], gemm[0].input[2]}
+    used |= set(gemm[0].input[1:])
     cp = _pad(C)
     HW = np.zeros((H, cp), np.float32)
     HW[:, :C] = hw.T
@@ -355,6 +421,8 @@ def _float_plan(meta, graph: Graph, path) -> dict:
 # -- int8: firmware_sim.intsim's integer model, in es_kernels.h's layout ----------------------
 
 def _int_model(meta, graph: Graph, path):
+    """firmware_sim.intsim's integer model of the graph: `from_parts`, whose
+    `check_int_model` refuses any constant the integer step cannot hold, as firmware emit does."""
     from firmware_sim.intsim import from_parts     # numpy only; kept out of the float path
     return from_parts(meta, graph.initializers, graph.nodes, str(path))
 
@@ -370,6 +438,7 @@ def _rq_mode(shifts) -> int:
 
 
 def _i32(a) -> np.ndarray:
+    """int32 constants (`firmware_sim.intsim.check_int_model` has checked that they fit)."""
     a = np.asarray(a, np.int64)
     if a.size and (a.min() < -(1 << 31) or a.max() >= 1 << 31):
         raise ModelFileError("an int8 constant does not fit 32 bits; export it again")
@@ -406,13 +475,15 @@ def _matrix(mm, bias=None, reference=False) -> tuple:
 AttnStep = _attn.AttnStep
 
 
-def open_step(path, meta, streams: int = 1, max_history: int | None = None, on_full: str = "slide"):
-    """The native step for the model at `path`: an `AttnStep` (a Transformer, its cache bounded
-    by max_history, None for none, full as `on_full` says) or a `NativeStep` (the others, which
-    hold no history: max_history and on_full do not apply)."""
+def open_step(path, meta, streams: int = 1, max_history: int | None = None, on_full: str = "slide",
+              graph: Graph | None = None):
+    """The native step for the model at `path` (`graph`: its graph as read once by
+    `edgeseq.runtime.model.load_model`; None: the file is read): an `AttnStep` (a Transformer,
+    its cache bounded by max_history, None for none, full as `on_full` says) or a `NativeStep`
+    (the others, which hold no history: max_history and on_full do not apply)."""
     if meta.arch == "transformer":
-        return AttnStep(path, meta, streams, max_history=max_history, on_full=on_full)
-    return NativeStep(path, meta, streams)
+        return AttnStep(path, meta, streams, max_history=max_history, on_full=on_full, graph=graph)
+    return NativeStep(path, meta, streams, graph=graph)
 
 
 class NativeStep:
@@ -453,7 +524,7 @@ class NativeStep:
     against the simulator."""
 
     def __init__(self, path: str | os.PathLike, meta, streams: int = 1, reference: bool = False,
-                 vnni: bool = True):
+                 vnni: bool = True, graph: Graph | None = None):
         if _ext is None:
             raise UsageError(why_unavailable())
         reason = _meta_reason(meta)
@@ -466,7 +537,8 @@ class NativeStep:
         B, F, C = int(streams), len(meta.features), len(meta.labels)
         self.path, self.meta, self.streams = str(path), meta, B
         self.int8 = bool(meta.quantization)
-        graph = read_graph(path)
+        graph = read_graph(path) if graph is None else graph
+        self.grid = output_grid(graph) if self.int8 else 0.0
         self.x = np.zeros((B, F), np.float32)
         self.logits = np.zeros((B, C), np.float32)
         self.probs = np.zeros((B, C), np.float32)

@@ -519,8 +519,8 @@ class AttnStep:
     Not thread-safe: serialize calls (StreamSession holds its lock around them)."""
 
     def __init__(self, path: str | os.PathLike, meta, streams: int = 1, max_history: int | None = None,
-                 on_full: str = "slide"):
-        from edgeseq.runtime.native import _ext, why_unavailable
+                 on_full: str = "slide", graph: Graph | None = None):
+        from edgeseq.runtime.native import _ext, output_grid, why_unavailable
         if _ext is None:
             raise UsageError(why_unavailable())
         reason = meta_reason(meta)
@@ -532,9 +532,12 @@ class AttnStep:
             raise UsageError(f"max_history must be None or a whole number >= 1, got {max_history!r}")
         if on_full not in ("slide", "error"):
             raise UsageError(f"on_full must be slide or error, got {on_full!r}")
-        p = plan(meta, read_graph(path), path)
+        if graph is None:
+            graph = read_graph(path)
+        p = plan(meta, graph, path)
         B, F, C, D, L = int(streams), p["F"], p["C"], p["D"], p["L"]
         self.path, self.meta, self.streams, self.int8 = str(path), meta, B, p["int8"]
+        self.grid = output_grid(graph) if self.int8 else 0.0
         self.heads, self.head_dim, self.layers, self.d_model = p["NH"], p["HD"], L, D
         self.window, self.max_history, self.on_full = p["window"], max_history, on_full
         bounds = [n for n in (self.window, max_history) if n]

@@ -226,16 +226,17 @@ def parse_graph(data: bytes) -> Graph:
     return g
 
 
-def read_graph(path: str | os.PathLike) -> Graph:
-    """`parse_graph` of the file at `path`; ModelFileError naming the file when it cannot be
-    read or parsed."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise ModelFileError(f"cannot read model file '{path}': {e.strerror or e}") from None
+def read_graph(source: str | os.PathLike | bytes, path=None) -> Graph:
+    """`parse_graph` of `source`: the bytes of a model file (as `edgeseq.runtime.model.read_model`
+    returns them; `path` names it in messages) or the path of one, read once. ModelFileError
+    naming the file when it cannot be read or parsed."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data = bytes(source)
+    else:
+        from edgeseq.runtime.model import read_model
+        path, data = source, read_model(source)
     try:
         return parse_graph(data)
-    except (WireError, ValueError, UnicodeDecodeError, OverflowError) as e:
+    except (WireError, ValueError, UnicodeDecodeError, OverflowError, RecursionError) as e:
         raise ModelFileError(f"'{path}' is not an ONNX model the native backend can read ({e}); "
                              "export it again") from None

@@ -1,0 +1,54 @@
+"""The `edgeseq` command: thin commands over library calls.
+
+Library errors become one-line `Error:` messages: exit 1 when something failed at run time,
+exit 2 when the request itself was wrong. torch is imported only inside the commands that
+train or export, so `stream` and `eval` work with the runtime-only install.
+
+One module per command or group (train, export, evaluate: eval and compare, stream, bench,
+report, firmware, translate); `_common` holds the error boundary and what they share.
+"""
+
+from __future__ import annotations
+
+import click
+
+from edgeseq import __version__
+from edgeseq.cli import bench, evaluate, export, firmware, report, stream, train, translate
+from edgeseq.cli._common import _PROGRAM, MAX_HISTORY, Finite, History, _Cli, _writing
+
+__all__ = ["MAX_HISTORY", "Finite", "History", "_writing", "cli", "main"]
+
+
+@click.group(cls=_Cli)
+@click.version_option(__version__, prog_name="edgeseq")
+def cli():
+    """edgeseq: train, export and stream tiny sequence models on edge devices.
+
+    \b
+      edgeseq train --arch gru --data basicmotions --out runs/gru
+      edgeseq export runs/gru --out models/gru.onnx
+      edgeseq export runs/gru --int8 --out models/gru-int8.onnx
+      edgeseq eval models/gru.onnx --data basicmotions --json
+      edgeseq compare models/gru.onnx models/gru-int8.onnx
+      edgeseq stream models/gru.onnx --input readings.csv
+      edgeseq bench --json
+      edgeseq report --out reports/edge
+      edgeseq firmware check models/gru-int8.onnx --target nrf52840
+      edgeseq translate run models/mt "Save the notebook" --beam 4
+    """
+
+
+cli.add_command(train.train)
+cli.add_command(export.export)
+cli.add_command(evaluate.compare)
+cli.add_command(evaluate.eval_cmd)
+cli.add_command(stream.stream)
+cli.add_command(bench.bench)
+cli.add_command(report.report)
+cli.add_command(firmware.firmware)
+cli.add_command(translate.translate)
+
+
+def main():
+    _PROGRAM["main"] = True
+    cli(prog_name="edgeseq")

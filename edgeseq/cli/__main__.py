@@ -1,0 +1,3 @@
+from edgeseq.cli import main
+
+main()

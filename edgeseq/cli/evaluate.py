@@ -1,0 +1,94 @@
+"""`edgeseq compare` and `edgeseq eval`: how exported models score, streamed as deployed."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from edgeseq.cli._common import _DATA_HELP, _backend_option, _echo_json, _errors, _json_option, _provider_option
+
+
+@click.command()
+@click.argument("models", nargs=-1, required=True, type=click.Path())
+@click.option("--data", help="'basicmotions' or a .npz / .csv path (default: the data the first model was trained "
+              "on, as its file records; basicmotions for files exported before it did)")
+@click.option("--readings", type=click.IntRange(min=1), default=500, show_default=True,
+              help="Readings per stream for the output difference.")
+@click.option("--rounds", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Latency: interleaved rounds of 100 readings per model.")
+@_json_option
+@_backend_option
+@_errors
+def compare(models, data, readings, rounds, backend, as_json):
+    """Compare models side by side: size, test accuracy, output difference over long streams
+    from each model's twin (the first earlier model in the list with the same architecture,
+    settings, labels, features and normalisation: a float model and its int8 export; n/a
+    where there is none), and per-reading latency, on the first model's training data
+    unless --data says otherwise.
+
+    \b
+      edgeseq compare models/gru.onnx models/gru-int8.onnx
+      edgeseq compare models/lstm.onnx models/lstm-int8.onnx models/lstm-dyn.onnx --json
+    """
+    from edgeseq.report.compare import compare_models, format_compare
+
+    r = compare_models(list(models), data=data, readings=readings, rounds=rounds, backend=backend)
+    click.echo(json.dumps(r, indent=2) if as_json else format_compare(r))
+
+
+@click.command(name="eval")
+@click.argument("model", type=click.Path())
+@click.option("--data", help=_DATA_HELP)
+@click.option("--split", type=click.Choice(["test", "train"]), default="test", show_default=True)
+@_provider_option
+@_json_option
+@_backend_option
+@_errors
+def eval_cmd(model, data, split, provider, backend, as_json):
+    """Accuracy of an exported model, streamed one reading at a time as deployed, on two
+    protocols: per sequence (each test sequence its own stream, from zero state) and
+    continuous (the test sequences joined end to end in 3 seeded orders, never reset, as a
+    device sees them; scored per reading after a grace period after each change of label, a
+    fifth of the median sequence length within 1..20 readings, at each sequence's last
+    reading, and by the readings taken to follow a change). Data that names groups (subjects,
+    devices, sessions) also gets the accuracy of each group and the worst group.
+
+    The data defaults to the model's own training data (recorded in the file at export).
+
+    \b
+      edgeseq eval models/gru.onnx --json
+      edgeseq eval models/mine.onnx --data new-recordings.csv
+    """
+    from edgeseq.runtime import evaluate
+    from edgeseq.runtime.model import model_data
+
+    ds = model_data(model, data)
+    r = evaluate(model, getattr(ds, split), labels=ds.labels, provider=provider, features=ds.features, backend=backend)
+    r["data"], r["split"] = ds.name, split
+    if r.get("backend_note"):
+        click.echo(f"note: onnxruntime backend, not native: {r['backend_note']}", err=True)
+    if as_json:
+        _echo_json(r)
+        return
+    click.echo(f"{r['arch']} ({r.get('backend', 'onnxruntime')} backend) on {ds.name} {split}, per sequence (reset at "
+               f"each start): accuracy {r['accuracy']:.3f} "
+               f"({r['n']} sequences)")
+    if r["accuracy_at_fraction"]:
+        parts = ", ".join(f"{float(k):.0%}: {v:.3f}" for k, v in r["accuracy_at_fraction"].items())
+        click.echo(f"  running prediction after {parts} of each sequence")
+    if r.get("groups"):
+        g, w = r["groups"]["per_group"], r["groups"]["worst"]
+        click.echo(f"  per group: worst '{w['group']}' {w['accuracy']:.3f} ({w['n']} sequences); "
+                   + ", ".join(f"{k} {v['accuracy']:.3f} ({v['n']})" for k, v in g.items()))
+    c = r["continuous"]
+    if c:
+        follow = "never" if c["median_readings_to_follow"] is None else f"{c['median_readings_to_follow']:.0f}"
+        per = (f"{c['reading_accuracy']:.3f} (past {c['grace']} readings after each change; "
+               f"{c['scored_share']:.0%} of readings scored)" if c["scored_readings"]
+               else f"n/a (no reading lies {c['grace']} reading{'s' if c['grace'] > 1 else ''} past a change: the "
+                    "label changes too often)")
+        click.echo(f"continuous (never reset, {c['orders']} orders x {c['readings_per_stream']:,} readings): "
+                   f"per reading {per}, "
+                   f"at each sequence's last reading {c['last_reading_accuracy']:.3f}; median readings to follow "
+                   f"a change {follow} ({c['followed']:.0%} of {c['changes']} changes followed)")

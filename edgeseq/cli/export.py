@@ -1,0 +1,73 @@
+"""`edgeseq export`: a trained run to one validated ONNX step graph, float or int8."""
+
+from __future__ import annotations
+
+import click
+
+from edgeseq.cli._common import MAX_HISTORY, Finite, History, _echo_json, _errors, _json_option, _note_window, _writing
+from edgeseq.errors import UsageError
+
+
+@click.command()
+@click.argument("run", type=click.Path())
+@click.option("--out", required=True, type=click.Path(), help="Model file to write (.onnx).")
+@click.option("--max-history", type=History(),
+              help=f"Transformer: default bound on cached readings (1 to {MAX_HISTORY:,}).")
+@click.option("--int8", is_flag=True, help="Quantize weights to int8 (MatMul/Gemm, per channel).")
+@click.option("--int8-scheme", type=click.Choice(["static", "dynamic"]), default="static", show_default=True,
+              help="static: int8 activations with scales calibrated on training streams; "
+                   "dynamic: uint8 activations scaled per call.")
+@click.option("--data", help="int8: data for calibration and checks (default: the run's training data).")
+@click.option("--max-error", type=Finite(min=0), default=0.02, show_default=True,
+              help="int8: bound on the mean output error, as a fraction of the float output range.")
+@click.option("--max-accuracy-drop", type=Finite(min=0), default=0.01, show_default=True,
+              help="int8: bound on per-reading test accuracy lost to quantization (0.01 = one point).")
+@click.option("--keep-anyway", is_flag=True, help="int8: write the model even if it breaks a bound.")
+@_json_option
+@_errors
+def export(run, out, max_history, int8, int8_scheme, data, max_error, max_accuracy_drop, keep_anyway, as_json):
+    """Export a trained run to one ONNX step graph, validated before it is written.
+
+    Float: written only if ONNX Runtime matches torch over a 200-reading stream: logits and
+    probabilities within 1e-6 + 2e-5 x the largest |logit|, and the same top class wherever
+    it is clear. int8 (--int8): also written only if, against its float twin, the mean logit
+    error stays within --max-error of the output range over 4 streams of 500 real readings
+    and per-reading test accuracy drops by at most --max-accuracy-drop. A failed export
+    leaves an existing file at --out alone.
+
+    \b
+      edgeseq export runs/gru --out models/gru.onnx
+      edgeseq export runs/gru --int8 --out models/gru-int8.onnx
+      edgeseq export runs/lstm --int8 --int8-scheme dynamic --out models/lstm-int8.onnx
+      edgeseq export runs/transformer --out models/tr.onnx --max-history 256
+    """
+    from edgeseq.train import load_checkpoint
+    from export import export_int8, export_model
+
+    int8_only = [name for name, given in (("--int8-scheme", int8_scheme != "static"), ("--data", data),
+                                           ("--max-error", max_error != 0.02),
+                                           ("--max-accuracy-drop", max_accuracy_drop != 0.01),
+                                           ("--keep-anyway", keep_anyway)) if given]
+    if int8_only and not int8:
+        raise UsageError(f"{', '.join(int8_only)} applies to int8 export only; add --int8")
+    ckpt = load_checkpoint(run)
+    _note_window(max_history, (ckpt.get("config") or {}).get("window"))
+    with _writing(out):
+        if int8:
+            report = export_int8(ckpt, out, int8_scheme, data=data, max_history=max_history, max_error=max_error,
+                                 max_accuracy_drop=max_accuracy_drop, keep_anyway=keep_anyway)
+        else:
+            report = export_model(ckpt, out, max_history=max_history)
+    if as_json:
+        _echo_json(report)
+    elif int8:
+        r = report
+        click.echo(f"wrote {r['path']} ({r['bytes']:,} bytes; float export {r['float_bytes']:,}); "
+                   f"int8 {int8_scheme} vs float over {r['streams']}x{r['readings']} readings: "
+                   f"mean error {r['mean_rel']:.2%} of range "
+                   f"(max {r['max_rel']:.1%}), test accuracy {r['int8_accuracy']:.3f} vs {r['float_accuracy']:.3f}")
+        if not r["within_bounds"]:
+            click.echo("warning: this model breaks its bound (kept because of --keep-anyway)", err=True)
+    else:
+        click.echo(f"wrote {report['path']} ({report['bytes']:,} bytes); ONNX Runtime vs torch max abs diff "
+                   f"{report['max_abs_diff']:.2e} (tolerance {report['tolerance']:g})")

@@ -1,0 +1,213 @@
+"""`edgeseq firmware ...`: microcontroller targets, fit and cost, integer-only execution, C code."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from edgeseq.cli._common import _DATA_HELP, Finite, _echo_json, _errors, _json_option, _writing
+from edgeseq.errors import EdgeseqError, UsageError
+
+_targets_file_option = click.option("--targets-file", type=click.Path(), help="JSON file with more target profiles.")
+
+
+@click.group()
+def firmware():
+    """Microcontroller targets: will a model fit, what a reading costs, integer-only execution, C code.
+
+    \b
+      edgeseq firmware targets
+      edgeseq firmware check models/gru-int8.onnx --target nrf52840
+      edgeseq firmware check models/transformer-int8.onnx --target rp2040 --history 512
+      edgeseq firmware simulate models/gru-int8.onnx --json
+      edgeseq firmware emit models/gru-int8.onnx --out firmware/gru --prefix gesture
+      edgeseq firmware measure models/gru-int8.onnx --target nrf52840
+    """
+
+
+@firmware.command(name="targets")
+@_targets_file_option
+@_json_option
+@_errors
+def firmware_targets(targets_file, as_json):
+    """List the built-in (and file) target profiles with their datasheet figures."""
+    from firmware_sim.targets import load_targets
+
+    ts = load_targets(targets_file)
+    if as_json:
+        _echo_json([t.to_json() for t in ts.values()])
+        return
+    click.echo(f"{'name':10s} {'core':16s} {'MHz':>5s} {'flash KB':>9s} {'SRAM KB':>8s} {'cyc/MAC':>8s}  part")
+    for t in ts.values():
+        click.echo(f"{t.name:10s} {t.core:16s} {t.clock_mhz:5.0f} {t.flash_kb:9,d} {t.sram_kb:8,d} {t.cycles_per_mac:8.2f}  "
+                   f"{t.part}")
+    click.echo("sources: `edgeseq firmware targets --json` (field 'source'); cycles/MAC are estimates, see --help of check")
+
+
+def _fmt_check(r):
+    f, m, c = r["flash"], r["ram"], r["cost"]
+    t = r["target"]
+    lines = [f"{r['model']} ({r['arch']}, {r['quantization']}) on {t['name']} ({t['part']}, {t['core']} "
+             f"{t['clock_mhz']:.0f} MHz)" + ('' if r['history'] is None else f", history {r['history']:,}"),
+             f"  plan of: {r['plan_of']}",
+             "  flash            bytes",
+             *[f"    {k:16s} {v:>9,d}" for k, v in f.items() if k not in ("total", "available", "margin")],
+             f"    {'total':16s} {f['total']:>9,d} of {f['available']:,}  (margin {f['margin']:,})",
+             "  RAM              bytes",
+             f"    {'arena':16s} {m['arena']['used']:>9,d}  ({m['arena']['count']} buffers, {m['arena']['requested']:,} B "
+             "requested before reuse)",
+             f"    {'state/cache':16s} {m['state']:>9,d}",
+             f"    {'inputs/outputs':16s} {m['io']:>9,d}",
+             *([f"    {'stack (step)':16s} {m['stack']:>9,d}"] if m.get("stack") else []),
+             f"    {'total':16s} {m['total']:>9,d} of {m['available']:,}  (margin {m['margin']:,})",
+             (f"  cost per reading: {c['macs']:,} MACs, {c['cycles']:,} cycles ({c['cycles_per_mac']:.2f} per MAC)"
+              if not c['cycles_per_op'] else
+              f"  cost per reading: {c['macs']:,} MACs x {c['cycles_per_mac']:g} + {c['other_ops']:,} other ops x "
+              f"{c['cycles_per_op']:g} = {c['cycles']:,} cycles")
+             + f" = {c['us_per_reading']:.0f} us; highest sample rate about {c['max_rate_hz']:,.0f} Hz ({c['source']})",
+             f"  fits: {'yes' if r['fits'] else 'NO'}"]
+    if r.get("note"):
+        lines.append(f"  note: {r['note']}")
+    if "longest_history" in r:
+        lines.append(f"  longest history that fits in RAM: {r['longest_history']:,} readings")
+    return "\n".join(lines)
+
+
+@firmware.command(name="check")
+@click.argument("model", type=click.Path())
+@click.option("--target", required=True, help="A profile name (see `edgeseq firmware targets`).")
+@click.option("--history", type=int, help="Transformer: readings held in the cache.")
+@click.option("--cycles-per-mac", type=Finite(min=0, min_open=True), help="Override the target's estimate.")
+@_targets_file_option
+@_json_option
+@_errors
+def firmware_check(model, target, history, cycles_per_mac, targets_file, as_json):
+    """Flash and RAM plan against a part, and cycles and time per reading.
+
+    int8 RNN/GRU/LSTM are planned as the integer-only C step runs them (`firmware emit`): on
+    Cortex-M0+, M4 and M7 parts with code size, stack and cycles per MAC measured on emulated
+    cores (`edgeseq firmware measure`; firmware_sim/targets.py MEASURED). Other models are
+    planned as their ONNX graph runs (float intermediates), with per-core estimates from
+    published instruction timings; pass --cycles-per-mac to refine. Exit 1 if it does not fit.
+    """
+    from firmware_sim.plan import check_model, verdict
+    from firmware_sim.targets import get_target
+
+    r = check_model(model, get_target(target, targets_file), history, cycles_per_mac)
+    click.echo(json.dumps(r, indent=2) if as_json else _fmt_check(r))
+    why = verdict(r)
+    if why:
+        raise EdgeseqError(why)
+
+
+@firmware.command(name="measure")
+@click.argument("model", type=click.Path())
+@click.option("--target", help="A profile name: its core is emulated and its clock gives the time per reading.")
+@click.option("--core", type=click.Choice(["cortex-m0plus", "cortex-m4", "cortex-m7", "cortex-m33"]),
+              help="The core to emulate (instead of --target's).")
+@click.option("--opt", type=click.Choice(["-Os", "-O2", "-O3"]), default="-O2", show_default=True,
+              help="Optimisation level of the cross compiler.")
+@click.option("--readings", type=click.IntRange(min=10, max=20000), default=1000, show_default=True,
+              help="Readings streamed through the compiled step and compared with the simulator.")
+@click.option("--data", help="Readings to stream: the test split of this data (default: the data the model was "
+              "trained on, as its file records; for files exported before it did, the embedded data when its "
+              "channels are the model's, else synthetic readings over each channel's int8 range).")
+@_targets_file_option
+@_json_option
+@_errors
+def firmware_measure(model, target, core, opt, readings, data, targets_file, as_json):
+    """Cross-compile the emitted int8 step for a Cortex-M core, run it on an emulated core, and
+    report measured sizes (.text, .rodata), stack, instructions per reading and the instruction
+    mix, with cycles modelled from that mix (Arm TRM timings). Needs arm-none-eabi-gcc (Debian:
+    gcc-arm-none-eabi) or `pip install ziglang`, and `pip install "edgeseq[firmware]"`.
+
+    \b
+      edgeseq firmware measure models/gru-int8.onnx --target nrf52840
+      edgeseq firmware measure models/lstm-int8.onnx --core cortex-m0plus --opt -Os --json
+    """
+    from firmware_sim.measure import core_of, measure
+    from firmware_sim.targets import get_target
+
+    if not target and not core:
+        raise UsageError("give --target (a profile) or --core (cortex-m0plus, cortex-m4, cortex-m7, cortex-m33)")
+    t = get_target(target, targets_file) if target else None
+    r = measure(model, core or core_of(t), opt, readings=readings, target=t, data=data)
+    if as_json:
+        _echo_json(r)
+        return
+    sec = r["sections"]
+    lines = [f"{r['model']} ({r['arch']}, hidden {r['hidden']}) on an emulated {r['core']} ({r['cpu_model']}), "
+             f"{r['compiler']} {r['opt']}{', SMLAD path' if r['dsp_path'] else ', portable path'}",
+             f"  bit-exact with `firmware simulate` over {r['bit_exact_readings']:,} readings ({r['readings_from']})",
+             f"  measured: .text {sec['text']:,} B, .rodata {sec['rodata']:,} B, .data {sec['data']:,} B, "
+             f".bss {sec['bss']:,} B; stack {r['stack_bytes']:,} B per step (plus {r['scratch_bytes']:,} B of "
+             f"caller scratch and {r['state_bytes']:,} B of state)",
+             f"  measured: {r['instructions_per_step']:,.0f} instructions per reading = "
+             f"{r['instructions_per_mac']:.2f} per MAC ({r['macs']:,} MACs); 64-bit helpers: "
+             + (", ".join(f"{k} {v:.0f}" for k, v in r["helper_instructions_per_step"].items()) or "none")]
+    if "cycles_per_step" in r:
+        lines.append(f"  modelled: {r['cycles_per_step']:,.0f} cycles per reading ({r['cycles_per_mac']:.2f} per MAC)"
+                     + (f" = {r['us_per_reading']:,.0f} us at {t.clock_mhz:g} MHz, about {r['max_rate_hz']:,.0f} "
+                        "readings/s" if t is not None else ""))
+    lines.append("  most executed: " + ", ".join(f"{k} {v:,.0f}" for k, v in r["mix_top"][:8]))
+    click.echo("\n".join(lines))
+
+
+@firmware.command(name="simulate")
+@click.argument("model", type=click.Path())
+@click.option("--data", help=_DATA_HELP)
+@click.option("--float", "float_model", type=click.Path(), help="The float twin, for accuracy and output difference.")
+@_json_option
+@_errors
+def firmware_simulate(model, data, float_model, as_json):
+    """Run the int8 step integer-only (no float on the path) over the test split and a long stream,
+    of the model's training data unless --data says otherwise."""
+    from firmware_sim.simulate import simulate
+
+    r = simulate(model, data, float_model)
+    if as_json:
+        _echo_json(r)
+        return
+    a = r["accuracy"]
+    click.echo(f"{r['arch']} integer-only on {r['data']} test ({r['test_sequences']} sequences): accuracy "
+               f"{a['integer_only']:.3f}; onnxruntime int8 {a['onnxruntime_int8']:.3f}"
+               + (f"; float {a['float']:.3f}" if "float" in a else ""))
+    for key, name in (("vs_onnxruntime_int8", "onnxruntime int8"), ("vs_float", "float")):
+        if key in r:
+            d = r[key]
+            click.echo(f"  logits vs {name} over {r['stream_readings']} readings: mean {d['mean_rel']:.2%} of range, "
+                       f"max {d['max_rel']:.1%}, same top class {d['argmax_agreement']:.1%}")
+
+
+@firmware.command(name="emit")
+@click.argument("model", type=click.Path())
+@click.option("--out", required=True, type=click.Path(), help="Directory for the C files.")
+@click.option("--prefix", default="es", show_default=True,
+              help="Name prefix of every symbol, so several models link into one firmware.")
+@_json_option
+@_errors
+def firmware_emit(model, out, prefix, as_json):
+    """Write C99 for the integer-only step: PREFIX_model.h (the API), PREFIX_model.c (weights
+    and step), es_kernels.h (shared kernels, with an SMLAD path on Cortex-M4/M7/M33) and a host
+    example (PREFIX_example.c), and es_tables.c (the sigmoid/tanh tables, compiled once per
+    firmware). The caller passes PREFIX_SCRATCH_WORDS int32 words of working memory to each step.
+
+    \b
+      edgeseq firmware emit models/gru-int8.onnx --out firmware/gru --prefix gesture
+    """
+    from firmware_sim.cemit import check_prefix, emit
+    from firmware_sim.intsim import from_onnx
+
+    check_prefix(prefix)
+    m = from_onnx(model)
+    with _writing(out):
+        r = emit(m, out, prefix=prefix, protect=(model,))
+    if as_json:
+        _echo_json(r)
+    else:
+        click.echo(f"wrote {out}/{prefix}_model.h, {prefix}_model.c ({r['int8_weights']:,} int8 weights, "
+                   f"{r['tables_bytes']:,} B of tables), es_kernels.h, es_tables.c and {prefix}_example.c; the step needs "
+                   f"{r['scratch_bytes']:,} B of scratch and {r['state_bytes']:,} B of state; readings are int32 "
+                   f"with {', '.join(map(str, r['in_frac']))} fractional bits per channel; "
+                   f"build: gcc -std=c99 -O2 -o stream {out}/{prefix}_example.c {out}/{prefix}_model.c {out}/es_tables.c")

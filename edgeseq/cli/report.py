@@ -1,0 +1,41 @@
+"""`edgeseq report`: the memory and latency report across architectures."""
+
+from __future__ import annotations
+
+import click
+
+from edgeseq.cli._common import _errors, _writing
+
+
+@click.command()
+@click.option("--out", required=True, type=click.Path(), help="Directory for index.html, report.md, report.json, PNGs.")
+@click.option("--quick", is_flag=True, help="Fewer readings and repeats, shorter training: under a minute.")
+@click.option("--runs", type=click.Path(), help="Reuse trained runs from this directory (runs/<arch>/checkpoint.pt).")
+@click.option("--data", help="'basicmotions' or a .npz / .csv path to train on and stream (default: the data the "
+              "--runs were trained on, else basicmotions).")
+@click.option("--quiet", is_flag=True, help="No progress bars.")
+@_errors
+def report(out, quick, runs, data, quiet):
+    """Memory/latency report: fixed recurrent state against a growing KV cache, float and int8.
+
+    Trains (or reuses with --runs) RNN, GRU, LSTM, Transformer and SSM on one data set (--data;
+    by default the data the reused runs were trained on, else the embedded BasicMotions),
+    exports float and int8, and measures memory per stream against history, latency per reading
+    against the step index, throughput with many streams and process memory over a long stream,
+    streaming that data's test readings. The report is built beside --out and moved into it only
+    once complete: a failed report leaves --out as it was.
+
+    \b
+      edgeseq report --out reports/edge             # a few minutes
+      edgeseq report --quick --out /tmp/r           # under a minute
+      edgeseq report --runs runs --out reports/edge # reuse `make demo`'s trained runs
+      edgeseq report --quick --data mine.csv --out reports/mine
+    """
+    from edgeseq.report.edge import _summary, build_report
+
+    with _writing(out):
+        r = build_report(out, quick=quick, runs=runs, progress=not quiet, data=data)
+    for line in _summary(r):
+        click.echo(line)
+    click.echo(f"wrote {out}/index.html, report.md, report.json and {len(r['files']) - 3} plots "
+               f"in {r['meta']['seconds']:.0f} s")
