@@ -23,7 +23,6 @@ from __future__ import annotations
 import os
 import threading
 import warnings
-from collections.abc import Mapping
 from math import isfinite
 
 import numpy as np
@@ -31,88 +30,21 @@ import onnxruntime as ort
 
 from edgeseq import contract
 from edgeseq.errors import HistoryFullError, ReadingError, UsageError
-from edgeseq.runtime.model import load_model, open_model
+from edgeseq.runtime.model import load_model
 from edgeseq.runtime.providers import DEVICE
 
-ON_FULL = ("error", "slide")
-BACKENDS = ("auto", "onnxruntime", "native")
-MAX_POSITION = 1 << 62           # a restored position beyond this is not a reading count
-MAX_HISTORY = 1 << 20            # the export's dynamic history axis ends here (export/step.py Dim max)
-MAX_STREAMS = 1 << 20            # more streams than any device holds: a larger number is a mistake
-MAX_THREADS = 1024
-READING_SIGMAS = 1e12            # a reading this many training standard deviations from the mean is no reading
-F32_MAX = float(np.finfo(np.float32).max)
-NO_NORM_LIMIT = F32_MAX / 4      # |reading| bound for a model without normalization metadata
-# What a restored state may hold (snapshots and state files, both backends): values no step of
-# the model can write are refused, not run.
-STATE_H_BOUND = 1.0 + 2.0 ** -5  # RNN/GRU/LSTM h: tanh outputs, with room for half a step of an int8 grid
-STATE_C_BOUND = 2.0 ** 25        # LSTM c grows by |i g| <= 1 a reading: in float32 that moves it no further
-STATE_C_BOUND_INT8 = ((1 << 31) - 1) / (1 << 15)  # the native int8 step holds c as int32 Q15
-STATE_BOUND = 2.0 ** 64          # SSM state, KV cache: projections of LayerNorm outputs, far below this
+from edgeseq.runtime.session_checks import (  # noqa: F401  (the names this module has always offered)
+    BACKENDS, DTYPE_WORDS, F32_MAX, MAX_HISTORY, MAX_POSITION, MAX_STREAMS, MAX_THREADS, NO_NORM_LIMIT, ON_FULL,
+    READING_SIGMAS, STATE_BOUND, STATE_C_BOUND, STATE_C_BOUND_INT8, STATE_H_BOUND, _whole, default_backend,
+    native_refused, reading_bounds, softmax)
+from edgeseq.runtime.session_checks import ReadingChecks
+from edgeseq.runtime.session_state import SnapshotChecks
 # The safety net's dot product turns +Inf and -Inf logits together into NaN, which numpy reports
 # as an "invalid value" warning; a non-finite result is exactly what the net looks for.
 warnings.filterwarnings("ignore", "invalid value encountered in dot", RuntimeWarning, r"edgeseq\.runtime\.session")
-DTYPE_WORDS = {"c": "complex numbers", "b": "true/false values", "O": "Python objects", "U": "text",
-               "S": "bytes", "V": "records", "M": "dates", "m": "time spans"}
 
 
-def _whole(v) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, (bool, np.bool_))
-
-
-def reading_bounds(meta, n: int) -> tuple:
-    """(hi, lo, why): float32 [F] bounds on the readings a step takes, lo None when |x| <= hi.
-
-    The graph computes (x - mean) / (std * input_scale) in float32: a finite reading far enough
-    from the mean overflows that (or what follows it) to Inf and NaN, and the state it leaves
-    is NaN for good. So a reading further than READING_SIGMAS of those scaled standard
-    deviations from the training mean is refused. One comparison |x| <= |mean| + K*s is used
-    where it is sound (every accepted reading lies within 2K deviations and its difference from
-    the mean fits float32 with room): a cheap check on the hot path. A channel whose mean is
-    large against its spread or against float32 gets the exact two-sided check lo <= x <= hi.
-    Without normalization metadata |x| <= float32 max / 4."""
-    norm = meta.normalization
-    if norm is None:
-        return np.full(n, NO_NORM_LIMIT, np.float32), None, "float32 max / 4, the most this model takes"
-    with np.errstate(over="ignore", invalid="ignore"):
-        mean = np.asarray(norm["mean"], np.float64)
-        s = np.asarray(norm["std"], np.float64) * np.asarray(norm.get("input_scale") or [1.0] * n, np.float64)
-        half = np.minimum(READING_SIGMAS * s, NO_NORM_LIMIT)
-        m = np.abs(mean)
-        why = f"{READING_SIGMAS:.0e} standard deviations of the training data".replace("e+", "e")
-        if (m <= half / 2).all():            # then |x - mean| <= 2 * half <= float32 max / 2
-            return (m + half).astype(np.float32), None, why
-        lo = np.clip(mean - half, -F32_MAX, F32_MAX).astype(np.float32)
-        hi = np.clip(mean + half, -F32_MAX, F32_MAX).astype(np.float32)
-    return hi, lo, why
-
-
-def default_backend() -> str:
-    """The step backend used when none is named: $EDGESEQ_BACKEND (auto, onnxruntime or native),
-    else "auto". Raises UsageError for any other value."""
-    value = os.environ.get("EDGESEQ_BACKEND", "").strip() or "auto"
-    if value not in BACKENDS:
-        raise UsageError(f"EDGESEQ_BACKEND is {value!r}; set it to one of {', '.join(BACKENDS)}, or unset it")
-    return value
-
-
-def native_refused(path, why: str, named: bool) -> UsageError:
-    """The one-line error for backend 'native' where it cannot run; `named`: False when the
-    backend came from $EDGESEQ_BACKEND rather than the caller."""
-    source = "" if named else " (from $EDGESEQ_BACKEND)"
-    why = why[len(f"'{path}': "):] if why.startswith(f"'{path}': ") else why
-    return UsageError(f"backend 'native'{source} cannot run '{path}': {why}; use --backend onnxruntime "
-                      "(or auto, which picks onnxruntime here)")
-
-
-def softmax(logits: np.ndarray) -> np.ndarray:
-    z = logits - logits.max(axis=-1, keepdims=True)
-    np.exp(z, out=z)
-    z /= z.sum(axis=-1, keepdims=True)
-    return z
-
-
-class StreamSession:
+class StreamSession(ReadingChecks, SnapshotChecks):
     """Stream readings through an edgeseq step graph.
 
     >>> s = StreamSession("models/gru.onnx", streams=4)
@@ -468,153 +400,6 @@ class StreamSession:
             position, arrays = self._check_snapshot(snap)
             self._apply_probed(position, arrays)
 
-    def _state_bound(self, spec: contract.StateSpec) -> tuple:
-        """(largest |value| the model writes into state `spec`, why): see `restore`."""
-        arch, role = self.meta.arch, spec.role
-        if not role and arch in ("rnn", "gru") and spec.kind == contract.KIND_FIXED:
-            role = "h."
-        if arch in ("rnn", "gru", "lstm") and role.startswith("h."):
-            name = "a GRU" if arch == "gru" else f"an {arch.upper()}"
-            return STATE_H_BOUND, f"{name}'s hidden state is a tanh output, within [-1, 1]"
-        if arch == "lstm" and role.startswith("c."):
-            if self._native is not None and getattr(self._native, "_integer", False):
-                return STATE_C_BOUND_INT8, "the native int8 step holds an LSTM cell as int32 Q15, within +-65536"
-            return STATE_C_BOUND, "an LSTM cell moves by at most 1 a reading, and no further than 2^25 in float32"
-        return STATE_BOUND, "more than this model's state reaches from any reading (2^64)"
-
-    def _probe_readings(self) -> np.ndarray:
-        norm = self.meta.normalization
-        mean = np.zeros(self.n_features) if norm is None else np.asarray(norm["mean"], np.float64)
-        return np.ascontiguousarray(np.broadcast_to(mean.astype(np.float32), (self.streams, self.n_features)))
-
-    def _graph_probe(self, position: np.ndarray, arrays: list):
-        """The first stream whose step from `arrays` (at the training mean) gives NaN or Inf
-        logits or state in the graph (onnxruntime; batch-1 calls where streams interact), or
-        None. Changes nothing."""
-        x = self._probe_readings()
-        names = [contract.LOGITS] + [s.output for s in self.meta.state]
-        rows = [slice(i, i + 1) for i in range(self.streams)] if self.meta.batch_dependent else [slice(None)]
-        with np.errstate(all="ignore"):
-            for r in rows:
-                feeds = {contract.READING: x[r], **{s.name: np.ascontiguousarray(a[r])
-                                                    for s, a in zip(self.meta.state, arrays)}}
-                if self._has_position:
-                    feeds[contract.POSITION] = np.ascontiguousarray(position[r])
-                out = self.session.run(names, feeds)
-                ok = np.ones(out[0].shape[0], bool)
-                for v in out:
-                    ok &= np.isfinite(v.reshape(v.shape[0], -1)).all(axis=1)
-                if not ok.all():
-                    return int(np.argmin(ok)) + (r.start or 0)
-        return None
-
-    def _apply_probed(self, position: np.ndarray, arrays: list) -> None:
-        """`_apply`, once one step from the restored state gives finite logits on this
-        session's backend (see `restore`); UsageError and the session as it was otherwise."""
-        nat = self._native
-        if nat is None or getattr(nat, "_integer", False):   # integer logits are always finite
-            bad = self._graph_probe(position, arrays) if nat is None else None
-        else:
-            old_position, old_state = self._position(), [a.copy() for a in nat.state]
-            self._apply(position, arrays)
-            np.copyto(nat.x, self._probe_readings())
-            with np.errstate(all="ignore"):
-                rc = nat.run()
-                if rc == -5:
-                    nat.grow()
-                    rc = nat.run()
-            bad = self._graph_probe(position, arrays) if rc == -4 else (rc if rc >= 0 else None)
-            if bad is not None:
-                self._apply(old_position, old_state)
-        if bad is not None:
-            raise UsageError(f"snapshot state gives NaN or Inf for stream {bad} one step on (at the training mean): "
-                             "this model cannot have written it; session state unchanged")
-        self._apply(position, arrays)
-
-    def _check_snapshot(self, snap) -> tuple:
-        """(int64 [streams] positions, [float32 C-contiguous arrays]) from a snapshot, or UsageError."""
-        def bad(what):
-            return UsageError(f"snapshot {what}; session state unchanged")
-        if not isinstance(snap, Mapping):
-            raise bad(f"must be a dict with 'state' and 'position' (from snapshot()), got {type(snap).__name__}")
-        for key in ("state", "position"):
-            if key not in snap:
-                raise bad(f"lacks '{key}'")
-        arrays = snap["state"]
-        if not isinstance(arrays, (list, tuple)):
-            raise bad(f"'state' must be a list of arrays, got {type(arrays).__name__}")
-        specs = self.meta.state
-        if len(arrays) != len(specs):
-            raise bad(f"holds {len(arrays)} state tensors, this model has {len(specs)}")
-        out, history = [], None
-        for i, (spec, a) in enumerate(zip(specs, arrays)):
-            what = f"state {i} ('{spec.name}')"
-            try:
-                a = np.asarray(a)
-            except (ValueError, TypeError):
-                raise bad(f"{what} is not an array") from None
-            if a.dtype.kind not in "fiu":
-                raise bad(f"{what} has dtype {a.dtype}; it must hold real numbers (float32)")
-            if a.ndim != len(spec.shape):
-                raise bad(f"{what} has shape {list(a.shape)}; this session needs {self._shape(spec, 'history')}")
-            if spec.kind == contract.KIND_GROWING:
-                t = a.shape[contract.GROWING_HISTORY_AXIS]
-                if history is not None and t != history:
-                    raise bad(f"{what} has {t} history rows, an earlier tensor {history}; they must agree")
-                history = t
-            want = self._shape(spec, history)
-            if list(a.shape) != want:
-                raise bad(f"{what} has shape {list(a.shape)}; this session needs {want} (streams first)")
-            with np.errstate(over="ignore", invalid="ignore"):
-                f = np.ascontiguousarray(a, np.float32)
-            if f is a:
-                f = f.copy()                 # never share memory with the caller's arrays
-            if not np.isfinite(f).all():
-                raise bad(f"{what} holds NaN or Inf (or values beyond float32's range)")
-            bound, why = self._state_bound(spec)
-            beyond = np.abs(f) > bound
-            if beyond.any():
-                at = np.unravel_index(int(np.argmax(beyond)), f.shape)
-                raise bad(f"{what} holds {float(f[at]):g} (stream {at[0]}), beyond +-{bound:g}: {why}; this model "
-                          "cannot have written it")
-            out.append(f)
-        if history is not None and self.max_history is not None and history > self.max_history:
-            raise bad(f"holds {history} history rows, more than this session's max_history {self.max_history}")
-        if history is not None and history > MAX_HISTORY:
-            raise bad(f"holds {history} history rows, more than any model takes ({MAX_HISTORY:,})")
-        try:
-            p = np.asarray(snap["position"])
-        except (ValueError, TypeError):
-            raise bad("'position' is not an array") from None
-        if p.dtype.kind not in "iu":
-            raise bad(f"'position' has dtype {p.dtype}; it must hold whole numbers of readings")
-        if p.shape != (self.streams,):
-            raise bad(f"'position' has shape {list(p.shape)}; this session needs [{self.streams}] (one per stream)")
-        if p.size and (int(p.min()) < 0 or int(p.max()) > MAX_POSITION):
-            raise bad(f"'position' holds {int(p.min()) if int(p.min()) < 0 else int(p.max())}; "
-                      "positions are readings seen, >= 0")
-        return p.astype(np.int64), out
-
-    def _apply(self, position: np.ndarray, arrays: list) -> None:
-        """Install checked state (see `_check_snapshot`): nothing here can fail half way."""
-        if self._native is not None:
-            if self.growing:                             # the ring lays its rows out by position
-                self._native.set_state(arrays, position)
-            else:
-                self._native.set_state(arrays)
-            self._set_position(slice(None), position)
-            return
-        if self._subs is not None:
-            for i, sub in enumerate(self._subs):
-                sub._apply(position[i:i + 1], [np.ascontiguousarray(a[i:i + 1]) for a in arrays])
-            return
-        if self.growing:
-            self._state = [ort.OrtValue.ortvalue_from_numpy(a, self.device, 0) for a in arrays]
-        else:
-            for v, a in zip(self._state, arrays):
-                v.update_inplace(a)
-        self._set_position(slice(None), position)
-
     # -- the hot path --------------------------------------------------------------------
 
     def _in_range(self, x) -> bool:
@@ -623,61 +408,11 @@ class StreamSession:
             return np.count_nonzero(np.abs(x) <= self._hi) == x.size
         return np.count_nonzero((x >= self._lo) & (x <= self._hi)) == x.size
 
-    def _bad_reading(self, x, given=None) -> ReadingError:
-        x = np.asarray(x)
-        if x.ndim == 2 and x.shape[0] == self.streams and x.shape[1] != self.n_features:
-            return ReadingError(f"reading has {x.shape[1]} values, the model expects {self.n_features} "
-                                f"({', '.join(self.features)}); stream state unchanged")
-        if x.shape != self._x.shape:
-            return ReadingError(f"readings must be [{self.streams}, {self.n_features}] (streams, features), "
-                                f"got {list(x.shape)}; stream state unchanged")
-        ok = np.abs(x) <= self._hi if self._lo is None else (x >= self._lo) & (x <= self._hi)
-        b, f = np.argwhere(~ok)[0]
-        value = x[b, f] if given is None or given.size != x.size else given.reshape(x.shape)[b, f]
-        where = f"reading for stream {b} has {value:g} in '{self.features[f]}'"
-        if not np.isfinite(value):
-            return ReadingError(f"{where}; drop or repair it, stream state unchanged")
-        return ReadingError(f"{where}, beyond {self._beyond}; check the sensor and its units; "
-                            "stream state unchanged")
-
     def check_reading(self, readings) -> np.ndarray:
         """Readings as float32 [streams, F], or ReadingError naming the problem."""
         x = self._coerce(readings)
         if not self._in_range(x):
             raise self._bad_reading(x, self._given(readings))
-        return x
-
-    @staticmethod
-    def _given(readings):
-        try:
-            return np.asarray(readings, np.float64)
-        except (TypeError, ValueError, OverflowError):
-            return None
-
-    def _coerce(self, readings) -> np.ndarray:
-        """Readings as float32 [streams, F] of real numbers; their range is checked on the hot path.
-        Complex, boolean, text or object readings are refused: a silent conversion would drop an
-        imaginary part or read True as 1."""
-        if isinstance(readings, (bytes, bytearray, str)) or (isinstance(readings, memoryview) and
-                                                             readings.format in ("B", "b", "c")):
-            raise ReadingError(f"reading is {type(readings).__name__}, not numbers; decode it into numbers first "
-                               "(e.g. float(...) per value); stream state unchanged")
-        if isinstance(readings, np.ma.MaskedArray) and np.ma.is_masked(readings):
-            raise ReadingError("reading has masked values; fill or drop them first (a masked value is no "
-                               "measurement); stream state unchanged")
-        try:
-            a = np.asarray(readings)
-        except (TypeError, ValueError, OverflowError):
-            raise ReadingError("reading is not a rectangular array of numbers; stream state unchanged") from None
-        if a.dtype.kind not in "fiu":
-            raise ReadingError(f"reading is not numeric: it holds {DTYPE_WORDS.get(a.dtype.kind, str(a.dtype))} "
-                               f"({a.dtype}); give real numbers; stream state unchanged")
-        with np.errstate(over="ignore", invalid="ignore"):
-            x = a.astype(np.float32, copy=False)         # beyond float32: Inf, refused by the range check
-        if x.shape != self._x.shape and x.ndim == 1 and self.streams == 1:
-            x = x.reshape(1, -1)
-        if x.shape != self._x.shape:
-            raise self._bad_reading(x)
         return x
 
     def _nonfinite(self, stream=None) -> ReadingError:
@@ -832,29 +567,4 @@ class StreamSession:
         return np.stack([self.push(x) for x in sequence])
 
 
-class WindowSession:
-    """Whole-window classification for models that cannot stream (bidirectional)."""
-
-    def __init__(self, model: str | os.PathLike, provider: str = "cpu", threads: int = 0):
-        self.path = str(model)
-        self.session, self.meta = open_model(model, provider, threads)
-        self.labels = list(self.meta.labels)
-        self.n_features = len(self.meta.features)
-
-    def predict_logits(self, windows, lengths=None) -> np.ndarray:
-        x = np.asarray(windows, np.float32)
-        if x.ndim != 3 or x.shape[2] != self.n_features:
-            raise ReadingError(f"windows must be [N, T, {self.n_features}], got {list(x.shape)}")
-        if lengths is None:
-            lengths = np.full(len(x), x.shape[1], np.int64)
-        lengths = np.asarray(lengths, np.int64)
-        mask = np.arange(x.shape[1])[None, :] < lengths[:, None]
-        if not np.isfinite(x[mask]).all():
-            raise ReadingError("windows hold NaN or Inf; drop or repair them")
-        feeds = {contract.WINDOW: x}
-        if contract.LENGTHS in {i.name for i in self.session.get_inputs()}:
-            feeds[contract.LENGTHS] = lengths
-        return self.session.run([contract.LOGITS], feeds)[0]
-
-    def predict(self, windows, lengths=None) -> np.ndarray:
-        return softmax(self.predict_logits(windows, lengths))
+from edgeseq.runtime.window import WindowSession  # noqa: E402,F401  (importable from here, as always)
