@@ -84,10 +84,16 @@ def pad4(n: int) -> int:
 
 
 def check_prefix(prefix: str) -> str:
-    """A C identifier prefix: lower-case letters, digits and '_', starting with a letter, at most 20 (so every name stays within C99's 31 significant characters)."""
+    """A C identifier prefix: lower-case letters, digits and '_', starting with a letter, at most
+    20 (so every name stays within C99's 31 significant characters), with no '__' anywhere and
+    no trailing '_' (which would make '__' before the rest of each name): C++ reserves every
+    name that holds '__' ([lex.name]), and the header is `extern "C"` for C++."""
     if not isinstance(prefix, str) or not re.fullmatch(r"[a-z][a-z0-9_]{0,19}", prefix):
         raise UsageError(f"prefix '{prefix}' must be a C name: a lower-case letter, then letters, digits or '_' "
                          "(at most 20), e.g. --prefix gesture")
+    if "__" in prefix or prefix.endswith("_"):
+        raise UsageError(f"prefix '{prefix}' holds '__' or ends in '_' (each name adds '_' after it): C++ reserves "
+                         "names with '__'; use single underscores, e.g. --prefix gesture_v2")
     return prefix
 
 

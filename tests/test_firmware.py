@@ -175,6 +175,9 @@ def test_two_models_and_two_files_link_into_one_program(int8, tmp_path):
     assert subprocess.run([str(exe)]).returncode == 0
     with pytest.raises(UsageError, match="must be a C name"):
         emit(from_onnx(int8("gru", "static")[0]), tmp_path, prefix="2fast")
+    for reserved in ("a__b", "gru_", "x___y"):                   # C++ reserves every name with '__'
+        with pytest.raises(UsageError, match="reserves names with '__'"):
+            emit(from_onnx(int8("gru", "static")[0]), tmp_path, prefix=reserved)
 
 
 def test_a_channel_an_int32_reading_cannot_hold_is_refused():
