@@ -455,7 +455,7 @@ def test_a_model_replaced_while_a_session_opens_is_read_once(tmp_path, monkeypat
 # -- a restored state the model cannot have written: refused, session unchanged ------------------
 
 def test_a_state_the_model_cannot_write_is_refused_on_both_backends(models, tmp_path, monkeypatch):
-    import edgeseq.runtime.session as session_module
+    import edgeseq.runtime.session_state as session_module
     from edgeseq.errors import UsageError
     from edgeseq.runtime import StreamSession
     from edgeseq.runtime.statefile import StateFileError, load_state, save_state

@@ -32,7 +32,7 @@ is smaller; grown by doubling where neither bounds it), the history, max_history
 counted as the onnxruntime backend counts them, and its `state` in the graph's
 past.{l}.key/value layout: float32 within float32 rounding of its graph, static int8 as its
 QDQ graph computes it. `open_step(path, meta, streams, max_history, on_full)` builds the step
-a model needs.
+a model needs; `probe` (`edgeseq.runtime.native.probing`) checks it against its graph.
 
 The runtime stays light: numpy only here; the int8 layout comes from
 `firmware_sim.intsim.from_parts` (numpy too), imported when an int8 model is opened.
@@ -49,6 +49,9 @@ from edgeseq.errors import EdgeseqError, ModelFileError, UsageError
 from edgeseq.runtime.native import attn as _attn
 from edgeseq.runtime.native import ssm as _ssm
 from edgeseq.runtime.native.onnxfile import Graph, read_graph
+from edgeseq.runtime.native.probing import (  # noqa: F401  (importable from here, as before)
+    FLOAT_PROBE_RTOL, INT8_PROBE_Q12, INT8_PROBE_RTOL, INT8_PROBE_STEPS, PROBE_READINGS, PROBE_STREAMS, _agree,
+    output_grid, probe, probe_tolerance)
 
 try:
     from edgeseq.runtime.native import _es_native as _ext
@@ -173,129 +176,6 @@ def supports(meta, path, graph: Graph | None = None) -> str | None:
     except EdgeseqError as e:
         return str(e).splitlines()[0]
     return None
-
-
-# -- the native step against the graph ------------------------------------------------------
-
-PROBE_STREAMS, PROBE_READINGS = 4, 32
-FLOAT_PROBE_RTOL = 1e-4     # float: a few float32 roundings of the logits' scale (parity tests hold 1e-5)
-INT8_PROBE_RTOL = 0.10      # int8: of the largest |logit| over the probe (exported models: 2-4%; an edited
-                            # operation: 60% and more)
-INT8_PROBE_STEPS = 2        # int8: and this many of the graph's own output grids (`output_grid`)
-INT8_PROBE_Q12 = 2          # firmware int8: and this many steps of its Q12 logits (bias and product rounding)
-
-
-def output_grid(graph: Graph) -> float:
-    """How far an int8 graph's own rounding moves its logits, whatever their size: the step of
-    the grid the logits are quantized to (the scale of a DequantizeLinear that gives `logits`)
-    plus one int8 step of every input of the head (its input's scale x the largest sum of
-    |weights| of one class). 0 where the graph quantizes neither, or holds something else."""
-    init = graph.initializers
-    producer = {o: n for n in graph.nodes for o in n.output}
-
-    def made(t):
-        n = producer.get(t)
-        while n is not None and n.op_type == "Identity" and n.input:
-            t = n.input[0]
-            n = producer.get(t)
-        return t, n
-
-    def scale(n) -> float:
-        a = np.asarray(init.get(n.input[1], np.nan), np.float64) if len(n.input) > 1 else np.nan
-        return float(np.max(np.abs(a))) if np.size(a) else np.nan
-
-    try:
-        with np.errstate(all="ignore"):
-            grid = 0.0
-            t, n = made(contract.LOGITS)
-            if n is not None and n.op_type == "DequantizeLinear" and n.input[0] not in init:
-                grid += scale(n)
-                t, n = made(producer[n.input[0]].input[0]) if n.input[0] in producer else (t, None)
-            if n is not None and n.op_type in ("Gemm", "MatMul") and len(n.input) >= 2:
-                _, a = made(n.input[0])
-                w_name, w = made(n.input[1])
-                if a is not None and a.op_type == "DequantizeLinear":
-                    if w is not None and w.op_type == "DequantizeLinear" and w.input[0] in init:
-                        q = np.asarray(init[w.input[0]], np.float64)
-                        ws = np.asarray(init[w.input[1]], np.float64).reshape(-1)
-                        axis = int(w.attrs.get("axis", 1)) % max(q.ndim, 1)
-                        shape = [1] * q.ndim
-                        if ws.size > 1:
-                            shape[axis] = ws.size
-                        W = q * ws.reshape(shape)
-                    else:
-                        W = np.asarray(init.get(w_name, np.nan), np.float64)
-                    trans = n.op_type == "Gemm" and n.attrs.get("transB", 0) == 1
-                    grid += scale(a) * float(np.abs(W).sum(axis=1 if trans else 0).max())
-            return grid if np.isfinite(grid) else 0.0
-    except (KeyError, IndexError, ValueError, TypeError, AttributeError):
-        return 0.0
-
-
-def probe(step: "NativeStep", session) -> str | None:
-    """Run `step` (a fresh NativeStep of PROBE_STREAMS streams) and the model's graph in
-    onnxruntime (`session`, the same file) side by side on PROBE_READINGS seeded readings around
-    the training mean (state fed back): None when they agree, else a one-line reason. The native
-    step reads weights and wiring it expects; this catches a file whose operations say otherwise
-    (an edited cell, scale or constant): the graph is what counts. Agreement: both finite alike
-    (float) and within `probe_tolerance`. A Transformer's step (`attn.AttnStep`) runs with its
-    cache, as `attn.probe`."""
-    if isinstance(step, _attn.AttnStep):
-        return _attn.probe(step, session, PROBE_READINGS, lambda got, want: _agree(step, got, want))
-    meta = step.meta
-    B, F = step.streams, len(meta.features)
-    norm = meta.normalization or {}
-    mean = np.asarray(norm.get("mean") or [0.0] * F, np.float64)
-    std = np.asarray(norm.get("std") or [1.0] * F, np.float64) * np.asarray(norm.get("input_scale") or [1.0] * F)
-    rng = np.random.default_rng(0)
-    X = (mean + std * rng.standard_normal((PROBE_READINGS, B, F)) * 1.5).astype(np.float32)
-    state = {s.name: np.zeros([B if d == contract.BATCH_AXIS else d for d in s.shape], np.float32)
-             for s in meta.state}
-    names = [contract.LOGITS] + [s.output for s in meta.state]
-    got, want = [], []
-    step.reset()
-    with np.errstate(all="ignore"):
-        for x in X:
-            res = session.run(names, {contract.READING: x, **state})
-            state = {s.name: v for s, v in zip(meta.state, res[1:])}
-            step.x[:] = x
-            rc = step.run()
-            want.append(res[0])
-            got.append(step.logits.copy() if rc == -1 else np.full_like(res[0], np.nan))
-    return _agree(step, np.stack(got).astype(np.float64), np.stack(want).astype(np.float64))
-
-
-def _agree(step, got: np.ndarray, want: np.ndarray) -> str | None:
-    """probe's verdict on the native logits `got` against the graph's `want` [readings, B, C]."""
-    if not np.isfinite(want).all() or not np.isfinite(got).all():
-        if np.array_equal(np.isfinite(want), np.isfinite(got)) and not step.int8:
-            return None
-        return "its graph and the native step disagree on which readings give finite logits"
-    allowed = probe_tolerance(step, want)
-    diff = float(np.abs(got - want).max())
-    if diff > allowed:
-        return (f"its graph computes other logits than the native step reads from its weights (max difference "
-                f"{diff:.3g} over {PROBE_READINGS} probe readings, allowed {allowed:.3g}): "
-                "its operations are not the ones edgeseq's export writes")
-    return None
-
-
-def probe_tolerance(step, want: np.ndarray) -> float:
-    """The largest difference `probe` allows between the native step's logits and the graph's
-    `want` (finite, [readings, B, C]). It follows the logits' size and the rounding each side
-    does, never their spread over the probe (logits that barely move are no reason to refuse):
-    float, FLOAT_PROBE_RTOL of the largest |logit| (at least 1: float32 rounding of the sums
-    behind them); int8, that plus INT8_PROBE_RTOL of the largest |logit|, INT8_PROBE_STEPS of
-    the graph's own output grids (`output_grid`, at most the largest |logit|: a graph whose
-    grid swallows its logits computes nothing the step could match) and, for the firmware's
-    integer step, INT8_PROBE_Q12 steps of its Q12 logits."""
-    size = float(np.abs(want).max()) if want.size else 0.0
-    allowed = FLOAT_PROBE_RTOL * max(1.0, size)
-    if step.int8:
-        allowed += INT8_PROBE_RTOL * size + INT8_PROBE_STEPS * min(float(getattr(step, "grid", 0.0)), size)
-        if getattr(step, "_integer", False):
-            allowed += INT8_PROBE_Q12 / 4096
-    return allowed
 
 
 # -- float: the fused graph's weights, in es_float.h's layout --------------------------------

@@ -1,0 +1,325 @@
+"""The data files a user gives, `.npz` and `.csv` (their layouts are in `edgeseq.data`'s
+docstring): the readers `load_dataset` calls and the checks on their arrays and labels."""
+
+from __future__ import annotations
+
+import csv
+import io
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from edgeseq.data import F32_MAX, Dataset, Split, holdout, parse_float
+from edgeseq.errors import DataError
+
+
+def _load_npz(path: Path, name: str) -> Dataset:
+    if not zipfile.is_zipfile(path):            # np.load would try a pickle, a .npy, text ...
+        raise DataError(f"cannot read '{path}' as .npz (not a zip archive); re-save it with numpy.savez")
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            z = {k: f[k] for k in f.files}      # read here: an object array fails now, not later
+        keys = set(z)
+    except ValueError as e:
+        if "pickle" not in str(e):
+            raise DataError(f"cannot read '{path}' as .npz (ValueError); re-save it with numpy.savez") from None
+        raise DataError(f"'{path}' holds Python objects (object arrays), which edgeseq does not load as they "
+                        "can run code; save numbers and strings with numpy.savez") from None
+    except Exception as e:  # zipfile/OS errors, a .npy or pickle under a .npz name: all mean the same here
+        raise DataError(f"cannot read '{path}' as .npz ({type(e).__name__}); re-save it with numpy.savez") from None
+    if {"X", "y"} & keys and {"X_train", "y_train"} & keys:
+        raise DataError(f"'{path}' has both X/y and X_train/y_train; keep one of the two layouts")
+    train_keys = ("X_train", "y_train", "lengths_train") if {"X_train", "y_train"} & keys else ("X", "y", "lengths")
+    _pair(keys, train_keys[:2], path, "the training data")
+    Xtr, ytr, Ltr = (z.get(k) for k in train_keys)
+    _pair(keys, ("X_test", "y_test"), path, "a held-out split")
+    if "lengths_test" in keys and "X_test" not in keys:
+        raise DataError(f"'{path}' has lengths_test but no X_test/y_test; "
+                        "save the whole test split or drop lengths_test")
+    Xte, yte, Lte = z.get("X_test"), z.get("y_test"), z.get("lengths_test")
+    if "groups_test" in keys and "X_test" not in keys:
+        raise DataError(f"'{path}' has groups_test but no X_test/y_test; "
+                        "save the whole test split or drop groups_test")
+    gkey = "groups"
+    if train_keys[0] == "X_train" and "groups_train" in keys:
+        if "groups" in keys:
+            raise DataError(f"'{path}' has both groups and groups_train; keep one of the two")
+        gkey = "groups_train"
+
+    Xtr = _check_X(Xtr, path, train_keys[0])
+    Ltr = _check_lengths(Ltr, Xtr, path, train_keys[2])
+    ytr_raw = _check_y(ytr, Xtr, Ltr, path, train_keys[1])
+    labels = _names(z["labels"], path, "labels") if "labels" in keys else None
+    features = _names(z["features"], path, "features", Xtr.shape[2]) if "features" in keys else None
+    Gtr = _check_groups(z[gkey], len(Xtr), path, gkey, train_keys[0]) if gkey in keys else None
+    held_out = "file"
+    if Xte is not None:
+        Xte = _check_X(Xte, path, "X_test")
+        Lte = _check_lengths(Lte, Xte, path, "lengths_test")
+        if Xte.shape[2] != Xtr.shape[2]:
+            raise DataError(f"'{path}': X_test has {Xte.shape[2]} features, X has {Xtr.shape[2]}")
+        yte_raw = _check_y(yte, Xte, Lte, path, "y_test")
+        Gte = None
+        if "groups_test" in keys:
+            Gte = _check_groups(z["groups_test"], len(Xte), path, "groups_test", "X_test")
+        codes, labels = _encode_labels(np.concatenate([ytr_raw.ravel(), yte_raw.ravel()]), labels, path,
+                                       ((train_keys[1], ytr_raw.size), ("y_test", yte_raw.size)))
+        train = _split(Xtr, codes[: ytr_raw.size].reshape(ytr_raw.shape), Ltr, Gtr)
+        test = _split(Xte, codes[ytr_raw.size:].reshape(yte_raw.shape), Lte, Gte)
+    else:
+        codes, labels = _encode_labels(ytr_raw.ravel(), labels, path, ((train_keys[1], None),))
+        train, test = holdout(_split(Xtr, codes.reshape(ytr_raw.shape), Ltr, Gtr), where=f"'{path}'")
+        held_out = "class" if Gtr is None else "group"
+    features = features or [f"f{i}" for i in range(Xtr.shape[2])]
+    return Dataset(name, train, test, labels, features, held_out=held_out)
+
+
+def _pair(keys, pair, path, what):
+    """Both arrays of a pair (X and y) or neither: one alone is refused, not ignored."""
+    have = [k for k in pair if k in keys]
+    if not have and what == "the training data":
+        raise DataError(f"'{path}' needs arrays X [N,T,F] and y [N] (found: {', '.join(sorted(keys)) or 'none'})")
+    if len(have) == 1:
+        lost = next(k for k in pair if k not in keys)
+        both = "save both" if what == "the training data" else f"save both ({what}) or neither"
+        raise DataError(f"'{path}' has {have[0]} but no {lost}; {both}")
+
+
+def _names(a, path, key, n=None) -> list:
+    """`labels` / `features`: a 1-D array of distinct, non-empty names (n of them if given)."""
+    a = np.asarray(a)
+    if a.ndim != 1 or (n is not None and len(a) != n):
+        want = f"{n} names, one per feature column" if n is not None else "a 1-D array of names"
+        raise DataError(f"'{path}': {key} must be {want}, got shape {list(a.shape)}")
+    names = [str(v).strip() for v in a]
+    if any(not v for v in names) or len(set(names)) != len(names):
+        raise DataError(f"'{path}': {key} must be distinct, non-empty names, got {names}")
+    return names
+
+
+def _check_y(y, X, L, path, key):
+    """y [N] or [N, T] as given; per-reading labels past a sequence's length are filled with
+    its last valid label (they are never used)."""
+    y = np.asarray(y)
+    if y.ndim == 1 and len(y) == len(X):
+        return y
+    if y.ndim == 2 and y.shape == X.shape[:2]:
+        y = y.copy()
+        for n, length in enumerate(L):
+            y[n, length:] = y[n, length - 1]
+        return y
+    raise DataError(f"'{path}': {key} must be [N] (one label per sequence) or [N, T] (one per reading) "
+                    f"for X of shape {list(X.shape)}, got {list(y.shape)}")
+
+
+def _split(X, codes, L, groups=None) -> "Split":
+    """A Split from integer labels [N] or [N, T]."""
+    if codes.ndim == 1:
+        return Split(X, codes, L, groups=groups)
+    Y = codes.astype(np.int64)
+    Y[np.arange(X.shape[1])[None, :] >= L[:, None]] = -1
+    return Split(X, codes[np.arange(len(X)), L - 1].astype(np.int64), L, Y, groups)
+
+
+def _check_groups(g, n, path, key, x_key):
+    """`groups` [N]: one name per sequence (strings, or whole numbers taken as names, as labels
+    are) -> str array [N]."""
+    g = np.asarray(g)
+    if g.ndim != 1 or len(g) != n:
+        raise DataError(f"'{path}': {key} must be [N], one group name per sequence of {x_key} ({n}), got shape "
+                        f"{list(g.shape)}; save one string or integer per sequence")
+    if g.dtype.kind == "f":
+        if not np.isfinite(g).all() or (g != np.round(g)).any():
+            raise DataError(f"'{path}': {key} holds NaN or non-integer numbers; groups are names: save them as "
+                            "strings or integers")
+        g = g.astype(np.int64)
+    if g.dtype.kind not in "iuUSb":
+        raise DataError(f"'{path}': {key} must be names (strings or integers), got dtype {g.dtype}; save one "
+                        "string or integer per sequence")
+    names = np.array([(v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)).strip() for v in g.tolist()],
+                     dtype=str)
+    if not all(names):
+        raise DataError(f"'{path}': {key} holds an empty name; name the group of every sequence")
+    return names
+
+
+def _check_X(X, path, key):
+    X = np.asarray(X)
+    if X.ndim != 3 or 0 in X.shape:
+        raise DataError(f"'{path}': {key} must be [N, T, F] with at least one of each, got shape {list(X.shape)}")
+    if X.dtype.kind not in "iuf":
+        raise DataError(f"'{path}': {key} must be real numbers, got dtype {X.dtype}")
+    with np.errstate(over="ignore"):
+        X = X.astype(np.float32)                # beyond float32's range -> Inf, refused with the NaNs below
+    return X
+
+
+def _check_lengths(L, X, path, key="lengths"):
+    if L is None:
+        L = np.full(len(X), X.shape[1], dtype=np.int64)
+    L = np.asarray(L)
+    ok = L.shape == (len(X),) and (L.dtype.kind in "iu" or (L.dtype.kind == "f" and np.isfinite(L).all()
+                                                           and (L == np.round(L)).all()))
+    if ok:
+        L = L.astype(np.int64)
+    if not ok or (L < 1).any() or (L > X.shape[1]).any():
+        raise DataError(f"'{path}': {key} must be [N] whole numbers in 1..{X.shape[1]}")
+    mask = np.arange(X.shape[1])[None, :] < L[:, None]
+    if not np.isfinite(X[mask]).all():
+        raise DataError(f"'{path}': X holds NaN or Inf inside the valid lengths (or a value beyond float32's "
+                        "range, 3.4e38); clean or drop those sequences")
+    X[~mask] = 0.0
+    return L
+
+
+def _encode_labels(y, labels, path, keys=(("y", None),)):
+    """Labels (integers, or strings / anything else by name) -> (int64 codes, class names).
+
+    `labels` given (the file's `labels` array) is the class order: integers index it, names
+    are looked up in it (an unknown name is refused, naming the first). Without it, the
+    distinct values are the classes, sorted: integers are names too, never a range to fill. keys: (array name, number of entries) for the parts `y` joins, in order, so
+    that an error names the array an unknown label came from."""
+    if y.dtype.kind == "f":
+        if not np.isfinite(y).all() or (y != np.round(y)).any():
+            raise DataError(f"'{path}': labels must be integers or names; found non-integer numbers (NaN, 0.5, ...)")
+        y = y.astype(np.int64)
+    if y.dtype.kind == "O":
+        raise DataError(f"'{path}': labels are Python objects; save them as integers or strings")
+    if y.dtype.kind in "iu":
+        if y.min() < 0:
+            raise DataError(f"'{path}': labels must be integers of at least 0, or names; found {int(y.min())} "
+                            "(for padding past a sequence's end, give `lengths`)")
+        if labels is None:                    # the integers are names, not a range: [0, 7, 10**9] is 3 classes
+            values = np.unique(y)
+            return np.searchsorted(values, y).astype(np.int64), [str(v) for v in values.tolist()]
+        if y.max() >= len(labels):
+            raise DataError(f"'{path}': labels must be integers in 0..{len(labels) - 1} (they index the file's "
+                            f"labels, {len(labels)} names); found {int(y.max())}")
+        return y.astype(np.int64), labels
+    names = sorted({str(v) for v in y})
+    if any(not n.strip() for n in names):
+        raise DataError(f"'{path}': some labels are empty; label every reading (for padding past a sequence's "
+                        "end, give `lengths`)")
+    if labels is not None:
+        index = {n: i for i, n in enumerate(labels)}
+        codes = np.array([index.get(str(v).strip(), -1) for v in y], dtype=np.int64)
+        if (codes < 0).any():
+            first = int(np.argmax(codes < 0))
+            key, at = keys[-1][0], first
+            for k, n in keys:
+                if n is None or at < n:
+                    key = k
+                    break
+                at -= n
+            raise DataError(f"'{path}': {key} holds the label '{str(y[first]).strip()}', which is not in labels "
+                            f"({', '.join(labels)}); add it to labels or correct {key}")
+        return codes, labels
+    index = {n: i for i, n in enumerate(names)}
+    return np.array([index[str(v)] for v in y], dtype=np.int64), names
+
+
+def _load_csv(path: Path) -> Dataset:
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise DataError(f"cannot read '{path}': {e.strerror}") from None
+    try:
+        text = raw.decode("utf-8-sig")          # -sig: the byte-order mark a spreadsheet writes
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise DataError(f"'{path}' is not UTF-8 text (line {line}, byte {e.start}); save it as CSV UTF-8") from None
+    if "\x00" in text:
+        raise DataError(f"'{path}' holds NUL bytes, so it is not CSV text; save it as CSV UTF-8")
+    try:
+        rows = list(csv.reader(io.StringIO(text, newline=""), skipinitialspace=True))
+    except csv.Error as e:                      # a field past the size limit, a stray quote in strict mode
+        raise DataError(f"'{path}' is not a readable CSV file ({e}); save it as CSV UTF-8") from None
+    if not rows:
+        raise DataError(f"'{path}' is empty")
+    header = [h.strip() for h in rows[0]]
+    for need in ("sequence", "label"):
+        if need not in header:
+            raise DataError(f"'{path}': header needs a '{need}' column (see `edgeseq train --help`)")
+    for i, h in enumerate(header):
+        if not h or h in header[:i]:
+            what = "has no name" if not h else f"repeats the name '{h}'"
+            raise DataError(f"'{path}': header column {i + 1} {what}; give each column its own name")
+    i_seq, i_lab = header.index("sequence"), header.index("label")
+    i_split = header.index("split") if "split" in header else None
+    i_group = header.index("group") if "group" in header else None
+    feat_idx = [i for i, h in enumerate(header) if i not in (i_seq, i_lab, i_split, i_group)]
+    if not feat_idx:
+        raise DataError(f"'{path}': no feature columns besides sequence/label/split/group")
+    seqs: dict = {}
+    last_key = None
+    for lineno, row in enumerate(rows[1:], start=2):
+        if not row or all(not c.strip() for c in row):
+            continue
+        if len(row) != len(header):
+            raise DataError(f"'{path}' line {lineno}: {len(row)} fields, header has {len(header)}")
+        try:
+            values = [parse_float(row[i]) for i in feat_idx]
+        except ValueError:
+            bad = next(row[i] for i in feat_idx if not _is_float(row[i]))
+            raise DataError(f"'{path}' line {lineno}: non-numeric value '{bad}'; fix or remove that row") from None
+        if not all(abs(v) <= F32_MAX for v in values):      # False for NaN too
+            raise DataError(f"'{path}' line {lineno}: NaN or Inf value (or one beyond float32's range, 3.4e38); "
+                            "fix or remove that row")
+        key = row[i_seq].strip()
+        split = row[i_split].strip().lower() if i_split is not None else ""
+        if i_split is not None and split not in ("train", "test"):
+            raise DataError(f"'{path}' line {lineno}: split '{row[i_split]}' is neither 'train' nor 'test'; "
+                            "fix that row")
+        if key in seqs and key != last_key:
+            raise DataError(f"'{path}' line {lineno}: sequence '{key}' continues after other rows; keep each "
+                            "sequence's rows together, in time order")
+        last_key = key
+        group = row[i_group].strip() if i_group is not None else ""
+        if i_group is not None and not group:
+            raise DataError(f"'{path}' line {lineno}: the group is empty; name the group (subject, device or "
+                            "session) of every row")
+        entry = seqs.setdefault(key, {"labels": [], "split": split, "group": group, "values": []})
+        if split != entry["split"]:
+            raise DataError(f"'{path}' line {lineno}: sequence '{key}' moves from split '{entry['split']}' to "
+                            f"'{split}'; give all rows of a sequence one split")
+        if group != entry["group"]:
+            raise DataError(f"'{path}' line {lineno}: sequence '{key}' changes group from '{entry['group']}' to "
+                            f"'{group}'; give all rows of a sequence one group (or make them separate sequences)")
+        entry["labels"].append(row[i_lab].strip())
+        entry["values"].append(values)
+    if not seqs:
+        raise DataError(f"'{path}' has a header but no readings")
+    T = max(len(e["values"]) for e in seqs.values())
+    F = len(feat_idx)
+    X = np.zeros((len(seqs), T, F), np.float32)
+    L = np.zeros(len(seqs), np.int64)
+    for n, e in enumerate(seqs.values()):
+        X[n, : len(e["values"])] = e["values"]
+        L[n] = len(e["values"])
+    flat = [lab for e in seqs.values() for lab in e["labels"]]
+    codes, labels = _encode_labels(np.array(flat), None, path)
+    Y = np.full((len(seqs), T), -1, np.int64)
+    at = 0
+    for n, e in enumerate(seqs.values()):
+        Y[n, : len(e["labels"])] = codes[at: at + len(e["labels"])]
+        at += len(e["labels"])
+    groups = np.array([e["group"] for e in seqs.values()], dtype=str) if i_group is not None else None
+    data = Split(X, Y[np.arange(len(seqs)), L - 1], L, Y, groups)
+    features = [header[i] for i in feat_idx]
+    if i_split is not None:
+        splits = np.array([e["split"] for e in seqs.values()])
+        tr, te = splits == "train", splits == "test"
+        if not te.any() or not tr.any():
+            raise DataError(f"'{path}': the split column needs both 'train' and 'test' sequences")
+        return Dataset(path.stem, data.take(tr), data.take(te), labels, features)
+    train, test = holdout(data, where=f"'{path}'")
+    return Dataset(path.stem, train, test, labels, features, held_out="class" if groups is None else "group")
+
+
+def _is_float(s):
+    try:
+        parse_float(s)
+        return True
+    except ValueError:
+        return False
