@@ -261,13 +261,10 @@ def probe(step: AttnStep, session, readings: int, agree) -> str | None:
     """`native.probe` for a Transformer: the step and the graph (onnxruntime, the cache grown,
     slid at the step's max_history, position fed) on the same seeded readings; `agree(got,
     want)` judges the logits."""
+    from edgeseq.runtime.native.probing import probe_readings
     meta = step.meta
-    B, F = step.streams, len(meta.features)
-    norm = meta.normalization or {}
-    mean = np.asarray(norm.get("mean") or [0.0] * F, np.float64)
-    std = np.asarray(norm.get("std") or [1.0] * F, np.float64) * np.asarray(norm.get("input_scale") or [1.0] * F)
-    rng = np.random.default_rng(0)
-    X = (mean + std * rng.standard_normal((readings, B, F)) * 1.5).astype(np.float32)
+    B = step.streams
+    X = probe_readings(meta, B, readings)
     past = [np.zeros((B, step.heads, 0, step.head_dim), np.float32) for _ in meta.state]
     pos = np.zeros(B, np.int64)
     names = [contract.LOGITS] + [s.output for s in meta.state]

@@ -71,6 +71,17 @@ def output_grid(graph: Graph) -> float:
         return 0.0
 
 
+def probe_readings(meta, streams: int, n: int) -> np.ndarray:
+    """float32 [n, streams, F] seeded readings around the training mean (1.5 of its scaled
+    standard deviations), what a probe streams through both the step and the graph."""
+    F = len(meta.features)
+    norm = meta.normalization or {}
+    mean = np.asarray(norm.get("mean") or [0.0] * F, np.float64)
+    std = np.asarray(norm.get("std") or [1.0] * F, np.float64) * np.asarray(norm.get("input_scale") or [1.0] * F)
+    rng = np.random.default_rng(0)
+    return (mean + std * rng.standard_normal((n, streams, F)) * 1.5).astype(np.float32)
+
+
 def probe(step: "NativeStep", session) -> str | None:
     """Run `step` (a fresh NativeStep of PROBE_STREAMS streams) and the model's graph in
     onnxruntime (`session`, the same file) side by side on PROBE_READINGS seeded readings around
@@ -82,12 +93,8 @@ def probe(step: "NativeStep", session) -> str | None:
     if isinstance(step, _attn.AttnStep):
         return _attn.probe(step, session, PROBE_READINGS, lambda got, want: _agree(step, got, want))
     meta = step.meta
-    B, F = step.streams, len(meta.features)
-    norm = meta.normalization or {}
-    mean = np.asarray(norm.get("mean") or [0.0] * F, np.float64)
-    std = np.asarray(norm.get("std") or [1.0] * F, np.float64) * np.asarray(norm.get("input_scale") or [1.0] * F)
-    rng = np.random.default_rng(0)
-    X = (mean + std * rng.standard_normal((PROBE_READINGS, B, F)) * 1.5).astype(np.float32)
+    B = step.streams
+    X = probe_readings(meta, B, PROBE_READINGS)
     state = {s.name: np.zeros([B if d == contract.BATCH_AXIS else d for d in s.shape], np.float32)
              for s in meta.state}
     names = [contract.LOGITS] + [s.output for s in meta.state]
