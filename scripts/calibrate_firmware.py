@@ -3,10 +3,10 @@
     .venv/bin/python scripts/calibrate_firmware.py            # about 5 minutes on 2 cores
 
 Trains briefly and exports int8 models of several sizes (hidden 8-128, 1-2 layers, every
-recurrent architecture), measures each with `firmware_sim.measure` at -O2 on every emulated
+recurrent architecture; two hidden sizes not a multiple of 4), measures each with `firmware_sim.measure` at -O2 on every emulated
 core, and fits, per core and architecture, by least squares:
 
-    cycles per step = a x MACs + b x requantized outputs + c x hidden units x layers + d
+    cycles per step = a x MACs as the kernels run them (in fours) + b x requantized outputs + c x hidden units x layers + d
     .text           = t0 + t1 x (layers - 1)
     stack           = the largest measured, rounded up to 8 bytes
 
@@ -21,7 +21,7 @@ import numpy as np
 
 from edgeseq.errors import run_script
 
-SIZES = [(8, 1), (16, 1), (32, 2), (64, 1), (96, 1), (128, 1), (16, 2)]
+SIZES = [(8, 1), (13, 1), (16, 1), (32, 2), (50, 1), (64, 1), (96, 1), (128, 1), (16, 2)]
 KINDS = ["rnn", "gru", "lstm"]
 CORES = ["cortex-m0plus", "cortex-m4", "cortex-m7", "cortex-m33"]
 
