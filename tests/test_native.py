@@ -367,6 +367,11 @@ def test_push_in_one_c_call_answers_as_the_python_path(tiny, arch):
         fast.push(bad)
     assert fast.position.tolist() == [30, 30]
     assert all(np.array_equal(u, v) for u, v in zip(before["state"], fast.snapshot()["state"]))
+    masked = np.ma.masked_array(X[0], mask=np.zeros_like(X[0], bool))
+    masked.mask[0, 1] = True                                 # a subclass takes the Python path, which refuses it
+    with pytest.raises(ReadingError, match="masked"):
+        fast.push(masked)
+    assert fast.position.tolist() == [30, 30]
     gone = weakref.ref(fast)
     del fast, a
     gc.collect()

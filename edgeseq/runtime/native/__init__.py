@@ -111,13 +111,13 @@ def gate(x: np.ndarray, hi: np.ndarray, lo, logits: np.ndarray):
 
 def pusher(native_step, probs: np.ndarray, count: np.ndarray, slow):
     """(lock, push) for a session on `native_step` (a NativeStep or AttnStep), or None when the
-    extension is not built. `push(readings)` takes the lock, copies, checks and steps in one C
-    call and returns probs.copy() (float32 [B, C]), adding 1 to count (int64 [1]); any other
+    extension is not built. `push(readings)` for a numpy.ndarray (not a subclass) takes the
+    lock, copies, checks and steps in one C call and returns probs.copy() (float32 [B, C]), adding 1 to count (int64 [1]); any other
     outcome releases the lock and returns slow(readings) (es_push.h). The lock is the session's."""
     if _ext is None:
         return None
     lock = _ext.lock()
-    return lock, _ext.pusher(native_step._step, lock, probs, count, slow)
+    return lock, _ext.pusher(native_step._step, lock, probs, count, slow, np.ndarray)
 
 
 # -- what runs natively ---------------------------------------------------------------------

@@ -1198,7 +1198,7 @@ static PyMethodDef module_methods[] = {
                                          "bank0, bank1, enc, layers, final, head) -> SsmStep: the state-space step "
                                          "(es_ssm_step.h)"},
     {"lock", lock_new, METH_NOARGS, "lock() -> Lock: a native session's lock (es_push.h)"},
-    {"pusher", pusher_new, METH_VARARGS, "pusher(step, lock, probs, count, slow) -> Pusher: the session's push in one "
+    {"pusher", pusher_new, METH_VARARGS, "pusher(step, lock, probs, count, slow, exact) -> Pusher: the session's push in one "
                                          "C call (es_push.h)"},
     {NULL, NULL, 0, NULL}};
 

@@ -2,7 +2,9 @@
 
      lock() -> Lock: the session's lock (acquire/release, a context manager); a blocked
        acquire waits with the GIL released, as threading.Lock's does.
-     pusher(step, lock, probs, count, slow) -> Pusher: calling it with readings takes `lock`,
+     pusher(step, lock, probs, count, slow, exact) -> Pusher: calling it with readings of type
+       `exact` (numpy.ndarray itself: a subclass such as a masked array or a matrix takes the
+       Python path, which knows what it means) takes `lock`,
        copies and checks the readings and steps (the step's push), and on success adds 1 to
        count (int64 [1]) and returns a copy of probs (float32 [B, C], ndarray.copy()). Any other
        answer (a reading out of range or of another type or shape, NaN/Inf logits, a full
@@ -98,7 +100,7 @@ static PyTypeObject LockType = {
 typedef struct {
   PyObject_HEAD
   vectorcallfunc vectorcall;
-  PyObject *step, *lock, *probs, *count_obj, *slow, *copy_name;
+  PyObject *step, *lock, *probs, *count_obj, *slow, *copy_name, *exact;
   int (*push)(PyObject *step, PyObject *readings);
   Py_buffer count_view;
   int64_t *count;
@@ -118,7 +120,7 @@ static PyObject *pusher_call(PusherObject *p, PyObject *const *args, size_t narg
     PyErr_SetString(PyExc_RuntimeError, "pusher cleared");
     return NULL;
   }
-  if (nargs == 1 && kwnames == NULL) {
+  if (nargs == 1 && kwnames == NULL && (PyObject *)Py_TYPE(args[0]) == p->exact) {
     lock_take(l);
     rc = p->push(p->step, args[0]);
     if (rc == -1) {
@@ -144,12 +146,13 @@ static PyObject *pusher_call(PusherObject *p, PyObject *const *args, size_t narg
   return PyObject_Vectorcall(p->slow, args, nargsf, kwnames);
 }
 
-/* pusher(step, lock, probs, count, slow) */
+/* pusher(step, lock, probs, count, slow, exact) */
 static PyObject *pusher_new(PyObject *mod, PyObject *args) {
-  PyObject *step, *lock, *probs, *count, *slow;
+  PyObject *step, *lock, *probs, *count, *slow, *exact;
   PusherObject *p;
   (void)mod;
-  if (!PyArg_ParseTuple(args, "OO!OOO", &step, &LockType, &lock, &probs, &count, &slow)) return NULL;
+  if (!PyArg_ParseTuple(args, "OO!OOOO!", &step, &LockType, &lock, &probs, &count, &slow, &PyType_Type, &exact))
+    return NULL;
   if (!PyCallable_Check(slow)) {
     PyErr_SetString(PyExc_TypeError, "pusher: slow must be callable");
     return NULL;
@@ -157,7 +160,7 @@ static PyObject *pusher_new(PyObject *mod, PyObject *args) {
   p = PyObject_GC_New(PusherObject, &PusherType);
   if (p == NULL) return NULL;
   p->vectorcall = (vectorcallfunc)pusher_call;
-  p->step = p->lock = p->probs = p->count_obj = p->slow = p->copy_name = NULL;
+  p->step = p->lock = p->probs = p->count_obj = p->slow = p->copy_name = p->exact = NULL;
   p->count = NULL;
   if (Py_IS_TYPE(step, &StepType)) p->push = push_step;
   else if (Py_IS_TYPE(step, &SsmType)) p->push = push_ssm;
@@ -184,8 +187,8 @@ static PyObject *pusher_new(PyObject *mod, PyObject *args) {
     Py_DECREF(p);
     return NULL;
   }
-  Py_INCREF(step), Py_INCREF(lock), Py_INCREF(probs), Py_INCREF(slow);
-  p->step = step, p->lock = lock, p->probs = probs, p->slow = slow;
+  Py_INCREF(step), Py_INCREF(lock), Py_INCREF(probs), Py_INCREF(slow), Py_INCREF(exact);
+  p->step = step, p->lock = lock, p->probs = probs, p->slow = slow, p->exact = exact;
   PyObject_GC_Track(p);
   return (PyObject *)p;
 }
@@ -196,6 +199,7 @@ static int pusher_traverse(PusherObject *p, visitproc visit, void *arg) {
   Py_VISIT(p->probs);
   Py_VISIT(p->count_obj);
   Py_VISIT(p->slow);
+  Py_VISIT(p->exact);
   return 0;
 }
 
@@ -204,6 +208,7 @@ static int pusher_clear(PusherObject *p) {
   Py_CLEAR(p->lock);
   Py_CLEAR(p->probs);
   Py_CLEAR(p->slow);
+  Py_CLEAR(p->exact);
   return 0;
 }
 
