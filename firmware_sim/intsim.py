@@ -414,6 +414,34 @@ def _bias(path, init: dict, dq) -> np.ndarray:
     return (q.astype(np.int64).reshape(-1) - zero).astype(np.float64) * scale
 
 
+QBIAS_LIMIT = 1 << 30        # a quantized int32 bias beyond this overflows onnxruntime's int32 sum of products
+
+
+def _check_graph_integers(initializers: dict, nodes, path) -> None:
+    """What the graph itself computes must be what the integer step computes: every
+    Quantize/DequantizeLinear zero point int8 (the step's activations and weights are signed;
+    a uint8 zero point anywhere, even on a tensor the step requantizes its own way, means other
+    numbers), and every int32 tensor a DequantizeLinear reads (a quantized bias) within
+    +-2^30, so that onnxruntime's int32 sum of products and bias cannot wrap. ModelFileError
+    (one line, naming the tensor) otherwise."""
+    for n in nodes:
+        if n.op_type not in ("QuantizeLinear", "DequantizeLinear"):
+            continue
+        q = np.asarray(initializers[n.input[0]]) if n.op_type == "DequantizeLinear" and n.input[0] in initializers \
+            else None
+        zp = initializers.get(n.input[2]) if len(n.input) > 2 else None
+        if q is not None and q.dtype == np.int32:                      # a quantized bias: zero point 0
+            if zp is not None and np.asarray(zp).any():
+                raise _bad(path, f"zero point {n.input[2]} of the quantized bias {n.input[0]} is not 0")
+        elif zp is not None:
+            int8_zero_point(path, n.input[2], zp)
+        if q is not None and q.dtype == np.int32:
+            if q.size and int(np.abs(q.astype(np.int64)).max()) > QBIAS_LIMIT:
+                i = int(np.argmax(np.abs(q.astype(np.int64)).reshape(-1)))
+                raise _bad(path, f"{_entry(n.input[0], q.reshape(-1), i)} is {int(q.reshape(-1)[i])}: a "
+                                 "quantized bias beyond +-2^30 overflows the int32 sum it is added to")
+
+
 def from_parts(meta, initializers: dict, nodes, path="<model>") -> IntModel:
     """`from_onnx` without the onnx package: the integer model from a static int8 edgeseq graph
     given as `initializers` (name -> numpy array) and `nodes` (objects with op_type, input and
@@ -430,6 +458,7 @@ def from_parts(meta, initializers: dict, nodes, path="<model>") -> IntModel:
     check_quantization(meta, proto, path)
     check_int8(meta, path)
     check_qdq(initializers, proto.graph.node, path)
+    _check_graph_integers(initializers, proto.graph.node, path)
     try:
         init = {k: np.asarray(v) for k, v in initializers.items()}
         producer = {o: n for n in proto.graph.node for o in n.output}
