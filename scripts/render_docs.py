@@ -110,7 +110,8 @@ def render_bench_gru(d: dict, source: str) -> str:
 def render_bench_transformer(d: dict, source: str) -> str:
     rows = [[f"{r['history']:,}", _us(r["cached_us"]), _us(r["recompute_us"]), _x(r["speedup"]),
              f"{r['state_bytes_per_stream'] / 1024:,.0f} KB"] for r in d["transformer"]]
-    table = _table(["Transformer history", "cached step", "recompute", "speedup", "cache per stream"], rows)
+    table = _table(["Transformer history (onnxruntime)", "cached step", "recompute", "speedup", "cache per stream"],
+                   rows)
     how = f"`edgeseq bench --repeats {d['repeats']}`, {d.get('threads', 1)} thread"
     return "\n\n".join([machine_line(d, source, how), table])
 

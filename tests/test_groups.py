@@ -76,7 +76,8 @@ def test_an_npz_with_groups_holds_out_whole_groups_and_says_which(tmp_path):
     info = ds.group_split()
     assert ds.held_out == "group" and not set(info["train"]) & set(info["test"])
     assert sorted(info["train"] + info["test"]) == PEOPLE and len(ds.test) >= 6
-    assert info["test_split"] == f"whole groups, about a quarter of the sequences, seed {HOLDOUT_SEED}"
+    n, total = len(ds.test), len(ds.train) + len(ds.test)
+    assert info["test_split"] == f"whole groups: {n} of {total} sequences ({n / total:.0%}), seed {HOLDOUT_SEED}"
     again = load_dataset(str(tmp_path / "people.npz"))
     assert np.array_equal(again.test.X, ds.test.X) and again.group_split() == info       # every command reads the same split
 

@@ -94,8 +94,10 @@ class Dataset:
         it was set}, for metrics and JSON; None where the data names no groups."""
         if self.train.groups is None and self.test.groups is None:
             return None
+        n_test, n_all = len(self.test), len(self.train) + len(self.test)
         how = {"file": "given by the file", "class": "the last quarter of each class",
-               "group": f"whole groups, about a quarter of the sequences, seed {HOLDOUT_SEED}"}[self.held_out]
+               "group": f"whole groups: {n_test} of {n_all} sequences ({n_test / max(n_all, 1):.0%}), "
+                        f"seed {HOLDOUT_SEED}"}[self.held_out]
         return {"train": _group_names(self.train), "test": _group_names(self.test), "test_split": how}
 
     @property

@@ -272,7 +272,7 @@ def run_bench(repeats: int = 2000, warmup: int = 200, cache_lengths=(16, 256, 10
             c_net = c["median_us"] - restore_only["median_us"]
             window = rng.standard_normal((1, T + 1, F)).astype(np.float32)
             r = _median_us(lambda: full.run(["logits"], {"window": window}), max(n_rep // 5, 20), 3)
-            rows.append({"history": T, "cached_us": c_net, "cached_with_restore_us": c["median_us"],
+            rows.append({"history": T, "backend": "onnxruntime", "cached_us": c_net, "cached_with_restore_us": c["median_us"],
                          "recompute_us": r["median_us"], "speedup": r["median_us"] / c_net,
                          "state_bytes_per_stream": s.state_nbytes_at(T)})
         out["transformer"] = rows
@@ -494,10 +494,10 @@ def format_bench(r: dict) -> str:
         f"  onnxruntime floor, Identity, IO binding    {g['ort_floor_iobinding']['median_us']:8.1f} us",
         f"  torch eager step                           {g['torch_eager']['median_us']:8.1f} us",
         f"  onnxruntime session.run loop               {g['ort_session_run']['median_us']:8.1f} us",
-        f"  edgeseq StreamSession.push ({g['edgeseq_push_backend']:11s})  {g['edgeseq_push']['median_us']:8.1f} us",
+        f"  edgeseq StreamSession.push, {g['edgeseq_push_backend'] + ' backend':18s}{g['edgeseq_push']['median_us']:8.1f} us",
         f"  push / floor (session.run): {g['ratio_push_to_floor']:.2f}x   push / floor (IO binding): "
         f"{g['ratio_push_to_floor_iobinding']:.2f}x   torch eager / push: {g['speedup_vs_torch_eager']:.2f}x",
-        "Transformer step, cached vs recomputing the whole history:",
+        "Transformer step on onnxruntime, cached vs recomputing the whole history (the native step: below):",
         "  history   cached us   recompute us   speedup   cache bytes/stream",
     ]
     for row in r["transformer"]:
@@ -506,8 +506,10 @@ def format_bench(r: dict) -> str:
     b = r.get("backends")
     if b and b.get("rows"):
         names = b["backends"]
-        lines.append(f"Step backends, GRU hidden 64, StreamSession.push, calls interleaved (native: {b['simd'] or '-'}, "
-                     f"int8 products {b['int8_kernel'] or '-'}); this core's single-thread GEMM "
+        native_note = (f" (native: {b['simd'] or '-'}, int8 products {b['int8_kernel'] or '-'})"
+                       if "native" in names else "")
+        lines.append(f"Step backends, GRU hidden 64, StreamSession.push, calls interleaved{native_note}; this core's "
+                     "single-thread GEMM "
                      f"{b['gemm_macs_per_s'] / 1e9:.1f} GMAC/s, so the GEMM bound is "
                      f"{b['gemm_macs_per_s'] / b['rows'][0]['macs_per_reading'] / 1e6:.2f} M readings/s "
                      f"({b['rows'][0]['macs_per_reading']:,} MACs a reading):")
