@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 BATCHES = [1, 16, 256, 1024]
+MARKERS = {"rnn": "o", "gru": "s", "lstm": "^", "ssm": "D", "transformer": "v", "transformer-window": "x"}
 COLORS = {"rnn": "tab:green", "gru": "tab:blue", "lstm": "tab:purple", "transformer": "tab:red", "ssm": "tab:brown",
           "transformer-window": "tab:orange", "recompute": "black"}
 
@@ -51,7 +52,8 @@ def _plots(r: dict, out: Path) -> dict:
         label = {"transformer": "Transformer, KV cache" + (f" (its {window}-reading window)" if window else ""),
                  "transformer-window": f"Transformer, KV cache bounded at {s['max_history']}"}.get(
                      name, f"{name.upper()} state")
-        ax.plot(s["history"], s["bytes"], marker="o", ms=3, color=_color(name), label=f"{label} ({s['backend']})")
+        ax.plot(s["history"], s["bytes"], marker=MARKERS.get(name, "o"), ms=5, mfc="none", color=_color(name),
+                label=f"{label} ({s['backend']})")           # hollow markers: equal states stay visible
     g = mem["crossover"]["gru"]
     ax.axhline(g["footprint_bytes"], color="tab:blue", ls=":", lw=1)
     ax.text(1.1, g["footprint_bytes"] * 1.15, f"GRU whole footprint (state + float model, {g['footprint_bytes']:,} B)",
@@ -68,7 +70,7 @@ def _plots(r: dict, out: Path) -> dict:
     _finish(fig, ax, out / "memory.png", xlabel="history (readings streamed)",
             ylabel="bytes held per stream",
             title="Memory per stream: fixed state vs a KV cache that grows (to its window)",
-            grid=dict(which="both", alpha=0.3), legend=dict(fontsize=8, loc="lower right"))
+            grid=dict(which="both", alpha=0.3), legend=dict(fontsize=8, loc="center right"))
     files["memory"] = "memory.png"
 
     lat = r["latency"]
