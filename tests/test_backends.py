@@ -240,7 +240,7 @@ def test_bench_times_both_backends_and_says_which_pushed():
             assert row["floor_iobinding_us"] > 0                     # timed in the same interleaved rounds
             assert n["push_over_c_step"] == pytest.approx(n["us_per_call"] / n["c_step_us"])
     text = format_bench(r)
-    assert "edgeseq StreamSession.push (native" in text and "GEMM" in text and "Python" in text
+    assert "edgeseq StreamSession.push, native backend" in text and "GEMM" in text and "Python" in text
     assert "timed in the same interleaved rounds" in text and "the C step alone" in text
     r = run_bench(repeats=20, warmup=2, cache_lengths=(4,), backends=("onnxruntime",))
     assert r["gru"]["edgeseq_push_backend"] == "onnxruntime" and "native" not in r["backends"]["rows"][0]

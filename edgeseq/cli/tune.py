@@ -1,0 +1,83 @@
+"""`edgeseq tune`: search architectures, sizes and schedules for a microcontroller target."""
+
+from __future__ import annotations
+
+import click
+
+from edgeseq.cli._common import Finite, _echo_json, _errors, _json_option, _writing
+from edgeseq.errors import EdgeseqError
+
+_limit = Finite(min=0, min_open=True)
+
+
+@click.command()
+@click.option("--data", help="'basicmotions' (default for a new study) or a .npz / .csv path.")
+@click.option("--target", help="Target profile for `firmware check` (default for a new study: nrf52840).")
+@click.option("--trials", type=click.IntRange(min=0), default=20, show_default=True,
+              help="Trials to add (0: write the front of an existing --study).")
+@click.option("--jobs", type=click.IntRange(min=1, max=256), default=1, show_default=True,
+              help="Worker processes on this machine, over one storage.")
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), help="Sampler and training seed (default 0).")
+@click.option("--sampler", type=click.Choice(["nsga2", "tpe"]), help="Optuna sampler (default nsga2).")
+@click.option("--max-latency-ms", type=_limit, help="Hard limit: milliseconds per reading on --target.")
+@click.option("--max-ram-kb", type=_limit, help="Hard limit: RAM in KB (1,024 B) on --target.")
+@click.option("--max-flash-kb", type=_limit, help="Hard limit: flash in KB (1,024 B) on --target.")
+@click.option("--storage", help="Optuna storage URL (sqlite:///..., postgresql://...); default: OUT/study.db.")
+@click.option("--study", help="Study name: resume or join it (default for a new study: tune).")
+@click.option("--out", required=True, type=click.Path(), help="Folder for the study, the front and the chosen model.")
+@click.option("--quick", is_flag=True, help="A tiny search space (rnn and gru of 4-8 units, 1-2 epochs): a smoke test.")
+@click.option("--quiet", is_flag=True, help="No progress lines.")
+@_json_option
+@_errors
+def tune(data, target, trials, jobs, seed, sampler, max_latency_ms, max_ram_kb, max_flash_kb, storage, study, out,
+         quick, quiet, as_json):
+    """Multi-objective search (Optuna) for the model a microcontroller should run.
+
+    Each trial trains on the training split less a validation split (whole groups where the
+    data names them), exports static int8 and measures never-reset and per-sequence accuracy on
+    validation and, on --target, `firmware check`'s time per reading, flash and RAM. A trial
+    over a --max-* limit is infeasible and never chosen. The chosen model (the feasible Pareto
+    trial with the best never-reset accuracy, ties by latency) is retrained on the whole
+    training split and scored on the test split. OUT holds study.db, pareto.json/.csv/.png/.html
+    and model/ (checkpoint, float and int8 exports, scores.json). Ctrl-C keeps the finished trials.
+
+    \b
+      edgeseq tune --out runs/tune --trials 20 --jobs 2
+      edgeseq tune --out runs/tune --target rp2040 --max-latency-ms 1 --max-flash-kb 64
+      edgeseq tune --out runs/tune --study tune --trials 10        # resume: 10 more trials
+      edgeseq tune --out runs/b --storage postgresql://me@db/tune --study gestures --trials 10
+    """
+    from edgeseq.report.tune_pages import table
+    from edgeseq.tune import QUICK_SPACE, TuneInterrupted
+    from edgeseq.tune import tune as tune_fn
+
+    try:
+        with _writing(out):
+            r = tune_fn(out, data=data, target=target, trials=trials, jobs=jobs, seed=seed, sampler=sampler,
+                        max_latency_ms=max_latency_ms, max_ram_kb=max_ram_kb, max_flash_kb=max_flash_kb,
+                        storage=storage, study=study, space=QUICK_SPACE if quick else None, progress=not quiet)
+    except TuneInterrupted as e:
+        click.echo(str(e), err=True)
+        raise click.exceptions.Exit(130) from None
+    c = r["chosen"]
+    if as_json:
+        _echo_json(r)
+    else:
+        n, t = r["trials"], r["target"]
+        click.echo(f"study '{r['study']}': {n['finished']} finished trials ({n['feasible']} feasible, {n['failed']} "
+                   f"failed; {n['this_run']} this run in {n['this_run_seconds']:.0f} s) on {t['name']}; "
+                   + ("Pareto front on the validation split:" if r["front"] else "no feasible trial, no Pareto front"))
+        if r["front"]:
+            click.echo(table(r))
+        if c is not None:
+            te, fw = c["test"], c["firmware"]
+            click.echo(f"chosen: trial {c['trial']}, retrained on the whole training split; test ({te['sequences']} "
+                       f"sequences), int8: per sequence {te['int8']['per_sequence_accuracy']:.3f}, never reset "
+                       f"{te['int8']['never_reset_accuracy']:.3f} (float {te['float']['per_sequence_accuracy']:.3f} / "
+                       f"{te['float']['never_reset_accuracy']:.3f}); {fw['latency_us']:,.0f} us/reading, flash "
+                       f"{fw['flash_kb']:.1f} KB, RAM {fw['ram_kb']:.1f} KB on {t['name']}")
+            click.echo(f"wrote {out}/pareto.json, pareto.csv, pareto.png, pareto.html and {out}/model/")
+        else:
+            click.echo(f"wrote {out}/pareto.json, pareto.csv, pareto.png, pareto.html")
+    if c is None:
+        raise EdgeseqError(r["notice"])

@@ -1,0 +1,163 @@
+"""`edgeseq tune`: a tiny real search (the quick space: RNN/GRU of 4-8 units, 1-2 epochs) on data
+with groups; the files it writes, a non-dominated front, limits that exclude every trial,
+resuming a study (on two workers), validation carved by group from the training split only, and
+seeded parameters."""
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("optuna", reason="optuna not installed: pip install '.[tune]'")
+
+from edgeseq.cli import cli  # noqa: E402
+from edgeseq.errors import UsageError  # noqa: E402
+from edgeseq.report.tune_pages import dominates, front  # noqa: E402
+from edgeseq.tune import OBJECTIVES, QUICK_SPACE, check_space, tune, worker_seed  # noqa: E402
+from helpers import one_error_line  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def grouped(tmp_path_factory):
+    """BasicMotions with 10 training groups (one sequence of each class apiece) and a test split
+    of its own 4 groups, named apart: t0..t3 may never reach a trial."""
+    d = np.load(Path(__file__).resolve().parents[1] / "edgeseq" / "data" / "basicmotions.npz")
+    path = tmp_path_factory.mktemp("data") / "grouped.npz"
+    np.savez(path, X=d["X_train"], y=d["y_train"], groups=np.array([f"g{i % 10}" for i in range(40)]),
+             X_test=d["X_test"], y_test=d["y_test"], groups_test=np.array([f"t{i % 4}" for i in range(40)]),
+             labels=d["labels"], features=d["features"])
+    return path
+
+
+@pytest.fixture(scope="module")
+def tuned(grouped, tmp_path_factory):
+    """3 trials and the chosen model, every split the scoring saw recorded."""
+    import importlib
+    ev = importlib.import_module("edgeseq.runtime.evaluate")     # the module (edgeseq.runtime exports a function of its name)
+    work = tmp_path_factory.mktemp("tune")
+    seen = []
+    real = ev.evaluate
+
+    def spy(model, split, *args, **kwargs):
+        seen.append((len(split), sorted(set(split.groups.tolist())), split.X.copy()))
+        return real(model, split, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ev, "evaluate", spy)
+        mp.chdir(work)
+        r = tune("a", data=str(grouped), trials=3, seed=0, space=QUICK_SPACE, progress=False)
+    return r, work, seen
+
+
+def test_files_are_written_in_out_only(tuned):
+    r, work, _ = tuned
+    assert sorted(p.name for p in work.iterdir()) == ["a"]            # nothing beside --out
+    out = work / "a"
+    names = {p.name for p in out.iterdir()}
+    assert names == {"study.db", "pareto.json", "pareto.csv", "pareto.png", "pareto.html", "model"}, names
+    assert {p.name for p in (out / "model").iterdir()} == {"checkpoint.pt", "metrics.json", "model.onnx",
+                                                            "model-int8.onnx", "scores.json"}
+    assert (out / "pareto.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert 'src="pareto.png"' in (out / "pareto.html").read_text()
+    saved = json.loads((out / "pareto.json").read_text())
+    assert saved["chosen"]["trial"] == r["chosen"]["trial"] and "test" in saved["chosen"]
+    rows = (out / "pareto.csv").read_text().splitlines()
+    assert rows[0].startswith("trial,arch,settings") and len(rows) == 1 + len(r["front"])
+    scores = json.loads((out / "model" / "scores.json").read_text())
+    assert scores["test"]["sequences"] == 40 and 0 <= scores["test"]["int8"]["never_reset_accuracy"] <= 1
+
+
+def test_front_is_non_dominated_and_chosen_is_its_best(tuned):
+    r, _, _ = tuned
+    assert r["trials"]["finished"] == 3 and r["front"]
+    feasible = [t for t in r["all_trials"] if t["feasible"]]
+    on = {t["trial"] for t in r["front"]}
+    for a in r["front"]:
+        assert not any(dominates(b, a) for b in feasible)
+    for t in feasible:
+        if t["trial"] not in on:
+            assert any(dominates(b, t) for b in r["front"])
+    best = max(r["front"], key=lambda t: (t["never_reset_accuracy"], -t["latency_us"]))
+    assert r["chosen"]["trial"] == best["trial"]
+    assert set(r["chosen"]["firmware"]) >= {"latency_us", "flash_kb", "ram_kb"}
+
+
+def test_validation_is_whole_training_groups_never_the_test_split(tuned, grouped):
+    r, _, seen = tuned
+    v = r["validation"]
+    val, fit = set(v["groups"]["validation"]), set(v["groups"]["training"])
+    assert val and fit and not val & fit and val | fit == {f"g{i}" for i in range(10)}
+    assert v["validation_sequences"] + v["training_sequences"] == 40 and v["validation_sequences"] == 4 * len(val)
+    X_train = np.load(grouped)["X"]
+    trials, final = seen[:3], seen[3:]
+    for n, groups, X in trials:                                   # each trial: the validation split, only
+        assert n == v["validation_sequences"] and set(groups) == val
+        assert np.array_equal(X, X_train[v["validation_index"]])
+    assert final and all(n == 40 and groups == ["t0", "t1", "t2", "t3"] for n, groups, _ in final)   # the chosen model
+
+
+def test_limits_nothing_meets_is_one_error_and_no_model(tuned, grouped, runner):
+    r, _, _ = tuned
+    res = runner.invoke(cli, ["tune", "--data", str(grouped), "--quick", "--trials", "2", "--max-flash-kb", "1",
+                              "--out", "b", "--quiet"])
+    line = one_error_line(res, 1)
+    assert "none of the 2 finished trials meets --max-flash-kb 1 on nrf52840" in line and "nothing was chosen" in line
+    saved = json.loads(Path("b/pareto.json").read_text())
+    assert saved["chosen"] is None and saved["front"] == [] and not Path("b/model").exists()
+    assert all(t["over"] and not t["feasible"] for t in saved["all_trials"])
+    # seeded: the same seed draws the same parameters (here, whatever the limits)
+    params = [(t["arch"], t["settings"], t["schedule"]) for t in saved["all_trials"]]
+    assert params == [(t["arch"], t["settings"], t["schedule"]) for t in r["all_trials"][:2]]
+
+
+def test_resume_adds_trials_on_two_workers(tuned, runner, tmp_path):
+    _, work, _ = tuned
+    shutil.copytree(work / "a", "c")
+    res = runner.invoke(cli, ["tune", "--out", "c", "--trials", "1"])
+    assert "already holds study 'tune': pass --study tune to add trials" in one_error_line(res, 2)
+    res = runner.invoke(cli, ["tune", "--out", "c", "--study", "tune", "--seed", "5", "--trials", "1"])
+    assert "study 'tune' was run with --seed 0" in one_error_line(res, 2)
+    res = runner.invoke(cli, ["tune", "--out", "c", "--study", "tune", "--trials", "2", "--jobs", "2", "--quiet",
+                              "--json"])
+    assert res.exit_code == 0, res.output
+    r = json.loads(res.stdout)
+    assert r["trials"]["this_run"] == 2 and [t["trial"] for t in r["all_trials"]] == [0, 1, 2, 3, 4]
+    assert r["space"] == QUICK_SPACE and r["chosen"] is not None          # the study's settings, kept
+
+
+@pytest.mark.parametrize("args, code, message", [
+    (["--out", "f.txt"], 2, "--out 'f.txt' is a file"),
+    (["--out", "n", "--trials", "0"], 2, "--trials 0 writes the front of an existing study"),
+    (["--out", "n", "--storage", "nosuch://x"], 2, "--storage 'nosuch://x' is not a storage Optuna can open"),
+    (["--out", "n", "--study", "a b"], 2, "--study 'a b' must be"),
+    (["--out", "n", "--target", "nope"], 2, "unknown target 'nope'"),
+    (["--out", "n", "--max-ram-kb", "-1"], 2, "-1 is not > 0"),
+    (["--out", "n", "--jobs", "0"], 2, "--jobs"),
+])
+def test_bad_options_are_one_line_and_write_nothing(runner, args, code, message):
+    Path("f.txt").write_text("x")
+    res = runner.invoke(cli, ["tune", *args])
+    assert message in one_error_line(res, code)
+    assert not Path("n").exists()
+
+
+def test_front_of_random_points_is_exactly_the_undominated():
+    rng = np.random.default_rng(0)
+    rows = [dict(zip([k for k, *_ in OBJECTIVES], rng.integers(0, 4, len(OBJECTIVES)).tolist()), trial=i,
+                 feasible=bool(rng.random() < 0.8)) for i in range(60)]
+    got = {r["trial"] for r in front(rows)}
+    want = {a["trial"] for a in rows if a["feasible"] and not any(dominates(b, a) for b in rows if b["feasible"])}
+    assert got == want and all(rows[i]["feasible"] for i in got)
+
+
+def test_space_and_seeds():
+    with pytest.raises(UsageError, match="search space entry depth is unknown"):
+        check_space({"arch": ["gru"], "depth": [1]})
+    with pytest.raises(UsageError, match="'arch' must list distinct streaming architectures"):
+        check_space({"arch": ["bigru"]})
+    with pytest.raises(UsageError, match="'window' must be at least 1"):
+        check_space({"arch": ["transformer"], "window": [0]})
+    assert worker_seed(7, 0, 0) == 7                                   # one worker, new study: the seed itself
+    assert len({worker_seed(7, 0, 1), worker_seed(7, 3, 0), worker_seed(7, 3, 1)}) == 3
