@@ -41,3 +41,39 @@ def one_error_line(result, code=1) -> str:
     lines = [line for line in result.output.splitlines() if line.startswith("Error:")]
     assert result.exit_code == code and len(lines) == 1 and "Traceback" not in result.output, result.output
     return lines[0]
+
+
+def export_step(ckpt, path, scheme: str = "float", calibration=None, isolate=None):
+    """Write `ckpt`'s step graph to `path`: as exported (scheme "float"), or its split graph
+    quantized by onnxruntime ("static"/"dynamic") as export_int8 does, calibrated on readings
+    [T, B, F] (`calibration`); `isolate`: None to quantize the split graph as it is, or the
+    keyword arguments of `export.quantize.isolate_matmul_inputs`. Returns `path`."""
+    from pathlib import Path
+
+    import onnx
+
+    from edgeseq import contract
+    from edgeseq.runtime.evaluate import run_streams
+    from edgeseq.runtime.model import open_model
+    from export.quantize import isolate_matmul_inputs, quantize
+    from export.step import build_graph, stamp, strip
+    path = Path(path)
+    if scheme == "float":
+        proto, _, _ = build_graph(ckpt)
+        onnx.save(proto, str(path))
+        return path
+    proto, meta, _ = build_graph(ckpt, split=True)
+    if isolate is not None:
+        isolate_matmul_inputs(proto, **isolate)
+    split = path.with_name(path.stem + "-split.onnx")
+    onnx.save(proto, str(split))
+    sess, _ = open_model(split)
+    record = []
+    run_streams(sess, meta, np.asarray(calibration).transpose(1, 0, 2), record=record)
+    meta.quantization = quantize(split, path, scheme, record)
+    q = onnx.load(str(path))
+    q.ir_version = contract.IR_VERSION
+    strip(q)
+    stamp(q, meta)
+    onnx.save(q, str(path))
+    return path

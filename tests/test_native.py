@@ -14,7 +14,7 @@ from edgeseq.errors import UsageError
 from edgeseq.models import build_model, config_dict, make_config
 from edgeseq.runtime import native
 from edgeseq.runtime.model import open_model
-from helpers import assert_close, run_without_torch
+from helpers import assert_close, run_without_torch, export_step
 
 needs_ext = pytest.mark.skipif(not native.available(), reason=native.why_unavailable() or "native step not built")
 
@@ -53,9 +53,6 @@ def readings(n, streams, seed=0):
 def tiny(tmp_path_factory):
     """(arch, scheme) -> path: float (the fused step graph as exported) or static int8 (the
     split graph quantized by onnxruntime's static QDQ quantizer, as export_int8 does)."""
-    from edgeseq.runtime.evaluate import run_streams
-    from export.quantize import isolate_matmul_inputs, quantize
-    from export.step import build_graph, stamp, strip
     root = tmp_path_factory.mktemp("native")
     cache = {}
 
@@ -64,24 +61,7 @@ def tiny(tmp_path_factory):
             return cache[arch, scheme, hidden]
         ckpt = tiny_checkpoint(arch, hidden)
         path = root / f"{arch}-{scheme}-{hidden}.onnx"
-        if scheme == "float":
-            proto, _, _ = build_graph(ckpt)
-            onnx.save(proto, str(path))
-        else:
-            proto, meta, _ = build_graph(ckpt, split=True)
-            if scheme == "static":
-                isolate_matmul_inputs(proto)
-            split = root / f"{arch}-split.onnx"
-            onnx.save(proto, str(split))
-            sess, _ = open_model(split)
-            calibration = []
-            run_streams(sess, meta, readings(60, 4, seed=1).transpose(1, 0, 2), record=calibration)
-            meta.quantization = quantize(split, path, scheme, calibration)
-            q = onnx.load(str(path))
-            q.ir_version = contract.IR_VERSION
-            strip(q)
-            stamp(q, meta)
-            onnx.save(q, str(path))
+        export_step(ckpt, path, scheme, readings(60, 4, seed=1), {} if scheme == "static" else None)
         cache[arch, scheme, hidden] = path
         return path
     return get

@@ -13,13 +13,12 @@ import pytest
 import torch
 
 import edgeseq
-from edgeseq import contract
 from edgeseq.errors import HistoryFullError, UsageError
 from edgeseq.models import build_model, config_dict, make_config
 from edgeseq.runtime import StreamSession, native
 from edgeseq.runtime.model import open_model
 from edgeseq.runtime.statefile import load_state, save_state
-from helpers import assert_close, run_without_torch
+from helpers import assert_close, run_without_torch, export_step
 
 pytestmark = pytest.mark.skipif(not native.available(), reason=native.why_unavailable() or "native step not built")
 
@@ -60,9 +59,6 @@ def readings(n, streams, seed=0):
 def tiny(tmp_path_factory):
     """(name, scheme) -> path: the step graph as exported (float) or quantized by onnxruntime's
     static QDQ quantizer as export_int8 does (scheme "static")."""
-    from edgeseq.runtime.evaluate import run_streams
-    from export.quantize import isolate_matmul_inputs, quantize
-    from export.step import build_graph, stamp, strip
     root = tmp_path_factory.mktemp("attn")
     cache = {}
 
@@ -71,23 +67,7 @@ def tiny(tmp_path_factory):
             return cache[name, scheme]
         ckpt = tiny_checkpoint(name)
         path = root / f"{name}-{scheme}.onnx"
-        if scheme == "float":
-            proto, _, _ = build_graph(ckpt)
-            onnx.save(proto, str(path))
-        else:
-            proto, meta, _ = build_graph(ckpt, split=True)
-            isolate_matmul_inputs(proto)
-            split = root / f"{name}-split.onnx"
-            onnx.save(proto, str(split))
-            sess, _ = open_model(split)
-            calibration = []
-            run_streams(sess, meta, readings(60, 4, seed=1).transpose(1, 0, 2), record=calibration)
-            meta.quantization = quantize(split, path, scheme, calibration)
-            q = onnx.load(str(path))
-            q.ir_version = contract.IR_VERSION
-            strip(q)
-            stamp(q, meta)
-            onnx.save(q, str(path))
+        export_step(ckpt, path, scheme, readings(60, 4, seed=1), {})
         cache[name, scheme] = path
         return path
     return get

@@ -17,7 +17,7 @@ from edgeseq.models import build_model, config_dict, make_config
 from edgeseq.runtime import StreamSession, native
 from edgeseq.runtime.model import open_model
 from edgeseq.runtime.statefile import load_state, save_state
-from helpers import assert_close
+from helpers import assert_close, export_step
 from test_native import native_stream, readings
 
 needs_ext = pytest.mark.skipif(not native.available(), reason=native.why_unavailable() or "native step not built")
@@ -52,9 +52,6 @@ def tiny(tmp_path_factory):
     """(variant, scheme) -> path: float (the step graph as exported) or static int8 (the split
     graph, the state given its own copy, quantized by onnxruntime's static QDQ quantizer, as
     export_int8 does)."""
-    from edgeseq.runtime.evaluate import run_streams
-    from export.quantize import isolate_matmul_inputs, quantize
-    from export.step import build_graph, stamp, strip
     root = tmp_path_factory.mktemp("native_ssm")
     cache = {}
 
@@ -63,23 +60,7 @@ def tiny(tmp_path_factory):
             return cache[variant, scheme]
         ckpt = tiny_checkpoint(*VARIANTS[variant])
         path = root / f"{variant}-{scheme}.onnx"
-        if scheme == "float":
-            proto, _, _ = build_graph(ckpt)
-            onnx.save(proto, str(path))
-        else:
-            proto, meta, _ = build_graph(ckpt, split=True)
-            isolate_matmul_inputs(proto, outputs=True)
-            split = root / f"{variant}-split.onnx"
-            onnx.save(proto, str(split))
-            sess, _ = open_model(split)
-            calibration = []
-            run_streams(sess, meta, readings(60, 4, seed=1).transpose(1, 0, 2), record=calibration)
-            meta.quantization = quantize(split, path, scheme, calibration)
-            q = onnx.load(str(path))
-            q.ir_version = contract.IR_VERSION
-            strip(q)
-            stamp(q, meta)
-            onnx.save(q, str(path))
+        export_step(ckpt, path, scheme, readings(60, 4, seed=1), {"outputs": True})
         cache[variant, scheme] = path
         return path
     return get
