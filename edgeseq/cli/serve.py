@@ -1,0 +1,92 @@
+"""`edgeseq serve`: a gateway for many devices over NATS JetStream (devices may speak MQTT)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+import click
+
+from edgeseq.cli._common import MAX_HISTORY, History, _backend_option, _errors
+
+
+@click.command()
+@click.argument("model", type=click.Path(exists=True, dir_okay=False))
+@click.option("--nats", "url", help="NATS server with JetStream (nats://host:4222). Default: start nats-server "
+              "here (JetStream under --store, MQTT on --mqtt-port).")
+@click.option("--partitions", type=click.IntRange(1, 1024), default=8, show_default=True,
+              help="Partitions devices are hashed into (the server's mapping must say the same: --print-config).")
+@click.option("--name", help="This gateway's id (letters, digits, - and _). Default: host-pid.")
+@click.option("--snapshot-every", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="Readings of a partition between stored device states.")
+@click.option("--lease-seconds", type=click.FloatRange(1, 86400), default=5.0, show_default=True,
+              help="A dead gateway's partitions are taken over this long after its last renewal.")
+@click.option("--max-batch", type=click.IntRange(1, 1024), default=1024, show_default=True,
+              help="Devices per multi-stream push at most.")
+@click.option("--max-history", type=History(), help=f"Transformer: bound on cached readings (1 to {MAX_HISTORY:,}).")
+@click.option("--store", default="runs/nats", show_default=True, type=click.Path(file_okay=False),
+              help="Without --nats: where the local nats-server keeps JetStream's files.")
+@click.option("--port", type=click.IntRange(1, 65535), default=4222, show_default=True,
+              help="Without --nats: the local server's NATS port.")
+@click.option("--mqtt-port", type=click.IntRange(0, 65535), default=1883, show_default=True,
+              help="Without --nats: the local server's MQTT port (0: no MQTT).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Without --nats: the address to listen on.")
+@click.option("--status-every", type=click.FloatRange(0), default=10.0, show_default=True,
+              help="Seconds between status lines (JSON) on stderr; 0: none.")
+@click.option("--duration", type=click.FloatRange(0, min_open=True), help="Stop after this many seconds.")
+@click.option("--print-config", is_flag=True, help="Print the nats-server configuration block for --partitions "
+              "and exit.")
+@_backend_option
+@_errors
+def serve(model, url, partitions, name, snapshot_every, lease_seconds, max_batch, max_history, store, port,
+          mqtt_port, host, status_every, duration, print_config, backend):
+    """Serve MODEL to many devices: readings in over NATS or MQTT, predictions out, each
+    device's state kept in JetStream.
+
+    Devices publish readings to `edgeseq.in.<device>` (MQTT: `edgeseq/in/<device>`) as JSON
+    {"seq": n, "x": [...]}, seq rising by one per device; predictions come out on
+    `edgeseq.out.<device>` (MQTT `edgeseq/out/<device>`) as JSON {"device", "seq", "position",
+    "label", "prob"}; malformed readings go to `edgeseq.dead.<device>` with the reason. Start
+    more gateways (same MODEL, --nats and --partitions) to share the partitions; one that dies is
+    replaced within --lease-seconds and a bit, and no reading is lost or applied twice.
+
+    \b
+      edgeseq serve models/gru-int8.onnx                      # a local nats-server, MQTT on 1883
+      edgeseq serve models/gru-int8.onnx --nats nats://gw:4222 --name gw2
+      edgeseq serve models/gru-int8.onnx --print-config       # the mapping for your own server
+    """
+    from edgeseq.gateway.broker import LocalBroker, mapping_block
+
+    if print_config:
+        click.echo(f"jetstream {{}}\nmqtt {{ listen: 0.0.0.0:1883 }}\n{mapping_block(partitions)}", nl=False)
+        return
+    from edgeseq.gateway.service import Gateway
+
+    echo = lambda line: click.echo(line, err=True)  # noqa: E731
+    gw = Gateway(model, url or "nats://placeholder", partitions=partitions, name=name, snapshot_every=snapshot_every,
+                 lease_seconds=lease_seconds, max_batch=max_batch, backend=backend, max_history=max_history,
+                 echo=echo)
+    broker = None
+    if url is None:
+        broker = LocalBroker(store, partitions=partitions, port=port, mqtt_port=mqtt_port or None,
+                             mqtt=bool(mqtt_port), host=host).start()
+        gw.url = broker.url
+        echo(f"nats-server: {broker.url}" + (f", MQTT {broker.mqtt_url}" if broker.mqtt_url else "")
+             + f", JetStream in {store}")
+    try:
+        asyncio.run(_serve(gw, duration, status_every))
+    finally:
+        if broker is not None:
+            broker.stop()
+    click.echo(f"stopped: {gw.stats['readings']:,} readings, {gw.stats['predictions']:,} predictions, "
+               f"{gw.stats['dead']:,} dead letters, {gw.stats['duplicates']:,} duplicates", err=True)
+
+
+async def _serve(gw, duration, status_every):
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    if duration:
+        loop.call_later(duration, stop.set)
+    await gw.run(stop, status_every=status_every)

@@ -1,0 +1,139 @@
+"""Many devices, one model: every device with a reading ready advances in one multi-stream push.
+
+Each device's state lives with the device (`Device.arrays`, the session's state rows for one
+stream). A round gathers the ready devices' rows into a session of a power-of-two number of
+streams (one session per size, made on first use, on the backend asked for: native where it
+runs), pushes all their readings in one call and scatters the new rows back. Devices join and
+leave between rounds; a Transformer's devices are batched with those holding as many cache
+rows (all of them once their windows are full). The arithmetic per device is the session's own:
+a device's predictions do not depend on which other devices share its round.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from edgeseq.errors import HistoryFullError, ReadingError, UsageError
+from edgeseq.runtime.session import StreamSession
+
+MAX_BATCH = 1024
+
+
+class Device:
+    """One device's stream: `arrays` (float32, one per state tensor, batch axis of 1),
+    `position` (readings since its start or reset), `last_seq` (the last sequence number
+    applied, -1 before any), `dirty` (changed since its state was last stored)."""
+
+    __slots__ = ("name", "arrays", "position", "last_seq", "dirty", "seen")
+
+    def __init__(self, name: str, arrays: list, position: int = 0, last_seq: int = -1):
+        self.name, self.arrays, self.position, self.last_seq = name, arrays, int(position), int(last_seq)
+        self.dirty, self.seen = False, 0.0
+
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.arrays)
+
+
+def _bucket(n: int) -> int:
+    return 1 << (int(n) - 1).bit_length()
+
+
+class Batcher:
+    """Batched pushes for many devices on one model file.
+
+    `model`: an edgeseq .onnx step graph; `backend` as StreamSession (None: $EDGESEQ_BACKEND or
+    auto); `max_history` bounds a Transformer's cache (default: its trained window, slid);
+    `max_batch` streams per push at most (1..MAX_BATCH). Raises as StreamSession
+    (ModelFileError, UsageError)."""
+
+    def __init__(self, model, backend: str | None = None, max_history: int | None = None,
+                 max_batch: int = MAX_BATCH):
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or not 1 <= max_batch <= MAX_BATCH:
+            raise UsageError(f"max_batch must be a whole number from 1 to {MAX_BATCH}, got {max_batch!r}")
+        self.model, self.backend_asked, self.max_history = str(model), backend, max_history
+        self.max_batch = _bucket(max_batch) if _bucket(max_batch) == max_batch else _bucket(max_batch) // 2
+        self.one = StreamSession(model, streams=1, backend=backend, max_history=max_history, on_full="slide")
+        self.meta, self.labels, self.features = self.one.meta, self.one.labels, self.one.n_features
+        self.model_sha256, self.backend = self.one.model_sha256, self.one.backend
+        self._blank = self.one.snapshot()["state"]
+        self._sessions = {1: self.one}
+
+    def new_device(self, name: str) -> Device:
+        return Device(name, [a.copy() for a in self._blank])
+
+    def reset(self, device: Device) -> None:
+        device.arrays, device.position, device.dirty = [a.copy() for a in self._blank], 0, True
+
+    def check_arrays(self, arrays: list) -> bool:
+        """Whether stored `arrays` fit this model's state (count, shapes but the cache rows, finite)."""
+        if len(arrays) != len(self._blank):
+            return False
+        for a, b in zip(arrays, self._blank):
+            if a.ndim != b.ndim or a.shape[0] != 1 or not np.isfinite(a).all():
+                return False
+            if self.one.growing:
+                if a.shape[:2] != b.shape[:2] or a.shape[3:] != b.shape[3:]:
+                    return False
+            elif a.shape != b.shape:
+                return False
+        return True
+
+    def _session(self, b: int) -> StreamSession:
+        s = self._sessions.get(b)
+        if s is None:
+            s = self._sessions[b] = StreamSession(self.model, streams=b, backend=self.backend_asked,
+                                                  max_history=self.max_history, on_full="slide")
+        return s
+
+    def step(self, items: list) -> list:
+        """Advance each (Device, reading float32 [features]) of `items` (each device once) by its
+        reading. Returns, in order, float32 [classes] probabilities, or a str saying why that
+        reading was refused (out of range, NaN logits): a refused reading leaves its device as
+        it was; the others advance."""
+        out = [None] * len(items)
+        groups: dict = {}
+        for i, (dev, _) in enumerate(items):
+            groups.setdefault(dev.arrays[0].shape, []).append(i)
+        for idx in groups.values():
+            for lo in range(0, len(idx), self.max_batch):
+                self._round([(i, *items[i]) for i in idx[lo:lo + self.max_batch]], out)
+        return out
+
+    def _round(self, chunk: list, out: list) -> None:
+        b = _bucket(len(chunk))
+        sess = self._session(b)
+        pad = b - len(chunk)
+        rows = chunk + [chunk[0]] * pad                     # padding rows repeat a real one; dropped after
+        x = np.stack([r[2] for r in rows]).astype(np.float32, copy=False)
+        try:
+            x = sess.check_reading(x)
+        except ReadingError:
+            keep = []
+            for i, dev, xi in chunk:
+                try:
+                    self.one.check_reading(xi)
+                    keep.append((i, dev, xi))
+                except ReadingError as e:
+                    out[i] = str(e).replace("; stream state unchanged", "")
+            if keep:
+                self._round(keep, out)
+            return
+        arrays = [np.concatenate([r[1].arrays[k] for r in rows]) for k in range(len(self._blank))]
+        position = np.array([r[1].position for r in rows], np.int64)
+        sess._apply(position, arrays)
+        try:
+            probs = sess.push(x)
+        except (ReadingError, HistoryFullError):
+            if b == 1:
+                out[chunk[0][0]] = "the model gave NaN or Inf from this reading; the device's state is unchanged"
+                return
+            for one in chunk:                            # find the reading that failed; the rest go on
+                self._round([one], out)
+            return
+        snap = sess.snapshot()
+        pos = snap["position"]
+        for j, (i, dev, _) in enumerate(chunk):
+            dev.arrays = [a[j:j + 1].copy() for a in snap["state"]]
+            dev.position = int(pos[j])
+            dev.dirty = True
+            out[i] = probs[j]

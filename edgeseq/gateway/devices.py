@@ -1,0 +1,94 @@
+"""Devices as the gateway sees them: publish readings, read predictions back (tests, the load
+benchmark, and a template for a device's own publisher)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import numpy as np
+
+from edgeseq.gateway import wire
+from edgeseq.gateway.service import _nats
+
+
+async def replay(url: str, readings: dict, rate_hz: float = 0.0, start: int = 0, stop: int | None = None,
+                 acked: bool = True, seq_offset: int = 0) -> dict:
+    """Publish readings[device] (float32 [T, features]) rows start..stop, every device's reading
+    t in turn before any t+1, as sequence numbers t + seq_offset; rate_hz > 0 paces each
+    device at that many readings a second. acked=True waits for JetStream's acknowledgement of
+    each (a full stream raises); False publishes without waiting. Returns {"published": n,
+    "seconds": s, "sent_at": {(device, seq): monotonic seconds}}."""
+    nats, _, _ = _nats()
+    nc = await nats.connect(url)
+    js = nc.jetstream(timeout=10)
+    sent = {}
+    n = 0
+    t0 = time.monotonic()
+    stop = min(len(r) for r in readings.values()) if stop is None else stop
+    try:
+        for t in range(start, stop):
+            if rate_hz:
+                due = t0 + (t - start) / rate_hz
+                delay = due - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            for device, r in readings.items():
+                payload = wire.encode_reading(t + seq_offset, r[t])
+                subject = wire.reading_subject(device)
+                sent[(device, t + seq_offset)] = time.monotonic()
+                if acked:
+                    await js.publish(subject, payload)
+                else:
+                    await nc.publish(subject, payload)
+                n += 1
+        await nc.flush()
+    finally:
+        await nc.close()
+    return {"published": n, "seconds": time.monotonic() - t0, "sent_at": sent}
+
+
+async def predictions(url: str, expect: int, timeout: float = 30.0, received: dict | None = None) -> dict:
+    """Read predictions from the EDGESEQ_OUT stream (all of them, from its start) until `expect`
+    distinct (device, seq) have arrived or `timeout` seconds pass. Returns {device: {seq:
+    prediction dict}}; `received` (if given) gets the monotonic arrival time per (device, seq)."""
+    nats, api, _ = _nats()
+    nc = await nats.connect(url)
+    js = nc.jetstream(timeout=10)
+    out: dict = {}
+    got = 0
+    deadline = time.monotonic() + timeout
+    try:
+        sub = await js.subscribe(f"{wire.OUT_SUBJECT}.>", stream=wire.PREDICTIONS, ordered_consumer=True,
+                                 deliver_policy=api.DeliverPolicy.ALL)
+        while got < expect and time.monotonic() < deadline:
+            try:
+                msg = await sub.next_msg(timeout=min(1.0, max(0.01, deadline - time.monotonic())))
+            except Exception:  # noqa: BLE001 - nats-py's timeout: look at the clock again
+                continue
+            p = json.loads(msg.data)
+            seqs = out.setdefault(p["device"], {})
+            if p["seq"] not in seqs:
+                got += 1
+                if received is not None:
+                    received[(p["device"], p["seq"])] = time.monotonic()
+            seqs[p["seq"]] = p
+    finally:
+        await nc.close()
+    return out
+
+
+def reference(model: str, readings: dict, backend: str | None = None) -> dict:
+    """What one uninterrupted session per device predicts: {device: [(label, prob) per reading]}."""
+    from edgeseq.runtime.session import StreamSession
+    out = {}
+    for device, r in readings.items():
+        s = StreamSession(model, backend=backend)
+        rows = []
+        for x in r:
+            p = s.push(np.asarray(x, np.float32))[0]
+            k = int(p.argmax())
+            rows.append((s.labels[k], round(float(p[k]), 6)))
+        out[device] = rows
+    return out

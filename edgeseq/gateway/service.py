@@ -1,0 +1,422 @@
+"""`edgeseq serve`: a gateway that streams many devices' readings through one model, with NATS
+JetStream as the engine (readings, predictions, dead letters, state and partition leases).
+
+How it holds together:
+
+- Readings arrive in stream EDGESEQ_IN, one subject per partition and device
+  (`edgeseq.part.<p>.<device>`, the server's mapping; see `broker`). Each partition is read by
+  one gateway at a time through a durable pull consumer `part-<p>`, so a device's readings are
+  applied in the order they were stored.
+- Which gateway reads which partition is a lease in key-value bucket `edgeseq_leases`
+  (key `part.<p>`, value the gateway's name), created with compare-and-set and renewed every
+  quarter of `lease_seconds`; the bucket's TTL ends the leases of a gateway that stops renewing
+  (killed, hung, cut off), and another gateway then creates them. Gateways share the partitions
+  evenly: each heartbeats `gw.<name>` in the same bucket and holds at most ceil(P / live
+  gateways), handing extras over (state stored first) when another joins.
+- Every `snapshot_every` readings of a partition, the gateway stores the state of each device that
+  changed (`d.<device>` in bucket `edgeseq_state`, with the last sequence number applied) and then
+  the partition's mark (`m.<p>`: the stream sequence of the last reading applied). A gateway that
+  takes a partition over replays the stream from the mark on; a device's stored state says which
+  of those readings it already holds, so none is lost and none applied twice, and the predictions
+  are those of one uninterrupted session (JetStream drops a prediction published again, by its
+  `Nats-Msg-Id`, within its duplicate window).
+- Back-pressure: each partition's consumer has at most `max_pending` readings delivered and
+  not yet acknowledged (acknowledged once applied), so the server stops sending to a gateway that
+  falls behind; JetStream holds the rest, and a full EDGESEQ_IN (`max_backlog` readings) refuses new ones (publishers see the error)
+  instead of growing without bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import math
+import os
+import re
+import socket
+import time
+from collections import Counter
+
+from edgeseq.errors import UsageError
+from edgeseq.gateway import wire
+from edgeseq.gateway.batcher import Batcher
+
+MISSING = "nats-py is not installed: pip install 'edgeseq[gateway]' (or pip install nats-py)"
+
+
+def _nats():
+    try:
+        import nats
+        from nats.js import api, errors
+    except ModuleNotFoundError:
+        raise UsageError(MISSING) from None
+    return nats, api, errors
+
+
+class Partition:
+    """What a gateway holds for one partition it leases."""
+
+    def __init__(self, p: int, rev: int, epoch: int):
+        self.p, self.rev, self.epoch = p, rev, epoch
+        self.devices: dict = {}
+        self.sub = None
+        self.buf: list = []           # delivered, not yet applied
+        self.wake: asyncio.Event | None = None
+        self.applied_seq = 0          # stream sequence of the last reading applied
+        self.since_snapshot = 0
+        self.last_msg = None          # the last message applied and not yet acknowledged
+
+    async def deliver(self, msg) -> None:
+        self.buf.append(msg)
+        self.wake.set()
+
+
+class Gateway:
+    """One gateway process's work. `run(stop)` until `stop` (an asyncio.Event) is set.
+
+    model: an edgeseq .onnx step graph; url: the NATS server (JetStream on, with the partition
+    mapping of `broker.mapping_block(partitions)`); partitions: P, as in that mapping;
+    name: this gateway's id (default host-pid); snapshot_every: readings of a partition between
+    stored states; lease_seconds: how long a lease outlives its last renewal (a partition is
+    taken over within about 1.25x this after its gateway dies); idle_seconds: a device silent this
+    long is stored and dropped from memory; `stats` counts readings, predictions, duplicates
+    (a sequence number already applied: skipped), gaps (numbers skipped), dead (malformed or
+    refused readings, sent to edgeseq.dead.<device>). Raises UsageError (settings, nats-py
+    missing, a server without JetStream)."""
+
+    def __init__(self, model, url: str, partitions: int = 8, name: str | None = None, snapshot_every: int = 1000,
+                 lease_seconds: float = 5.0, max_batch: int = 1024, backend: str | None = None,
+                 max_history: int | None = None, idle_seconds: float = 300.0,
+                 max_pending: int = 20000, max_backlog: int = 1_000_000, echo=None):
+        from edgeseq.gateway.broker import check_partitions
+        _nats()
+        self.P = check_partitions(partitions)
+        for what, v, lo in (("snapshot_every", snapshot_every, 1),
+                            ("max_pending", max_pending, 1), ("max_backlog", max_backlog, 1)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise UsageError(f"{what} must be a whole number >= {lo}, got {v!r}")
+        for what, v in (("lease_seconds", lease_seconds), ("idle_seconds", idle_seconds)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 1 <= v <= 86400:
+                raise UsageError(f"{what} must be a number of seconds from 1 to 86400, got {v!r}")
+        if name is None:
+            name = re.sub(r"[^A-Za-z0-9_-]", "-", f"{socket.gethostname()}-{os.getpid()}")[-wire.MAX_DEVICE:]
+        try:
+            wire.check_device(name)
+        except wire.BadMessage:
+            raise UsageError(f"--name {name!r}: a gateway's name is 1-{wire.MAX_DEVICE} letters, digits, '-' or "
+                             "'_'") from None
+        self.url, self.name = url, name
+        self.batcher = Batcher(model, backend=backend, max_history=max_history, max_batch=max_batch)
+        self.snapshot_every, self.lease_seconds, self.idle_seconds = snapshot_every, float(lease_seconds), idle_seconds
+        self.max_backlog = max_backlog
+        self.wake: asyncio.Event | None = None
+        self.ready: asyncio.Event | None = None     # set once the streams exist and the first leases are held
+        self.max_pending = max_pending
+        self.parts: dict = {}
+        self.stats = Counter()
+        self.echo = echo or (lambda line: None)
+        self._epoch = 0
+
+    # -- setup ------------------------------------------------------------------------------
+
+    async def _connect(self):
+        nats, api, errors = _nats()
+        self.api, self.errors = api, errors
+        try:
+            self.nc = await nats.connect(self.url, name=f"edgeseq-gateway-{self.name}", max_reconnect_attempts=-1,
+                                         connect_timeout=5, allow_reconnect=True)
+        except Exception as e:  # noqa: BLE001 - nats-py raises several kinds for one cause
+            raise UsageError(f"cannot reach the NATS server at {self.url} ({type(e).__name__}: {e}); start one "
+                             "(`edgeseq serve` without --nats starts nats-server here) or fix --nats") from None
+        self.js = self.nc.jetstream(timeout=10)
+        await self._streams()
+        self.leases = await self._bucket(wire.LEASE_BUCKET, ttl=self.lease_seconds)
+        self.state = await self._bucket(wire.STATE_BUCKET)
+        await self._check_partitions()
+
+    async def _streams(self):
+        api = self.api
+        specs = [(wire.READINGS, f"{wire.PART_SUBJECT}.>", dict(max_msgs=self.max_backlog, discard=api.DiscardPolicy.NEW)),
+                 (wire.PREDICTIONS, f"{wire.OUT_SUBJECT}.>", dict(max_msgs=self.max_backlog, discard=api.DiscardPolicy.OLD,
+                                                                 duplicate_window=120.0)),
+                 (wire.DEAD, f"{wire.DEAD_SUBJECT}.>", dict(max_msgs=100_000, discard=api.DiscardPolicy.OLD))]
+        for name, subject, limits in specs:
+            try:
+                await self.js.stream_info(name)
+            except self.errors.NotFoundError:
+                try:
+                    await self.js.add_stream(api.StreamConfig(name=name, subjects=[subject], **limits))
+                except self.errors.ServiceUnavailableError:
+                    raise UsageError(f"the NATS server at {self.url} has no JetStream: start it with -js "
+                                     "(or `jetstream {}` in its configuration)") from None
+            except self.errors.ServiceUnavailableError:
+                raise UsageError(f"the NATS server at {self.url} has no JetStream: start it with -js "
+                                 "(or `jetstream {}` in its configuration)") from None
+
+    async def _bucket(self, bucket, ttl=None):
+        try:
+            return await self.js.key_value(bucket)
+        except self.errors.BucketNotFoundError:
+            return await self.js.create_key_value(self.api.KeyValueConfig(bucket=bucket, history=1, ttl=ttl))
+
+    async def _check_partitions(self):
+        """The partition count is the deployment's: every gateway must use the one stored first."""
+        try:
+            stored = json.loads((await self.state.get("config")).value)["partitions"]
+        except self.errors.KeyNotFoundError:
+            with contextlib.suppress(self.errors.KeyWrongLastSequenceError):
+                await self.state.create("config", json.dumps({"partitions": self.P}).encode())
+            stored = json.loads((await self.state.get("config")).value)["partitions"]
+        if stored != self.P:
+            raise UsageError(f"this deployment has {stored} partitions (the server's mapping and the stored "
+                             f"state say so); run the gateway with --partitions {stored}")
+
+    # -- leases ---------------------------------------------------------------------------
+
+    async def _leases(self):
+        errors = self.errors
+        await self.leases.put(f"gw.{self.name}", str(time.time()).encode())
+        for p, part in list(self.parts.items()):
+            try:
+                part.rev = await self.leases.update(f"part.{p}", self.name.encode(), last=part.rev)
+            except (errors.KeyWrongLastSequenceError, errors.KeyNotFoundError, errors.APIError):
+                self.echo(f"lost partition {p} (its lease was taken over); dropping it without storing")
+                self.stats["partitions_lost"] += 1
+                await self._drop(p)
+        try:
+            live = sum(1 for k in await self.leases.keys() if k.startswith("gw."))
+        except errors.NoKeysError:
+            live = 1
+        share = math.ceil(self.P / max(live, 1))
+        while len(self.parts) > share:
+            await self._release(max(self.parts))
+        if len(self.parts) >= share:
+            return
+        start = sum(self.name.encode()) % self.P
+        for k in range(self.P):
+            p = (start + k) % self.P
+            if p in self.parts:
+                continue
+            try:
+                rev = await self.leases.create(f"part.{p}", self.name.encode())
+            except (errors.KeyWrongLastSequenceError, errors.APIError):
+                continue
+            await self._take(p, rev)
+            if len(self.parts) >= share:
+                break
+
+    async def _take(self, p: int, rev: int):
+        api = self.api
+        self._epoch += 1
+        part = self.parts[p] = Partition(p, rev, self._epoch)
+        part.wake = self.wake
+        try:
+            part.applied_seq = json.loads((await self.state.get(f"m.{p}")).value)["stream_seq"]
+        except self.errors.KeyNotFoundError:
+            part.applied_seq = 0
+        durable = f"part-{p}"
+        with contextlib.suppress(self.errors.NotFoundError):
+            await self.js.delete_consumer(wire.READINGS, durable)
+        start = dict(deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=part.applied_seq + 1) \
+            if part.applied_seq else dict(deliver_policy=api.DeliverPolicy.ALL)
+        inbox = self.nc.new_inbox()
+        part.sub = await self.nc.subscribe(inbox, cb=part.deliver)
+        await self.js.add_consumer(wire.READINGS, api.ConsumerConfig(
+            durable_name=durable, filter_subject=f"{wire.PART_SUBJECT}.{p}.*", ack_policy=api.AckPolicy.ALL,
+            ack_wait=60.0, max_ack_pending=self.max_pending, deliver_subject=inbox, **start))
+        self.stats["partitions_taken"] += 1
+        self.echo(f"took partition {p} (replaying from stream sequence {part.applied_seq + 1})")
+
+    async def _drop(self, p: int):
+        part = self.parts.pop(p, None)
+        if part is None:
+            return
+        with contextlib.suppress(Exception):
+            await part.sub.unsubscribe()
+        part.buf = []
+
+    async def _release(self, p: int):
+        """Store partition p's state, then give its lease up so another gateway takes it at once."""
+        await self._snapshot(self.parts[p], evict=False)
+        await self._drop(p)
+        with contextlib.suppress(Exception):
+            await self.leases.delete(f"part.{p}")
+        self.echo(f"handed partition {p} over")
+
+    # -- state ----------------------------------------------------------------------------
+
+    async def _device(self, part: Partition, name: str):
+        dev = part.devices.get(name)
+        if dev is not None:
+            return dev
+        dev = self.batcher.new_device(name)
+        try:
+            data = (await self.state.get(f"d.{name}")).value
+        except self.errors.KeyNotFoundError:
+            data = None
+        if data:
+            try:
+                arrays, position, last_seq, sha = wire.decode_state(data, len(dev.arrays))
+                if sha == self.batcher.model_sha256 and self.batcher.check_arrays(arrays):
+                    dev.arrays, dev.position, dev.last_seq = arrays, position, last_seq
+                else:
+                    self.stats["state_mismatch"] += 1
+                    self.echo(f"device {name}: stored state is for another model; starting it over")
+            except wire.BadMessage as e:
+                self.stats["state_mismatch"] += 1
+                self.echo(f"device {name}: {e}; starting it over")
+        part.devices[name] = dev
+        self.stats["devices_joined"] += 1
+        return dev
+
+    async def _snapshot(self, part: Partition, evict: bool = True):
+        if part.last_msg is not None:
+            await self.nc.flush()
+            await part.last_msg.ack()
+            part.last_msg = None
+        sha = self.batcher.model_sha256
+        dirty = [d for d in part.devices.values() if d.dirty]
+        for lo in range(0, len(dirty), 256):
+            await asyncio.gather(*(self.state.put(f"d.{d.name}", wire.encode_state(d.arrays, d.position, d.last_seq,
+                                                                                    sha)) for d in dirty[lo:lo + 256]))
+        for d in dirty:
+            d.dirty = False
+        await self.state.put(f"m.{part.p}", json.dumps({"stream_seq": part.applied_seq, "gateway": self.name}).encode())
+        part.since_snapshot = 0
+        self.stats["snapshots"] += 1
+        if evict:
+            old = time.monotonic() - self.idle_seconds
+            for name in [n for n, d in part.devices.items() if d.seen < old]:
+                del part.devices[name]
+                self.stats["devices_left"] += 1
+
+    # -- readings -------------------------------------------------------------------------
+
+    async def _dead(self, device: str, payload: bytes, reason: str):
+        self.stats["dead"] += 1
+        safe = device if wire._DEVICE.fullmatch(device or "") else "_invalid"
+        await self.nc.publish(f"{wire.DEAD_SUBJECT}.{safe}", payload, headers={"Edgeseq-Error": reason[:500]})
+
+    def _applied(self, dev, seq: int) -> None:
+        if dev.last_seq >= 0 and seq > dev.last_seq + 1:
+            self.stats["gaps"] += seq - dev.last_seq - 1
+        dev.last_seq, dev.dirty = seq, True
+
+    async def _process(self, batches: list):
+        """Apply fetched messages [(partition, epoch, [msgs])]: parse, order per device, step in
+        rounds (one reading per device a round), publish, acknowledge."""
+        pending: dict = {}
+        touched = []
+        now = time.monotonic()
+        for p, epoch, msgs in batches:
+            part = self.parts.get(p)
+            if part is None or part.epoch != epoch:
+                continue                          # fetched before the partition was dropped: the next owner replays
+            touched.append(part)
+            for m in msgs:
+                device = m.subject.split(".", 3)[3] if m.subject.count(".") >= 3 else ""
+                try:
+                    seq, x, reset = wire.parse_reading(m.data, self.batcher.features)
+                except wire.BadMessage as e:
+                    await self._dead(device, m.data, str(e))
+                    continue
+                dev = part.devices.get(device)
+                if dev is None:
+                    if not wire._DEVICE.fullmatch(device) or len(device) > wire.MAX_DEVICE:
+                        await self._dead(device, m.data, f"device id {device[:200]!r}: use 1-{wire.MAX_DEVICE} "
+                                         "letters, digits, '-' or '_'")
+                        continue
+                    dev = await self._device(part, device)
+                dev.seen = now
+                pending.setdefault(dev, []).append((seq, x, reset, part))
+            if msgs:
+                part.last_msg = msgs[-1]
+                part.applied_seq = msgs[-1].metadata.sequence.stream
+        while pending:
+            items, refs = [], []
+            for dev in list(pending):
+                seq, x, reset, part = pending[dev].pop(0)
+                if not pending[dev]:
+                    del pending[dev]
+                if seq <= dev.last_seq:
+                    self.stats["duplicates"] += 1
+                    continue
+                if reset:
+                    self.batcher.reset(dev)
+                    self.stats["resets"] += 1
+                if x is None:
+                    self._applied(dev, seq)
+                    continue
+                items.append((dev, x))
+                refs.append((seq, part, x))
+            outs = self.batcher.step(items) if items else []
+            for (dev, _), (seq, part, x), out in zip(items, refs, outs):
+                part.since_snapshot += 1
+                if isinstance(out, str):              # refused: the device stays as it was, seq not applied
+                    await self._dead(dev.name, wire.encode_reading(seq, x), out)
+                    continue
+                self._applied(dev, seq)
+                k = int(out.argmax())
+                await self.nc.publish(f"{wire.OUT_SUBJECT}.{dev.name}",
+                                      wire.encode_prediction(dev.name, seq, dev.position, self.batcher.labels[k],
+                                                             out[k]),
+                                      headers={"Nats-Msg-Id": f"{dev.name}:{seq}"})
+                self.stats["predictions"] += 1
+            self.stats["readings"] += len(items)
+        for part in set(touched):
+            if part.p in self.parts and part.since_snapshot >= self.snapshot_every:
+                await self._snapshot(part)
+        if touched:
+            await self.nc.flush()
+            for part in set(touched):
+                if part.last_msg is not None and part.p in self.parts:
+                    await part.last_msg.ack()
+                    part.last_msg = None
+
+    # -- the loop -------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event | None = None, status_every: float = 0.0):
+        """Serve until `stop` is set (or forever); then store every partition's state and hand
+        its lease back. `status_every` > 0 echoes a status line (JSON) that often (seconds)."""
+        stop = stop or asyncio.Event()
+        self.ready = self.ready or asyncio.Event()
+        self.wake = asyncio.Event()
+        await self._connect()
+        self.echo(f"gateway {self.name}: {self.batcher.meta.arch} on the {self.batcher.backend} backend, "
+                  f"{self.P} partitions, NATS at {self.url}")
+        next_lease = next_status = 0.0
+        try:
+            while not stop.is_set():
+                now = time.monotonic()
+                if now >= next_lease:
+                    await self._leases()
+                    next_lease = now + self.lease_seconds / 4
+                    self.ready.set()
+                if status_every and now >= next_status:
+                    self.echo(json.dumps(self.status()))
+                    next_status = now + status_every
+                try:
+                    await asyncio.wait_for(self.wake.wait(), timeout=0.05)
+                except asyncio.TimeoutError:
+                    continue
+                self.wake.clear()
+                batches = []
+                for part in self.parts.values():
+                    if part.buf:
+                        batches.append((part.p, part.epoch, part.buf))
+                        part.buf = []
+                await self._process(batches)
+        finally:
+            for p in list(self.parts):
+                with contextlib.suppress(Exception):
+                    await self._release(p)
+            with contextlib.suppress(Exception):
+                await self.leases.delete(f"gw.{self.name}")
+            with contextlib.suppress(Exception):
+                await self.nc.drain()
+
+    def status(self) -> dict:
+        devices = [d for part in self.parts.values() for d in part.devices.values()]
+        return {"gateway": self.name, "partitions": sorted(self.parts), "devices": len(devices),
+                "state_bytes": sum(d.nbytes() for d in devices), **dict(self.stats)}

@@ -1,0 +1,115 @@
+"""What travels between devices, brokers and gateways: subjects, readings, predictions and
+the per-device state kept in JetStream's key-value store.
+
+- A reading: subject `edgeseq.in.<device>` (MQTT topic `edgeseq/in/<device>`), payload JSON
+  `{"seq": 17, "x": [0.1, -2.0, ...]}`: `seq` the device's own reading number (whole, >= 0,
+  rising by one), `x` the reading (the model's features, real numbers). `{"seq": n, "reset":
+  true}` (with or without `x`) starts the device over: its state is zeroed before `x`, if any.
+- A prediction: subject `edgeseq.out.<device>` (MQTT `edgeseq/out/<device>`), payload JSON
+  `{"device", "seq", "position", "label", "prob"}`, header `Nats-Msg-Id: <device>:<seq>` so
+  JetStream drops a prediction published twice (after a gateway takes a partition over).
+- A malformed message goes to `edgeseq.dead.<device>` with the reason in header
+  `Edgeseq-Error`.
+- A device's state: key `d.<device>` in bucket `edgeseq_state`, an .npz (numpy's format,
+  read with allow_pickle=False: it can hold arrays only, never code) of the session's state
+  rows, position, the last `seq` applied and the model's sha256.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import re
+
+import numpy as np
+
+READINGS, PREDICTIONS, DEAD = "EDGESEQ_IN", "EDGESEQ_OUT", "EDGESEQ_DEAD"
+STATE_BUCKET, LEASE_BUCKET = "edgeseq_state", "edgeseq_leases"
+IN_SUBJECT, PART_SUBJECT, OUT_SUBJECT, DEAD_SUBJECT = "edgeseq.in", "edgeseq.part", "edgeseq.out", "edgeseq.dead"
+MAX_DEVICE = 128
+MAX_SEQ = 2 ** 53
+_DEVICE = re.compile(r"[A-Za-z0-9_-]+")
+_NUMBERS = {int, float}
+
+
+class BadMessage(ValueError):
+    """A message the gateway cannot use; its text is the reason sent with the dead letter."""
+
+
+def check_device(device: str) -> str:
+    """A device id as it may appear in a subject: letters, digits, `-` and `_`, at most MAX_DEVICE
+    characters. Raises BadMessage otherwise."""
+    if not isinstance(device, str) or not device or len(device) > MAX_DEVICE or not _DEVICE.fullmatch(device):
+        raise BadMessage(f"device id {device!r} must be 1-{MAX_DEVICE} letters, digits, '-' or '_'")
+    return device
+
+
+def reading_subject(device: str) -> str:
+    return f"{IN_SUBJECT}.{check_device(device)}"
+
+
+def encode_reading(seq: int, x, reset: bool = False) -> bytes:
+    """A reading message's payload (JSON bytes)."""
+    msg = {"seq": int(seq), "x": [float(v) for v in np.asarray(x, np.float64).ravel()]}
+    if reset:
+        msg["reset"] = True
+    return json.dumps(msg, separators=(",", ":")).encode()
+
+
+def parse_reading(payload: bytes, features: int) -> tuple[int, np.ndarray | None, bool]:
+    """(seq, x float32 [features] or None, reset) from a reading payload. Raises BadMessage
+    saying what is wrong: not JSON, not an object, seq missing or not a whole number in
+    0..2**53, x missing (without reset), not a list of `features` real numbers."""
+    try:
+        msg = json.loads(payload)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise BadMessage(f"not JSON ({type(e).__name__}); send {{\"seq\": n, \"x\": [...]}}") from None
+    if not isinstance(msg, dict):
+        raise BadMessage("a reading is a JSON object {\"seq\": n, \"x\": [...]}")
+    seq = msg.get("seq")
+    if isinstance(seq, bool) or not isinstance(seq, int) or not 0 <= seq <= MAX_SEQ:
+        raise BadMessage(f"'seq' must be a whole number from 0 to 2**53, got {seq!r}")
+    reset = msg.get("reset", False)
+    if not isinstance(reset, bool):
+        raise BadMessage(f"'reset' must be true or false, got {reset!r}")
+    x = msg.get("x")
+    if x is None:
+        if reset:
+            return seq, None, True
+        raise BadMessage("no 'x': a reading needs its values as a list")
+    if type(x) is not list or len(x) != features:
+        got = f"{len(x)} values" if isinstance(x, list) else type(x).__name__
+        raise BadMessage(f"'x' must be a list of {features} numbers, got {got}")
+    if not {type(v) for v in x} <= _NUMBERS:
+        raise BadMessage("'x' holds something that is not a number")
+    a = np.array(x, np.float32)
+    if not np.isfinite(a).all():
+        raise BadMessage("'x' holds NaN or Infinity" if not all(math.isfinite(v) for v in x) else
+                         "'x' holds a number too large for float32")
+    return seq, a, reset
+
+
+def encode_prediction(device: str, seq: int, position: int, label: str, prob: float) -> bytes:
+    """A prediction message's payload (JSON bytes); `label` is JSON-escaped (json.dumps)."""
+    return (f'{{"device":"{device}","seq":{int(seq)},"position":{int(position)},"label":{json.dumps(label)},'
+            f'"prob":{round(float(prob), 6)!r}}}').encode()
+
+
+def encode_state(arrays: list, position: int, last_seq: int, model_sha256: str) -> bytes:
+    """A device's state as .npz bytes: `arrays` (float32, one per state tensor, batch axis 1)."""
+    buf = io.BytesIO()
+    np.savez(buf, position=np.int64(position), last_seq=np.int64(last_seq), model=np.str_(model_sha256),
+             **{f"s{i}": np.ascontiguousarray(a, np.float32) for i, a in enumerate(arrays)})
+    return buf.getvalue()
+
+
+def decode_state(data: bytes, n_state: int) -> tuple[list, int, int, str]:
+    """(arrays, position, last_seq, model sha256) from `encode_state` bytes. Arrays only
+    (allow_pickle=False). Raises BadMessage for anything else."""
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
+            arrays = [np.array(z[f"s{i}"], np.float32) for i in range(n_state)]
+            return arrays, int(z["position"]), int(z["last_seq"]), str(z["model"])
+    except Exception as e:  # noqa: BLE001 - any unreadable bytes are one kind of failure here
+        raise BadMessage(f"stored state unreadable ({type(e).__name__}: {e})") from None

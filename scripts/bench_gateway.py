@@ -1,0 +1,237 @@
+"""Load benchmark for `edgeseq serve`: simulated devices at a fixed rate through a local
+nats-server into gateways, measured end to end. Not a test: it prints figures (and writes JSON).
+
+    .venv/bin/python scripts/bench_gateway.py                                # 1,000 devices at 50 Hz
+    .venv/bin/python scripts/bench_gateway.py --devices 1000 --rates 10 25 50 --seconds 15 --gateways 1
+    .venv/bin/python scripts/bench_gateway.py --failover --gateways 2        # then SIGKILL one of two
+
+Devices publish readings (core NATS, JSON) in ticks of 1/rate seconds, every device once a tick;
+a sample of devices' predictions is timed from the tick's publish to the prediction's arrival
+(p50/p99). Readings/s end to end is the rate predictions enter EDGESEQ_OUT over the steady
+window (from the stream's own count). CPU is each process's user+system time over that window
+(/proc), as a share of one core; memory per device is the gateway's RSS growth over the run
+divided by the devices (and the state bytes it holds, as the gateway reports). With --failover one
+of the gateways is SIGKILLed mid-run; the figure is the longest gap in the sampled devices'
+predictions after the kill (how long their partitions went unserved).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from edgeseq.gateway import wire  # noqa: E402
+from edgeseq.gateway.broker import LocalBroker  # noqa: E402
+from edgeseq.runtime.session import StreamSession  # noqa: E402
+
+HZ = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / HZ
+
+
+def rss_kb(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def start_gateway(model, url, name, partitions, extra=()):
+    proc = subprocess.Popen([sys.executable, "-m", "edgeseq", "serve", str(model), "--nats", url, "--partitions",
+                             str(partitions), "--name", name, "--status-every", "1", "--lease-seconds", "2",
+                             *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
+                            env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    proc.status = {}
+    proc.lines = []
+    return proc
+
+
+async def follow(proc):
+    """Keep the gateway's last status line (JSON) in proc.status."""
+    loop = asyncio.get_running_loop()
+    while True:
+        line = await loop.run_in_executor(None, proc.stdout.readline)
+        if not line:
+            return
+        proc.lines.append(line.rstrip())
+        if line.startswith("{"):
+            proc.status = json.loads(line)
+
+
+async def wait_owned(gateways, partitions, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        owned = sum(len(g.status.get("partitions", [])) for g in gateways)
+        if owned == partitions and all(g.status.get("partitions") for g in gateways):
+            return
+        await asyncio.sleep(0.2)
+    raise SystemExit("gateways did not take the partitions: " + " | ".join(g.lines[-1] for g in gateways if g.lines))
+
+
+async def phase(url, devices, features, rate, seconds, sample, broker_pid, gateways, kill_at=None):
+    import nats
+    nc = await nats.connect(url, pending_size=64 * 1024 * 1024)
+    js = nc.jetstream()
+    names = [f"dev-{i:05d}" for i in range(devices)]
+    rng = np.random.default_rng(0)
+    X = (rng.normal(size=(64, features)) * 0.5).astype(np.float32)
+    payloads = [[wire.encode_reading(0, X[(i + t) % 64])[len(b'{"seq":0'):] for t in range(64)]
+                for i in range(min(devices, 64))]
+    sampled = names[:: max(1, devices // sample)][:sample]
+    sent, arrived = {}, {}
+
+    async def on_pred(msg):
+        p = json.loads(msg.data)
+        arrived.setdefault((p["device"], p["seq"]), time.monotonic())
+    for d in sampled:
+        await nc.subscribe(f"{wire.OUT_SUBJECT}.{d}", cb=on_pred)
+    start_seq = int(time.time() * 1000) * 1000          # seq numbers rise across runs on one broker
+    out0 = (await js.stream_info(wire.PREDICTIONS)).state.messages
+    procs = {"broker": broker_pid, **{g.name: g.pid for g in gateways}, "devices": os.getpid()}
+    cpu0 = {k: cpu_seconds(p) for k, p in procs.items()}
+    t0 = time.monotonic()
+    ticks = int(seconds * rate)
+    killed = None
+    late = 0
+    for t in range(ticks):
+        due = t0 + t / rate
+        now = time.monotonic()
+        if now < due:
+            await asyncio.sleep(due - now)
+        elif now - due > 1 / rate:
+            late += 1
+        seq = start_seq + t
+        head = b'{"seq":' + str(seq).encode()
+        sent[seq] = time.monotonic()
+        for i, d in enumerate(names):
+            await nc.publish(f"{wire.IN_SUBJECT}.{d}", head + payloads[i % len(payloads)][t % 64])
+        if kill_at is not None and killed is None and t >= kill_at * rate:
+            gateways[0].proc.send_signal(signal.SIGKILL)
+            killed = time.monotonic()
+    await nc.flush()
+    elapsed = time.monotonic() - t0
+    cpu1 = {k: cpu_seconds(p) for k, p in procs.items() if k != gateways[0].name or killed is None}
+    await asyncio.sleep(3 if killed is None else 15)                # let the last predictions come
+    out1 = (await js.stream_info(wire.PREDICTIONS)).state.messages
+    await nc.close()
+    lat = np.array([arrived[k] - sent[k[1]] for k in arrived if k[1] in sent]) * 1e3
+    expected = len(sampled) * ticks
+    result = {"devices": devices, "rate_hz": rate, "offered_per_s": round(devices * rate), "seconds": round(elapsed, 2),
+              "predictions_per_s": round((out1 - out0) / elapsed), "sampled_devices": len(sampled),
+              "sampled_received": len(lat), "sampled_expected": expected, "late_ticks": late,
+              "p50_ms": round(float(np.percentile(lat, 50)), 1) if len(lat) else None,
+              "p99_ms": round(float(np.percentile(lat, 99)), 1) if len(lat) else None,
+              "cpu_share": {k: round((cpu1[k] - cpu0[k]) / elapsed, 2) for k in cpu1}}
+    if killed is not None:
+        gaps = []
+        for d in sampled:
+            times = sorted(v for (dev, _), v in arrived.items() if dev == d)
+            after = [b - a for a, b in zip(times, times[1:]) if b > killed]
+            gaps.append(max(after) if after else 0.0)
+        result["failover_s"] = round(max(gaps), 2)
+        result["devices_interrupted"] = sum(g > 1.0 for g in gaps)
+    return result
+
+
+class Gw:
+    def __init__(self, proc, name):
+        self.proc, self.name, self.pid = proc, name, proc.pid
+
+    @property
+    def status(self):
+        return self.proc.status
+
+    @property
+    def lines(self):
+        return self.proc.lines
+
+
+async def main_async(args):
+    model = Path(args.model)
+    if not model.exists():
+        raise SystemExit(f"{model} not found: run `make demo` first (it exports models/gru-int8.onnx), or pass --model")
+    features = StreamSession(str(model)).n_features
+    results = []
+    with tempfile.TemporaryDirectory() as tmp, LocalBroker(Path(tmp) / "nats", partitions=args.partitions) as broker:
+        gateways = [Gw(start_gateway(model, broker.url, f"gw-{i}", args.partitions), f"gw-{i}")
+                    for i in range(args.gateways)]
+        followers = [asyncio.ensure_future(follow(g.proc)) for g in gateways]
+        try:
+            await wait_owned(gateways, args.partitions)
+            rss0 = {g.name: rss_kb(g.pid) for g in gateways}
+            for rate in args.rates:
+                r = await phase(broker.url, args.devices, features, rate, args.seconds, args.sample,
+                                broker.proc.pid, gateways)
+                results.append(r)
+                print(json.dumps(r), flush=True)
+            mem = {g.name: {"rss_growth_kb": rss_kb(g.pid) - rss0[g.name], "devices": g.status.get("devices"),
+                            "state_bytes": g.status.get("state_bytes")} for g in gateways}
+            per_device = sum(m["rss_growth_kb"] for m in mem.values()) * 1024 / args.devices
+            memory = {"per_gateway": mem, "rss_bytes_per_device": round(per_device),
+                      "state_bytes_per_device": round(sum(m["state_bytes"] or 0 for m in mem.values()) / args.devices)}
+            print(json.dumps({"memory": memory}), flush=True)
+            failover = None
+            if args.failover:
+                if len(gateways) < 2:
+                    raise SystemExit("--failover needs --gateways 2 or more")
+                failover = await phase(broker.url, args.devices, features, args.failover_rate, args.seconds,
+                                       args.sample, broker.proc.pid, gateways, kill_at=args.seconds / 3)
+                print(json.dumps({"failover": failover}), flush=True)
+        finally:
+            for g in gateways:
+                if g.proc.poll() is None:
+                    g.proc.send_signal(signal.SIGTERM)
+                    try:
+                        g.proc.wait(30)
+                    except subprocess.TimeoutExpired:
+                        g.proc.kill()
+            for f in followers:
+                f.cancel()
+    report = {"date": time.strftime("%Y-%m-%d"), "cpu": _cpu(), "cores": os.cpu_count(), "model": model.name,
+              "gateways": args.gateways, "partitions": args.partitions, "phases": results, "memory": memory,
+              "failover": failover}
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+    return report
+
+
+def _cpu() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=str(ROOT / "models" / "gru-int8.onnx"))
+    ap.add_argument("--devices", type=int, default=1000)
+    ap.add_argument("--rates", type=float, nargs="+", default=[50.0], help="readings per second per device")
+    ap.add_argument("--seconds", type=float, default=15.0)
+    ap.add_argument("--gateways", type=int, default=1)
+    ap.add_argument("--partitions", type=int, default=8)
+    ap.add_argument("--sample", type=int, default=50, help="devices whose predictions are timed")
+    ap.add_argument("--failover", action="store_true")
+    ap.add_argument("--failover-rate", type=float, default=10.0)
+    ap.add_argument("--json", help="write the figures here")
+    asyncio.run(main_async(ap.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

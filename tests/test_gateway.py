@@ -1,0 +1,347 @@
+"""The gateway (`edgeseq serve`) against a real nats-server (JetStream, MQTT) started per test on
+free loopback ports in a temp dir: predictions equal to one uninterrupted session per device,
+per-device order, dead letters, restart and SIGKILL failover with no reading lost or applied
+twice, MQTT devices, back-pressure. Without nats-server or nats-py these tests skip and say why
+(`make test` installs nats-server as root with apt)."""
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from edgeseq.gateway.batcher import Batcher
+from edgeseq.runtime.session import StreamSession
+
+try:
+    import nats  # noqa: F401
+    HAVE_NATS_PY = True
+except ModuleNotFoundError:
+    HAVE_NATS_PY = False
+
+from edgeseq.gateway.broker import LocalBroker, find_server  # noqa: E402
+
+needs_server = pytest.mark.skipif(
+    find_server() is None or not HAVE_NATS_PY,
+    reason="nats-server not installed (apt-get install nats-server; `make test` installs it as root)"
+    if find_server() is None else "nats-py not installed (pip install nats-py)")
+
+
+def _readings(features, devices=6, T=40, seed=0):
+    rng = np.random.default_rng(seed)
+    return {f"dev-{i}": (rng.normal(size=(T, features)) * 0.7).astype(np.float32) for i in range(devices)}
+
+
+def test_batched_rounds_equal_one_session_per_device(exported, int8):
+    """Devices joining at different times and skipping rounds, batched together: every
+    prediction is bit-identical to the device's own uninterrupted session."""
+    for path in (int8("gru", "static")[0], exported("ssm")[0], exported("transformer")[0]):
+        b = Batcher(path, max_batch=4)
+        X = _readings(b.features, devices=7, T=25)
+        devs = {d: b.new_device(d) for d in X}
+        got = {d: [] for d in X}
+        rng = np.random.default_rng(1)
+        while any(len(got[d]) < 25 for d in X):
+            ready = [d for d in X if len(got[d]) < 25 and rng.random() < 0.6]
+            for d, out in zip(ready, b.step([(devs[d], X[d][len(got[d])]) for d in ready])):
+                got[d].append(out)
+        for d, rows in X.items():
+            s = StreamSession(path)
+            ref = np.stack([s.push(x)[0] for x in rows])
+            np.testing.assert_array_equal(np.stack(got[d]), ref, err_msg=f"{path.name} {d}")
+            assert devs[d].position == 25
+
+
+def test_a_refused_reading_leaves_its_device_and_the_others_advance(exported):
+    b = Batcher(exported("gru")[0])
+    X = _readings(b.features, devices=3, T=2)
+    devs = [b.new_device(d) for d in X]
+    b.step([(d, X[d.name][0]) for d in devs])
+    before = [a.copy() for a in devs[1].arrays]
+    bad = np.full(b.features, 1e30, np.float32)
+    out = b.step([(devs[0], X["dev-0"][1]), (devs[1], bad), (devs[2], X["dev-2"][1])])
+    assert isinstance(out[1], str) and "standard deviations" in out[1], out[1]
+    assert not isinstance(out[0], str) and not isinstance(out[2], str)
+    for a, c in zip(devs[1].arrays, before):
+        np.testing.assert_array_equal(a, c)
+    assert [d.position for d in devs] == [2, 1, 2]
+
+
+# -- against a real server ---------------------------------------------------------------------
+
+@pytest.fixture
+def broker(tmp_path):
+    if find_server() is None:
+        pytest.skip("nats-server not installed (apt-get install nats-server; `make test` installs it as root)")
+    if not HAVE_NATS_PY:
+        pytest.skip("nats-py not installed (pip install nats-py)")
+    with LocalBroker(tmp_path / "nats", partitions=4) as b:
+        yield b
+
+
+async def _run_gateway(model, url, body, **kw):
+    from edgeseq.gateway.service import Gateway
+    gw = Gateway(model, url, partitions=4, **kw)
+    gw.ready = asyncio.Event()
+    stop = asyncio.Event()
+    task = asyncio.ensure_future(gw.run(stop))
+    await asyncio.wait_for(gw.ready.wait(), 30)
+    try:
+        return gw, await body(gw)
+    finally:
+        stop.set()
+        await task
+
+
+def _check_equal(got, ref):
+    for d, rows in ref.items():
+        assert sorted(got.get(d, {})) == list(range(len(rows))), f"{d}: missing or extra predictions"
+        assert [(got[d][s]["label"], got[d][s]["prob"]) for s in range(len(rows))] == rows, d
+        assert [got[d][s]["position"] for s in range(len(rows))] == list(range(1, len(rows) + 1))
+
+
+@needs_server
+def test_gateway_predictions_equal_one_session_per_device(broker, int8):
+    from edgeseq.gateway import devices
+    model = str(int8("gru", "static")[0])
+    X = _readings(StreamSession(model).n_features)
+
+    async def body(gw):
+        await devices.replay(broker.url, X)
+        return await devices.predictions(broker.url, sum(map(len, X.values())), timeout=30)
+    gw, got = asyncio.run(_run_gateway(model, broker.url, body, snapshot_every=25))
+    _check_equal(got, devices.reference(model, X))
+    assert gw.stats["readings"] == 240 and gw.stats["dead"] == 0 and gw.stats["snapshots"] >= 4
+
+
+@needs_server
+def test_malformed_messages_are_dead_lettered_and_the_gateway_goes_on(broker, exported):
+    from edgeseq.gateway import devices, wire
+    model = str(exported("gru")[0])
+    F = StreamSession(model).n_features
+    X = _readings(F, devices=2, T=6)
+    bad = [b"not json", b"[1, 2]", json.dumps({"x": [0.0] * F}).encode(),
+           json.dumps({"seq": -1, "x": [0.0] * F}).encode(), json.dumps({"seq": 2.5, "x": [0.0] * F}).encode(),
+           json.dumps({"seq": 100, "x": [0.0] * (F + 1)}).encode(), b'{"seq": 101, "x": [NaN' + b', 0' * (F - 1) + b"]}",
+           json.dumps({"seq": 102, "x": [1e30] * F}).encode()]
+
+    async def body(gw):
+        nc = await nats.connect(broker.url)
+        await devices.replay(broker.url, X, stop=3)
+        for payload in bad:                                  # between a device's readings
+            await nc.publish(wire.reading_subject("dev-0"), payload)
+        await nc.publish(wire.reading_subject("dev-1"), wire.encode_reading(1, X["dev-1"][1]))   # a duplicate
+        await nc.flush()
+        await devices.replay(broker.url, X, start=3)
+        got = await devices.predictions(broker.url, 12, timeout=30)
+        js = nc.jetstream()
+        dead = await js.subscribe(f"{wire.DEAD_SUBJECT}.>", stream=wire.DEAD, ordered_consumer=True)
+        reasons = [(await dead.next_msg(timeout=5)).headers["Edgeseq-Error"] for _ in range(len(bad))]
+        await nc.close()
+        return got, reasons
+    gw, (got, reasons) = asyncio.run(_run_gateway(model, broker.url, body))
+    assert gw.stats["dead"] == len(bad) and gw.stats["duplicates"] == 1
+    assert any("not JSON" in r for r in reasons) and any("'seq'" in r for r in reasons)
+    assert any("list of" in r for r in reasons) and any("standard deviations" in r for r in reasons)
+    _check_equal(got, devices.reference(model, X))
+
+
+@needs_server
+def test_a_restarted_gateway_resumes_every_device_exactly(broker, exported):
+    from edgeseq.gateway import devices
+    model = str(exported("lstm")[0])
+    X = _readings(StreamSession(model).n_features, devices=5, T=30)
+
+    async def first(gw):
+        await devices.replay(broker.url, X, stop=17)
+        return await devices.predictions(broker.url, 5 * 17, timeout=30)
+
+    async def second(gw):
+        await devices.replay(broker.url, X, start=17)
+        return await devices.predictions(broker.url, 5 * 30, timeout=30)
+    asyncio.run(_run_gateway(model, broker.url, first, snapshot_every=7))
+    gw, got = asyncio.run(_run_gateway(model, broker.url, second, snapshot_every=7))
+    _check_equal(got, devices.reference(model, X))
+    assert gw.stats["devices_joined"] == 5 and gw.stats["state_mismatch"] == 0
+
+
+def _serve(model, url, name, *extra):
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    return subprocess.Popen([sys.executable, "-m", "edgeseq", "serve", str(model), "--nats", url, "--partitions", "4",
+                             "--name", name, "--lease-seconds", "2", "--snapshot-every", "15", "--status-every", "0",
+                             *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True)
+
+
+def _wait_for(proc, text, timeout=30):
+    deadline = time.monotonic() + timeout
+    lines = []
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        lines.append(line)
+        if text in line:
+            return lines
+        if not line and proc.poll() is not None:
+            break
+    raise AssertionError(f"gateway never said {text!r}: {''.join(lines)[-2000:]}")
+
+
+@needs_server
+def test_a_gateway_killed_mid_stream_is_taken_over_with_nothing_lost_or_applied_twice(broker, exported):
+    """Two gateways share the partitions; one is SIGKILLed while devices stream. The other takes
+    its partitions within 10 s, and every device's predictions are those of one uninterrupted
+    session: each sequence number predicted once, in order, nothing missing."""
+    from edgeseq.gateway import devices
+    model = exported("gru")[0]
+    X = _readings(StreamSession(str(model)).n_features, devices=12, T=120)
+    a = _serve(model, broker.url, "gw-a")
+    b = None
+    try:
+        _wait_for(a, "took partition 3")
+        b = _serve(model, broker.url, "gw-b")
+        _wait_for(b, "took partition")
+
+        async def run():
+            feed = asyncio.ensure_future(devices.replay(broker.url, X, rate_hz=40))
+            await asyncio.sleep(1.5)
+            a.send_signal(signal.SIGKILL)
+            killed = time.monotonic()
+            await feed
+            arrived = {}
+            got = await devices.predictions(broker.url, 12 * 120, timeout=40, received=arrived)
+            return got, killed, arrived
+        got, killed, arrived = asyncio.run(run())
+        a.wait()
+        _check_equal(got, devices.reference(str(model), X))
+        late = max(arrived.values()) - killed
+        assert late < 10 + 3.0 + 1.5, f"the last prediction came {late:.1f} s after the kill"
+    finally:
+        for p in (a, b):
+            if p is not None and p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(20)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+
+
+@needs_server
+def test_devices_speak_mqtt_through_the_same_server(broker, exported):
+    mqtt = pytest.importorskip("paho.mqtt.client", reason="paho-mqtt not installed (pip install paho-mqtt)")
+    from edgeseq.gateway import devices, wire
+    model = str(exported("gru")[0])
+    X = _readings(StreamSession(model).n_features, devices=2, T=8)
+    received = []
+
+    async def body(gw):
+        c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="edgeseq-test")
+        c.on_message = lambda cl, ud, msg: received.append((msg.topic, json.loads(msg.payload)))
+        c.connect("127.0.0.1", broker.mqtt_port)
+        c.loop_start()
+        c.subscribe("edgeseq/out/#", qos=1)
+        await asyncio.sleep(0.3)
+        for t in range(8):
+            for d, r in X.items():
+                c.publish(f"edgeseq/in/{d}", wire.encode_reading(t, r[t]), qos=1).wait_for_publish(5)
+        got = await devices.predictions(broker.url, 16, timeout=30)
+        deadline = time.monotonic() + 10
+        while len(received) < 16 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        c.loop_stop()
+        c.disconnect()
+        return got
+    _, got = asyncio.run(_run_gateway(model, broker.url, body))
+    _check_equal(got, devices.reference(model, X))
+    assert sorted((p["device"], p["seq"]) for _, p in received) == sorted((d, t) for d in X for t in range(8))
+    assert all(topic == f"edgeseq/out/{p['device']}" for topic, p in received)
+
+
+@needs_server
+def test_a_full_backlog_refuses_readings_instead_of_growing(broker, exported):
+    from nats.js.errors import APIError
+
+    from edgeseq.gateway import devices
+    model = str(exported("gru")[0])
+    X = _readings(StreamSession(model).n_features, devices=1, T=30)
+
+    async def nothing(gw):
+        return None
+    asyncio.run(_run_gateway(model, broker.url, nothing, max_backlog=20))   # creates the streams, then stops
+    with pytest.raises(APIError, match="maximum messages exceeded"):
+        asyncio.run(devices.replay(broker.url, X))
+
+
+def test_serve_without_nats_server_says_how_to_install_it(runner, exported, monkeypatch):
+    from edgeseq.cli import cli
+    monkeypatch.setenv("EDGESEQ_NATS_SERVER", "/nonexistent/nats-server")
+    r = runner.invoke(cli, ["serve", str(exported("gru")[0]), "--duration", "1"])
+    assert r.exit_code == 2
+    line = r.output.strip()
+    assert "\n" not in line and "nats-server not found" in line and "apt-get install nats-server" in line
+
+
+def test_serve_print_config_gives_the_partition_mapping(runner, exported):
+    from edgeseq.cli import cli
+    r = runner.invoke(cli, ["serve", str(exported("gru")[0]), "--partitions", "16", "--print-config"])
+    assert r.exit_code == 0
+    assert '"edgeseq.in.*": "edgeseq.part.{{partition(16,1)}}.{{wildcard(1)}}"' in r.output
+    assert "jetstream" in r.output
+
+
+def test_gateway_settings_are_checked(exported):
+    pytest.importorskip("nats", reason="nats-py not installed")
+    from edgeseq.errors import UsageError
+    from edgeseq.gateway.service import Gateway
+    model = exported("gru")[0]
+    for kw, what in ((dict(partitions=0), "--partitions"), (dict(snapshot_every=0), "snapshot_every"),
+                     (dict(lease_seconds=float("nan")), "lease_seconds"), (dict(name="a.b"), "--name")):
+        with pytest.raises(UsageError, match=what):
+            Gateway(model, "nats://127.0.0.1:1", **kw)
+
+
+def test_serve_on_a_taken_port_says_which_option_to_change(runner, exported):
+    import socket
+
+    from edgeseq.cli import cli
+    if find_server() is None:
+        pytest.skip("nats-server not installed (apt-get install nats-server)")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        from edgeseq.gateway.broker import free_port
+        r = runner.invoke(cli, ["serve", str(exported("gru")[0]), "--mqtt-port", str(port), "--port",
+                                str(free_port()), "--duration", "1"])
+    assert r.exit_code == 2
+    assert "is taken" in r.output and "--mqtt-port" in r.output and "\n" not in r.output.strip()
+
+
+@needs_server
+def test_serve_without_nats_starts_a_local_server_and_serves(tmp_path, exported):
+    """The embedded default: `edgeseq serve MODEL` starts nats-server here (JetStream under
+    --store, MQTT on) and serves devices through it until --duration ends."""
+    from edgeseq.gateway import devices
+    from edgeseq.gateway.broker import free_port
+    model = str(exported("gru")[0])
+    port, mqtt_port = free_port(), free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "edgeseq", "serve", model, "--store", str(tmp_path / "js"),
+                             "--port", str(port), "--mqtt-port", str(mqtt_port), "--duration", "20",
+                             "--status-every", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        _wait_for(proc, "took partition 7")
+        X = _readings(StreamSession(model).n_features, devices=3, T=5)
+        url = f"nats://127.0.0.1:{port}"
+        asyncio.run(devices.replay(url, X))
+        _check_equal(asyncio.run(devices.predictions(url, 15, timeout=20)), devices.reference(model, X))
+        proc.send_signal(signal.SIGINT)
+        out = proc.communicate(timeout=30)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out
+    assert "stopped: 15 readings, 15 predictions" in out
+    assert (tmp_path / "js" / "jetstream").is_dir()
