@@ -345,3 +345,23 @@ def test_serve_without_nats_starts_a_local_server_and_serves(tmp_path, exported)
     assert proc.returncode == 0, out
     assert "stopped: 15 readings, 15 predictions" in out
     assert (tmp_path / "js" / "jetstream").is_dir()
+
+
+@needs_server
+def test_a_device_that_leaves_is_stored_and_resumes_exactly_when_it_returns(broker, exported):
+    from edgeseq.gateway import devices
+    model = str(exported("gru")[0])
+    F = StreamSession(model).n_features
+    X = _readings(F, devices=2, T=20)
+
+    async def body(gw):
+        await devices.replay(broker.url, {"dev-0": X["dev-0"]}, stop=10)         # dev-0 streams, then goes quiet
+        await asyncio.sleep(1.5)
+        await devices.replay(broker.url, {"dev-1": X["dev-1"]})                   # others' readings store and evict it
+        await asyncio.sleep(0.5)
+        held = {d.name for part in gw.parts.values() for d in part.devices.values()}
+        await devices.replay(broker.url, {"dev-0": X["dev-0"]}, start=10)          # it comes back
+        return held, await devices.predictions(broker.url, 40, timeout=30)
+    gw, (held, got) = asyncio.run(_run_gateway(model, broker.url, body, snapshot_every=5, idle_seconds=1))
+    assert "dev-0" not in held and gw.stats["devices_left"] >= 1
+    _check_equal(got, devices.reference(model, X))

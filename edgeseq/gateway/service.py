@@ -291,6 +291,13 @@ class Gateway:
                 del part.devices[name]
                 self.stats["devices_left"] += 1
 
+    async def _sweep(self):
+        """Devices silent for idle_seconds leave memory: their partition's state is stored first."""
+        old = time.monotonic() - self.idle_seconds
+        for part in list(self.parts.values()):
+            if any(d.seen < old for d in part.devices.values()):
+                await self._snapshot(part)
+
     # -- readings -------------------------------------------------------------------------
 
     async def _dead(self, device: str, payload: bytes, reason: str):
@@ -391,6 +398,7 @@ class Gateway:
                 now = time.monotonic()
                 if now >= next_lease:
                     await self._leases()
+                    await self._sweep()
                     next_lease = now + self.lease_seconds / 4
                     self.ready.set()
                 if status_every and now >= next_status:
