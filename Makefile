@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.edgeseq-installed
 TORCH ?= torch==2.13.0
 
-.PHONY: setup demo test bench clean firmware-tools
+.PHONY: setup demo test bench clean firmware-tools services
 
 $(STAMP): pyproject.toml Makefile
 	python3 -m venv $(VENV)
@@ -17,7 +17,7 @@ setup: $(STAMP)
 demo: setup
 	$(PY) examples/demo.py
 
-test: setup firmware-tools
+test: setup firmware-tools services
 	$(PY) -m pytest
 
 # The Cortex-M tests cross-compile the emitted C: install the compiler where apt can (as root);
@@ -27,6 +27,15 @@ firmware-tools:
 	  { DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	    --no-install-recommends gcc-arm-none-eabi binutils-arm-none-eabi >/dev/null; } ; } || \
 	  echo "note: arm-none-eabi-gcc not installed (apt-get install gcc-arm-none-eabi): the Cortex-M tests will skip"
+
+# The MQTT and NATS tests start their own mosquitto and nats-server on free loopback ports: install the
+# brokers where apt can (as root); elsewhere those tests skip and say what is missing.
+services:
+	@missing=""; for s in mosquitto nats-server; do command -v $$s >/dev/null || [ -x /usr/sbin/$$s ] || \
+	  missing="$$missing $$s"; done; [ -z "$$missing" ] || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  { DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    --no-install-recommends $$missing >/dev/null; } ; } || \
+	  echo "note:$$missing not installed (apt-get install$$missing): the MQTT and NATS broker tests will skip"
 
 bench: setup
 	$(VENV)/bin/edgeseq bench --train

@@ -4,9 +4,11 @@
     .venv/bin/python examples/pi_sensor_demo.py --model models/gru-int8.onnx --source replay:basicmotions  # no hardware
     .venv/bin/python examples/pi_sensor_demo.py --model models/gru-int8.onnx --source replay:basicmotions \\
         --state-file /var/lib/edgeseq/gru.state --json
+    .venv/bin/python examples/pi_sensor_demo.py --model models/gru-int8.onnx --source serial:/dev/ttyUSB0 \\
+        --mqtt mqtt://homeassistant.local:1883 --ha-discovery        # predictions to an MQTT broker
 
-Needs only the runtime install (numpy, onnxruntime; pyserial for serial sources). Prints the
-prediction with its probability for every reading (or every --print-every), the latency
+Needs only the runtime install (numpy, onnxruntime; pyserial for serial sources, paho-mqtt for
+--mqtt). Prints the prediction with its probability for every reading (or every --print-every), the latency
 (median and p99 over the last 1,000 readings), the state bytes held, and late, dropped and bad
 reading counts; where the source knows the true labels (the embedded replay, or a CSV whose
 header has a `label` column) each line shows the true label and the summary scores them.
@@ -17,6 +19,15 @@ be used (another model, corrupt, values that do not fit) is moved aside to FILE.
 (.rejected.1, ... if taken), never overwritten; a symbolic link is followed. Sources: see
 `edgeseq.runtime.live` (replay, csv, stdin, serial, sim, or your own driver class). A wrong
 option or source is one `Error:` line and exit 2, a failure at run time exit 1.
+
+With --mqtt URL (mqtt://[user:password@]host[:port], mqtts:// for TLS; user and password also
+from MQTT_USERNAME / MQTT_PASSWORD; needs paho-mqtt) every prediction is also published as JSON
+(device, reading, label, prob, true where known, latency_us, time) on --topic (default
+edgeseq/<device>/prediction), QoS 1. The stream never waits for the broker: while it is away
+predictions queue (up to --mqtt-queue, then the oldest are dropped and counted) and paho
+reconnects in the background; a broker unreachable at start is a note on stderr, not an error.
+--ha-discovery publishes Home Assistant discovery configs so the prediction shows as a sensor.
+The summary says how many were published, left queued and dropped. See `edgeseq.runtime.mqtt`.
 """
 
 import argparse
@@ -65,8 +76,16 @@ def main(argv=None):
                          "(default: auto, or $EDGESEQ_BACKEND)")
     ap.add_argument("--max-history", type=_number(int, 1, MAX_HISTORY),
                     help="Transformer: bound the cache (sliding window)")
+    ap.add_argument("--mqtt", metavar="URL", help="publish predictions to this broker: mqtt://host[:port] or "
+                                                  "mqtts://user:password@host (TLS)")
+    ap.add_argument("--topic", help="MQTT topic (default: edgeseq/<device>/prediction)")
+    ap.add_argument("--device", help="device name in topics and payloads (default: the host name)")
+    ap.add_argument("--ha-discovery", action="store_true", help="publish Home Assistant MQTT discovery configs")
+    ap.add_argument("--mqtt-queue", type=_number(int, 1), default=None,
+                    help="predictions held while the broker is away before the oldest are dropped (default 10000)")
     args = ap.parse_args(argv)
     check_rate(args.rate)
+    publisher = _publisher(args)
     from edgeseq.runtime import StreamSession
     from edgeseq.runtime.live import open_source, run_live, summary_lines
     from edgeseq.runtime.statefile import check_state_path, lock_state_file, resume_state
@@ -82,15 +101,43 @@ def main(argv=None):
         if state_file:
             start = resume_state(args.state_file, sess, model_hash, note=lambda line: print(line, file=sys.stderr))
         source = open_source(args.source, sess.features, skip=start if args.source.startswith(("replay:", "csv:")) else 0)
-        summary = run_live(sess, source, rate=args.rate or None, on_bad=args.on_bad, as_json=args.json,
-                           echo=lambda s: print(s, flush=True), state_file=state_file,
-                           save_every=args.save_every, model_hash=model_hash, start_readings=start,
-                           print_every=args.print_every, max_readings=args.max_readings)
+        if publisher:
+            publisher.start()
+        try:
+            summary = run_live(sess, source, rate=args.rate or None, on_bad=args.on_bad, as_json=args.json,
+                               echo=lambda s: print(s, flush=True), state_file=state_file,
+                               save_every=args.save_every, model_hash=model_hash, start_readings=start,
+                               print_every=args.print_every, max_readings=args.max_readings,
+                               on_prediction=publisher.publish if publisher else None)
+        finally:
+            if publisher:
+                mqtt = publisher.stop()
+    if publisher:
+        summary["mqtt"] = mqtt
     if args.json:
         print(json.dumps({"summary": summary}), flush=True)
     for line in summary_lines(summary, sess.backend, sess.labels):
         print(line, file=sys.stderr)
+    if publisher:
+        from edgeseq.runtime.mqtt import summary_line
+        print(summary_line(mqtt), file=sys.stderr)
     return 0
+
+
+def _publisher(args):
+    """The MQTT publisher --mqtt asks for (not connected yet), or None; UsageError for a bad URL,
+    topic or device, an MQTT option without --mqtt, or paho-mqtt missing."""
+    given = [f"--{name.replace('_', '-')}" for name in ("topic", "device", "ha_discovery", "mqtt_queue")
+             if getattr(args, name) not in (None, False)]
+    if args.mqtt is None:
+        if given:
+            raise UsageError(f"{', '.join(given)} {'needs' if len(given) == 1 else 'need'} --mqtt URL, "
+                             "e.g. --mqtt mqtt://broker.local:1883")
+        return None
+    from edgeseq.runtime.mqtt import DEFAULT_QUEUE, MqttPublisher
+    return MqttPublisher(args.mqtt, topic=args.topic, device=args.device, ha_discovery=args.ha_discovery,
+                         max_queued=args.mqtt_queue or DEFAULT_QUEUE, model=os.path.basename(args.model),
+                         note=lambda line: print(line, file=sys.stderr, flush=True))
 
 
 def _number(kind, low, high=None):

@@ -325,8 +325,12 @@ def rss_kb() -> int | None:
 def run_live(sess, source, rate: float | None = None, on_bad: str = "skip", as_json: bool = False,
              echo=print, state_file=None, save_every: int = 500, model_hash: str | None = None,
              start_readings: int = 0, print_every: int = 1, max_readings: int | None = None,
-             max_lag: int = 50, status=None, clock=time.perf_counter, sleep=time.sleep) -> dict:
+             max_lag: int = 50, status=None, clock=time.perf_counter, sleep=time.sleep, on_prediction=None) -> dict:
     """Push readings from `source` one at a time until it ends, max_readings, or SIGINT/SIGTERM.
+
+    `on_prediction`, if given, is called after every good reading (whatever `print_every`) with
+    a dict: reading (count from the stream's start), label, prob (rounded to 5 places), true
+    (where the source knows it) and latency_us; it must not block (the MQTT publisher queues).
 
     `clock` (seconds, monotonic) and `sleep` pace a paced source at `rate` readings/s; push
     latency is always measured with time.perf_counter. Every setting is checked first
@@ -413,6 +417,10 @@ def run_live(sess, source, rate: float | None = None, on_bad: str = "skip", as_j
                 truth = (reader.label or None,)                 # None: an empty label cell
             if truth is not None:
                 score.add(truth[0], sess.labels[k])
+            if on_prediction is not None:
+                on_prediction({"reading": st.readings, "label": sess.labels[k], "prob": round(float(probs[k]), 5),
+                               **({"true": truth[0]} if truth else {}),
+                               "latency_us": round(st.latencies[-1] * 1e6, 1)})
             if st.readings % print_every == 0:
                 lat = st.latency()
                 if as_json:
