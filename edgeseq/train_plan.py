@@ -17,19 +17,25 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from edgeseq.data import Split, since_change
+from edgeseq.data.augment import cut_pieces
 
 if TYPE_CHECKING:
     from edgeseq.train import TrainConfig
 
 
-def training_streams(split: Split, streams: int, grace: int, rng: np.random.Generator):
+def training_streams(split: Split, streams: int, grace: int, rng: np.random.Generator, join: float = 0.0,
+                     cut_rng: np.random.Generator | None = None):
     """The split's sequences (valid readings) joined end to end in a random order and cut into
     `streams` streams of equal length (the last padded). Returns X (S, L, F) float32, labels
     (S, L) int64 and a scored mask (S, L) bool: False on padding and on the first `grace`
-    readings after each change of label and at each stream's start."""
+    readings after each change of label and at each stream's start. `join` above 0: each
+    sequence is first cut in two at a random point with that chance, drawn from `cut_rng`,
+    and the pieces joined in a shuffled order (`edgeseq.data.augment.cut_pieces`)."""
     order = rng.permutation(len(split))
-    x = np.concatenate([split.X[i, :split.lengths[i]] for i in order])          # (R, F)
-    y = np.concatenate([split.Y[i, :split.lengths[i]] for i in order])          # (R,)
+    parts = cut_pieces(split.lengths, order, join, cut_rng) if join > 0 else \
+        [(i, 0, split.lengths[i]) for i in order]
+    x = np.concatenate([split.X[i, a:b] for i, a, b in parts])                   # (R, F)
+    y = np.concatenate([split.Y[i, a:b] for i, a, b in parts])                   # (R,)
     S = max(1, min(streams, len(y)))
     L = math.ceil(len(y) / S)
     X = np.zeros((S, L, split.X.shape[2]), np.float32)

@@ -31,7 +31,11 @@ QUICK_SPACE = {
 }
 APPLIES = {"hidden": ("rnn", "gru", "lstm"), "layers": STREAM_ARCHS, "d_model": ("transformer", "ssm"),
            "d_state": ("ssm",), "window": ("transformer",)}
-SCHEDULE = ("lr", "epochs")
+SCHEDULE = ("lr", "epochs", "augment")
+# Entries a space may hold that the default one leaves out: augmentation presets
+# (edgeseq.data.augment.NAMED) to choose from, e.g. "augment": ["default", "none"]; without the
+# entry every trial trains with its architecture's default.
+OPTIONAL = {"augment": ["default", "none"]}
 
 
 def check_space(space: dict) -> dict:
@@ -41,15 +45,22 @@ def check_space(space: dict) -> dict:
 
     if not isinstance(space, dict) or not space.get("arch"):
         raise UsageError("a search space needs 'arch': a list of architectures")
-    unknown = sorted(set(space) - set(SPACE))
+    unknown = sorted(set(space) - set(SPACE) - set(OPTIONAL))
     if unknown:
-        raise UsageError(f"search space entry {', '.join(unknown)} is unknown; it may hold {', '.join(SPACE)}")
+        raise UsageError(f"search space entry {', '.join(unknown)} is unknown; it may hold "
+                         f"{', '.join([*SPACE, *OPTIONAL])}")
     archs = space["arch"]
     if not isinstance(archs, list) or len(set(archs)) != len(archs) or not set(archs) <= set(STREAM_ARCHS):
         raise UsageError(f"search space 'arch' must list distinct streaming architectures ({', '.join(STREAM_ARCHS)}), "
                          f"got {archs!r}")
     for name, rule in space.items():
         if name == "arch":
+            continue
+        if name == "augment":
+            from edgeseq.data.augment import NAMED
+            if not isinstance(rule, list) or not rule or not all(isinstance(v, str) and v in NAMED for v in rule):
+                raise UsageError(f"search space 'augment' must be a non-empty list of {' and '.join(NAMED)}, "
+                                 f"got {rule!r}")
             continue
         if name in SCHEDULE:
             whole, lo, hi = TRAIN_LIMITS[name]
@@ -94,8 +105,9 @@ def suggest(trial, space: dict) -> tuple:
 
 
 def describe(arch: str, settings: dict, schedule: dict) -> str:
-    """'gru hidden=16 layers=1 epochs=25 lr=0.0042'."""
+    """'gru hidden=16 layers=1 epochs=25 lr=0.0042 augment=none'."""
     parts = [f"{k}={v}" for k, v in settings.items() if k not in ("heads", "d_ff")]
     parts += [f"epochs={schedule['epochs']}"] if "epochs" in schedule else []
     parts += [f"lr={schedule['lr']:.2g}"] if "lr" in schedule else []
+    parts += [f"augment={schedule['augment']}"] if "augment" in schedule else []
     return " ".join([arch, *parts])
