@@ -203,7 +203,8 @@ async def main_async(args):
                         g.proc.kill()
             for f in followers:
                 f.cancel()
-    report = {"date": time.strftime("%Y-%m-%d"), "cpu": _cpu(), "cores": os.cpu_count(), "model": model.name,
+    report = {"command": "python scripts/bench_gateway.py " + " ".join(sys.argv[1:]),
+              "date": time.strftime("%Y-%m-%d"), "cpu": _cpu(), "cores": os.cpu_count(), "model": model.name,
               "gateways": args.gateways, "partitions": args.partitions, "phases": results, "memory": memory,
               "failover": failover}
     if args.json:

@@ -19,6 +19,8 @@ Sources:
   - docs/report/report.json   `edgeseq report --out docs/report` (the full report run)
   - docs/figures/firmware.json  `python scripts/firmware_table.py --json docs/figures/firmware.json
                                  models/{rnn,gru,lstm}-int8.onnx` (after `make demo`)
+  - docs/figures/gateway.json   `python scripts/bench_gateway.py ... --json docs/figures/gateway.json`
+                                 (the command is recorded in the JSON)
 
 Standard library only, so it runs wherever the docs build.
 """
@@ -38,6 +40,7 @@ SOURCES = {
     "bench": "docs/figures/bench.json",
     "report": "docs/report/report.json",
     "firmware": "docs/figures/firmware.json",
+    "gateway": "docs/figures/gateway.json",
 }
 
 REGION = re.compile(r"<!-- figures:(?P<name>[a-z0-9-]+) -->\n(?P<body>.*?)<!-- /figures:(?P=name) -->", re.S)
@@ -203,6 +206,31 @@ def render_firmware(d: dict, source: str) -> str:
                          "the measured steps):", checks])
 
 
+def render_gateway(d: dict, source: str) -> str:
+    rows = []
+    for r in d["phases"]:
+        cpu = ", ".join(f"{k} {v:.2f}" for k, v in r["cpu_share"].items())
+        rows.append([f"{r['devices']:,} x {r['rate_hz']:g} Hz", f"{r['offered_per_s']:,}", f"{r['predictions_per_s']:,}",
+                     f"{r['p50_ms']:,.1f} ms" if r["p50_ms"] is not None else "-",
+                     f"{r['p99_ms']:,.1f} ms" if r["p99_ms"] is not None else "-", cpu])
+    table = _table(["devices x rate", "offered readings/s", "predictions/s", "p50 publish to prediction", "p99",
+                    "CPU (cores)"], rows)
+    m = d["memory"]
+    text = [f"Memory: {m['state_bytes_per_device']:,} B of model state per device; the gateways' RSS grew by "
+            f"{m['rss_bytes_per_device']:,} B per device over the run (the state, the device records and the "
+            "batch sessions made on first use)."]
+    f = d.get("failover")
+    if f:
+        text.append(f"Failover ({d['gateways']} gateways, {f['devices']:,} devices at {f['rate_hz']:g} Hz, one "
+                    f"SIGKILLed): the sampled devices it served went {f['failover_s']:.1f} s without predictions "
+                    f"({f['devices_interrupted']} of {f['sampled_devices']} sampled were interrupted); every sampled "
+                    f"prediction arrived ({f['sampled_received']:,} of {f['sampled_expected']:,}).")
+    how = (f"`{d['command']}`: {d['gateways']} gateway process(es), {d['partitions']} partitions, model "
+           f"{d['model']}, broker, gateways and devices on one {d['cores']}-core machine ({d['cpu']}); "
+           f"measured {d['date']}")
+    return "\n\n".join([f"*{how}.*", table, *text])
+
+
 def _latency_at(lat: dict, name: str, step: int) -> dict:
     for row in lat["series"][name]:
         if row["from"] <= step <= row["to"]:
@@ -245,6 +273,7 @@ RENDERERS = {
     "bench-archs": ("bench", render_bench_archs),
     "report": ("report", render_report),
     "firmware": ("firmware", render_firmware),
+    "gateway": ("gateway", render_gateway),
 }
 
 

@@ -90,7 +90,12 @@ async def _run_gateway(model, url, body, **kw):
     gw.ready = asyncio.Event()
     stop = asyncio.Event()
     task = asyncio.ensure_future(gw.run(stop))
-    await asyncio.wait_for(gw.ready.wait(), 30)
+    ready = asyncio.ensure_future(gw.ready.wait())
+    await asyncio.wait({task, ready}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
+    ready.cancel()
+    if task.done():
+        task.result()                                        # it stopped: raise what stopped it
+    assert gw.ready.is_set(), "the gateway did not start within 30 s"
     try:
         return gw, await body(gw)
     finally:
@@ -128,7 +133,10 @@ def test_malformed_messages_are_dead_lettered_and_the_gateway_goes_on(broker, ex
     bad = [b"not json", b"[1, 2]", json.dumps({"x": [0.0] * F}).encode(),
            json.dumps({"seq": -1, "x": [0.0] * F}).encode(), json.dumps({"seq": 2.5, "x": [0.0] * F}).encode(),
            json.dumps({"seq": 100, "x": [0.0] * (F + 1)}).encode(), b'{"seq": 101, "x": [NaN' + b', 0' * (F - 1) + b"]}",
-           json.dumps({"seq": 102, "x": [1e30] * F}).encode()]
+           json.dumps({"seq": 102, "x": [1e30] * F}).encode(),
+           b'{"seq": 103, "x": ' + b"[" * 2000 + b"]" * 2000 + b"}",                      # nesting too deep
+           ('{"seq": 104, "x": [' + "9" * 400 + ", 0" * (F - 1) + "]}").encode(),           # an integer beyond float
+           b"", bytes(range(256))]
 
     async def body(gw):
         nc = await nats.connect(broker.url)
@@ -148,6 +156,8 @@ def test_malformed_messages_are_dead_lettered_and_the_gateway_goes_on(broker, ex
     assert gw.stats["dead"] == len(bad) and gw.stats["duplicates"] == 1
     assert any("not JSON" in r for r in reasons) and any("'seq'" in r for r in reasons)
     assert any("list of" in r for r in reasons) and any("standard deviations" in r for r in reasons)
+    assert any("too large for float32" in r for r in reasons)
+    assert not any("for stream 0" in r for r in reasons)
     _check_equal(got, devices.reference(model, X))
 
 
@@ -289,7 +299,7 @@ def test_serve_print_config_gives_the_partition_mapping(runner, exported):
     r = runner.invoke(cli, ["serve", str(exported("gru")[0]), "--partitions", "16", "--print-config"])
     assert r.exit_code == 0
     assert '"edgeseq.in.*": "edgeseq.part.{{partition(16,1)}}.{{wildcard(1)}}"' in r.output
-    assert "jetstream" in r.output
+    assert "jetstream" in r.output and "server_name:" in r.output      # nats-server's MQTT needs a name
 
 
 def test_gateway_settings_are_checked(exported):
@@ -365,3 +375,106 @@ def test_a_device_that_leaves_is_stored_and_resumes_exactly_when_it_returns(brok
     gw, (held, got) = asyncio.run(_run_gateway(model, broker.url, body, snapshot_every=5, idle_seconds=1))
     assert "dev-0" not in held and gw.stats["devices_left"] >= 1
     _check_equal(got, devices.reference(model, X))
+
+
+@needs_server
+def test_readings_leave_the_stream_once_stored_so_the_backlog_bounds_only_what_waits(broker, exported):
+    """max_backlog bounds readings not yet stored: far more than it pass through when the
+    gateway keeps up (applied readings are purged with each stored mark)."""
+    from edgeseq.gateway import devices
+    model = str(exported("gru")[0])
+    X = _readings(StreamSession(model).n_features, devices=2, T=150)
+
+    gw_ref = []
+
+    async def until(cond):
+        deadline = time.monotonic() + 20
+        while not cond():
+            assert time.monotonic() < deadline, f"the gateway did not keep up: {gw_ref[0].stats} {[(p.p, p.since_snapshot) for p in gw_ref[0].parts.values()]}"
+            await asyncio.sleep(0.02)
+
+    async def body(gw):
+        gw_ref.append(gw)
+        for lo in range(0, 150, 15):                         # 300 readings through a backlog of 40
+            await devices.replay(broker.url, X, start=lo, stop=lo + 15)       # acknowledged: a full stream raises
+            await until(lambda: gw.stats["readings"] == 2 * (lo + 15))
+            await until(lambda: all(p.since_snapshot == 0 for p in gw.parts.values()))
+        return await devices.predictions(broker.url, 300, timeout=20)
+    gw, got = asyncio.run(_run_gateway(model, broker.url, body, snapshot_every=1, max_backlog=40))
+    _check_equal(got, devices.reference(model, X))
+
+
+@needs_server
+def test_subjects_no_partition_holds_are_dead_lettered(broker, exported):
+    from edgeseq.gateway import wire
+    model = str(exported("gru")[0])
+
+    async def body(gw):
+        nc = await nats.connect(broker.url)
+        js = nc.jetstream()
+        await nc.publish("edgeseq.in.site.dev-1", wire.encode_reading(0, [0.0] * 6))     # two tokens: no mapping
+        await nc.flush()
+        dead = await js.subscribe(f"{wire.DEAD_SUBJECT}.>", stream=wire.DEAD, ordered_consumer=True)
+        msg = await dead.next_msg(timeout=10)
+        await nc.close()
+        return msg
+    gw, msg = asyncio.run(_run_gateway(model, broker.url, body))
+    assert msg.subject == "edgeseq.dead.site_dev-1" and "one-token device id" in msg.headers["Edgeseq-Error"]
+
+
+@needs_server
+def test_a_device_that_reboots_and_counts_from_zero_is_started_over(broker, exported):
+    from edgeseq.gateway import wire
+    model = str(exported("gru")[0])
+    F = StreamSession(model).n_features
+    X = _readings(F, devices=1, T=12)["dev-0"]
+
+    async def body(gw):
+        nc = await nats.connect(broker.url)
+        for t in range(8):
+            await nc.publish(wire.reading_subject("dev-0"), wire.encode_reading(t, X[t]))
+        await nc.publish(wire.reading_subject("dev-0"), wire.encode_reading(0, X[8], reset=True))   # rebooted
+        await nc.publish(wire.reading_subject("dev-0"), wire.encode_reading(0, X[8], reset=True))   # redelivered
+        for t in range(1, 4):                                # then 1, 2, 3 again
+            await nc.publish(wire.reading_subject("dev-0"), wire.encode_reading(t, X[8 + t]))
+        await nc.flush()
+        await nc.close()
+        out = []
+        deadline = time.monotonic() + 20
+        while gw.stats["readings"] < 12 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        dev = next(d for part in gw.parts.values() for d in part.devices.values())
+        out.append((dev.position, dev.last_seq))
+        return out
+    gw, out = asyncio.run(_run_gateway(model, broker.url, body))
+    assert out == [(4, 3)] and gw.stats["resets"] == 1 and gw.stats["duplicates"] == 1
+    s = StreamSession(model)
+    for t in range(8, 12):
+        s.push(X[t])
+    assert s.position[0] == 4
+
+
+@needs_server
+def test_a_gateway_with_another_model_is_refused_unless_it_replaces_it(broker, exported):
+    from edgeseq.errors import UsageError
+    gru, lstm = str(exported("gru")[0]), str(exported("lstm")[0])
+
+    async def nothing(gw):
+        return None
+    asyncio.run(_run_gateway(gru, broker.url, nothing))
+    with pytest.raises(UsageError, match="another model.*--replace-model"):
+        asyncio.run(_run_gateway(lstm, broker.url, nothing))
+    asyncio.run(_run_gateway(lstm, broker.url, nothing, replace_model=True))
+    asyncio.run(_run_gateway(lstm, broker.url, nothing))             # the deployment now serves the LSTM
+
+
+def test_serve_against_an_address_nobody_listens_on_is_one_line(runner, exported):
+    pytest.importorskip("nats", reason="nats-py not installed")
+    from edgeseq.cli import cli
+    from edgeseq.gateway.broker import free_port
+    for url, code, text in ((f"nats://127.0.0.1:{free_port()}", 1, "cannot reach the NATS server"),
+                            ("http://127.0.0.1:4222", 2, "nats://host:port"), ("garbage", 2, "nats://host:port")):
+        t0 = time.monotonic()
+        r = runner.invoke(cli, ["serve", str(exported("gru")[0]), "--nats", url])
+        assert r.exit_code == code and text in r.output and len(r.output.strip().splitlines()) == 1, r.output
+        assert time.monotonic() - t0 < 15

@@ -34,12 +34,14 @@ from edgeseq.cli._common import MAX_HISTORY, History, _backend_option, _errors
 @click.option("--status-every", type=click.FloatRange(0), default=10.0, show_default=True,
               help="Seconds between status lines (JSON) on stderr; 0: none.")
 @click.option("--duration", type=click.FloatRange(0, min_open=True), help="Stop after this many seconds.")
-@click.option("--print-config", is_flag=True, help="Print the nats-server configuration block for --partitions "
-              "and exit.")
+@click.option("--print-config", is_flag=True, help="Print a nats-server configuration (JetStream, MQTT on 1883, the "
+              "partition mapping for --partitions) and exit.")
+@click.option("--replace-model", is_flag=True, help="Switch a deployment that serves another model to MODEL "
+              "(its devices start over).")
 @_backend_option
 @_errors
 def serve(model, url, partitions, name, snapshot_every, lease_seconds, max_batch, max_history, store, port,
-          mqtt_port, host, status_every, duration, print_config, backend):
+          mqtt_port, host, status_every, duration, print_config, replace_model, backend):
     """Serve MODEL to many devices: readings in over NATS or MQTT, predictions out, each
     device's state kept in JetStream.
 
@@ -58,16 +60,21 @@ def serve(model, url, partitions, name, snapshot_every, lease_seconds, max_batch
     from edgeseq.gateway.broker import LocalBroker, mapping_block
 
     if print_config:
-        click.echo(f"jetstream {{}}\nmqtt {{ listen: 0.0.0.0:1883 }}\n{mapping_block(partitions)}", nl=False)
+        click.echo(f"server_name: edgeseq\njetstream {{}}\nmqtt {{ listen: 0.0.0.0:1883 }}\n"
+                   f"{mapping_block(partitions)}", nl=False)
         return
+    if duration is not None and not duration == duration:
+        raise click.BadParameter("give a number of seconds", param_hint="--duration")
     from edgeseq.gateway.service import Gateway
 
     echo = lambda line: click.echo(line, err=True)  # noqa: E731
     gw = Gateway(model, url or "nats://placeholder", partitions=partitions, name=name, snapshot_every=snapshot_every,
                  lease_seconds=lease_seconds, max_batch=max_batch, backend=backend, max_history=max_history,
-                 echo=echo)
+                 replace_model=replace_model, echo=echo)
     broker = None
     if url is None:
+        if mqtt_port == port:
+            raise click.BadParameter(f"--port and --mqtt-port are both {port}; give them different ports")
         broker = LocalBroker(store, partitions=partitions, port=port, mqtt_port=mqtt_port or None,
                              mqtt=bool(mqtt_port), host=host).start()
         gw.url = broker.url

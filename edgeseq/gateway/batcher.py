@@ -22,13 +22,14 @@ MAX_BATCH = 1024
 class Device:
     """One device's stream: `arrays` (float32, one per state tensor, batch axis of 1),
     `position` (readings since its start or reset), `last_seq` (the last sequence number
-    applied, -1 before any), `dirty` (changed since its state was last stored)."""
+    applied, -1 before any), `stream_seq` (the stream sequence of the last message it consumed,
+    0 before any), `dirty` (changed since its state was last stored)."""
 
-    __slots__ = ("name", "arrays", "position", "last_seq", "dirty", "seen")
+    __slots__ = ("name", "arrays", "position", "last_seq", "stream_seq", "dirty", "seen")
 
     def __init__(self, name: str, arrays: list, position: int = 0, last_seq: int = -1):
         self.name, self.arrays, self.position, self.last_seq = name, arrays, int(position), int(last_seq)
-        self.dirty, self.seen = False, 0.0
+        self.stream_seq, self.dirty, self.seen = 0, False, 0.0
 
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self.arrays)
@@ -114,7 +115,7 @@ class Batcher:
                     self.one.check_reading(xi)
                     keep.append((i, dev, xi))
                 except ReadingError as e:
-                    out[i] = str(e).replace("; stream state unchanged", "")
+                    out[i] = str(e).replace("; stream state unchanged", "").replace(" for stream 0", "")
             if keep:
                 self._round(keep, out)
             return

@@ -106,6 +106,11 @@ class LocalBroker:
         return f"mqtt://{self.host}:{self.mqtt_port}" if self.mqtt_port else None
 
     def start(self, timeout: float = 10.0) -> LocalBroker:
+        try:
+            socket.getaddrinfo(self.host, self.port)
+        except OSError as e:
+            raise UsageError(f"--host {self.host!r}: {e.strerror or e}; give an address of this machine "
+                             "(127.0.0.1, 0.0.0.0)") from None
         for what, port, option in (("NATS", self.port, "--port"), ("MQTT", self.mqtt_port, "--mqtt-port")):
             if port and _listening(self.host, port):
                 raise UsageError(f"{self.host}:{port} is taken (another {what} server?); pass {option} with a free "
@@ -115,7 +120,7 @@ class LocalBroker:
         conf = self.workdir / "nats.conf"
         conf.write_text(server_config(self.workdir, self.port, self.mqtt_port, self.partitions, self.host))
         self.log = self.workdir / "nats.log"
-        with open(self.log, "ab") as log:
+        with open(self.log, "wb") as log:            # this run's output only: its last line says why
             self.proc = subprocess.Popen([self.binary, "-c", str(conf)], stdout=log, stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout

@@ -38,10 +38,11 @@ import socket
 import time
 from collections import Counter
 
-from edgeseq.errors import UsageError
+from edgeseq.errors import EdgeseqError, UsageError
 from edgeseq.gateway import wire
 from edgeseq.gateway.batcher import Batcher
 
+PREDICTIONS_KEPT = 1_000_000    # EDGESEQ_OUT keeps the newest this many predictions
 MISSING = "nats-py is not installed: pip install 'edgeseq[gateway]' (or pip install nats-py)"
 
 
@@ -66,6 +67,7 @@ class Partition:
         self.applied_seq = 0          # stream sequence of the last reading applied
         self.since_snapshot = 0
         self.last_msg = None          # the last message applied and not yet acknowledged
+        self.unacked = 0              # messages delivered since the last acknowledgement
 
     async def deliver(self, msg) -> None:
         self.buf.append(msg)
@@ -88,7 +90,7 @@ class Gateway:
     def __init__(self, model, url: str, partitions: int = 8, name: str | None = None, snapshot_every: int = 1000,
                  lease_seconds: float = 5.0, max_batch: int = 1024, backend: str | None = None,
                  max_history: int | None = None, idle_seconds: float = 300.0,
-                 max_pending: int = 20000, max_backlog: int = 1_000_000, echo=None):
+                 max_pending: int = 20000, max_backlog: int = 1_000_000, replace_model: bool = False, echo=None):
         from edgeseq.gateway.broker import check_partitions
         _nats()
         self.P = check_partitions(partitions)
@@ -109,7 +111,9 @@ class Gateway:
         self.url, self.name = url, name
         self.batcher = Batcher(model, backend=backend, max_history=max_history, max_batch=max_batch)
         self.snapshot_every, self.lease_seconds, self.idle_seconds = snapshot_every, float(lease_seconds), idle_seconds
-        self.max_backlog = max_backlog
+        self.max_backlog, self.replace_model = max_backlog, bool(replace_model)
+        self.unmapped = None          # partition 0's owner dead-letters readings no partition holds
+        self._said: dict = {}
         self.wake: asyncio.Event | None = None
         self.ready: asyncio.Event | None = None     # set once the streams exist and the first leases are held
         self.max_pending = max_pending
@@ -123,30 +127,59 @@ class Gateway:
     async def _connect(self):
         nats, api, errors = _nats()
         self.api, self.errors = api, errors
+        host, port = _address(self.url)
+        loop = asyncio.get_running_loop()
         try:
-            self.nc = await nats.connect(self.url, name=f"edgeseq-gateway-{self.name}", max_reconnect_attempts=-1,
-                                         connect_timeout=5, allow_reconnect=True)
+            await loop.run_in_executor(None, lambda: socket.create_connection((host, port), timeout=5).close())
+        except OSError as e:
+            raise EdgeseqError(f"cannot reach the NATS server at {self.url} ({e.strerror or type(e).__name__}); start "
+                               "one (`edgeseq serve` without --nats starts nats-server here) or fix --nats") from None
+        try:
+            self.nc = await asyncio.wait_for(nats.connect(
+                self.url, name=f"edgeseq-gateway-{self.name}", max_reconnect_attempts=-1, connect_timeout=5,
+                allow_reconnect=True, error_cb=self._nats_error, disconnected_cb=self._nats_note("disconnected"),
+                reconnected_cb=self._nats_note("reconnected")), 20)
         except Exception as e:  # noqa: BLE001 - nats-py raises several kinds for one cause
-            raise UsageError(f"cannot reach the NATS server at {self.url} ({type(e).__name__}: {e}); start one "
-                             "(`edgeseq serve` without --nats starts nats-server here) or fix --nats") from None
+            raise EdgeseqError(f"no NATS server answered at {self.url} ({type(e).__name__}); something listens there "
+                               "but does not speak NATS: check --nats") from None
         self.js = self.nc.jetstream(timeout=10)
         await self._streams()
         self.leases = await self._bucket(wire.LEASE_BUCKET, ttl=self.lease_seconds)
         self.state = await self._bucket(wire.STATE_BUCKET)
-        await self._check_partitions()
+        await self._check_deployment()
+        await self._check_mapping(at_start=True)
+
+    def _say(self, key: str, line: str, every: float = 30.0) -> None:
+        """One line per kind of trouble per `every` seconds, not one per retry."""
+        now = time.monotonic()
+        if now - self._said.get(key, -1e9) >= every:
+            self._said[key] = now
+            self.echo(line)
+
+    async def _nats_error(self, e):
+        self.stats["nats_errors"] += 1
+        self._say(f"nats-{type(e).__name__}", f"NATS: {type(e).__name__}: {e or 'connection trouble'}; retrying")
+
+    def _nats_note(self, what):
+        async def note():
+            self.echo(f"NATS connection {what}")
+        return note
 
     async def _streams(self):
         api = self.api
-        specs = [(wire.READINGS, f"{wire.PART_SUBJECT}.>", dict(max_msgs=self.max_backlog, discard=api.DiscardPolicy.NEW)),
-                 (wire.PREDICTIONS, f"{wire.OUT_SUBJECT}.>", dict(max_msgs=self.max_backlog, discard=api.DiscardPolicy.OLD,
+        # A partition's readings are purged from the stream once the state that holds them is stored
+        # (with the partition's mark), so max_backlog bounds what is not yet stored.
+        specs = [(wire.READINGS, [f"{wire.PART_SUBJECT}.>", f"{wire.IN_SUBJECT}.>"],
+                  dict(max_msgs=self.max_backlog, discard=api.DiscardPolicy.NEW)),
+                 (wire.PREDICTIONS, [f"{wire.OUT_SUBJECT}.>"], dict(max_msgs=PREDICTIONS_KEPT, discard=api.DiscardPolicy.OLD,
                                                                  duplicate_window=120.0)),
-                 (wire.DEAD, f"{wire.DEAD_SUBJECT}.>", dict(max_msgs=100_000, discard=api.DiscardPolicy.OLD))]
-        for name, subject, limits in specs:
+                 (wire.DEAD, [f"{wire.DEAD_SUBJECT}.>"], dict(max_msgs=100_000, discard=api.DiscardPolicy.OLD))]
+        for name, subjects, limits in specs:
             try:
                 await self.js.stream_info(name)
             except self.errors.NotFoundError:
                 try:
-                    await self.js.add_stream(api.StreamConfig(name=name, subjects=[subject], **limits))
+                    await self.js.add_stream(api.StreamConfig(name=name, subjects=subjects, **limits))
                 except self.errors.ServiceUnavailableError:
                     raise UsageError(f"the NATS server at {self.url} has no JetStream: start it with -js "
                                      "(or `jetstream {}` in its configuration)") from None
@@ -160,17 +193,43 @@ class Gateway:
         except self.errors.BucketNotFoundError:
             return await self.js.create_key_value(self.api.KeyValueConfig(bucket=bucket, history=1, ttl=ttl))
 
-    async def _check_partitions(self):
-        """The partition count is the deployment's: every gateway must use the one stored first."""
+    async def _check_deployment(self):
+        """Every gateway of a deployment runs the same model with the same partition count: the
+        first one stores them (key `config`), the others must match (or --replace-model)."""
+        mine = {"partitions": self.P, "model": self.batcher.model_sha256, "model_file": self.batcher.model}
         try:
-            stored = json.loads((await self.state.get("config")).value)["partitions"]
+            entry = await self.state.get("config")
         except self.errors.KeyNotFoundError:
             with contextlib.suppress(self.errors.KeyWrongLastSequenceError):
-                await self.state.create("config", json.dumps({"partitions": self.P}).encode())
-            stored = json.loads((await self.state.get("config")).value)["partitions"]
-        if stored != self.P:
-            raise UsageError(f"this deployment has {stored} partitions (the server's mapping and the stored "
-                             f"state say so); run the gateway with --partitions {stored}")
+                await self.state.create("config", json.dumps(mine).encode())
+            entry = await self.state.get("config")
+        stored = json.loads(entry.value)
+        if stored["partitions"] != self.P:
+            raise UsageError(f"this deployment has {stored['partitions']} partitions (stored when its first gateway "
+                             f"started); run the gateway with --partitions {stored['partitions']}")
+        if stored.get("model", mine["model"]) != mine["model"]:
+            if not self.replace_model:
+                raise UsageError(f"this deployment serves another model ({stored.get('model_file')}, sha256 "
+                                 f"{stored['model'][:12]}); run every gateway with that model, or pass "
+                                 "--replace-model to switch the deployment (devices then start over)")
+            await self.state.update("config", json.dumps(mine).encode(), last=entry.revision)
+            self.echo(f"the deployment now serves {self.batcher.model}; devices start over as they come")
+
+    async def _check_mapping(self, at_start: bool = False):
+        """Readings in a partition beyond --partitions mean the server's mapping disagrees."""
+        try:
+            info = await self.js.stream_info(wire.READINGS, subjects_filter=f"{wire.PART_SUBJECT}.>")
+        except Exception:  # noqa: BLE001 - a server too old for subject details: nothing to check with
+            return
+        beyond = sorted({int(t[2]) for t in (k.split(".") for k in (info.state.subjects or {}))
+                         if len(t) == 4 and t[2].isdigit() and int(t[2]) >= self.P})
+        if beyond:
+            msg = (f"the NATS server maps devices to partition {beyond[-1]}, beyond this deployment's {self.P}: "
+                   f"give the server the mapping from `edgeseq serve MODEL --partitions {self.P} --print-config`")
+            if at_start:
+                raise UsageError(msg)
+            self.stats["unserved_partitions"] = len(beyond)
+            self._say("mapping", f"error: {msg}", every=60)
 
     # -- leases ---------------------------------------------------------------------------
 
@@ -215,26 +274,40 @@ class Gateway:
             part.applied_seq = json.loads((await self.state.get(f"m.{p}")).value)["stream_seq"]
         except self.errors.KeyNotFoundError:
             part.applied_seq = 0
-        durable = f"part-{p}"
-        with contextlib.suppress(self.errors.NotFoundError):
-            await self.js.delete_consumer(wire.READINGS, durable)
         start = dict(deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=part.applied_seq + 1) \
             if part.applied_seq else dict(deliver_policy=api.DeliverPolicy.ALL)
-        inbox = self.nc.new_inbox()
-        part.sub = await self.nc.subscribe(inbox, cb=part.deliver)
-        await self.js.add_consumer(wire.READINGS, api.ConsumerConfig(
-            durable_name=durable, filter_subject=f"{wire.PART_SUBJECT}.{p}.*", ack_policy=api.AckPolicy.ALL,
-            ack_wait=60.0, max_ack_pending=self.max_pending, deliver_subject=inbox, **start))
+        part.sub = await self._consumer(f"part-{p}", f"{wire.PART_SUBJECT}.{p}.*", part.deliver, start)
+        if p == 0:                                # readings the mapping sent nowhere: dead-lettered here
+            self.unmapped = Partition(-1, 0, self._epoch)
+            self.unmapped.wake = self.wake
+            self.unmapped.sub = await self._consumer("unmapped", f"{wire.IN_SUBJECT}.>", self.unmapped.deliver,
+                                                     dict(deliver_policy=api.DeliverPolicy.ALL))
         self.stats["partitions_taken"] += 1
         self.echo(f"took partition {p} (replaying from stream sequence {part.applied_seq + 1})")
+
+    async def _consumer(self, durable: str, subject: str, cb, start: dict):
+        """A durable push consumer on EDGESEQ_IN made afresh (an old one of that name is deleted:
+        its owner is gone), delivering to `cb`; at most max_pending unacknowledged."""
+        with contextlib.suppress(self.errors.NotFoundError):
+            await self.js.delete_consumer(wire.READINGS, durable)
+        inbox = self.nc.new_inbox()
+        sub = await self.nc.subscribe(inbox, cb=cb)
+        await self.js.add_consumer(wire.READINGS, self.api.ConsumerConfig(
+            durable_name=durable, filter_subject=subject, ack_policy=self.api.AckPolicy.ALL, ack_wait=60.0,
+            max_ack_pending=self.max_pending, deliver_subject=inbox, **start))
+        return sub
 
     async def _drop(self, p: int):
         part = self.parts.pop(p, None)
         if part is None:
             return
-        with contextlib.suppress(Exception):
-            await part.sub.unsubscribe()
-        part.buf = []
+        for holder in (part, self.unmapped if p == 0 else None):
+            if holder is not None:
+                with contextlib.suppress(Exception):
+                    await holder.sub.unsubscribe()
+                holder.buf = []
+        if p == 0:
+            self.unmapped = None
 
     async def _release(self, p: int):
         """Store partition p's state, then give its lease up so another gateway takes it at once."""
@@ -247,9 +320,6 @@ class Gateway:
     # -- state ----------------------------------------------------------------------------
 
     async def _device(self, part: Partition, name: str):
-        dev = part.devices.get(name)
-        if dev is not None:
-            return dev
         dev = self.batcher.new_device(name)
         try:
             data = (await self.state.get(f"d.{name}")).value
@@ -257,33 +327,38 @@ class Gateway:
             data = None
         if data:
             try:
-                arrays, position, last_seq, sha = wire.decode_state(data, len(dev.arrays))
+                arrays, position, last_seq, stream_seq, sha = wire.decode_state(data)
                 if sha == self.batcher.model_sha256 and self.batcher.check_arrays(arrays):
-                    dev.arrays, dev.position, dev.last_seq = arrays, position, last_seq
+                    dev.arrays, dev.position, dev.last_seq, dev.stream_seq = arrays, position, last_seq, stream_seq
                 else:
                     self.stats["state_mismatch"] += 1
-                    self.echo(f"device {name}: stored state is for another model; starting it over")
+                    self._say("model", f"device {name}: its stored state is for another model; starting it over "
+                              "(and others like it)")
             except wire.BadMessage as e:
                 self.stats["state_mismatch"] += 1
-                self.echo(f"device {name}: {e}; starting it over")
+                self._say("unreadable", f"device {name}: {e}; starting it over (and others like it)")
         part.devices[name] = dev
         self.stats["devices_joined"] += 1
         return dev
 
     async def _snapshot(self, part: Partition, evict: bool = True):
-        if part.last_msg is not None:
-            await self.nc.flush()
-            await part.last_msg.ack()
-            part.last_msg = None
+        """Store every changed device of `part`, then its mark; then acknowledge and purge the
+        readings the mark covers."""
         sha = self.batcher.model_sha256
         dirty = [d for d in part.devices.values() if d.dirty]
         for lo in range(0, len(dirty), 256):
-            await asyncio.gather(*(self.state.put(f"d.{d.name}", wire.encode_state(d.arrays, d.position, d.last_seq,
-                                                                                    sha)) for d in dirty[lo:lo + 256]))
+            await asyncio.gather(*(self.state.put(f"d.{d.name}", wire.encode_state(
+                d.arrays, d.position, d.last_seq, sha, d.stream_seq)) for d in dirty[lo:lo + 256]))
         for d in dirty:
             d.dirty = False
         await self.state.put(f"m.{part.p}", json.dumps({"stream_seq": part.applied_seq, "gateway": self.name}).encode())
-        part.since_snapshot = 0
+        if part.last_msg is not None:
+            await self.nc.flush()                 # the predictions first, then let the readings go
+            await part.last_msg.ack()
+            part.last_msg = None
+            await self.js.purge_stream(wire.READINGS, subject=f"{wire.PART_SUBJECT}.{part.p}.*",
+                                       seq=part.applied_seq + 1)
+        part.since_snapshot = part.unacked = 0
         self.stats["snapshots"] += 1
         if evict:
             old = time.monotonic() - self.idle_seconds
@@ -302,32 +377,40 @@ class Gateway:
 
     async def _dead(self, device: str, payload: bytes, reason: str):
         self.stats["dead"] += 1
-        safe = device if wire._DEVICE.fullmatch(device or "") else "_invalid"
-        await self.nc.publish(f"{wire.DEAD_SUBJECT}.{safe}", payload, headers={"Edgeseq-Error": reason[:500]})
+        await self.nc.publish(wire.dead_subject(device), payload, headers={"Edgeseq-Error": reason[:500]})
 
-    def _applied(self, dev, seq: int) -> None:
+    def _applied(self, dev, seq: int, sseq: int) -> None:
         if dev.last_seq >= 0 and seq > dev.last_seq + 1:
             self.stats["gaps"] += seq - dev.last_seq - 1
-        dev.last_seq, dev.dirty = seq, True
+        dev.last_seq, dev.stream_seq, dev.dirty = seq, sseq, True
+
+    async def _unmapped(self, msgs: list):
+        for m in msgs:
+            await self._dead(m.subject.split(".", 2)[-1].replace(".", "_")[:wire.MAX_DEVICE], m.data,
+                             f"subject {m.subject[:200]!r} is not {wire.IN_SUBJECT}.<device> with a one-token device "
+                             "id (MQTT: edgeseq/in/<device>), or the server lacks the partition mapping "
+                             "(`edgeseq serve MODEL --print-config`)")
+        if msgs:
+            await self.nc.flush()
+            await msgs[-1].ack()
+            await self.js.purge_stream(wire.READINGS, subject=f"{wire.IN_SUBJECT}.>",
+                                       seq=wire.stream_seq(msgs[-1].reply) + 1)
 
     async def _process(self, batches: list):
-        """Apply fetched messages [(partition, epoch, [msgs])]: parse, order per device, step in
-        rounds (one reading per device a round), publish, acknowledge."""
+        """Apply delivered messages [(partition, epoch, [msgs])]: parse, order per device, step in
+        rounds (one reading per device a round), publish; store and acknowledge every
+        snapshot_every readings (or when half of max_pending waits unacknowledged)."""
         pending: dict = {}
         touched = []
         now = time.monotonic()
         for p, epoch, msgs in batches:
             part = self.parts.get(p)
             if part is None or part.epoch != epoch:
-                continue                          # fetched before the partition was dropped: the next owner replays
+                continue                          # delivered before the partition was dropped: the next owner replays
             touched.append(part)
             for m in msgs:
                 device = m.subject.split(".", 3)[3] if m.subject.count(".") >= 3 else ""
-                try:
-                    seq, x, reset = wire.parse_reading(m.data, self.batcher.features)
-                except wire.BadMessage as e:
-                    await self._dead(device, m.data, str(e))
-                    continue
+                sseq = wire.stream_seq(m.reply)
                 dev = part.devices.get(device)
                 if dev is None:
                     if not wire._DEVICE.fullmatch(device) or len(device) > wire.MAX_DEVICE:
@@ -336,34 +419,51 @@ class Gateway:
                         continue
                     dev = await self._device(part, device)
                 dev.seen = now
-                pending.setdefault(dev, []).append((seq, x, reset, part))
+                if sseq and sseq <= dev.stream_seq:
+                    self.stats["replayed"] += 1   # applied before this partition changed hands
+                    continue
+                try:
+                    seq, x, reset = wire.parse_reading(m.data, self.batcher.features)
+                except wire.BadMessage as e:
+                    await self._dead(device, m.data, str(e))
+                    dev.stream_seq, dev.dirty = sseq, True
+                    continue
+                except Exception as e:  # noqa: BLE001 - whatever a message holds, it never stops the gateway
+                    await self._dead(device, m.data, f"unreadable ({type(e).__name__})")
+                    dev.stream_seq, dev.dirty = sseq, True
+                    continue
+                pending.setdefault(dev, []).append((seq, x, reset, part, sseq, m.data))
             if msgs:
                 part.last_msg = msgs[-1]
-                part.applied_seq = msgs[-1].metadata.sequence.stream
+                part.applied_seq = wire.stream_seq(msgs[-1].reply) or part.applied_seq
+                part.unacked += len(msgs)
         while pending:
             items, refs = [], []
             for dev in list(pending):
-                seq, x, reset, part = pending[dev].pop(0)
+                seq, x, reset, part, sseq, data = pending[dev].pop(0)
                 if not pending[dev]:
                     del pending[dev]
-                if seq <= dev.last_seq:
-                    self.stats["duplicates"] += 1
-                    continue
-                if reset:
+                if reset and seq != dev.last_seq:  # a new recording (a device rebooted): numbering starts again
                     self.batcher.reset(dev)
+                    dev.last_seq = -1
                     self.stats["resets"] += 1
+                elif seq <= dev.last_seq:
+                    self.stats["duplicates"] += 1
+                    dev.stream_seq, dev.dirty = sseq, True
+                    continue
                 if x is None:
-                    self._applied(dev, seq)
+                    self._applied(dev, seq, sseq)
                     continue
                 items.append((dev, x))
-                refs.append((seq, part, x))
+                refs.append((seq, part, sseq, data))
             outs = self.batcher.step(items) if items else []
-            for (dev, _), (seq, part, x), out in zip(items, refs, outs):
+            for (dev, _), (seq, part, sseq, data), out in zip(items, refs, outs):
                 part.since_snapshot += 1
-                if isinstance(out, str):              # refused: the device stays as it was, seq not applied
-                    await self._dead(dev.name, wire.encode_reading(seq, x), out)
+                if isinstance(out, str):          # refused: the device's state and numbering stay as they were
+                    await self._dead(dev.name, data, out)
+                    dev.stream_seq, dev.dirty = sseq, True
                     continue
-                self._applied(dev, seq)
+                self._applied(dev, seq, sseq)
                 k = int(out.argmax())
                 await self.nc.publish(f"{wire.OUT_SUBJECT}.{dev.name}",
                                       wire.encode_prediction(dev.name, seq, dev.position, self.batcher.labels[k],
@@ -372,27 +472,33 @@ class Gateway:
                 self.stats["predictions"] += 1
             self.stats["readings"] += len(items)
         for part in set(touched):
-            if part.p in self.parts and part.since_snapshot >= self.snapshot_every:
+            if part.p in self.parts and (part.since_snapshot >= self.snapshot_every
+                                         or part.unacked >= self.max_pending // 2):
                 await self._snapshot(part)
-        if touched:
-            await self.nc.flush()
-            for part in set(touched):
-                if part.last_msg is not None and part.p in self.parts:
-                    await part.last_msg.ack()
-                    part.last_msg = None
 
     # -- the loop -------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event | None = None, status_every: float = 0.0):
         """Serve until `stop` is set (or forever); then store every partition's state and hand
-        its lease back. `status_every` > 0 echoes a status line (JSON) that often (seconds)."""
+        its lease back. `status_every` > 0 echoes a status line (JSON) that often (seconds).
+        Raises EdgeseqError when the server cannot be reached, UsageError when it cannot serve
+        this deployment (no JetStream, another model or partition count, the mapping)."""
         stop = stop or asyncio.Event()
         self.ready = self.ready or asyncio.Event()
         self.wake = asyncio.Event()
-        await self._connect()
+        connect, stopped = asyncio.ensure_future(self._connect()), asyncio.ensure_future(stop.wait())
+        await asyncio.wait({connect, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if not connect.done():                    # stopped (Ctrl-C) while connecting
+            connect.cancel()
+            with contextlib.suppress(BaseException):
+                await connect
+            return
+        connect.result()
         self.echo(f"gateway {self.name}: {self.batcher.meta.arch} on the {self.batcher.backend} backend, "
                   f"{self.P} partitions, NATS at {self.url}")
         next_lease = next_status = 0.0
+        next_mapping = time.monotonic() + 10
         try:
             while not stop.is_set():
                 now = time.monotonic()
@@ -401,6 +507,9 @@ class Gateway:
                     await self._sweep()
                     next_lease = now + self.lease_seconds / 4
                     self.ready.set()
+                if now >= next_mapping and 0 in self.parts:
+                    await self._check_mapping()
+                    next_mapping = now + 10
                 if status_every and now >= next_status:
                     self.echo(json.dumps(self.status()))
                     next_status = now + status_every
@@ -415,6 +524,9 @@ class Gateway:
                         batches.append((part.p, part.epoch, part.buf))
                         part.buf = []
                 await self._process(batches)
+                if self.unmapped is not None and self.unmapped.buf:
+                    msgs, self.unmapped.buf = self.unmapped.buf, []
+                    await self._unmapped(msgs)
         finally:
             for p in list(self.parts):
                 with contextlib.suppress(Exception):
@@ -428,3 +540,16 @@ class Gateway:
         devices = [d for part in self.parts.values() for d in part.devices.values()]
         return {"gateway": self.name, "partitions": sorted(self.parts), "devices": len(devices),
                 "state_bytes": sum(d.nbytes() for d in devices), **dict(self.stats)}
+
+
+def _address(url: str) -> tuple[str, int]:
+    """(host, port) of a nats:// (or tls://) URL; UsageError for anything else."""
+    from urllib.parse import urlsplit
+    try:
+        u = urlsplit(url)
+        port = u.port or 4222
+    except ValueError:
+        u, port = None, 0
+    if u is None or u.scheme not in ("nats", "tls") or not u.hostname:
+        raise UsageError(f"--nats {url!r}: give the server as nats://host:port (or tls://host:port)")
+    return u.hostname, port

@@ -4,12 +4,15 @@ the per-device state kept in JetStream's key-value store.
 - A reading: subject `edgeseq.in.<device>` (MQTT topic `edgeseq/in/<device>`), payload JSON
   `{"seq": 17, "x": [0.1, -2.0, ...]}`: `seq` the device's own reading number (whole, >= 0,
   rising by one), `x` the reading (the model's features, real numbers). `{"seq": n, "reset":
-  true}` (with or without `x`) starts the device over: its state is zeroed before `x`, if any.
+  true}` (with or without `x`) starts the device over: its state is zeroed before `x`, if any,
+  and its numbering starts again at that `seq` (a device that rebooted sends seq 0 with reset);
+  a reset received again before any later reading of the device (an MQTT QoS 1 redelivery) is
+  applied once.
 - A prediction: subject `edgeseq.out.<device>` (MQTT `edgeseq/out/<device>`), payload JSON
   `{"device", "seq", "position", "label", "prob"}`, header `Nats-Msg-Id: <device>:<seq>` so
   JetStream drops a prediction published twice (after a gateway takes a partition over).
-- A malformed message goes to `edgeseq.dead.<device>` with the reason in header
-  `Edgeseq-Error`.
+- A malformed message goes to `edgeseq.dead.<device>` (`edgeseq.dead._.invalid` when the device
+  id itself is bad) as received, with the reason in header `Edgeseq-Error`.
 - A device's state: key `d.<device>` in bucket `edgeseq_state`, an .npz (numpy's format,
   read with allow_pickle=False: it can hold arrays only, never code) of the session's state
   rows, position, the last `seq` applied and the model's sha256.
@@ -63,7 +66,7 @@ def parse_reading(payload: bytes, features: int) -> tuple[int, np.ndarray | None
     0..2**53, x missing (without reset), not a list of `features` real numbers."""
     try:
         msg = json.loads(payload)
-    except (ValueError, UnicodeDecodeError) as e:
+    except Exception as e:  # noqa: BLE001 - bad bytes, bad JSON, nesting too deep: all one answer
         raise BadMessage(f"not JSON ({type(e).__name__}); send {{\"seq\": n, \"x\": [...]}}") from None
     if not isinstance(msg, dict):
         raise BadMessage("a reading is a JSON object {\"seq\": n, \"x\": [...]}")
@@ -83,11 +86,35 @@ def parse_reading(payload: bytes, features: int) -> tuple[int, np.ndarray | None
         raise BadMessage(f"'x' must be a list of {features} numbers, got {got}")
     if not {type(v) for v in x} <= _NUMBERS:
         raise BadMessage("'x' holds something that is not a number")
-    a = np.array(x, np.float32)
+    try:
+        with np.errstate(over="ignore", invalid="ignore"):
+            a = np.array(x, np.float32)
+    except (OverflowError, ValueError):
+        raise BadMessage("'x' holds a number too large for float32") from None
     if not np.isfinite(a).all():
         raise BadMessage("'x' holds NaN or Infinity" if not all(math.isfinite(v) for v in x) else
                          "'x' holds a number too large for float32")
     return seq, a, reset
+
+
+def stream_seq(reply: str) -> int:
+    """The stream sequence of a JetStream message from its acknowledgement subject
+    ($JS.ACK.<stream>.<consumer>.<delivered>.<sseq>... or, with domain and account,
+    $JS.ACK.<domain>.<account>.<stream>.<consumer>.<delivered>.<sseq>...). 0 if it has none."""
+    t = reply.split(".")
+    try:
+        return int(t[5] if len(t) == 9 else t[7])
+    except (IndexError, ValueError):
+        return 0
+
+
+def dead_subject(device: str) -> str:
+    """Where a dead letter goes: edgeseq.dead.<device>, or edgeseq.dead._.invalid for a message
+    whose device id cannot be one (two tokens: no device's subject)."""
+    try:
+        return f"{DEAD_SUBJECT}.{check_device(device)}"
+    except BadMessage:
+        return f"{DEAD_SUBJECT}._.invalid"
 
 
 def encode_prediction(device: str, seq: int, position: int, label: str, prob: float) -> bytes:
@@ -96,20 +123,24 @@ def encode_prediction(device: str, seq: int, position: int, label: str, prob: fl
             f'"prob":{round(float(prob), 6)!r}}}').encode()
 
 
-def encode_state(arrays: list, position: int, last_seq: int, model_sha256: str) -> bytes:
-    """A device's state as .npz bytes: `arrays` (float32, one per state tensor, batch axis 1)."""
+def encode_state(arrays: list, position: int, last_seq: int, model_sha256: str, stream_seq: int = 0) -> bytes:
+    """A device's state as .npz bytes: `arrays` (float32, one per state tensor, batch axis 1),
+    its position, the last `seq` applied and the stream sequence of the last message applied."""
     buf = io.BytesIO()
-    np.savez(buf, position=np.int64(position), last_seq=np.int64(last_seq), model=np.str_(model_sha256),
+    np.savez(buf, position=np.int64(position), last_seq=np.int64(last_seq), stream_seq=np.int64(stream_seq),
+             model=np.str_(model_sha256),
              **{f"s{i}": np.ascontiguousarray(a, np.float32) for i, a in enumerate(arrays)})
     return buf.getvalue()
 
 
-def decode_state(data: bytes, n_state: int) -> tuple[list, int, int, str]:
-    """(arrays, position, last_seq, model sha256) from `encode_state` bytes. Arrays only
-    (allow_pickle=False). Raises BadMessage for anything else."""
+def decode_state(data: bytes) -> tuple[list, int, int, int, str]:
+    """(arrays, position, last_seq, stream_seq, model sha256) from `encode_state` bytes. Arrays
+    only (allow_pickle=False). Raises BadMessage for anything else."""
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as z:
-            arrays = [np.array(z[f"s{i}"], np.float32) for i in range(n_state)]
-            return arrays, int(z["position"]), int(z["last_seq"]), str(z["model"])
+            n = sum(1 for k in z.files if re.fullmatch(r"s\d+", k))
+            arrays = [np.array(z[f"s{i}"], np.float32) for i in range(n)]
+            return (arrays, int(z["position"]), int(z["last_seq"]), int(z["stream_seq"]) if "stream_seq" in z.files
+                    else 0, str(z["model"]))
     except Exception as e:  # noqa: BLE001 - any unreadable bytes are one kind of failure here
         raise BadMessage(f"stored state unreadable ({type(e).__name__}: {e})") from None

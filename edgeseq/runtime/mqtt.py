@@ -97,7 +97,13 @@ def parse_url(url: str, env=None) -> BrokerURL:
     if any(ord(c) < 33 or ord(c) == 127 for c in url):
         raise UsageError(f"--mqtt URL '{shown.encode('unicode_escape').decode()}' has spaces or control "
                          f"characters; {example}")
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)                     # a bracketed address that does not close raises here
+    except ValueError as e:
+        raise UsageError(f"--mqtt URL '{shown}': {e}; {example}") from None
+    if re.search(r"%(?![0-9A-Fa-f]{2})", parts.netloc):
+        raise UsageError(f"--mqtt URL '{shown}': a '%' not followed by two hex digits (percent-encode a '%' in a "
+                         f"password as %25); {example}")
     scheme = parts.scheme.lower()
     if scheme not in PORTS or not url.lower().startswith(f"{scheme}://"):
         raise UsageError(f"--mqtt URL '{shown}' must start with mqtt:// or mqtts:// (TLS); {example}")
