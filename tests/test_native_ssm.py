@@ -25,8 +25,8 @@ needs_ext = pytest.mark.skipif(not native.available(), reason=native.why_unavail
 F, C, T = 3, 4, 1000
 STREAMS = [1, 7]
 # (selective, d_model, d_state): widths that are neither multiples of 16 (the product panels)
-# nor, for the states, of 4
-VARIANTS = {"fixed": (False, 12, 6), "selective": (True, 10, 5), "small": (True, 8, 4)}
+# nor, for the states, of 4; and "wide", whose are (whole 16 x 16 transposes in the lanes)
+VARIANTS = {"fixed": (False, 12, 6), "selective": (True, 10, 5), "small": (True, 8, 4), "wide": (True, 32, 16)}
 FLOAT_RTOL = 1e-4
 
 
@@ -156,18 +156,40 @@ def test_streams_do_not_depend_on_each_other(tiny, scheme):
 
 @needs_ext
 @pytest.mark.parametrize("scheme", ["float", "static"])
-def test_a_nan_step_is_not_adopted(tiny, scheme):
+@pytest.mark.parametrize("variant", ["fixed", "selective", "wide"])
+def test_lanes_compute_what_one_stream_computes(tiny, variant, scheme):
+    """From 16 streams on, chunks of 16 run one stream per vector lane (two chunks at once where
+    two are left; int8 dot products where the host has them), the rest by rows: 37 streams are
+    two chunks, one chunk and five rows. A stream in each computes what it computes alone, to
+    the bit, logits and state."""
+    path = tiny(variant, scheme)
+    _, meta = open_model(path)
+    X = readings(40, 37)
+    step = native.NativeStep(path, meta, 37)
+    many = native_stream(step, X)
+    for i in (0, 17, 31, 34, 36):
+        alone = native.NativeStep(path, meta, 1)
+        one = native_stream(alone, X[:, i:i + 1])
+        assert np.array_equal(many[:, i:i + 1], one), f"stream {i}"
+        for a, b in zip(step.state, alone.state):
+            assert np.array_equal(a[i:i + 1], b), f"stream {i} state"
+
+
+@needs_ext
+@pytest.mark.parametrize("streams, bad", [(3, 2), (37, 20)])
+@pytest.mark.parametrize("scheme", ["float", "static"])
+def test_a_nan_step_is_not_adopted(tiny, scheme, streams, bad):
     path = tiny("fixed", scheme)
     _, meta = open_model(path)
-    step = native.NativeStep(path, meta, 3)
-    native_stream(step, readings(5, 3))
+    step = native.NativeStep(path, meta, streams)
+    native_stream(step, readings(5, streams))
     before = [a.copy() for a in step.state]
     logits = step.logits.copy()
-    step.x[:] = readings(1, 3)[0]
-    step.x[2, 1] = np.nan
-    assert step.run() == 2
+    step.x[:] = readings(1, streams)[0]
+    step.x[bad, 1] = np.nan
+    assert step.run() == bad
     assert all(np.array_equal(a, b) for a, b in zip(step.state, before))
-    step.x[2, 1] = 0.0
+    step.x[bad, 1] = 0.0
     assert step.run() == -1
     assert not np.array_equal(step.logits, logits)
 

@@ -21,10 +21,18 @@
    projections, two state banks and five vectors */
 #define ES_S_MAX_VIEWS (11 + 2 * ES_S_PROJ_VIEWS + ES_S_MAX_LAYERS * (5 * ES_S_PROJ_VIEWS + 7))
 
+#if ES_S_LANES
+/* the lane buffers of one chunk (es_ssm.h), [width][ES_S_L] each */
+enum { ES_S_XN, ES_S_U, ES_S_V, ES_S_G, ES_S_R, ES_S_M, ES_S_O, ES_S_X, ES_S_D, ES_S_SO, ES_S_SN, ES_S_H, ES_S_P,
+       ES_S_Q, ES_S_U8, ES_S_NBUF };
+
+#endif
+
 typedef struct {
   es_s_proj_t x, g, d, r, o;        /* d: selective only */
   const float *ln_g, *ln_b, *decay, *nrate, *skip, *ob;
   float eps, thr;
+  int share_q;                      /* g (and δ) quantize their input as x does */
 } es_s_layer_t;
 
 typedef struct {
@@ -42,6 +50,12 @@ typedef struct {
   float *s[2][ES_S_MAX_LAYERS];
   int ld, ldn, ldc, kmax;           /* row strides of the chunk's D-, N- and C-wide buffers; widest input */
   float *scratch;
+#if ES_S_LANES
+  es_s_v *lanes;                    /* in scratch, aligned: two lane chunks' buffers, lspan vectors each */
+  size_t lspan, loff[ES_S_NBUF];
+  int wide;                         /* es_s_ltile2 for two chunks at once */
+  void (*dot8)(const es_s_proj_t *, es_s_v *const *, es_s_v *const *, int, int32_t *);
+#endif
   const float *hi, *lo;
 } SsmObject;
 
@@ -77,6 +91,29 @@ static int get_float(PyObject *seq, Py_ssize_t i, float *out, const char *what) 
   return 0;
 }
 
+#if ES_S_LANES
+/* es_s_proj_t.vw and vcorr of an exact product */
+static int ssm_int8_weights(es_s_proj_t *p) {
+  const int K = p->K, np = p->f.np, k4n = (K + 3) / 4;
+  const int32_t zoff = (int32_t)p->in_z + 128;
+  int k, o;
+  if (!(p->vw = PyMem_Malloc(sizeof(int32_t) * ((size_t)k4n * np + np)))) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  p->vcorr = p->vw + (size_t)k4n * np;
+  p->k4 = k4n;
+  memset(p->vw, 0, sizeof(int32_t) * ((size_t)k4n * np + np));
+  for (k = 0; k < K; k++)
+    for (o = 0; o < np; o++) {
+      int32_t v = (int32_t)p->f.w[(size_t)k * np + o];
+      p->vw[(size_t)(k / 4) * np + o] |= (int32_t)((uint32_t)(uint8_t)(int8_t)v << (8 * (k % 4)));
+      p->vcorr[o] += zoff * v;
+    }
+  return 0;
+}
+#endif
+
 /* a projection: (W [K][np], bias [np], m [out] | None, post [out] | None, K, out, np,
    in_mode, in_s, in_z, out_q, out_d, out_z, out_s), np the chunk buffer's stride `ld` */
 static int ssm_bind_proj(SsmObject *s, es_s_proj_t *p, PyObject *t, int K, int out, int ld, const char *what) {
@@ -107,10 +144,137 @@ static int ssm_bind_proj(SsmObject *s, es_s_proj_t *p, PyObject *t, int K, int o
   p->f.np = (int)np;
   p->f.n1 = K;
   s->work += (long)s->B * K * np;
+  if (p->in_mode == ES_S_IN_INT) {
+    p->exact = 1;
+    for (o = 0; o < np; o++) p->exact &= p->f.b[o] == 0.0f;
+    for (k = 0; k < (long)K * np; k++) {
+      float v = p->f.w[k];
+      p->exact &= v >= -128.0f && v <= 127.0f && v == (float)(int32_t)v;
+    }
+  }
+#if ES_S_LANES
+  if (s->dot8 && p->exact && ssm_int8_weights(p) < 0) return -1;
+#endif
   return 0;
 }
 
 /* -- the step ----------------------------------------------------------------------------- */
+
+#if ES_S_LANES && ES_HAVE_VNNI
+/* es_s_lctx_t.dot8 with AVX-512 VNNI: each stream's inputs q - z (exact integers in float) as
+   unsigned bytes q + 128, four inputs to a word; vpdpbusd adds four u8 x s8 products into each
+   lane's int32 sum, and (z + 128) x the column's weight sum comes off after. The sums are the
+   float products' exactly (es_s_proj_t: exact while they stay below 2^24), so the outputs are
+   the same floats. */
+#define SSM_V_TILE(NAME, NC)                                                                       \
+  ES_VNNI static inline void NAME(const int32_t *u, int k4n, const int32_t *w, int np, const int32_t *corr, \
+                                  float *y0, float *y1) {                                        \
+    __m512i acc[NC][8], uv[NC], wv;                                                              \
+    int c, j, k4;                                                                                \
+    for (c = 0; c < (NC); c++)                                                                   \
+      for (j = 0; j < 8; j++) acc[c][j] = _mm512_setzero_si512();                                \
+    for (k4 = 0; k4 < k4n; k4++) {                                                               \
+      const int32_t *wk = w + (size_t)k4 * np;                                                   \
+      for (c = 0; c < (NC); c++) uv[c] = _mm512_load_si512((const void *)(u + ((size_t)c * k4n + k4) * ES_S_L)); \
+      for (j = 0; j < 8; j++) {                                                                  \
+        wv = _mm512_set1_epi32(wk[j]);                                                           \
+        for (c = 0; c < (NC); c++) acc[c][j] = _mm512_dpbusd_epi32(acc[c][j], uv[c], wv);       \
+      }                                                                                          \
+    }                                                                                            \
+    for (j = 0; j < 8; j++) {                                                                    \
+      const __m512i cj = _mm512_set1_epi32(corr[j]);                                             \
+      _mm512_store_ps(y0 + j * ES_S_L, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[0][j], cj)));    \
+      if ((NC) == 2) _mm512_store_ps(y1 + j * ES_S_L, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[(NC) - 1][j], cj))); \
+    }                                                                                            \
+  }
+SSM_V_TILE(ssm_v_tile1, 1)
+SSM_V_TILE(ssm_v_tile2, 2)
+#undef SSM_V_TILE
+
+ES_VNNI static void ssm_dot8_vnni(const es_s_proj_t *p, es_s_v *const *a, es_s_v *const *y, int nch, int32_t *u) {
+  const int K = p->K, k4n = p->k4, np = p->f.np;
+  const __m512i zoff = _mm512_set1_epi32((int32_t)p->in_z + 128);
+  int h, k4, o;
+#define SSM_V_IN(j)                                                                                \
+  if (4 * k4 + (j) < K)                                                                         \
+    w = _mm512_or_si512(w, _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(_mm512_load_ps(ah + (size_t)(4 * k4 + (j)) * ES_S_L)), zoff), 8 * (j)));
+  for (h = 0; h < nch; h++) {
+    const float *ah = (const float *)(const void *)a[h];
+    int32_t *uh = u + (size_t)h * k4n * ES_S_L;
+    for (k4 = 0; k4 < k4n; k4++) {
+      __m512i w = _mm512_setzero_si512();
+      SSM_V_IN(0) SSM_V_IN(1) SSM_V_IN(2) SSM_V_IN(3)
+      _mm512_store_si512((void *)(uh + (size_t)k4 * ES_S_L), w);
+    }
+  }
+#undef SSM_V_IN
+  for (o = 0; o < p->out; o += ES_S_TO) {
+    float *y0 = (float *)(void *)(y[0] + o), *y1 = nch == 2 ? (float *)(void *)(y[1] + o) : NULL;
+    if (nch == 2)
+      ssm_v_tile2(u, k4n, p->vw + o, np, p->vcorr + o, y0, y1);
+    else
+      ssm_v_tile1(u, k4n, p->vw + o, np, p->vcorr + o, y0, y1);
+  }
+}
+#endif
+
+#if ES_S_LANES
+/* nch (1 or 2) chunks of ES_S_L streams from r0 on, one stream per lane (es_ssm.h): the values the
+   rows below give them; returns the first of them with NaN/Inf logits, or -1 */
+ES_F_INLINE int ssm_lanes(SsmObject *s, int r0, int nch, int cur, int nxt) {
+  const int F = s->F, D = s->D, N = s->N, L = s->L, C = s->C;
+  es_s_v *b[ES_S_NBUF][2];
+  es_s_lctx_t cx;
+  int l, i, c, h, k, bad = -1;
+  for (h = 0; h < 2; h++)
+    for (k = 0; k < ES_S_NBUF; k++) b[k][h] = s->lanes + (size_t)h * s->lspan + s->loff[k];
+  cx.wide = s->wide, cx.dot8 = s->dot8, cx.u = (int32_t *)(void *)b[ES_S_U8][0];
+  for (h = 0; h < nch; h++) es_s_lnormalize(s->x + (size_t)(r0 + h * ES_S_L) * F, F, s->mean, s->std, b[ES_S_XN][h]);
+  es_s_lproj(&s->enc, b[ES_S_XN], b[ES_S_Q], b[ES_S_U], nch, &cx);
+  for (l = 0; l < L; l++) {
+    const es_s_layer_t *y = &s->layer[l];
+    for (h = 0; h < nch; h++) es_s_llayernorm(b[ES_S_U][h], D, y->ln_g, y->ln_b, y->eps, b[ES_S_V][h]);
+    if (y->x.in_mode != ES_S_IN_FLOAT && y->share_q) {      /* x, g (and δ) quantize v alike: once */
+      es_s_lquantize_in(&y->x, b[ES_S_V], b[ES_S_Q], nch);
+      es_s_lproj_q(&y->x, b[ES_S_Q], b[ES_S_X], nch, &cx);
+      es_s_lproj_q(&y->g, b[ES_S_Q], b[ES_S_G], nch, &cx);
+      if (s->sel) es_s_lproj_q(&y->d, b[ES_S_Q], b[ES_S_D], nch, &cx);
+    } else {
+      es_s_lproj(&y->x, b[ES_S_V], b[ES_S_Q], b[ES_S_X], nch, &cx);
+      es_s_lproj(&y->g, b[ES_S_V], b[ES_S_Q], b[ES_S_G], nch, &cx);
+      if (s->sel) es_s_lproj(&y->d, b[ES_S_V], b[ES_S_Q], b[ES_S_D], nch, &cx);
+    }
+    for (h = 0; h < nch; h++) {
+      const size_t r = (size_t)(r0 + h * ES_S_L) * N;
+      es_s_to_lanes(s->s[cur][l] + r, N, N, b[ES_S_SO][h]);
+      if (s->sel)
+        es_s_lselective(y->nrate, y->thr, b[ES_S_D][h], b[ES_S_SO][h], b[ES_S_X][h], N, b[ES_S_SN][h]);
+      else
+        es_s_lfixed(y->decay, b[ES_S_SO][h], b[ES_S_X][h], N, b[ES_S_SN][h]);
+      es_s_to_rows(b[ES_S_SN][h], N, s->s[nxt][l] + r, N);
+    }
+    es_s_lproj(&y->r, b[ES_S_SN], b[ES_S_Q], b[ES_S_R], nch, &cx);
+    for (h = 0; h < nch; h++) es_s_lgate(b[ES_S_R][h], y->skip, b[ES_S_V][h], b[ES_S_G][h], D, b[ES_S_M][h]);
+    es_s_lproj(&y->o, b[ES_S_M], b[ES_S_Q], b[ES_S_O], nch, &cx);
+    for (h = 0; h < nch; h++) es_s_lresidual(b[ES_S_U][h], b[ES_S_O][h], y->ob, D);
+  }
+  for (h = 0; h < nch; h++) es_s_llayernorm(b[ES_S_U][h], D, s->lnf_g, s->lnf_b, s->lnf_eps, b[ES_S_V][h]);
+  es_s_lproj(&s->head, b[ES_S_V], b[ES_S_Q], b[ES_S_H], nch, &cx);
+  for (h = 0; h < nch; h++) {
+    const es_s_v *ho = b[ES_S_H][h], *pr = b[ES_S_P][h];
+    const unsigned good = es_s_lsoftmax(ho, C, b[ES_S_P][h]);
+    for (i = 0; i < ES_S_L; i++) {
+      const size_t r = (size_t)(r0 + h * ES_S_L + i) * C;
+      for (c = 0; c < C; c++) s->logits[r + c] = ho[c][i];
+      if (good >> i & 1)
+        for (c = 0; c < C; c++) s->probs[r + c] = pr[c][i];
+      else if (bad < 0)
+        bad = r0 + h * ES_S_L + i;
+    }
+  }
+  return bad;
+}
+#endif
 
 ES_CLONES static int ssm_run(SsmObject *s) {
   const int B = s->B, F = s->F, D = s->D, N = s->N, L = s->L, C = s->C, ld = s->ld, ldn = s->ldn;
@@ -119,8 +283,14 @@ ES_CLONES static int ssm_run(SsmObject *s) {
   float *xn = s->scratch, *u = xn + R * F, *v = u + R * ld, *go = v + R * ld, *ro = go + R * ld, *mm = ro + R * ld;
   float *oo = mm + R * ld, *xo = oo + R * ld, *dl = xo + R * ldn, *ho = dl + R * ldn, *qa = ho + R * s->ldc;
   float *ap = qa + R * s->kmax;
-  int r0, l, bad = -1;
-  for (r0 = 0; r0 < B; r0 += ES_F_CHUNK) {
+  int r0 = 0, l, bad = -1;
+#if ES_S_LANES
+  for (; r0 + ES_S_L <= B; r0 += 2 * ES_S_L) {
+    int b = ssm_lanes(s, r0, r0 + 2 * ES_S_L <= B ? 2 : 1, cur, nxt);
+    if (b >= 0 && bad < 0) bad = b;
+  }
+#endif
+  for (; r0 < B; r0 += ES_F_CHUNK) {
     int rows = B - r0 < ES_F_CHUNK ? B - r0 : ES_F_CHUNK, r;
     es_f_normalize(s->x + (size_t)r0 * F, rows, F, s->mean, s->std, xn);
     es_s_proj(&s->enc, xn, F, rows, qa, ap, u, ld);
@@ -227,6 +397,12 @@ static PyObject *ssm_get_kernel(SsmObject *s, void *closure) {
 
 static void ssm_dealloc(SsmObject *s) {
   int i;
+  PyMem_Free(s->enc.vw);
+  PyMem_Free(s->head.vw);
+  for (i = 0; i < ES_S_MAX_LAYERS; i++) {
+    es_s_layer_t *y = &s->layer[i];
+    PyMem_Free(y->x.vw), PyMem_Free(y->g.vw), PyMem_Free(y->d.vw), PyMem_Free(y->r.vw), PyMem_Free(y->o.vw);
+  }
   for (i = 0; i < s->nviews; i++) PyBuffer_Release(&s->views[i]);
   PyMem_Free(s->scratch);
   Py_TYPE(s)->tp_free((PyObject *)s);
@@ -280,6 +456,9 @@ static int ssm_bind_layer(SsmObject *s, es_s_layer_t *y, PyObject *t) {
     PyErr_SetString(PyExc_ValueError, "ssm ln epsilon: negative");
     return -1;
   }
+#define ES_S_SAME_IN(a, b) ((a).in_mode == (b).in_mode && (a).in_s == (b).in_s && (a).in_z == (b).in_z && (a).K == (b).K)
+  y->share_q = ES_S_SAME_IN(y->x, y->g) && (!s->sel || ES_S_SAME_IN(y->x, y->d));
+#undef ES_S_SAME_IN
   return 0;
 }
 
@@ -308,6 +487,9 @@ static PyObject *ssm_step(PyObject *mod, PyObject *args) {
   if (!(s = PyObject_New(SsmObject, &SsmType))) return NULL;
   memset((char *)s + sizeof(PyObject), 0, sizeof(SsmObject) - sizeof(PyObject));
   s->B = B, s->F = F, s->D = D, s->N = N, s->C = C, s->L = (int)L, s->sel = sel, s->quant = quant;
+#if ES_S_LANES && ES_HAVE_VNNI
+  if (vnni_supported()) s->dot8 = ssm_dot8_vnni;
+#endif
   s->ld = (D + ES_F_NB - 1) / ES_F_NB * ES_F_NB;
   s->ldn = (N + ES_F_NB - 1) / ES_F_NB * ES_F_NB;
   s->ldc = (C + ES_F_NB - 1) / ES_F_NB * ES_F_NB;
@@ -330,8 +512,32 @@ static PyObject *ssm_step(PyObject *mod, PyObject *args) {
       get_float(final, 2, &s->lnf_eps, "final norm epsilon") < 0 ||
       ssm_bind_proj(s, &s->head, head, D, C, s->ldc, "ssm head") < 0)
     goto fail;
-  s->scratch = PyMem_Malloc(sizeof(float) * ES_F_CHUNK *
-                            ((size_t)F + (size_t)6 * s->ld + (size_t)2 * s->ldn + s->ldc + (size_t)2 * s->kmax));
+  {
+    size_t rows = sizeof(float) * ES_F_CHUNK *
+                  ((size_t)F + (size_t)6 * s->ld + (size_t)2 * s->ldn + s->ldc + (size_t)2 * s->kmax);
+#if ES_S_LANES
+    size_t lanes, width[ES_S_NBUF];
+    int k;
+    width[ES_S_XN] = F, width[ES_S_Q] = s->kmax, width[ES_S_H] = width[ES_S_P] = s->ldc;
+    width[ES_S_U] = width[ES_S_V] = width[ES_S_G] = width[ES_S_R] = width[ES_S_M] = width[ES_S_O] = s->ld;
+    width[ES_S_X] = width[ES_S_D] = width[ES_S_SO] = width[ES_S_SN] = s->ldn;
+    width[ES_S_U8] = (size_t)(s->kmax + 3) / 4 * 2;       /* both chunks' words, in the first chunk's span */
+    for (s->lspan = 0, k = 0; k < ES_S_NBUF; k++) s->loff[k] = s->lspan, s->lspan += width[k];
+    lanes = sizeof(es_s_v) * 2 * s->lspan;
+#if ES_HAVE_CLONES
+    __builtin_cpu_init();
+    s->wide = __builtin_cpu_supports("avx512f");
+#else
+    s->wide = 0;
+#endif
+    s->scratch = PyMem_Malloc(rows + lanes + sizeof(es_s_v));
+    if (s->scratch)
+      s->lanes = (es_s_v *)(void *)(((uintptr_t)((char *)s->scratch + rows) + sizeof(es_s_v) - 1) &
+                                    ~(uintptr_t)(sizeof(es_s_v) - 1));
+#else
+    s->scratch = PyMem_Malloc(rows);
+#endif
+  }
   if (!s->scratch) {
     PyErr_NoMemory();
     goto fail;

@@ -223,6 +223,8 @@ def _layout(p: dict, n_in: int, n_out: int, post=None) -> tuple:
         in_mode, in_s, in_z = (IN_FLOAT, 1.0, 0.0) if iq is None else (IN_FQ, iq[0], iq[1])
         out_d = 1.0 if oq is None else oq[0]
     out_q, out_z, out_s = (0, 0.0, 1.0) if oq is None else (1, float(oq[1]), float(oq[0]))
+    if post is not None and m is None and oq is None and not b.any():
+        b[:n_out], post = post, None                  # a float product's bias starts its sums: no pass after
     return (W.reshape(-1), b, None if m is None else np.ascontiguousarray(m, np.float32),
             None if post is None else np.ascontiguousarray(post, np.float32),
             n_in, n_out, np_, in_mode, float(in_s), float(in_z), out_q, float(out_d), out_z, out_s)
