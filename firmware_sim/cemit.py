@@ -119,6 +119,9 @@ def _arr(ctype: str, name: str, values, static: bool = True) -> str:
 
 def layout(m: IntModel) -> dict:
     """Sizes of the step's buffers in bytes: the scratch and where each part lies in it."""
+    if m.kind == "ssm":
+        from firmware_sim.cemit_ssm import layout as ssm_layout
+        return ssm_layout(m)
     H, G, F = m.hidden, GATES[m.kind], m.n_features
     n_a = max(pad4(F), pad4(H))
     parts = {"gx": 4 * G * H, "gh": 4 * G * H, "a": n_a, "ah": pad4(H), "widened": 2 * n_a}
@@ -280,6 +283,9 @@ def flash_bytes(m: IntModel) -> dict:
     """Read-only bytes the emitted model holds (its .rodata, before alignment): int8 weights in
     blocks of 4 rows, per-output constants (zero point, multiplier, shift, bias: 16 B),
     per-feature constants (mean, multiplier, shift: 12 B, and fractional bits: 1 B), tables."""
+    if m.kind == "ssm":
+        from firmware_sim.cemit_ssm import flash_bytes as ssm_flash_bytes
+        return ssm_flash_bytes(m)
     mats = [x for cell in m.cells for x in (cell["x"], cell["h"])] + [m.head]
     weights = sum(pad4(x.w.shape[0]) * pad4(x.w.shape[1]) for x in mats)
     constants = sum(16 * x.w.shape[1] for x in mats) + 13 * m.n_features
@@ -308,6 +314,9 @@ def emit(m: IntModel, out, prefix: str = "es", protect=()) -> dict:
     the files would land on a path of `protect` (the model being read), links followed;
     ModelFileError, before anything is written, for a constant the int32 step cannot hold
     (`firmware_sim.intsim.check_int_model`: C that builds but overflows is never written)."""
+    if m.kind == "ssm":
+        from firmware_sim.cemit_ssm import emit as ssm_emit
+        return ssm_emit(m, out, prefix, protect)
     p = check_prefix(prefix)
     check_int_model(m, protect[0] if protect else "<model>")
     out = Path(out)

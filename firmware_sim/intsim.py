@@ -177,7 +177,8 @@ def from_onnx(path) -> IntModel:
     metadata that disagrees with it (arch vs the weights' gate blocks, config hidden/layers,
     normalization vs the graph's Sub/Div constants, quantization vs the graph's nodes) is
     refused with a MetadataError (a ModelFileError) naming the key; a constant the integer step
-    cannot hold with a ModelFileError naming the tensor and the value (`check_int_model`)."""
+    cannot hold with a ModelFileError naming the tensor and the value (`check_int_model`). An
+    SSM file gives a `firmware_sim.intssm.SSMIntModel` (checked by `check_ssm_model`)."""
     return load_int_model(path)[0]
 
 
@@ -320,8 +321,8 @@ def _short(v) -> str:
 
 def check_int8(meta, path):
     from edgeseq.errors import DataError
-    if meta.arch not in ("rnn", "gru", "lstm"):        # first: no export makes another architecture fit
-        raise DataError(f"integer-only execution covers the rnn, gru and lstm step graphs, not {meta.arch}; "
+    if meta.arch not in ("rnn", "gru", "lstm", "ssm"):  # first: no export makes another architecture fit
+        raise DataError(f"integer-only execution covers the rnn, gru and lstm step graphs and the ssm, not {meta.arch}; "
                         "`edgeseq firmware check` still plans its memory and cost")
     if not meta.quantization:
         raise DataError(f"'{path}' is a float model; integer-only execution needs int8: "
@@ -449,11 +450,15 @@ def from_parts(meta, initializers: dict, nodes, path="<model>") -> IntModel:
     The checks and errors of `from_onnx` (which calls this with the graph it read): the
     quantization parameters' shapes (`edgeseq.runtime.quant.check_qdq`) and every constant the
     integer step holds (`check_int_model`). `path` only names the model in messages. Used by
-    edgeseq.runtime.native too, so the firmware and the native int8 step refuse alike."""
+    edgeseq.runtime.native too, so the firmware and the native int8 step refuse alike. An SSM
+    graph (edgeseq.arch "ssm") gives `firmware_sim.intssm.from_parts`'s SSMIntModel."""
     from types import SimpleNamespace
 
     from edgeseq.runtime.quant import check_qdq
 
+    if meta.arch == "ssm":
+        from firmware_sim.intssm import from_parts as ssm_from_parts
+        return ssm_from_parts(meta, initializers, nodes, path)
     proto = SimpleNamespace(graph=SimpleNamespace(node=list(nodes)))       # what the checks read
     check_quantization(meta, proto, path)
     check_int8(meta, path)

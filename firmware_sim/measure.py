@@ -54,7 +54,12 @@ def core_of(target) -> str:
 
 def cost_features(m) -> list:
     """What a step's cycles scale with, for `check`'s fitted cost: [MACs, requantized outputs
-    (every product output and every state value quantized to int8), hidden units x layers, 1]."""
+    (every product output and every state value quantized to int8), hidden units x layers, 1].
+    For an SSM: [MACs, requantized values (product outputs and int8 inputs), element-wise
+    channels (LayerNorms, gates and states), 1]."""
+    if m.kind == "ssm":
+        from firmware_sim.cemit_ssm import cost_features as ssm_features
+        return ssm_features(m)
     outputs = sum(c["x"].w.shape[1] + c["h"].w.shape[1] for c in m.cells) + m.head.w.shape[1]
     quantized = m.hidden * (2 * m.layers)                 # h before its own product, and before the next layer's or the head
     return [float(kernel_macs_per_step(m)), float(outputs + quantized), float(m.hidden * m.layers), 1.0]
@@ -64,6 +69,9 @@ def kernel_macs_per_step(m) -> int:
     """Multiply-accumulates the emitted kernels execute for one step: es_k_matvec runs its
     inputs and its output rows in fours, so each product counts as ceil4(in) x ceil4(out)
     (a hidden size of 13 runs as 16)."""
+    if m.kind == "ssm":
+        from firmware_sim.cemit_ssm import kernel_macs
+        return kernel_macs(m)
     def padded(w) -> int:
         return (-(-w.shape[0] // 4) * 4) * (-(-w.shape[1] // 4) * 4)
     return int(sum(padded(c["x"].w) + padded(c["h"].w) for c in m.cells) + padded(m.head.w))
@@ -71,6 +79,9 @@ def kernel_macs_per_step(m) -> int:
 
 def macs_per_step(m) -> int:
     """int8 multiply-accumulates of one step (the products as the model defines them, unpadded)."""
+    if m.kind == "ssm":
+        from firmware_sim.cemit_ssm import macs
+        return macs(m)
     return int(sum(c["x"].w.size + c["h"].w.size for c in m.cells) + m.head.w.size)
 
 
@@ -100,7 +111,7 @@ def readings_for(m, data: str | None, n: int, model=None) -> tuple:
 
 def measure(model, core: str, opt: str = "-O2", readings: int = 1000, counted: int = 8, target=None,
             work_dir=None, portable: bool = False, data: str | None = None) -> dict:
-    """Cross-compile the emitted step of `model` (a static int8 RNN/GRU/LSTM .onnx) for `core`
+    """Cross-compile the emitted step of `model` (a static int8 RNN/GRU/LSTM/SSM .onnx) for `core`
     ("cortex-m0plus", "cortex-m4", "cortex-m7", "cortex-m33") at `opt`, run it on the emulated
     core and return the figures (see the module docstring); `target` (a Target) adds time per
     reading at its clock; `portable=True` builds the portable C path (ES_PORTABLE) on a DSP core. Raises EdgeseqError if the compiled step differs from the simulator
@@ -132,9 +143,14 @@ def measure(model, core: str, opt: str = "-O2", readings: int = 1000, counted: i
         obj = toolchain.compile_object(d / "es_model.c", core, opt, d, include_dirs=[d], defines=defines,
                                        compiler=compiler)
         sizes = toolchain.sections(obj)
-        elf = toolchain.build([d / "harness.c", d / "es_model.c", d / "es_tables.c"], core, opt, d, include_dirs=[d],
+        ssm = m.kind == "ssm"
+        tables = [d / "es_tables.c"] + ([d / "es_ssm_tables.c"] if ssm else [])
+        elf = toolchain.build([d / "harness.c", d / "es_model.c", *tables], core, opt, d, include_dirs=[d],
                               defines=defines, compiler=compiler)
-        used = [t for t in ("es_sigmoid_q15", "es_tanh_q15") if t in (d / "es_model.c").read_text()]
+        code = (d / "es_model.c").read_text() + ((d / "es_ssm_int.h").read_text() if ssm else "")
+        used = [t for t in ("es_sigmoid_q15", "es_tanh_q15") if t in code]
+        if ssm:
+            used += ["es_rsqrt_q15"] + (["es_softplus_q12", "es_decay_gain_q15"] if m.selective else [])
         tables = toolchain.sections(elf, symbols_from=used)["rodata"]       # the tables this model reads
         mach = emulate.Machine(elf, core)
         mach.call("bench_reset")
@@ -157,7 +173,8 @@ def measure(model, core: str, opt: str = "-O2", readings: int = 1000, counted: i
     per_step = r["instructions"] / counted
     helpers = {k: v / counted for k, v in r["by_function"].items() if k.startswith(("__aeabi_l", "__mul", "__ash"))}
     lay = layout(m)
-    out = {
+    ssm_keys = {"d_state": m.d_state, "selective": bool(m.selective)} if m.kind == "ssm" else {}
+    out = {**ssm_keys,
         "model": str(model), "arch": m.kind, "hidden": m.hidden, "layers": m.layers, "core": core, "opt": opt,
         "compiler": compiler.version(), "cpu_model": mach.cpu_model, "dsp_path": core in ("cortex-m4", "cortex-m7", "cortex-m33") and not portable,
         "bit_exact_readings": readings, "readings_from": source,

@@ -6,7 +6,7 @@ it overlaps no placed buffer that is alive at the same time (the greedy planner 
 Lite Micro uses). The arena is the highest end offset.
 
 Where the buffers come from:
-- int8 RNN/GRU/LSTM (static): the buffers of the integer-only step that `firmware emit`
+- int8 RNN/GRU/LSTM/SSM (static): the buffers of the integer-only step that `firmware emit`
   writes, op by op (`integer_buffers`). This is what the C code allocates.
 - anything else (the Transformer, float models): the ONNX graph run once at batch 1 and the
   given history, every intermediate tensor at its real size and type (`graph_buffers`).
@@ -65,6 +65,12 @@ def integer_buffers(m) -> list:
     parts are all live during a step, so the plan is their sum. Sizes in bytes."""
     from firmware_sim.cemit import layout
     lay = layout(m)
+    if m.kind == "ssm":
+        names = {"u": "u (int32 Q12 residual stream)", "v": "v (int32 Q12 LayerNorm out)",
+                 "x": "x (int32 state input)", "g": "g (int32 Q12 gate)", "delta": "delta (int32 Q12 step size)",
+                 "r": "r (int32 Q12 readout / output)", "a": "a (int8 product input)",
+                 "widened": "widened activations (SMLAD operands)"}
+        return [Buffer(label, lay[k], 0, 1) for k, label in names.items() if lay[k]]
     names = {"gx": "gx (int32 Q12 input products)", "gh": "gh (int32 Q12 state products)", "a": "a (int8 layer input)",
              "ah": "ah (int8 state input)", "widened": "widened activations (SMLAD operands)"}
     return [Buffer(label, lay[k], 0, 1) for k, label in names.items()]
@@ -221,12 +227,12 @@ def check_model(path, target, history: int | None = None, cycles_per_mac: float 
     shapes, proto = run_shapes(source, H)
     macs, ops = macs_and_ops(proto, shapes)
     flash = flash_of(proto)
-    integer = bool(meta.quantization and meta.quantization.get("scheme") == "static" and meta.arch in ("rnn", "gru", "lstm"))
+    integer = bool(meta.quantization and meta.quantization.get("scheme") == "static" and meta.arch in ("rnn", "gru", "lstm", "ssm"))
     measured, stack = None, 0
     if integer:
         from firmware_sim.cemit import flash_bytes, layout
         from firmware_sim.measure import cost_features, macs_per_step
-        from firmware_sim.targets import MEASURED, MEASURED_SOURCE, emulated_core
+        from firmware_sim.targets import MEASURED, MEASURED_SOURCE, emulated_core, measured_kind
 
         if loaded.graph is None:
             raise DataError(loaded.graph_error or f"'{path}' cannot be read; export it again")
@@ -234,7 +240,7 @@ def check_model(path, target, history: int | None = None, cycles_per_mac: float 
         lay = layout(m)
         bufs = integer_buffers(m)
         core = emulated_core(target)
-        measured = (MEASURED.get(core) or {}).get(m.kind)
+        measured = (MEASURED.get(core) or {}).get(measured_kind(m))
         fb = flash_bytes(m)
         flash = {"weights": fb["weights"], "scales_biases": fb["constants"], "activation_tables": fb["tables"],
                  ("code_fitted" if measured else "code_estimate"):
@@ -244,7 +250,9 @@ def check_model(path, target, history: int | None = None, cycles_per_mac: float 
         stack = measured[6] if measured else STACK_ESTIMATE
         macs = macs_per_step(m)
         fitted_cycles = float(np.dot(measured[:4], cost_features(m))) if measured else None
-        kind = ("integer-only step (as `firmware emit` writes it): int8 weights, int16/int32 state; code, stack and "
+        kind = ("integer-only step (as `firmware emit` writes it): int8 weights, "
+                + ("int16/int32 state" if m.kind != "ssm" else "Q12 LayerNorm and gate, int32 state")
+                + "; code, stack and "
                 + (f"cycles fitted to measurements on an emulated {core} ({MEASURED_SOURCE})" if measured else
                    "cycles are estimates (no emulated core for this target)"))
     else:

@@ -21,6 +21,7 @@ def firmware():
       edgeseq firmware check models/gru-int8.onnx --target nrf52840
       edgeseq firmware check models/transformer-int8.onnx --target rp2040 --history 512
       edgeseq firmware simulate models/gru-int8.onnx --json
+      edgeseq firmware simulate models/ssm-int8.onnx --float models/ssm.onnx
       edgeseq firmware emit models/gru-int8.onnx --out firmware/gru --prefix gesture
       edgeseq firmware measure models/gru-int8.onnx --target nrf52840
     """
@@ -85,7 +86,7 @@ def _fmt_check(r):
 def firmware_check(model, target, history, cycles_per_mac, targets_file, as_json):
     """Flash and RAM plan against a part, and cycles and time per reading.
 
-    int8 RNN/GRU/LSTM are planned as the integer-only C step runs them (`firmware emit`): on
+    int8 RNN/GRU/LSTM/SSM are planned as the integer-only C step runs them (`firmware emit`): on
     Cortex-M0+, M4 and M7 parts with code size, stack and cycles per MAC measured on emulated
     cores (`edgeseq firmware measure`; firmware_sim/targets.py MEASURED). Other models are
     planned as their ONNX graph runs (float intermediates), with per-core estimates from
@@ -117,9 +118,10 @@ def firmware_check(model, target, history, cycles_per_mac, targets_file, as_json
 @_json_option
 @_errors
 def firmware_measure(model, target, core, opt, readings, data, targets_file, as_json):
-    """Cross-compile the emitted int8 step for a Cortex-M core, run it on an emulated core, and
-    report measured sizes (.text, .rodata), stack, instructions per reading and the instruction
-    mix, with cycles modelled from that mix (Arm TRM timings). Needs arm-none-eabi-gcc (Debian:
+    """Cross-compile the emitted int8 step (RNN, GRU, LSTM, SSM) for a Cortex-M core, run it on
+    an emulated core, and report measured sizes (.text, .rodata), stack, instructions per
+    reading and the instruction mix, with cycles modelled from that mix (Arm TRM timings),
+    after checking it bit-exact with the simulator. Needs arm-none-eabi-gcc (Debian:
     gcc-arm-none-eabi) or `pip install ziglang`, and `pip install "edgeseq[firmware]"`.
 
     \b
@@ -137,7 +139,9 @@ def firmware_measure(model, target, core, opt, readings, data, targets_file, as_
         _echo_json(r)
         return
     sec = r["sections"]
-    lines = [f"{r['model']} ({r['arch']}, hidden {r['hidden']}) on an emulated {r['core']} ({r['cpu_model']}), "
+    size = (f"d_model {r['hidden']}, d_state {r['d_state']}, {'selective' if r['selective'] else 'fixed'} decay"
+            if r["arch"] == "ssm" else f"hidden {r['hidden']}")
+    lines = [f"{r['model']} ({r['arch']}, {size}) on an emulated {r['core']} ({r['cpu_model']}), "
              f"{r['compiler']} {r['opt']}{', SMLAD path' if r['dsp_path'] else ', portable path'}",
              f"  bit-exact with `firmware simulate` over {r['bit_exact_readings']:,} readings ({r['readings_from']})",
              f"  measured: .text {sec['text']:,} B, .rodata {sec['rodata']:,} B, .data {sec['data']:,} B, "
@@ -161,8 +165,9 @@ def firmware_measure(model, target, core, opt, readings, data, targets_file, as_
 @_json_option
 @_errors
 def firmware_simulate(model, data, float_model, as_json):
-    """Run the int8 step integer-only (no float on the path) over the test split and a long stream,
-    of the model's training data unless --data says otherwise."""
+    """Run the int8 step integer-only (no float on the path) over the test split (per sequence,
+    and joined end to end never reset, scored per reading) and a long stream, of the model's
+    training data unless --data says otherwise. RNN, GRU, LSTM and SSM (fixed or selective)."""
     from firmware_sim.simulate import simulate
 
     r = simulate(model, data, float_model)
@@ -173,6 +178,9 @@ def firmware_simulate(model, data, float_model, as_json):
     click.echo(f"{r['arch']} integer-only on {r['data']} test ({r['test_sequences']} sequences): accuracy "
                f"{a['integer_only']:.3f}; onnxruntime int8 {a['onnxruntime_int8']:.3f}"
                + (f"; float {a['float']:.3f}" if "float" in a else ""))
+    n = r["never_reset"]
+    click.echo(f"  never reset (test sequences joined, scored per reading): integer-only {n['integer_only']:.4f}; "
+               f"onnxruntime int8 {n['onnxruntime_int8']:.4f}" + (f"; float {n['float']:.4f}" if "float" in n else ""))
     for key, name in (("vs_onnxruntime_int8", "onnxruntime int8"), ("vs_float", "float")):
         if key in r:
             d = r[key]
@@ -191,7 +199,8 @@ def firmware_emit(model, out, prefix, as_json):
     """Write C99 for the integer-only step: PREFIX_model.h (the API), PREFIX_model.c (weights
     and step), es_kernels.h (shared kernels, with an SMLAD path on Cortex-M4/M7/M33) and a host
     example (PREFIX_example.c), and es_tables.c (the sigmoid/tanh tables, compiled once per
-    firmware). The caller passes PREFIX_SCRATCH_WORDS int32 words of working memory to each step.
+    firmware); for an SSM also es_ssm_int.h (LayerNorm, state update, gate) and es_ssm_tables.c.
+    The caller passes PREFIX_SCRATCH_WORDS int32 words of working memory to each step.
 
     \b
       edgeseq firmware emit models/gru-int8.onnx --out firmware/gru --prefix gesture
@@ -206,8 +215,10 @@ def firmware_emit(model, out, prefix, as_json):
     if as_json:
         _echo_json(r)
     else:
+        shared = [f for f in r["files"] if f.startswith("es_")]
+        tables = " ".join(f"{out}/{f}" for f in shared if f.endswith(".c"))
         click.echo(f"wrote {out}/{prefix}_model.h, {prefix}_model.c ({r['int8_weights']:,} int8 weights, "
-                   f"{r['tables_bytes']:,} B of tables), es_kernels.h, es_tables.c and {prefix}_example.c; the step needs "
+                   f"{r['tables_bytes']:,} B of tables), {', '.join(shared)} and {prefix}_example.c; the step needs "
                    f"{r['scratch_bytes']:,} B of scratch and {r['state_bytes']:,} B of state; readings are int32 "
                    f"with {', '.join(map(str, r['in_frac']))} fractional bits per channel; "
-                   f"build: gcc -std=c99 -O2 -o stream {out}/{prefix}_example.c {out}/{prefix}_model.c {out}/es_tables.c")
+                   f"build: gcc -std=c99 -O2 -o stream {out}/{prefix}_example.c {out}/{prefix}_model.c {tables}")

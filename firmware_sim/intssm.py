@@ -1,0 +1,522 @@
+"""Integer-only execution of the int8 state-space step (`edgeseq.models.ssm`, fixed and selective
+decay), as a microcontroller runs it, operation for operation as the C that
+`firmware_sim.cemit_ssm` writes (kernels in `kernels/es_ssm_int.h`), in 32-bit arithmetic only.
+
+Taken from the static int8 ONNX model: the int8 weights of every projection (symmetric, per
+output channel) and the calibrated scale and zero point of each projection's input (the static
+export calibrates them on the training data, as for the RNNs), the calibrated ranges of the
+gate and readout outputs (their QuantizeLinear), and the float constants (LayerNorm weights,
+biases, decays, rates, skip). Formats:
+
+- the reading enters as for the RNNs (int32 fixed point, `in_frac` per channel) and becomes the
+  encoder's int8 input; every product is int8 x int8 into int32, requantized by a 15-bit
+  multiplier and shift (`intmath.requant`) to Q12 (12 fractional bits), or for the state's
+  input to the state's format;
+- the residual stream u and LayerNorm outputs v are int32 Q12 (u clamped to +-`u_lim`);
+- LayerNorm (`LayerNormQ`): exact deviations D u - sum(u) (no rounded mean), scaled by a
+  power of two so the largest has 15 bits, their squares summed in 32 bits, eps added at the
+  same scale, and 1/sqrt from a 193-knot int16 table over [1, 4] (`RSQRT`, linearly
+  interpolated, Q15) after scaling by a power of four; gamma and beta in Q12;
+- the state is int32 with `qs` fractional bits per layer (from the readout input's calibrated
+  range), clamped to +-(2^30 - 1). Fixed decay: s' = s - floor(floor(s b_m / 2^15) / 2^b_k) + x,
+  with b = 1 - a = b_m / 2^(15 + b_k) precomputed per state (the input gain 1 - a is already
+  in the exported x weights). Selective: Δ = softplus(δ) from a 2049-knot Q12 table over
+  [-8, 8] (δ itself above 8), z = λΔ by multiplier, b = 1 - exp(-z) from a 2049-knot Q15
+  table over [0, 16], and s' = s + floor((x - s) b / 2^15);
+- SiLU(g) = g x sigmoid(g) (the RNNs' sigmoid table, Q15); y = C s + D ⊙ v; y and SiLU(g) are
+  brought to int16 by shifts chosen from their calibrated ranges (4x headroom, saturating),
+  multiplied exactly, and the product requantized to the output projection's int8 input;
+- the head gives Q12 logits, as the RNNs' do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from edgeseq.errors import ModelFileError
+from firmware_sim.intcheck import INT32_MAX, _bad, _fits, _multiplier, _reach, _requant_ok
+from firmware_sim.intmath import IN_LIMIT, LUT_SHIFT, LUT_SIZE, ONE_Q15, Q, SIGMOID, lut, requant
+
+S_LIMIT = (1 << 30) - 1          # the state and its input are clamped to +-S_LIMIT
+RSQRT_KNOTS = 193                # 1/sqrt(x) over x in [1, 4], steps of 1/64
+HEADROOM = 4                     # y and SiLU(g) reach int16 saturation at 4x their calibrated range
+SOFTPLUS_LINEAR = 8 << Q         # above it softplus(δ) = δ (the difference is below 3.4e-4)
+
+
+def _rsqrt_table() -> np.ndarray:
+    x = 1.0 + np.arange(RSQRT_KNOTS) / 64.0
+    return np.minimum(np.round(ONE_Q15 / np.sqrt(x)), ONE_Q15 - 1).astype(np.int16)
+
+
+def _lut_table(fn, scale: int) -> np.ndarray:
+    x = (np.arange(LUT_SIZE + 1) * (1 << LUT_SHIFT) - 8 * (1 << Q)) / (1 << Q)          # knots -8 .. 8
+    return np.clip(np.round(fn(x) * scale), -32768, 32767).astype(np.int16)
+
+
+RSQRT = _rsqrt_table()
+SOFTPLUS = _lut_table(lambda x: np.logaddexp(0.0, x), 1 << Q)            # Q12 output
+DECAY_GAIN = _lut_table(lambda x: -np.expm1(-(x + 8.0)), ONE_Q15)        # 1 - exp(-z), z = x + 8, Q15
+
+
+def bitlen(x) -> np.ndarray:
+    """Bits of non-negative int64 values below 2^32 (0 for 0), element-wise."""
+    x = np.asarray(x, np.int64)
+    return sum((x >> k > 0).astype(np.int64) for k in range(32))
+
+
+def rsqrt_q15(w) -> tuple:
+    """w int [...] in [2^28, 2^30) -> 2^15 / sqrt(w / 2^28), table-interpolated (Q15)."""
+    d = np.asarray(w, np.int64) - (1 << 28)
+    i, f = d >> 22, (d >> 7) & 0x7FFF
+    lo, hi = RSQRT[i].astype(np.int64), RSQRT[i + 1].astype(np.int64)
+    return lo + (((hi - lo) * f) >> 15)
+
+
+@dataclass
+class LayerNormQ:
+    """A LayerNorm over D channels in Q12: see `layernorm`."""
+    r: int                   # squares are summed >> r, r = ceil(log2 D)
+    e_cap: int               # the deviations are scaled by at most 2^e_cap ...
+    eps_cap: int             # ... where eps is eps_cap (in the squares' units)
+    gamma: np.ndarray        # int64 [D] Q12: gamma x sqrt(D / 2^r)
+    beta: np.ndarray         # int64 [D] Q12
+    name: str = ""
+
+    @classmethod
+    def make(cls, gamma, beta, eps: float, name: str, path) -> "LayerNormQ":
+        """gamma, beta float [D], eps >= 0 -> the integer LayerNorm; ModelFileError naming
+        `name` for a weight or bias beyond int32 in Q12 or an epsilon too large."""
+        D = len(gamma)
+        r = int(np.ceil(np.log2(D))) if D > 1 else 0
+        base = float(eps) * float(D) ** 3 * 2.0 ** (24 - r)    # eps in units of the squares at scale 2^0
+        if base > 0:
+            e_cap = min(int(np.floor(np.log2((1 << 29) / base) / 2)), 15)
+            eps_cap = int(round(base * 4.0 ** e_cap))
+        else:
+            e_cap, eps_cap = 15, 0
+        if e_cap < -15:
+            raise _bad(path, f"{name}'s epsilon {eps:g} is too large for the integer LayerNorm")
+        g = np.asarray(gamma, np.float64) * np.sqrt(D / 2.0 ** r)
+        return cls(r, e_cap, eps_cap, _qfrac(path, f"{name} weight", g, Q), _qfrac(path, f"{name} bias", beta, Q), name)
+
+    @property
+    def n_max(self) -> int:
+        """The largest |normalised value| in Q12 before gamma: sqrt(D) x sqrt(2^r / D), with a margin."""
+        return int(np.ceil(np.sqrt(2.0 ** self.r) * 4096 * 1.02)) + 2
+
+    @property
+    def out_max(self) -> int:
+        return int((self.n_max * np.abs(self.gamma).max() >> 12) + np.abs(self.beta).max() + 1)
+
+    def __call__(self, u: np.ndarray) -> np.ndarray:
+        """u int [B, D] Q12 (|u| <= u_lim, so D |u| < 2^30) -> int [B, D] Q12.
+
+        The deviations are taken exactly as d = D u - sum(u) (no rounded mean), scaled by 2^e
+        so the largest has 15 bits (e <= e_cap), their squares summed >> r, eps added at that
+        scale (eps_cap >> 2 (e_cap - e)), and 1/sqrt of the sum read from `RSQRT` after scaling
+        it into [2^28, 2^30) by a power of 4 (`rsqrt_q15`)."""
+        u = np.asarray(u, np.int64)
+        d = u.shape[1] * u - u.sum(1, keepdims=True)
+        maxd = np.abs(d).max(1)
+        e = np.minimum(15 - bitlen(maxd), self.e_cap)[:, None]
+        t = np.where(e >= 0, d << np.maximum(e, 0), d >> np.maximum(-e, 0))
+        sq = ((t * t) >> self.r).sum(1, keepdims=True)
+        eps = self.eps_cap >> np.minimum(2 * (self.e_cap - e), 31)
+        w = sq + eps
+        bl = bitlen(np.maximum(w, 1))
+        j = np.where(bl >= 31, 1, -((30 - bl) // 2))            # w / 4^j in [2^28, 2^30)
+        wn = np.where(j > 0, w >> 2, w << np.maximum(-2 * j, 0))
+        R = rsqrt_q15(np.where(maxd[:, None] == 0, 1 << 28, wn))
+        sh = 17 + j
+        n = (t * R + (np.int64(1) << (sh - 1))) >> sh
+        v = ((n * self.gamma + 2048) >> 12) + self.beta
+        return np.where(maxd[:, None] == 0, self.beta, v)
+
+
+def _qfrac(path, name: str, value, frac: int) -> np.ndarray:
+    """Real values as int64 with `frac` fractional bits: finite and within int32, else ModelFileError."""
+    a = np.asarray(value, np.float64).reshape(-1)
+    if not np.isfinite(a).all():
+        i = int(np.argmax(~np.isfinite(a)))
+        raise _bad(path, f"{name}[{i}] is {a[i]:g}, not a finite number")
+    q = np.round(a * 2.0 ** frac)
+    if np.abs(q).max(initial=0) > INT32_MAX:
+        i = int(np.argmax(np.abs(q)))
+        raise _bad(path, f"{name}[{i}] is {a[i]:.9g}: beyond int32 with {frac} fractional bits")
+    return q.astype(np.int64)
+
+
+def _int8_range(scale: float, zp: int) -> float:
+    """The largest |real value| an int8 of this scale and zero point holds."""
+    return float(scale) * max(abs(-128 - zp), abs(127 - zp))
+
+
+def quantize(v, m: int, s: int, zp: int) -> np.ndarray:
+    """int32 values -> int8 input of a product: clamp(round(v x m / 2^s) + zp)."""
+    return np.clip(requant(v, m, s) + zp, -128, 127)
+
+
+def mul_q15(a, q) -> np.ndarray:
+    """floor(a x q / 2^15), |q| < 2^15, as es_k_mulq15 / es_k_mul16 compute it exactly in 32 bits."""
+    return (np.asarray(a, np.int64) * np.asarray(q, np.int64)) >> 15
+
+
+@dataclass
+class SSMIntModel:
+    kind: str                # "ssm"
+    selective: bool
+    d_model: int
+    d_state: int
+    layers: int
+    labels: list
+    feat_m: np.ndarray
+    feat_s: np.ndarray
+    mean_fx: np.ndarray
+    in_frac: np.ndarray
+    enc: object              # MatMulQ, Q12
+    enc_b: np.ndarray
+    cells: list              # per layer: dict (see `from_parts`)
+    ln_f: LayerNormQ
+    head: object
+    head_hq: tuple           # Q12 -> head's int8 input (m, s)
+    head_b: np.ndarray
+    u_lim: int
+    logit_scale: float = 1.0 / (1 << Q)
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def hidden(self) -> int:
+        return self.d_model
+
+    @property
+    def n_features(self) -> int:
+        return len(self.mean_fx)
+
+    def init_state(self, B: int = 1) -> list:
+        return [np.zeros((B, self.d_state), np.int64) for _ in range(self.layers)]
+
+    def to_fixed(self, readings) -> np.ndarray:
+        """Float readings [..., F] -> int32 fixed point (value x 2^in_frac, rounded, saturated)."""
+        x = np.round(np.asarray(readings, np.float64) * np.exp2(self.in_frac.astype(np.float64)))
+        return np.clip(x, -(1 << 31), (1 << 31) - 1).astype(np.int64)
+
+    def input_range(self) -> tuple:
+        """(low, high) float64 [F]: the raw readings the encoder's int8 input covers."""
+        real = self.feat_m.astype(np.float64) / np.exp2(self.feat_s.astype(np.float64))
+        step = 1.0 / (real * np.exp2(self.in_frac.astype(np.float64)))
+        mean = self.mean_fx / np.exp2(self.in_frac.astype(np.float64))
+        return mean + step * (-128 - self.enc.in_zp), mean + step * (127 - self.enc.in_zp)
+
+    def quantize_reading(self, x_fx: np.ndarray) -> np.ndarray:
+        d = np.clip(np.asarray(x_fx, np.int64), -IN_LIMIT, IN_LIMIT) - self.mean_fx
+        return np.clip(requant(d, self.feat_m, self.feat_s) + self.enc.in_zp, -128, 127)
+
+    def step(self, x_fx: np.ndarray, state: list):
+        """x_fx int [B, F] (readings in fixed point, `to_fixed`) -> (logits Q12 int [B, C], new
+        state: per layer int [B, d_state] with the layer's `qs` fractional bits)."""
+        lim = self.u_lim
+        u = np.clip(self.enc(self.quantize_reading(x_fx)) + self.enc_b, -lim, lim)
+        new = []
+        for cell, s in zip(self.cells, state):
+            v = cell["ln"](u)
+            mx, mg = cell["x"], cell["g"]
+            x = np.clip(mx(quantize(v, *cell["xq"], mx.in_zp)) + cell["bx"], -S_LIMIT, S_LIMIT)
+            g = mg(quantize(v, *cell["gq"], mg.in_zp)) + cell["bg"]
+            if self.selective:
+                md = cell["d"]
+                dl = md(quantize(v, *cell["dq"], md.in_zp)) + cell["bd"]
+                sp = np.where(dl >= SOFTPLUS_LINEAR, dl, lut(SOFTPLUS, dl))
+                z = requant(sp, cell["lam_m"], cell["lam_s"])
+                b = lut(DECAY_GAIN, z - (8 << Q))
+                s = s + mul_q15(x - s, b)
+            else:
+                s = np.clip(s - (mul_q15(s, cell["b_m"]) >> cell["b_k"]) + x, -S_LIMIT, S_LIMIT)
+            new.append(s)
+            mr, mo = cell["r"], cell["o"]
+            y = mr(quantize(s, *cell["sq"], mr.in_zp)) + ((v * cell["skip"] + 2048) >> 12)
+            silu = mul_q15(g, lut(SIGMOID, g))
+            y16 = np.clip(y >> cell["ky"], -32768, 32767)
+            s16 = np.clip(silu >> cell["kg"], -32768, 32767)
+            o = mo(quantize(y16 * s16, *cell["mq"], mo.in_zp)) + cell["bo"]
+            u = np.clip(u + o, -lim, lim)
+        vf = self.ln_f(u)
+        logits = self.head(quantize(vf, *self.head_hq, self.head.in_zp)) + self.head_b
+        return logits, new
+
+
+def _mm(w_q, w_scale, in_scale: float, in_zp: int, frac: int, name: str, path, in_name: str):
+    """A MatMulQ whose output has `frac` fractional bits (Q12 for `frac` = 12)."""
+    from firmware_sim.intsim import MatMulQ
+    reals = float(in_scale) * np.broadcast_to(np.asarray(w_scale, np.float64), w_q.shape[1:]) * 2.0 ** frac
+    ms = [_multiplier(float(r), f"{name} (output {o}: input scale x weight scale x 2^{frac})", path)
+          for o, r in enumerate(reals)]
+    return MatMulQ(w=w_q.astype(np.int8), in_scale=float(in_scale), in_zp=int(in_zp),
+                   m=np.array([a for a, _ in ms], np.int64), s=np.array([b for _, b in ms], np.int64),
+                   name=name, in_name=in_name)
+
+
+def _sum_fits(mm) -> bool:
+    """Whether a product's largest sum stays within int32 when requantization scales it up (shift < 16)."""
+    acc = np.abs(mm.w.astype(np.int64)).sum(0) * 255 + np.abs(mm.wsum_zp)
+    return bool(((acc << np.maximum(16 - mm.s, 0)) <= INT32_MAX).all())
+
+
+def _shift_for(real_max: float, frac: int) -> int:
+    """Right shift bringing values of |real| <= HEADROOM x real_max (with `frac` fractional
+    bits) within int16."""
+    top = HEADROOM * max(real_max, 1e-6) * 2.0 ** frac
+    return int(min(max(0, np.ceil(np.log2(top / 32767.0))), 30))
+
+
+def from_parts(meta, initializers: dict, nodes, path="<model>") -> SSMIntModel:
+    """The integer model of a static int8 SSM step graph (`edgeseq export --int8`, fixed or
+    selective decay), from its initializers (name -> numpy array) and nodes (op_type, input,
+    output, attrs, in graph order). ModelFileError (one line) for a graph that is not laid out
+    as edgeseq's int8 export writes it (a projection kept float included) or a constant the
+    integer step cannot hold (`check_ssm_model`); DataError for a float or dynamic int8 file."""
+    from types import SimpleNamespace
+
+    from edgeseq.runtime.quant import check_qdq
+    from firmware_sim.intsim import (_activation, _bias, _check_graph_integers, _check_normalization, _weights,
+                                     check_int8, check_quantization, graph_normalization, input_format)
+
+    proto = SimpleNamespace(graph=SimpleNamespace(node=list(nodes)))
+    check_quantization(meta, proto, path)
+    check_int8(meta, path)
+    check_qdq(initializers, proto.graph.node, path)
+    _check_graph_integers(initializers, proto.graph.node, path)
+    cfg = meta.config or {}
+    selective = bool(cfg.get("selective", False))
+    try:
+        init = {k: np.asarray(v) for k, v in initializers.items()}
+        producer = {o: n for n in proto.graph.node for o in n.output}
+        consumers = {}
+        for n in proto.graph.node:
+            for i in n.input:
+                consumers.setdefault(i, []).append(n)
+
+        mm, out_range, gemm_bias, node_of = {}, {}, {}, {}
+        gr = _Graph(init, proto.graph.node)
+        for n in proto.graph.node:
+            if n.op_type not in ("MatMul", "Gemm"):
+                continue
+            a, w = producer.get(n.input[0]), producer.get(n.input[1])
+            if a is None or w is None or a.op_type != "DequantizeLinear" or w.op_type != "DequantizeLinear":
+                what = (f"the projection {n.input[1]} is kept float" if n.input[1] in init
+                        else f"{n.output[0]} is not a product of int8 values")
+                raise ModelFileError(f"'{path}': {what}; integer-only execution needs every projection int8: "
+                                     "export it again with --int8 and no float parts")
+            name = w.input[0].replace("_quantized", "")
+            w_q, w_scale = _weights(path, init, w)
+            if n.op_type == "Gemm":
+                w_q = w_q.T
+                if len(n.input) > 2 and n.input[2]:
+                    gemm_bias[name] = _bias(path, init, producer[n.input[2]])
+                else:
+                    gemm_bias[name] = np.zeros(w_q.shape[1])
+            mm[name] = (w_q, w_scale, *_activation(path, init, producer, a), a.input[1])
+            node_of[name] = n
+            q = next((c for c in consumers.get(n.output[0], []) if c.op_type == "QuantizeLinear"), None)
+            if q is not None:
+                out_range[name] = _int8_range(float(np.asarray(init[q.input[1]]).reshape(-1)[0]),
+                                              int(np.asarray(init[q.input[2]]).reshape(-1)[0]))
+        def layernorm(product, what):
+            """The LayerNorm whose output `product` reads (weights found by the graph, not by
+            name: the exporter shares equal constants between layers)."""
+            n = gr.producer[gr.strip(node_of[product].input[0])]
+            if n.op_type != "LayerNormalization":
+                raise ModelFileError(f"'{path}': {product} does not read a LayerNormalization; export it again")
+            eps = float((getattr(n, "attrs", None) or {}).get("epsilon", 1e-5))
+            return LayerNormQ.make(init[n.input[1]], init[n.input[2]], eps, what, path), n.output[0]
+
+        def make(name, frac=Q):
+            w_q, w_scale, sc, zp, sc_name = mm[name]
+            return _mm(w_q, w_scale, sc, zp, frac, name, path, sc_name)
+
+        def q_to_int8(frac, mq, what):
+            """Values with `frac` fractional bits -> mq's int8 input: (m, s)."""
+            return _multiplier(1.0 / (2.0 ** frac * mq.in_scale), f"scale {mq.in_name} ({what})", path)
+
+        if selective != ("ssm0_delta" in mm):
+            raise ModelFileError(f"'{path}': edgeseq.config says selective {str(selective).lower()} but the graph "
+                                 f"{'has no' if selective else 'has a'} step-size projection (ssm0_delta); export it "
+                                 "again with --int8")
+        enc, head = make("model.encoder.weight"), make("model.head.weight")
+        D, F, C = enc.w.shape[1], enc.w.shape[0], head.w.shape[1]
+        L = len(meta.state)
+        N = int(meta.state[0].shape[1])
+        if F != len(meta.features) or C != len(meta.labels) or head.w.shape[0] != D:
+            raise ModelFileError(f"'{path}': the encoder ({F} -> {D}) and head ({head.w.shape[0]} -> {C}) do not fit "
+                                 f"{len(meta.features)} features and {len(meta.labels)} labels; export it again")
+        cells = []
+        for i in range(L):
+            r0 = mm[f"ssm{i}_readout"]
+            qs = int(np.clip(np.floor(np.log2((1 << 30) / (16 * _int8_range(r0[2], r0[3])))), 8, 24))
+            while qs > 8 and not _sum_fits(make(f"ssm{i}_x", qs)):     # fewer bits than the sum resolves buy nothing
+                qs -= 1
+            x, g, r, o = make(f"ssm{i}_x", qs), make(f"ssm{i}_gate"), make(f"ssm{i}_readout"), make(f"ssm{i}_out")
+            if x.w.shape != (D, N) or g.w.shape != (D, D) or r.w.shape != (N, D) or o.w.shape != (D, D):
+                raise ModelFileError(f"'{path}': layer {i}'s projections do not fit d_model {D}, d_state {N}; "
+                                     "export it again with --int8")
+            ln, ln_out = layernorm(f"ssm{i}_x", f"layer {i}'s LayerNorm")
+            skip = _qfrac(path, f"ssm{i}_skip", gr.const_of(ln_out, "Mul", D), Q)
+            v_range = _int8_range(x.in_scale, x.in_zp)
+            y_range = out_range.get(f"ssm{i}_readout", 8.0) + float(np.abs(skip).max()) / 4096 * v_range
+            g_range = max(out_range.get(f"ssm{i}_gate", 8.0), 0.28)
+            ky, kg = _shift_for(y_range, Q), _shift_for(g_range, Q)
+            cell = {"ln": ln, "x": x, "g": g, "r": r, "o": o, "qs": qs, "skip": skip, "ky": ky, "kg": kg,
+                    "bx": _qfrac(path, f"ssm{i}_x_bias", gr.bias_of(node_of[f"ssm{i}_x"], N), qs),
+                    "bg": _qfrac(path, f"ssm{i}_gate_bias", gr.bias_of(node_of[f"ssm{i}_gate"], D), Q),
+                    "bo": _qfrac(path, f"ssm{i}_out_bias", gr.bias_of(node_of[f"ssm{i}_out"], D), Q),
+                    "xq": q_to_int8(Q, x, "LayerNorm out"), "gq": q_to_int8(Q, g, "LayerNorm out"),
+                    "sq": q_to_int8(qs, r, "state out"), "mq": q_to_int8(2 * Q - ky - kg, o, "gated output")}
+            if selective:
+                d = make(f"ssm{i}_delta")
+                lam = gr.rate_of(node_of[f"ssm{i}_delta"], N)
+                ls = [_multiplier(float(v), f"ssm{i}_rate[{k}]", path) for k, v in enumerate(lam)]
+                cell.update(d=d, bd=_qfrac(path, f"ssm{i}_delta_bias", gr.bias_of(node_of[f"ssm{i}_delta"], N), Q),
+                            dq=q_to_int8(Q, d, "LayerNorm out"), lam_m=np.array([a for a, _ in ls], np.int64),
+                            lam_s=np.array([b for _, b in ls], np.int64))
+            else:
+                a = np.asarray(gr.const_of(meta.state[i].name, "Mul", N), np.float64).reshape(-1)
+                if a.shape != (N,) or not (np.isfinite(a).all() and (a >= 0).all() and (a <= 1).all()):
+                    raise _bad(path, f"ssm{i}_decay holds values outside [0, 1]")
+                b = 1.0 - a
+                k = np.where(b > 0, np.clip(np.floor(-np.log2(np.maximum(b, 1e-300))), 0, 31), 31).astype(np.int64)
+                bm = np.minimum(np.round(b * 2.0 ** (15 + k)), ONE_Q15 - 1).astype(np.int64)
+                cell.update(b_m=bm, b_k=k)
+            cells.append(cell)
+        ln_f = layernorm("model.head.weight", "the final LayerNorm")[0]
+        mean, std = graph_normalization(proto, init, len(meta.features), path)
+        _check_normalization(meta, mean, std, path)
+        in_frac = input_format(meta.features, mean, std, enc.in_scale, enc.in_zp)
+        feat = []
+        for f, (sd, k) in enumerate(zip(std, in_frac)):
+            what = f"channel '{meta.features[f]}''s quantization"
+            m, sh = _multiplier(1.0 / (sd * enc.in_scale * 2.0 ** k), what, path)
+            if sh > 31:
+                in_frac[f] = k = k - (sh - 31)
+                m, sh = _multiplier(1.0 / (sd * enc.in_scale * 2.0 ** k), what, path)
+            feat.append((m, sh))
+        model = SSMIntModel(
+            kind="ssm", selective=selective, d_model=D, d_state=N, layers=L, labels=list(meta.labels),
+            feat_m=np.array([m for m, _ in feat], np.int64), feat_s=np.array([s for _, s in feat], np.int64),
+            mean_fx=np.round(mean * np.exp2(in_frac)).astype(np.int64), in_frac=in_frac,
+            enc=enc, enc_b=_qfrac(path, "model.encoder.bias", gemm_bias["model.encoder.weight"], Q),
+            cells=cells, ln_f=ln_f, head=head, head_hq=q_to_int8(Q, head, "final LayerNorm out"),
+            head_b=_qfrac(path, "model.head.bias", gemm_bias["model.head.weight"], Q),
+            u_lim=min(1 << 26, ((1 << 30) - 1) // D),
+            meta={"arch": "ssm", "features": meta.features, "quantization": meta.quantization, "data": meta.data,
+                  "selective": selective})
+    except (KeyError, IndexError, ValueError, TypeError, StopIteration, ArithmeticError) as e:
+        raise ModelFileError(f"'{path}' is not laid out as edgeseq's int8 ssm export writes it ({type(e).__name__}: "
+                             f"{str(e)[:80]}); export it again with --int8") from None
+    check_ssm_model(model, path)
+    return model
+
+
+class _Graph:
+    """The graph's producers and, for each tensor, the nodes that read it through Identity
+    copies and QuantizeLinear -> DequantizeLinear pairs."""
+
+    def __init__(self, init: dict, nodes):
+        self.init = init
+        self.producer = {o: n for n in nodes for o in n.output}
+        self.readers = {}
+        for n in nodes:
+            if n.op_type in ("Identity", "QuantizeLinear", "DequantizeLinear"):
+                continue
+            for t in n.input:
+                self.readers.setdefault(self.strip(t), []).append(n)
+
+    def strip(self, t: str) -> str:
+        while True:
+            n = self.producer.get(t)
+            if n is not None and n.op_type == "Identity":
+                t = n.input[0]
+            elif (n is not None and n.op_type == "DequantizeLinear" and n.input[0] not in self.init
+                  and getattr(self.producer.get(n.input[0]), "op_type", None) == "QuantizeLinear"):
+                t = self.producer[n.input[0]].input[0]
+            else:
+                return t
+
+    def const_of(self, tensor: str, op: str, n: int) -> np.ndarray:
+        """The constant [n] that an `op` node combines with `tensor`."""
+        for node in self.readers.get(tensor, []):
+            other = [t for t in node.input if t in self.init]
+            if node.op_type == op and len(other) == 1 and np.asarray(self.init[other[0]]).size == n:
+                return np.asarray(self.init[other[0]], np.float64).reshape(-1)
+        raise KeyError(f"{op} of a constant with {tensor}")
+
+    def bias_of(self, product, n: int) -> np.ndarray:
+        """The constant added to a product's output, directly or after the residual Add."""
+        t = product.output[0]
+        for _ in range(3):
+            adds = [a for a in self.readers.get(t, []) if a.op_type == "Add"]
+            if not adds:
+                break
+            try:
+                return self.const_of(t, "Add", n)
+            except KeyError:
+                t = adds[0].output[0]
+        raise KeyError(f"the bias of {product.output[0]}")
+
+    def rate_of(self, delta, n: int) -> np.ndarray:
+        """λ of a selective layer: minus the constant that multiplies softplus(δ) (Where(δ > t,
+        δ, Softplus(δ))) before its Exp."""
+        t = delta.output[0]
+        add = next(a for a in self.readers[t] if a.op_type == "Add")
+        where = next(w for w in self.readers[add.output[0]] if w.op_type == "Where")
+        lam = -self.const_of(where.output[0], "Mul", n)
+        if not (np.isfinite(lam).all() and (lam > 0).all()):
+            raise ValueError("a selective rate that is not a positive number")
+        return lam
+
+
+def check_ssm_model(m: SSMIntModel, path="<model>") -> None:
+    """Every constant of the integer SSM step fits its C type and every int32 the step computes
+    fits int32 whatever the readings (the clamps of u, x and the state bound the rest).
+    ModelFileError (one line, naming the tensor and the value) otherwise."""
+    _fits(path, "a channel's fractional bits (in_frac)", m.in_frac, -128, 127, "int8")
+    _fits(path, "a channel's mean in fixed point", m.mean_fx, -(1 << 30), 1 << 30, "+-2^30")
+    _requant_ok(path, "the reading's quantization", m.feat_m, m.feat_s)
+    d = IN_LIMIT + np.abs(np.asarray(m.mean_fx, np.int64))
+    _fits(path, "a reading's offset before requantization", d << np.maximum(16 - np.asarray(m.feat_s, np.int64), 0))
+    lim = m.u_lim
+
+    def q8(what, bound, ms):
+        _requant_ok(path, what, *ms)
+        _fits(path, f"{what} before requantization", int(bound) << max(16 - int(ms[1]), 0))
+
+    enc = _reach(path, m.enc, m.enc_b, "model.encoder.bias")
+    del enc                                            # u is clamped to +-u_lim after it
+    for i, c in enumerate(m.cells):
+        ln = c["ln"]
+        for what, ln_ in ((f"layer {i}'s LayerNorm", ln),):
+            _fits(path, f"{what} weight x normalised value", ln_.n_max * np.abs(ln_.gamma).max() + 2048)
+        v = ln.out_max
+        for key in ("xq", "gq") + (("dq",) if m.selective else ()):
+            q8(f"layer {i}'s LayerNorm out ({key})", v, c[key])
+        _reach(path, c["x"], c["bx"], f"ssm{i}_x_bias")
+        g = _reach(path, c["g"], c["bg"], f"ssm{i}_gate_bias")
+        if m.selective:
+            dl = _reach(path, c["d"], c["bd"], f"ssm{i}_delta_bias")
+            sp = np.maximum(dl, SOFTPLUS_LINEAR)
+            _requant_ok(path, f"ssm{i}_rate", c["lam_m"], c["lam_s"])
+            _fits(path, f"ssm{i}_rate x softplus(delta) before requantization", sp << np.maximum(16 - c["lam_s"], 0))
+            _fits(path, f"ssm{i}_rate x softplus(delta)", ((sp * c["lam_m"]) >> c["lam_s"]) + (8 << Q) + 1)
+        q8(f"layer {i}'s state out", S_LIMIT, c["sq"])
+        r = _reach(path, c["r"], None, "")
+        _fits(path, f"ssm{i}_skip x LayerNorm out", v * np.abs(c["skip"]).max() + 2048)
+        _fits(path, f"layer {i}'s y = C s + D v", r + ((v * np.abs(c["skip"])) >> 12) + 1, -(1 << 30), 1 << 30,
+              "+-2^30")
+        del g                                          # SiLU(g) = floor(g x sigmoid / 2^15) fits for any int32 g
+        q8(f"layer {i}'s gated output", 1 << 30, c["mq"])
+        o = _reach(path, c["o"], c["bo"], f"ssm{i}_out_bias")
+        _fits(path, f"layer {i}'s residual sum", lim + o)
+    for what, ln_ in (("the final LayerNorm", m.ln_f),):
+        _fits(path, f"{what} weight x normalised value", ln_.n_max * np.abs(ln_.gamma).max() + 2048)
+    q8("the head's input", m.ln_f.out_max, m.head_hq)
+    _reach(path, m.head, m.head_b, "model.head.bias")
