@@ -222,9 +222,10 @@ def render_gateway(d: dict, source: str) -> str:
     f = d.get("failover")
     if f:
         text.append(f"Failover ({d['gateways']} gateways, {f['devices']:,} devices at {f['rate_hz']:g} Hz, one "
-                    f"SIGKILLed): the sampled devices it served went {f['failover_s']:.1f} s without predictions "
-                    f"({f['devices_interrupted']} of {f['sampled_devices']} sampled were interrupted); every sampled "
-                    f"prediction arrived ({f['sampled_received']:,} of {f['sampled_expected']:,}).")
+                    f"SIGKILLed): the longest gap in a sampled device's predictions after the kill was "
+                    f"{f['failover_s']:.1f} s ({f['devices_interrupted']} of {f['sampled_devices']} sampled devices "
+                    f"went more than 1 s without one, the survivor's own too while it replayed the partitions it "
+                    f"took); every sampled prediction arrived ({f['sampled_received']:,} of {f['sampled_expected']:,}).")
     how = (f"`{d['command']}`: {d['gateways']} gateway process(es), {d['partitions']} partitions, model "
            f"{d['model']}, broker, gateways and devices on one {d['cores']}-core machine ({d['cpu']}); "
            f"measured {d['date']}")

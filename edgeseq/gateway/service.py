@@ -42,6 +42,7 @@ from edgeseq.errors import EdgeseqError, UsageError
 from edgeseq.gateway import wire
 from edgeseq.gateway.batcher import Batcher
 
+ROUND_MESSAGES = 4096           # messages taken into one processing round at most
 PREDICTIONS_KEPT = 1_000_000    # EDGESEQ_OUT keeps the newest this many predictions
 MISSING = "nats-py is not installed: pip install 'edgeseq[gateway]' (or pip install nats-py)"
 
@@ -474,7 +475,10 @@ class Gateway:
         for part in set(touched):
             if part.p in self.parts and (part.since_snapshot >= self.snapshot_every
                                          or part.unacked >= self.max_pending // 2):
-                await self._snapshot(part)
+                try:
+                    await self._snapshot(part)
+                except Exception as e:  # noqa: BLE001 - stored next round: the mark moves once all is stored
+                    self._say("snapshot-trouble", f"NATS: {type(e).__name__} storing partition {part.p}; retrying")
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -503,12 +507,16 @@ class Gateway:
             while not stop.is_set():
                 now = time.monotonic()
                 if now >= next_lease:
-                    await self._leases()
-                    await self._sweep()
+                    try:
+                        await self._leases()
+                        await self._sweep()
+                        self.ready.set()
+                    except Exception as e:  # noqa: BLE001 - a slow or restarting server: try again soon
+                        self._say("lease-trouble", f"NATS: {type(e).__name__} renewing leases; retrying")
                     next_lease = now + self.lease_seconds / 4
-                    self.ready.set()
                 if now >= next_mapping and 0 in self.parts:
-                    await self._check_mapping()
+                    with contextlib.suppress(Exception):
+                        await self._check_mapping()
                     next_mapping = now + 10
                 if status_every and now >= next_status:
                     self.echo(json.dumps(self.status()))
@@ -518,11 +526,14 @@ class Gateway:
                 except asyncio.TimeoutError:
                     continue
                 self.wake.clear()
-                batches = []
+                batches, room = [], ROUND_MESSAGES      # bounded, so leases are renewed between rounds
                 for part in self.parts.values():
-                    if part.buf:
-                        batches.append((part.p, part.epoch, part.buf))
-                        part.buf = []
+                    if part.buf and room > 0:
+                        take, part.buf = part.buf[:room], part.buf[room:]
+                        batches.append((part.p, part.epoch, take))
+                        room -= len(take)
+                        if part.buf:
+                            self.wake.set()
                 await self._process(batches)
                 if self.unmapped is not None and self.unmapped.buf:
                     msgs, self.unmapped.buf = self.unmapped.buf, []
