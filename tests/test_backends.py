@@ -239,7 +239,14 @@ def test_bench_times_both_backends_and_says_which_pushed():
             assert o["python_overhead_us"] == pytest.approx(o["us_per_call"] - o["bare_iobinding_us"])
             assert row["floor_iobinding_us"] > 0                     # timed in the same interleaved rounds
             assert n["push_over_c_step"] == pytest.approx(n["us_per_call"] / n["c_step_us"])
+    one = {(row["variant"], row["model"]): row for row in r["archs"]["ssm"] if row["streams"] == 1}
+    assert set(one) == {(v, m) for v in ("fixed", "selective") for m in ("float", "int8")}
+    for v in ("fixed", "selective"):               # float and int8 timed in one interleaved loop
+        f, q = one[v, "float"]["native"], one[v, "int8"]["native"]
+        assert f["int8_over_float"] == q["int8_over_float"] == pytest.approx(q["us_per_call"] / f["us_per_call"])
+        assert one[v, "float"]["floor_iobinding_us"] == one[v, "int8"]["floor_iobinding_us"] > 0
     text = format_bench(r)
+    assert "int8/float" in text
     assert "edgeseq StreamSession.push, native backend" in text and "GEMM" in text and "Python" in text
     assert "timed in the same interleaved rounds" in text and "the C step alone" in text
     r = run_bench(repeats=20, warmup=2, cache_lengths=(4,), backends=("onnxruntime",))

@@ -284,6 +284,7 @@ def run_bench(repeats: int = 2000, warmup: int = 200, cache_lengths=(16, 256, 10
 
 
 HISTORIES = (16, 50, 256, 1024)
+GEMM_N = 512                            # the single-thread GEMM the bound is measured on (n x n by n x n)
 
 
 def run_arch_steps(tmp: Path, repeats: int, warmup: int, floor_call) -> dict:
@@ -291,10 +292,13 @@ def run_arch_steps(tmp: Path, repeats: int, warmup: int, floor_call) -> dict:
     step next to onnxruntime, untrained models of the default sizes, StreamSession.push per
     call (median us). At one stream the native push, its C step alone and `floor_call`
     (onnxruntime's per-call floor) run interleaved, and the onnxruntime push in rounds of its
-    own (a 15-100 us call between two floor calls would slow the floor). SSM at 1 and 1,024 streams (share of the GEMM
-    bound as in `run_backends`); the Transformer with its default window (50) full, and with
-    no window (`window=0`) at cached histories of 16, 50, 256 and 1,024 readings (max_history
-    = the history, sliding), where its time grows with the history."""
+    own (a 15-100 us call between two floor calls would slow the floor). SSM at 1 and 1,024
+    streams; at 1,024 the share of the GEMM bound comes from a 512 x 512 x 512 float32 GEMM
+    (numpy, one BLAS thread) timed in the same interleaved rounds as the pushes, the fastest
+    call of each (a 2.6 ms GEMM is preempted on a busy machine far more often than a 0.3 ms
+    push, so medians would flatter the push). The Transformer with its default window (50) full, and with no window (`window=0`)
+    at cached histories of 16, 50, 256 and 1,024 readings (max_history = the history,
+    sliding), where its time grows with the history."""
     from edgeseq.runtime import StreamSession, native
     from edgeseq.runtime.native.bench import gemm_rate, macs_per_reading
     from export import export_int8, export_model
@@ -303,37 +307,62 @@ def run_arch_steps(tmp: Path, repeats: int, warmup: int, floor_call) -> dict:
         return {"native": native.why_unavailable()}
     rng = np.random.default_rng(0)
     rate = gemm_rate()
+    ga, gb = rng.random((GEMM_N, GEMM_N), np.float32), rng.random((GEMM_N, GEMM_N), np.float32)
     out = {"gemm_macs_per_s": rate, "ssm": [], "transformer": {}}
     for variant in ("fixed", "selective"):
         ckpt = _random_checkpoint("ssm", selective=variant == "selective")
         paths = {"float": tmp / f"ssm-{variant}.onnx", "int8": tmp / f"ssm-{variant}-8.onnx"}
         export_model(ckpt, paths["float"])
         export_int8(ckpt, paths["int8"], "static", keep_anyway=True)
+        F = len(ckpt["features"])
+        one = {}                        # B=1: both models' native pushes, C steps and the floor in one loop
+        for kind, path in paths.items():
+            x = rng.standard_normal((1, F)).astype(np.float32)
+            one[kind] = {b: StreamSession(path, streams=1, backend=b) for b in ("onnxruntime", "native")}
+            one[kind]["native"]._native.x[:] = x
+            one[kind]["x"] = x
+        rounds, warm = max(20, repeats), max(5, warmup // 2)
+        fns = {"floor": floor_call}
+        for kind, o in one.items():
+            fns[f"native_{kind}"] = lambda o=o: o["native"].push(o["x"])
+            fns[f"c_step_{kind}"] = lambda n=o["native"]._native: n.run()     # called as the push is
+        t1 = _interleaved_us(fns, rounds, warm)
+        for kind, o in one.items():      # onnxruntime's push in rounds of its own: a long call between two
+            t1[f"onnxruntime_{kind}"] = _interleaved_us(                   # floor calls would slow the floor's
+                {"o": lambda o=o: o["onnxruntime"].push(o["x"])}, rounds, warm)["o"]
         for kind, path in paths.items():
             for B in (1, 1024):
-                x = rng.standard_normal((B, len(ckpt["features"]))).astype(np.float32)
-                sessions = {b: StreamSession(path, streams=B, backend=b) for b in ("onnxruntime", "native")}
-                rounds, warm = max(20, repeats * 4 // (B + 3)), max(5, warmup // (B + 1))
-                if B == 1:              # the floor next to native calls only: a long onnxruntime call between
-                    nat = sessions["native"]._native        # two floor calls would slow the floor's
-                    nat.x[:] = x
-                    push = sessions["native"].push
-                    t = _interleaved_us({"native": lambda: push(x), "floor": floor_call, "c_step": nat.run},
-                                        rounds, warm)
-                    ort_push = sessions["onnxruntime"].push
-                    t["onnxruntime"] = _interleaved_us({"o": lambda: ort_push(x)}, rounds, warm)["o"]
+                if B == 1:
+                    sessions = one[kind]
+                    t = {"native": t1[f"native_{kind}"], "onnxruntime": t1[f"onnxruntime_{kind}"],
+                         "floor": t1["floor"], "c_step": t1[f"c_step_{kind}"]}
                 else:
-                    t = _interleaved_us({b: (lambda s=s: s.push(x)) for b, s in sessions.items()}, rounds, warm)
+                    x = rng.standard_normal((B, F)).astype(np.float32)
+                    sessions = {b: StreamSession(path, streams=B, backend=b) for b in ("onnxruntime", "native")}
+                    rounds_b, warm_b = max(20, repeats * 4 // (B + 3)), max(5, warmup // (B + 1))
+                    fns = {b: (lambda s=s: s.push(x)) for b, s in sessions.items()}
+                    fns["gemm"] = lambda: ga @ gb          # the bound in the same rounds
+                    t = _interleaved_us(fns, rounds_b, warm_b)
+                    fastest = _interleaved_us(fns, rounds_b, 1, stat=np.min)    # a 2.6 ms GEMM is preempted
+                    t["gemm"], t["native_fastest"] = fastest["gemm"], fastest["native"]   # more often than a
+                    #                                        0.3 ms push: the share compares quiet moments of each
                 macs = macs_per_reading(sessions["native"].meta)
+                r_b = rate if B == 1 else GEMM_N ** 3 / t["gemm"] * 1e6
                 row = {"variant": variant, "model": kind, "streams": B, "macs_per_reading": macs,
-                       "gemm_bound_readings_per_s": rate / macs}
-                for b in sessions:
+                       "gemm_bound_readings_per_s": r_b / macs}
+                if B > 1:
+                    row["gemm_macs_per_s_interleaved"] = r_b
+                for b in ("onnxruntime", "native"):
                     rps = B / t[b] * 1e6
-                    row[b] = {"us_per_call": t[b], "readings_per_s": rps, "share_of_gemm_bound": rps * macs / rate}
+                    row[b] = {"us_per_call": t[b], "readings_per_s": rps, "share_of_gemm_bound": rps * macs / r_b}
+                if B > 1:                        # fastest native call against the fastest GEMM of the same rounds
+                    row["native"]["fastest_us_per_call"] = t["native_fastest"]
+                    row["native"]["share_of_gemm_bound"] = B / t["native_fastest"] * 1e6 * macs / r_b
                 if B == 1:
                     row["floor_iobinding_us"] = t["floor"]
                     row["native"]["c_step_us"] = t["c_step"]
                     row["native"]["over_floor"] = t["native"] / t["floor"]
+                    row["native"]["int8_over_float"] = t1["native_int8"] / t1["native_float"]
                 out["ssm"].append(row)
     x = rng.standard_normal((1, 6)).astype(np.float32)
     w50 = tmp / "tr-w50.onnx"
@@ -363,11 +392,15 @@ def run_arch_steps(tmp: Path, repeats: int, warmup: int, floor_call) -> dict:
 def format_arch_steps(a: dict) -> list:
     if a.get("native"):
         return [f"SSM and Transformer on the native step: not timed ({a['native']})"]
-    lines = ["SSM (d_model 32, d_state 32, 2 layers), StreamSession.push, calls interleaved with the floor and the C step:",
-             "  variant    model  streams   onnxruntime us   native us   native rd/s  of bound  vs floor  C step us"]
+    lines = ["SSM (d_model 32, d_state 32, 2 layers), StreamSession.push; at 1 stream the float and int8 pushes, "
+             "their C steps and the floor interleaved in one loop; at 1,024 the share of the GEMM bound from the fastest "
+             "push and GEMM of the same interleaved rounds:",
+             "  variant    model  streams   onnxruntime us   native us   native rd/s  of bound  vs floor  C step us"
+             "  int8/float"]
     for r in a["ssm"]:
         nat = r["native"]
-        extra = (f"{nat['over_floor']:8.2f}x {nat['c_step_us']:10.2f}" if r["streams"] == 1 else "")
+        extra = (f"{nat['over_floor']:8.2f}x {nat['c_step_us']:10.2f}  {nat['int8_over_float']:9.2f}x"
+                 if r["streams"] == 1 else "")
         lines.append(f"  {r['variant']:9s}  {r['model']:5s} {r['streams']:8d} {r['onnxruntime']['us_per_call']:16.2f} "
                      f"{nat['us_per_call']:11.2f} {nat['readings_per_s']:13,.0f} {nat['share_of_gemm_bound']:9.0%} {extra}")
     w = a["transformer"]["window_full"]
@@ -379,9 +412,9 @@ def format_arch_steps(a: dict) -> list:
     return lines
 
 
-def _interleaved_us(fns: dict, rounds: int, warmup: int) -> dict:
-    """Median us per call of each function, timed in turn within each round (one call each),
-    so that a busy moment of a shared machine falls on all of them alike."""
+def _interleaved_us(fns: dict, rounds: int, warmup: int, stat=np.median) -> dict:
+    """Median (or `stat`, e.g. np.min) us per call of each function, timed in turn within each
+    round (one call each), so that a busy moment of a shared machine falls on all of them alike."""
     for _ in range(warmup):
         for fn in fns.values():
             fn()
@@ -392,7 +425,7 @@ def _interleaved_us(fns: dict, rounds: int, warmup: int) -> dict:
             t0 = clock()
             fn()
             times[k][i] = clock() - t0
-    return {k: float(np.median(v) * 1e6) for k, v in times.items()}
+    return {k: float(stat(v) * 1e6) for k, v in times.items()}
 
 
 def run_backends(gru_ckpt, tmp: Path, repeats: int, warmup: int, floor_call,
@@ -404,7 +437,8 @@ def run_backends(gru_ckpt, tmp: Path, repeats: int, warmup: int, floor_call,
     reading). At one stream, in the same interleaved rounds: `floor_call` (onnxruntime's
     per-call floor, an Identity graph with IO binding), the bare IO-binding call of the same
     graph (push less that call is the onnxruntime backend's Python overhead) and the native C
-    step alone (push over it is the native session's wrapper). `backends` picks which push."""
+    step alone (push over it is the native session's wrapper), each called from a lambda as the
+    pushes are, so a ratio compares what runs inside the calls. `backends` picks which push."""
     from edgeseq.runtime import StreamSession, native
     from edgeseq.runtime.native.bench import gemm_rate, macs_per_reading
     from export import export_int8, export_model
@@ -437,7 +471,7 @@ def run_backends(gru_ckpt, tmp: Path, repeats: int, warmup: int, floor_call,
                 if "native" in sessions and sessions["native"]._native is not None:
                     nat = sessions["native"]._native
                     nat.x[:] = x
-                    fns["c_step"] = nat.run
+                    fns["c_step"] = lambda: nat.run()   # from a lambda, as the push: the difference is the wrapper
             rounds = max(20, repeats * 4 // (B + 3))
             t = _interleaved_us(fns, rounds, max(5, warmup // (B + 1)))
             macs = macs_per_reading(sessions[backends[0]].meta)

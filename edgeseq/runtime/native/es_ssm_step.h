@@ -56,6 +56,11 @@ typedef struct {
   int wide;                         /* es_s_ltile2 for two chunks at once */
   void (*dot8)(const es_s_proj_t *, es_s_v *const *, es_s_v *const *, int, int32_t *);
 #endif
+#if ES_S_LANES && ES_HAVE_VNNI
+  int (*q8row)(const es_s_proj_t *, const float *, int32_t *);
+  void (*dot8row)(const es_s_proj_t *, const int32_t *, float *);
+  int32_t *u8row;                   /* in scratch: one row's bytes, kmax / 4 words */
+#endif
   const float *hi, *lo;
 } SsmObject;
 
@@ -218,6 +223,99 @@ ES_VNNI static void ssm_dot8_vnni(const es_s_proj_t *p, es_s_v *const *a, es_s_v
 }
 #endif
 
+#if ES_S_LANES && ES_HAVE_VNNI
+/* SsmObject.q8row with AVX-512: one stream's input row a[0 .. K) quantized as es_s_quantize does
+   (divide, saturate, round half to even: the conversion's default rounding, exact at these
+   magnitudes), stored as unsigned bytes q + 128, four to a word in u[0 .. k4); returns nonzero
+   when a holds a NaN (nothing to trust in u: the caller takes the float path, which keeps it) */
+ES_VNNI static int ssm_q8row_vnni(const es_s_proj_t *p, const float *a, int32_t *u) {
+  const int K = p->K;
+  const __m512 sc = _mm512_set1_ps(p->in_s), lo = _mm512_set1_ps(-128.0f - p->in_z),
+               hi = _mm512_set1_ps(127.0f - p->in_z);
+  const __m512i zoff = _mm512_set1_epi32((int32_t)p->in_z + 128);
+  __mmask16 nan = 0;
+  int k;
+  u[(K - 1) / 4] = 0;                                     /* the last word's bytes past K: zero weights */
+  for (k = 0; k < K; k += 16) {
+    const __mmask16 m = K - k >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (K - k)) - 1u);
+    __m512 v = _mm512_maskz_loadu_ps(m, a + k), t;
+    nan |= _mm512_mask_cmp_ps_mask(m, v, v, _CMP_UNORD_Q);
+    t = _mm512_div_ps(v, sc);
+    t = _mm512_max_ps(t, lo);
+    t = _mm512_min_ps(t, hi);
+    _mm_mask_storeu_epi8((char *)u + k, m, _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(t), zoff)));
+  }
+  return nan != 0;
+}
+
+/* SsmObject.dot8row: y[0 .. out) = P of one stream's bytes u (from q8row): the exact integer
+   products with the projection's packed weights (es_s_proj_t.vw), the sums es_s_exact_row
+   makes to the bit, then es_s_out's stage (m, OUT, post) on sixteen columns at a time, in its
+   order and roundings (explicitly rounded operations, which are never fused into a
+   multiply-add). Two chains of vpdpbusd per sixteen columns. */
+ES_VNNI static void ssm_dot8row_vnni(const es_s_proj_t *p, const int32_t *u, float *y) {
+  const int k4n = p->k4, np = p->f.np, n = p->out;
+  const int fused = p->m != NULL && (!p->out_q || p->out_d == 1.0f);
+  const __m512 lo = _mm512_set1_ps(-128.0f - p->out_z), hi = _mm512_set1_ps(127.0f - p->out_z),
+               sc = _mm512_set1_ps(p->out_s);
+  int o, k4;
+  for (o = 0; o < np; o += 16) {
+    __m512i a0 = _mm512_setzero_si512(), a1 = _mm512_setzero_si512();
+    const int32_t *w = p->vw + o;
+    for (k4 = 0; k4 + 2 <= k4n; k4 += 2) {
+      a0 = _mm512_dpbusd_epi32(a0, _mm512_set1_epi32(u[k4]), _mm512_loadu_si512((const void *)(w + (size_t)k4 * np)));
+      a1 = _mm512_dpbusd_epi32(a1, _mm512_set1_epi32(u[k4 + 1]),
+                               _mm512_loadu_si512((const void *)(w + (size_t)(k4 + 1) * np)));
+    }
+    if (k4 < k4n)
+      a0 = _mm512_dpbusd_epi32(a0, _mm512_set1_epi32(u[k4]), _mm512_loadu_si512((const void *)(w + (size_t)k4 * np)));
+    a0 = _mm512_sub_epi32(_mm512_add_epi32(a0, a1), _mm512_loadu_si512((const void *)(p->vcorr + o)));
+    if (fused && o < n) {
+      const __mmask16 m = n - o >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - o)) - 1u);
+      __m512 t = _mm512_mul_round_ps(_mm512_cvtepi32_ps(a0), _mm512_maskz_loadu_ps(m, p->m + o),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      if (p->out_q)
+        t = _mm512_mul_round_ps(
+            _mm512_roundscale_ps(_mm512_min_ps(_mm512_max_ps(t, lo), hi), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
+            sc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      if (p->post)
+        t = _mm512_add_round_ps(t, _mm512_maskz_loadu_ps(m, p->post + o), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      _mm512_mask_storeu_ps(y + o, m, t);
+    } else if (!fused) {
+      _mm512_storeu_ps(y + o, _mm512_cvtepi32_ps(a0));
+    }
+  }
+  if (!fused && (p->m || p->out_q || p->post)) es_s_out(p, y);
+}
+#endif
+
+/* y[r] = P(a[r]) for rows r < rows, as es_s_proj; where the projection is an exact integer
+   product and the host has int8 dot products, one row at a time from its bytes (u: rows x k4
+   words). Projections that quantize their input alike (share: set after the first, which
+   returns 1 when it made the bytes) reuse them. A NaN input takes es_s_proj, which carries it
+   (and returns 0, so the next of the group quantizes again). */
+ES_F_INLINE int ssm_proj(const SsmObject *s, const es_s_proj_t *p, const float *a, int lda, int rows, float *qa,
+                         float *ap, float *y, int ldy, int32_t *u, int share) {
+#if ES_S_LANES && ES_HAVE_VNNI
+  if (s->q8row && p->vw) {
+    const int k4n = p->k4;
+    int r, nan = 0;
+    if (!share)
+      for (r = 0; r < rows; r++) nan |= s->q8row(p, a + (size_t)r * lda, u + (size_t)r * k4n);
+    if (!nan) {
+      for (r = 0; r < rows; r++) {
+        s->dot8row(p, u + (size_t)r * k4n, y + (size_t)r * ldy);
+      }
+      return 1;
+    }
+  }
+#else
+  (void)s, (void)u, (void)share;
+#endif
+  es_s_proj(p, a, lda, rows, qa, ap, y, ldy);
+  return 0;
+}
+
 #if ES_S_LANES
 /* nch (1 or 2) chunks of ES_S_L streams from r0 on, one stream per lane (es_ssm.h): the values the
    rows below give them; returns the first of them with NaN/Inf logits, or -1 */
@@ -283,7 +381,12 @@ ES_CLONES static int ssm_run(SsmObject *s) {
   float *xn = s->scratch, *u = xn + R * F, *v = u + R * ld, *go = v + R * ld, *ro = go + R * ld, *mm = ro + R * ld;
   float *oo = mm + R * ld, *xo = oo + R * ld, *dl = xo + R * ldn, *ho = dl + R * ldn, *qa = ho + R * s->ldc;
   float *ap = qa + R * s->kmax;
-  int r0 = 0, l, bad = -1;
+#if ES_S_LANES && ES_HAVE_VNNI
+  int32_t *u8 = s->u8row;
+#else
+  int32_t *u8 = NULL;
+#endif
+  int r0 = 0, l, bad = -1, sh;
 #if ES_S_LANES
   for (; r0 + ES_S_L <= B; r0 += 2 * ES_S_L) {
     int b = ssm_lanes(s, r0, r0 + 2 * ES_S_L <= B ? 2 : 1, cur, nxt);
@@ -299,10 +402,10 @@ ES_CLONES static int ssm_run(SsmObject *s) {
       const float *sold = s->s[cur][l] + (size_t)r0 * N;
       float *snew = s->s[nxt][l] + (size_t)r0 * N;
       for (r = 0; r < rows; r++) es_s_layernorm(u + (size_t)r * ld, D, y->ln_g, y->ln_b, y->eps, v + (size_t)r * ld);
-      es_s_proj(&y->x, v, ld, rows, qa, ap, xo, ldn);
-      es_s_proj(&y->g, v, ld, rows, qa, ap, go, ld);
+      sh = ssm_proj(s, &y->x, v, ld, rows, qa, ap, xo, ldn, u8, 0) && y->share_q;
+      sh = ssm_proj(s, &y->g, v, ld, rows, qa, ap, go, ld, u8, sh) && y->share_q;
       if (s->sel) {
-        es_s_proj(&y->d, v, ld, rows, qa, ap, dl, ldn);
+        ssm_proj(s, &y->d, v, ld, rows, qa, ap, dl, ldn, u8, sh);
         for (r = 0; r < rows; r++)
           es_s_selective(y->nrate, y->thr, dl + (size_t)r * ldn, sold + (size_t)r * N, xo + (size_t)r * ldn, N,
                          snew + (size_t)r * N);
@@ -310,10 +413,10 @@ ES_CLONES static int ssm_run(SsmObject *s) {
         for (r = 0; r < rows; r++)
           es_s_fixed(y->decay, sold + (size_t)r * N, xo + (size_t)r * ldn, N, snew + (size_t)r * N);
       }
-      es_s_proj(&y->r, snew, N, rows, qa, ap, ro, ld);
+      ssm_proj(s, &y->r, snew, N, rows, qa, ap, ro, ld, u8, 0);
       for (r = 0; r < rows; r++)
         es_s_gate(ro + (size_t)r * ld, y->skip, v + (size_t)r * ld, go + (size_t)r * ld, D, mm + (size_t)r * ld);
-      es_s_proj(&y->o, mm, ld, rows, qa, ap, oo, ld);
+      ssm_proj(s, &y->o, mm, ld, rows, qa, ap, oo, ld, u8, 0);
       for (r = 0; r < rows; r++) es_s_residual(u + (size_t)r * ld, oo + (size_t)r * ld, y->ob, D);
     }
     for (r = 0; r < rows; r++)
@@ -488,7 +591,7 @@ static PyObject *ssm_step(PyObject *mod, PyObject *args) {
   memset((char *)s + sizeof(PyObject), 0, sizeof(SsmObject) - sizeof(PyObject));
   s->B = B, s->F = F, s->D = D, s->N = N, s->C = C, s->L = (int)L, s->sel = sel, s->quant = quant;
 #if ES_S_LANES && ES_HAVE_VNNI
-  if (vnni_supported()) s->dot8 = ssm_dot8_vnni;
+  if (vnni_supported()) s->dot8 = ssm_dot8_vnni, s->q8row = ssm_q8row_vnni, s->dot8row = ssm_dot8row_vnni;
 #endif
   s->ld = (D + ES_F_NB - 1) / ES_F_NB * ES_F_NB;
   s->ldn = (N + ES_F_NB - 1) / ES_F_NB * ES_F_NB;
@@ -530,10 +633,17 @@ static PyObject *ssm_step(PyObject *mod, PyObject *args) {
 #else
     s->wide = 0;
 #endif
+#if ES_HAVE_VNNI
+    rows += sizeof(int32_t) * ES_F_CHUNK * (size_t)((s->kmax + 3) / 4);      /* u8row */
+#endif
     s->scratch = PyMem_Malloc(rows + lanes + sizeof(es_s_v));
     if (s->scratch)
       s->lanes = (es_s_v *)(void *)(((uintptr_t)((char *)s->scratch + rows) + sizeof(es_s_v) - 1) &
                                     ~(uintptr_t)(sizeof(es_s_v) - 1));
+#if ES_HAVE_VNNI
+    if (s->scratch) s->u8row = (int32_t *)(void *)((char *)s->scratch + rows - sizeof(int32_t) * ES_F_CHUNK *
+                                                   (size_t)((s->kmax + 3) / 4));
+#endif
 #else
     s->scratch = PyMem_Malloc(rows);
 #endif
