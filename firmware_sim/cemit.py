@@ -122,6 +122,9 @@ def layout(m: IntModel) -> dict:
     if m.kind == "ssm":
         from firmware_sim.cemit_ssm import layout as ssm_layout
         return ssm_layout(m)
+    if m.kind == "transformer":
+        from firmware_sim.cemit_xf import layout as xf_layout
+        return xf_layout(m)
     H, G, F = m.hidden, GATES[m.kind], m.n_features
     n_a = max(pad4(F), pad4(H))
     parts = {"gx": 4 * G * H, "gh": 4 * G * H, "a": n_a, "ah": pad4(H), "widened": 2 * n_a}
@@ -296,6 +299,9 @@ def flash_bytes(m: IntModel) -> dict:
     if m.kind == "ssm":
         from firmware_sim.cemit_ssm import flash_bytes as ssm_flash_bytes
         return ssm_flash_bytes(m)
+    if m.kind == "transformer":
+        from firmware_sim.cemit_xf import flash_bytes as xf_flash_bytes
+        return xf_flash_bytes(m)
     mats = [x for cell in m.cells for x in (cell["x"], cell["h"])] + [m.head]
     weights = sum(pad4(x.w.shape[0]) * pad4(x.w.shape[1]) for x in mats)
     constants = sum(16 * x.w.shape[1] for x in mats) + 13 * m.n_features
@@ -327,6 +333,9 @@ def emit(m: IntModel, out, prefix: str = "es", protect=()) -> dict:
     if m.kind == "ssm":
         from firmware_sim.cemit_ssm import emit as ssm_emit
         return ssm_emit(m, out, prefix, protect)
+    if m.kind == "transformer":
+        from firmware_sim.cemit_xf import emit as xf_emit
+        return xf_emit(m, out, prefix, protect)
     p = check_prefix(prefix)
     check_int_model(m, protect[0] if protect else "<model>")
     out = Path(out)

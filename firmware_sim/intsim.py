@@ -321,8 +321,9 @@ def _short(v) -> str:
 
 def check_int8(meta, path):
     from edgeseq.errors import DataError
-    if meta.arch not in ("rnn", "gru", "lstm", "ssm"):  # first: no export makes another architecture fit
-        raise DataError(f"integer-only execution covers the rnn, gru and lstm step graphs and the ssm, not {meta.arch}; "
+    if meta.arch not in ("rnn", "gru", "lstm", "ssm", "transformer"):  # first: no export makes another one fit
+        raise DataError(f"integer-only execution covers the rnn, gru and lstm step graphs, the ssm and the windowed "
+                        f"transformer exported static int8, not {meta.arch}; "
                         "`edgeseq firmware check` still plans its memory and cost")
     if not meta.quantization:
         raise DataError(f"'{path}' is a float model; integer-only execution needs int8: "
@@ -459,6 +460,9 @@ def from_parts(meta, initializers: dict, nodes, path="<model>") -> IntModel:
     if meta.arch == "ssm":
         from firmware_sim.intssm import from_parts as ssm_from_parts
         return ssm_from_parts(meta, initializers, nodes, path)
+    if meta.arch == "transformer" and (meta.quantization or {}).get("scheme") == "static":
+        from firmware_sim.intxf import from_parts as xf_from_parts
+        return xf_from_parts(meta, initializers, nodes, path)
     proto = SimpleNamespace(graph=SimpleNamespace(node=list(nodes)))       # what the checks read
     check_quantization(meta, proto, path)
     check_int8(meta, path)

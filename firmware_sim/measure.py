@@ -60,6 +60,9 @@ def cost_features(m) -> list:
     if m.kind == "ssm":
         from firmware_sim.cemit_ssm import cost_features as ssm_features
         return ssm_features(m)
+    if m.kind == "transformer":
+        from firmware_sim.cemit_xf import cost_features as xf_features
+        return xf_features(m)
     outputs = sum(c["x"].w.shape[1] + c["h"].w.shape[1] for c in m.cells) + m.head.w.shape[1]
     quantized = m.hidden * (2 * m.layers)                 # h before its own product, and before the next layer's or the head
     return [float(kernel_macs_per_step(m)), float(outputs + quantized), float(m.hidden * m.layers), 1.0]
@@ -72,6 +75,9 @@ def kernel_macs_per_step(m) -> int:
     if m.kind == "ssm":
         from firmware_sim.cemit_ssm import kernel_macs
         return kernel_macs(m)
+    if m.kind == "transformer":
+        from firmware_sim.cemit_xf import kernel_macs as xf_kernel_macs
+        return xf_kernel_macs(m)
     def padded(w) -> int:
         return (-(-w.shape[0] // 4) * 4) * (-(-w.shape[1] // 4) * 4)
     return int(sum(padded(c["x"].w) + padded(c["h"].w) for c in m.cells) + padded(m.head.w))
@@ -82,6 +88,9 @@ def macs_per_step(m) -> int:
     if m.kind == "ssm":
         from firmware_sim.cemit_ssm import macs
         return macs(m)
+    if m.kind == "transformer":                          # attention at a full window, as macs_per_reading counts it
+        from firmware_sim.cemit_xf import macs as xf_macs
+        return xf_macs(m)
     return int(sum(c["x"].w.size + c["h"].w.size for c in m.cells) + m.head.w.size)
 
 
@@ -111,7 +120,8 @@ def readings_for(m, data: str | None, n: int, model=None) -> tuple:
 
 def measure(model, core: str, opt: str = "-O2", readings: int = 1000, counted: int = 8, target=None,
             work_dir=None, portable: bool = False, data: str | None = None) -> dict:
-    """Cross-compile the emitted step of `model` (a static int8 RNN/GRU/LSTM/SSM .onnx) for `core`
+    """Cross-compile the emitted step of `model` (a static int8 RNN/GRU/LSTM/SSM/windowed Transformer
+    .onnx; a Transformer's steps are counted once its ring holds a full window) for `core`
     ("cortex-m0plus", "cortex-m4", "cortex-m7", "cortex-m33") at `opt`, run it on the emulated
     core and return the figures (see the module docstring); `target` (a Target) adds time per
     reading at its clock; `portable=True` builds the portable C path (ES_PORTABLE) on a DSP core. Raises EdgeseqError if the compiled step differs from the simulator
@@ -143,12 +153,15 @@ def measure(model, core: str, opt: str = "-O2", readings: int = 1000, counted: i
         obj = toolchain.compile_object(d / "es_model.c", core, opt, d, include_dirs=[d], defines=defines,
                                        compiler=compiler)
         sizes = toolchain.sections(obj)
-        ssm = m.kind == "ssm"
-        tables = [d / "es_tables.c"] + ([d / "es_ssm_tables.c"] if ssm else [])
+        ssm, xf = m.kind == "ssm", m.kind == "transformer"
+        tables = ([d / "es_tables.c"] + ([d / "es_ssm_tables.c"] if ssm or xf else [])
+                  + ([d / "es_xf_tables.c"] if xf else []))
         elf = toolchain.build([d / "harness.c", d / "es_model.c", *tables], core, opt, d, include_dirs=[d],
                               defines=defines, compiler=compiler)
         code = (d / "es_model.c").read_text() + ((d / "es_ssm_int.h").read_text() if ssm else "")
         used = [t for t in ("es_sigmoid_q15", "es_tanh_q15") if t in code]
+        if xf:
+            used += ["es_rsqrt_q15", "es_exp_q15", "es_phi_q15"]
         if ssm:
             used += ["es_rsqrt_q15"] + (["es_softplus_q12", "es_decay_gain_q15"] if m.selective else [])
         tables = toolchain.sections(elf, symbols_from=used)["rodata"]       # the tables this model reads
@@ -168,12 +181,18 @@ def measure(model, core: str, opt: str = "-O2", readings: int = 1000, counted: i
                                f"{got[bad].tolist()} vs {want[bad].tolist()}")
         mach.write("bench_in", xq[:CHUNK].astype(np.int32))
         mach.call("bench_reset")
+        warm = m.window if xf else 0                        # a transformer is counted at a full window
+        for start in range(0, warm, CHUNK):
+            mach.call("bench_run", 0, min(CHUNK, warm - start), max_instructions=2_000_000_000)
         r = mach.call("bench_run", 0, min(counted, CHUNK), count=True, max_instructions=200_000_000)
     macs = macs_per_step(m)
     per_step = r["instructions"] / counted
     helpers = {k: v / counted for k, v in r["by_function"].items() if k.startswith(("__aeabi_l", "__mul", "__ash"))}
     lay = layout(m)
     ssm_keys = {"d_state": m.d_state, "selective": bool(m.selective)} if m.kind == "ssm" else {}
+    if m.kind == "transformer":
+        ssm_keys = {"heads": m.heads, "d_ff": m.d_ff, "window": m.window, "cache_bytes": lay["cache"],
+                    "counted_at": "a full window (the first window readings after a reset are not counted)"}
     out = {**ssm_keys,
         "model": str(model), "arch": m.kind, "hidden": m.hidden, "layers": m.layers, "core": core, "opt": opt,
         "compiler": compiler.version(), "cpu_model": mach.cpu_model, "dsp_path": core in ("cortex-m4", "cortex-m7", "cortex-m33") and not portable,

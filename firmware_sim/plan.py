@@ -6,9 +6,11 @@ it overlaps no placed buffer that is alive at the same time (the greedy planner 
 Lite Micro uses). The arena is the highest end offset.
 
 Where the buffers come from:
-- int8 RNN/GRU/LSTM/SSM (static): the buffers of the integer-only step that `firmware emit`
-  writes, op by op (`integer_buffers`). This is what the C code allocates.
-- anything else (the Transformer, float models): the ONNX graph run once at batch 1 and the
+- int8 RNN/GRU/LSTM/SSM (static), and the int8 Transformer with a window when no --history is
+  given: the buffers of the integer-only step that `firmware emit` writes, op by op
+  (`integer_buffers`). This is what the C code allocates; a Transformer's state is its KV ring
+  at the window.
+- anything else (a Transformer at a given --history, float models): the ONNX graph run once at batch 1 and the
   given history, every intermediate tensor at its real size and type (`graph_buffers`).
   Tensors computed from constants only are weights, not activations.
 
@@ -65,6 +67,13 @@ def integer_buffers(m) -> list:
     parts are all live during a step, so the plan is their sum. Sizes in bytes."""
     from firmware_sim.cemit import layout
     lay = layout(m)
+    if m.kind == "transformer":
+        names = {"u": "u (int32 Q12 residual stream)", "v": "v (int32 Q12 LayerNorm / product out)",
+                 "qkv": "qkv (int32 Q12 q, k, v)", "y": "y (int32 attention out)", "h": "h (int32 Q12 MLP hidden)",
+                 "scores": "scores (int32, one per cached row)", "widened": "widened activations (SMLAD operands)",
+                 "q": "q (int16, heads padded to even)", "weights": "weights (int16 Q15 softmax)",
+                 "a": "a (int8 product input)"}
+        return [Buffer(label, lay[k], 0, 1) for k, label in names.items() if lay[k]]
     if m.kind == "ssm":
         names = {"u": "u (int32 Q12 residual stream)", "v": "v (int32 Q12 LayerNorm out)",
                  "x": "x (int32 state input)", "g": "g (int32 Q12 gate)", "delta": "delta (int32 Q12 step size)",
@@ -227,7 +236,11 @@ def check_model(path, target, history: int | None = None, cycles_per_mac: float 
     shapes, proto = run_shapes(source, H)
     macs, ops = macs_and_ops(proto, shapes)
     flash = flash_of(proto)
-    integer = bool(meta.quantization and meta.quantization.get("scheme") == "static" and meta.arch in ("rnn", "gru", "lstm", "ssm"))
+    cfg = meta.config or {}
+    ring = (meta.arch == "transformer" and history is None and bool(cfg.get("window"))   # the integer step's KV ring
+            and cfg.get("positions", "none") == "none")                             # (--history plans the graph)
+    integer = bool(meta.quantization and meta.quantization.get("scheme") == "static"
+                   and (meta.arch in ("rnn", "gru", "lstm", "ssm") or ring))
     measured, stack = None, 0
     if integer:
         from firmware_sim.cemit import flash_bytes, layout
@@ -244,14 +257,16 @@ def check_model(path, target, history: int | None = None, cycles_per_mac: float 
         fb = flash_bytes(m)
         flash = {"weights": fb["weights"], "scales_biases": fb["constants"], "activation_tables": fb["tables"],
                  ("code_fitted" if measured else "code_estimate"):
-                     int(round(measured[4] + measured[5] * (m.layers - 1))) if measured else CODE_BASE + CODE_PER_KERNEL * 4}
+                     int(round(measured[-3] + measured[-2] * (m.layers - 1))) if measured else CODE_BASE + CODE_PER_KERNEL * 4}
         state = lay["state"]
         io = lay["io"]
-        stack = measured[6] if measured else STACK_ESTIMATE
+        stack = measured[-1] if measured else STACK_ESTIMATE
         macs = macs_per_step(m)
-        fitted_cycles = float(np.dot(measured[:4], cost_features(m))) if measured else None
+        fitted_cycles = float(np.dot(measured[:-3], cost_features(m))) if measured else None
         kind = ("integer-only step (as `firmware emit` writes it): int8 weights, "
-                + ("int16/int32 state" if m.kind != "ssm" else "Q12 LayerNorm and gate, int32 state")
+                + {"ssm": "Q12 LayerNorm and gate, int32 state",
+                   "transformer": f"Q12 LayerNorm, int16 KV ring of {getattr(m, 'window', 0)} rows (state + cache "
+                                  "at the window)"}.get(m.kind, "int16/int32 state")
                 + "; code, stack and "
                 + (f"cycles fitted to measurements on an emulated {core} ({MEASURED_SOURCE})" if measured else
                    "cycles are estimates (no emulated core for this target)"))
@@ -297,7 +312,7 @@ def check_model(path, target, history: int | None = None, cycles_per_mac: float 
     if target.xip_cache_kb and flash_total - sum(v for k, v in flash.items() if k.startswith("code")) > target.xip_cache_kb * 1024:
         r["note"] = (f"weights and tables ({flash_total:,} B with code) exceed the {target.xip_cache_kb} KB XIP cache: "
                      "reads miss to external flash; expect a slower step than the figure above (copy hot weights to SRAM)")
-    if growing:
+    if growing and not (integer and ring):        # the integer ring holds the trained window, whatever fits
         r["longest_history"] = longest_history(source, target, meta, r)
     return r
 
@@ -311,7 +326,7 @@ def verdict(r: dict) -> str | None:
         todo = ("choose a smaller model (fewer hidden units or layers) or a part with more flash"
                 if r.get("quantization", "float") != "float" else "export it with --int8 or choose a smaller model")
         return f"{r['model']} needs {r['flash']['total']:,} B of flash, {t} has {r['flash']['available']:,} B; {todo}"
-    if r.get("history"):
+    if r.get("history") and "longest_history" in r:
         return (f"history {r['history']:,} does not fit {t}: RAM {r['ram']['total']:,} B of {r['ram']['available']:,} B "
                 f"(cache {r['ram']['state']:,} B); the longest history that fits is {r['longest_history']:,} readings, "
                 "pass --history with at most that")

@@ -114,9 +114,13 @@ def _show(v) -> str:
 # .text = t0 + t1 x (layers - 1); stack = the largest measured + 32 bytes. The SSM ("ssm", fixed
 # decay; "ssm-selective") over 8 sizes each (d_model 8-64, d_state 8-64, 1-3 layers), with
 # `firmware_sim.cemit_ssm.cost_features` (MACs, requantized values, element-wise channels, 1):
-# within 2% of every measured model. `measured_kind` gives an integer model's key.
-MEASURED_SOURCE = ("scripts/calibrate_firmware.py: edgeseq firmware measure --opt -O2 on 27 RNN/GRU/LSTM and 16 SSM "
-                   "models, arm-none-eabi-gcc 12.2.1, Unicorn; cycles modelled from the executed instruction mix "
+# within 2% of every measured model. The windowed Transformer ("transformer") over 8 sizes (d_model
+# 8-32, 1-4 heads, one of odd width, 1-2 layers, windows 4-50), counted at a full window, with
+# `firmware_sim.cemit_xf.cost_features` (MACs, attention MACs, softmax entries, element-wise
+# values, 1; `scripts/firmware_xf_check.py --calibrate`): within 4%. `measured_kind` gives an
+# integer model's key.
+MEASURED_SOURCE = ("scripts/calibrate_firmware.py: edgeseq firmware measure --opt -O2 on 27 RNN/GRU/LSTM, 16 SSM "
+                   "and 8 Transformer models, arm-none-eabi-gcc 12.2.1, Unicorn; cycles modelled from the executed instruction mix "
                    "(Arm TRM timings)")
 MEASURED = {
     # cortex-m0plus rnn: check/measure h8 l1 0.98, h13 l1 1.06, h16 l1 0.98, h32 l2 1.02, h50 l1 0.98, h64 l1 1.00, h96 l1 0.99, h128 l1 1.00, h16 l2 0.99
@@ -124,30 +128,38 @@ MEASURED = {
     # cortex-m0plus lstm: check/measure h8 l1 1.01, h13 l1 1.00, h16 l1 0.97, h32 l2 1.01, h50 l1 1.01, h64 l1 0.98, h96 l1 1.00, h128 l1 1.00, h16 l2 1.02
     # cortex-m0plus ssm: check/measure d8 n8 l1 1.00, d16 n8 l1 1.00, d16 n32 l1 1.00, d24 n12 l2 1.00, d32 n32 l2 1.00, d48 n16 l1 1.00, d64 n64 l1 1.00, d32 n16 l3 1.00
     # cortex-m0plus ssm-selective: check/measure d8 n8 l1 1.00, d16 n8 l1 1.00, d16 n32 l1 1.01, d24 n12 l2 1.00, d32 n32 l2 0.99, d48 n16 l1 1.00, d64 n64 l1 1.00, d32 n16 l3 1.00
+    # cortex-m0plus transformer: check/measure d8 h1 f16 l1 w4 0.98, d16 h2 f32 l1 w16 0.99, d16 h4 f32 l2 w8 0.99, d24 h2 f48 l1 w32 1.01, d32 h4 f64 l2 w16 0.99, d32 h4 f64 l2 w50 0.98, d12 h3 f24 l1 w50 1.01, d13 h1 f26 l1 w9 1.04
     "cortex-m0plus": {"rnn": (9.432, 61.36, -27.59, 42.93, 1263, 621, 144), "gru": (9.191, 36.46, 285.9, -562.6, 1450, 760, 160), "lstm": (9.282, 58.52, 186.1, -450.7, 1633, 919, 184),
-                  "ssm": (9.087, 183.3, -226, -988.6, 2768, 1433, 240), "ssm-selective": (9.013, 122.9, -79.26, -579.3, 3176, 1588, 248)},
+                  "ssm": (9.087, 183.3, -226, -988.6, 2768, 1433, 240), "ssm-selective": (9.013, 122.9, -79.26, -579.3, 3176, 1588, 248),
+                  "transformer": (10.13, 11.36, 49.98, 49.45, 846.9, 3681, 2434, 296)},
     # cortex-m4 rnn: check/measure h8 l1 1.02, h13 l1 0.96, h16 l1 0.99, h32 l2 1.02, h50 l1 1.00, h64 l1 0.98, h96 l1 1.00, h128 l1 1.01, h16 l2 1.01
     # cortex-m4 gru: check/measure h8 l1 1.00, h13 l1 0.99, h16 l1 1.00, h32 l2 0.99, h50 l1 1.02, h64 l1 0.99, h96 l1 1.00, h128 l1 1.00, h16 l2 1.00
     # cortex-m4 lstm: check/measure h8 l1 1.00, h13 l1 1.00, h16 l1 1.01, h32 l2 1.00, h50 l1 0.99, h64 l1 1.00, h96 l1 1.00, h128 l1 1.01, h16 l2 1.00
     # cortex-m4 ssm: check/measure d8 n8 l1 1.01, d16 n8 l1 0.98, d16 n32 l1 1.00, d24 n12 l2 0.99, d32 n32 l2 1.01, d48 n16 l1 0.98, d64 n64 l1 1.00, d32 n16 l3 1.02
     # cortex-m4 ssm-selective: check/measure d8 n8 l1 1.01, d16 n8 l1 1.00, d16 n32 l1 0.98, d24 n12 l2 1.00, d32 n32 l2 1.01, d48 n16 l1 0.99, d64 n64 l1 1.00, d32 n16 l3 1.02
+    # cortex-m4 transformer: check/measure d8 h1 f16 l1 w4 1.01, d16 h2 f32 l1 w16 1.01, d16 h4 f32 l2 w8 1.00, d24 h2 f48 l1 w32 0.98, d32 h4 f64 l2 w16 1.00, d32 h4 f64 l2 w50 1.02, d12 h3 f24 l1 w50 0.99, d13 h1 f26 l1 w9 0.98
     "cortex-m4": {"rnn": (1.989, 50.76, -85.78, 98.47, 1698, 1072, 168), "gru": (1.983, 38.9, -49.91, 109.5, 1842, 1182, 168), "lstm": (2.014, 37.11, -31.7, 88.53, 1997, 1341, 168),
-                  "ssm": (1.913, 57.64, -24.74, 46.66, 3674, 2149, 224), "ssm-selective": (1.903, 41.71, 19.56, 149.9, 4276, 2559, 232)},
+                  "ssm": (1.913, 57.64, -24.74, 46.66, 3674, 2149, 224), "ssm-selective": (1.903, 41.71, 19.56, 149.9, 4276, 2559, 232),
+                  "transformer": (1.582, 3.629, 41.3, 36.96, -296.2, 4359, 2819, 272)},
     # cortex-m7 rnn: check/measure h8 l1 1.02, h13 l1 0.96, h16 l1 0.98, h32 l2 1.03, h50 l1 1.00, h64 l1 0.98, h96 l1 1.00, h128 l1 1.01, h16 l2 1.01
     # cortex-m7 gru: check/measure h8 l1 1.01, h13 l1 0.99, h16 l1 1.00, h32 l2 1.01, h50 l1 1.00, h64 l1 0.99, h96 l1 1.00, h128 l1 1.00, h16 l2 1.00
     # cortex-m7 lstm: check/measure h8 l1 1.00, h13 l1 0.99, h16 l1 1.00, h32 l2 1.01, h50 l1 0.99, h64 l1 1.00, h96 l1 1.00, h128 l1 1.00, h16 l2 1.00
     # cortex-m7 ssm: check/measure d8 n8 l1 1.01, d16 n8 l1 0.98, d16 n32 l1 1.00, d24 n12 l2 0.99, d32 n32 l2 1.02, d48 n16 l1 0.98, d64 n64 l1 1.00, d32 n16 l3 1.02
     # cortex-m7 ssm-selective: check/measure d8 n8 l1 1.01, d16 n8 l1 1.00, d16 n32 l1 0.98, d24 n12 l2 1.00, d32 n32 l2 1.00, d48 n16 l1 0.99, d64 n64 l1 1.00, d32 n16 l3 1.02
+    # cortex-m7 transformer: check/measure d8 h1 f16 l1 w4 1.01, d16 h2 f32 l1 w16 1.01, d16 h4 f32 l2 w8 1.00, d24 h2 f48 l1 w32 0.98, d32 h4 f64 l2 w16 1.00, d32 h4 f64 l2 w50 1.02, d12 h3 f24 l1 w50 0.99, d13 h1 f26 l1 w9 0.98
     "cortex-m7": {"rnn": (2.045, 53.13, -94.18, 107.5, 1741, 1015, 168), "gru": (2.044, 44.53, -90.6, 192.3, 1875, 1181, 168), "lstm": (2.057, 41.09, -67.34, 178.6, 2013, 1355, 168),
-                  "ssm": (1.967, 61.76, -32.51, -3.239, 3707, 2216, 232), "ssm-selective": (1.975, 42.42, 18.23, 205.6, 4333, 2599, 232)},
+                  "ssm": (1.967, 61.76, -32.51, -3.239, 3707, 2216, 232), "ssm-selective": (1.975, 42.42, 18.23, 205.6, 4333, 2599, 232),
+                  "transformer": (1.656, 3.951, 39.82, 36.97, -237.9, 4390, 2798, 280)},
     # cortex-m33 rnn: check/measure h8 l1 1.02, h13 l1 0.96, h16 l1 0.99, h32 l2 1.02, h50 l1 1.01, h64 l1 0.98, h96 l1 1.00, h128 l1 1.01, h16 l2 1.01
     # cortex-m33 gru: check/measure h8 l1 1.00, h13 l1 0.99, h16 l1 1.01, h32 l2 0.99, h50 l1 1.02, h64 l1 0.99, h96 l1 1.00, h128 l1 1.00, h16 l2 1.00
     # cortex-m33 lstm: check/measure h8 l1 1.00, h13 l1 1.00, h16 l1 1.01, h32 l2 1.00, h50 l1 0.99, h64 l1 1.00, h96 l1 1.00, h128 l1 1.00, h16 l2 1.00
     # cortex-m33 ssm: check/measure d8 n8 l1 1.01, d16 n8 l1 0.98, d16 n32 l1 1.00, d24 n12 l2 0.99, d32 n32 l2 1.01, d48 n16 l1 0.98, d64 n64 l1 1.00, d32 n16 l3 1.02
     # cortex-m33 ssm-selective: check/measure d8 n8 l1 1.00, d16 n8 l1 1.00, d16 n32 l1 0.99, d24 n12 l2 1.00, d32 n32 l2 1.00, d48 n16 l1 1.00, d64 n64 l1 1.00, d32 n16 l3 1.01
+    # cortex-m33 transformer: check/measure d8 h1 f16 l1 w4 1.01, d16 h2 f32 l1 w16 1.02, d16 h4 f32 l2 w8 1.00, d24 h2 f48 l1 w32 0.98, d32 h4 f64 l2 w16 1.00, d32 h4 f64 l2 w50 1.02, d12 h3 f24 l1 w50 0.99, d13 h1 f26 l1 w9 0.98
     "cortex-m33": {"rnn": (1.99, 51.67, -89.79, 102.7, 1701, 1071, 168), "gru": (1.98, 39.36, -54.13, 118.1, 1837, 1191, 168), "lstm": (1.999, 38.01, -38.08, 104.7, 2002, 1328, 168),
-                  "ssm": (1.902, 58.39, -25.72, 37.67, 3699, 2143, 224), "ssm-selective": (1.895, 42.33, 18.59, 144.8, 4246, 2581, 232)},
-}   # kind -> (a, b, c, d, t0, t1, stack)
+                  "ssm": (1.902, 58.39, -25.72, 37.67, 3699, 2143, 224), "ssm-selective": (1.895, 42.33, 18.59, 144.8, 4246, 2581, 232),
+                  "transformer": (1.621, 3.534, 42.33, 36.48, -216.8, 4362, 2791, 272)},
+}   # kind -> (cost coefficients a, b, ... (one per cost feature), t0, t1, stack)
 CORE_OF = {"Cortex-M0+": "cortex-m0plus", "Cortex-M4": "cortex-m4", "Cortex-M4F": "cortex-m4",
            "Cortex-M7": "cortex-m7", "Cortex-M33": "cortex-m33"}
 

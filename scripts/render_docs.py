@@ -156,8 +156,10 @@ def render_bench_backends(d: dict, source: str) -> str:
 
 def render_bench_archs(d: dict, source: str) -> str:
     a = d.get("archs") or {}
-    how = (f"`edgeseq bench --repeats {d['repeats']}`, {d.get('threads', 1)} thread; at one stream the native push, "
-           "its C step alone and the floor interleaved, the onnxruntime push in rounds of its own")
+    how = (f"`edgeseq bench --repeats {d['repeats']}`, {d.get('threads', 1)} thread; at one stream the float and "
+           "int8 native pushes, their C steps alone and the floor interleaved in one loop, the onnxruntime push in "
+           "rounds of its own; at many streams the share of the GEMM bound from the fastest push and the fastest "
+           "512 x 512 x 512 GEMM of the same interleaved rounds")
     if not a.get("ssm"):
         return "\n\n".join([machine_line(d, source, how), f"Not timed: {a.get('native', 'no native step')}."])
     rows = []
@@ -170,10 +172,12 @@ def render_bench_archs(d: dict, source: str) -> str:
                          f"{one['native']['us_per_call']:.2f} us", f"{one['native']['c_step_us']:.2f} us",
                          f"{one['floor_iobinding_us']:.2f} us", _x(one["native"]["over_floor"]),
                          _us(one["onnxruntime"]["us_per_call"]),
+                         _x(one["native"]["int8_over_float"]) if "int8_over_float" in one["native"] else "",
                          f"{_rate(many['native']['readings_per_s'])} ({many['native']['share_of_gemm_bound']:.0%})"])
     top = max(r["streams"] for r in a["ssm"])
     ssm = _table(["SSM (d_model 32, d_state 32, 2 layers)", "native push, 1 stream", "C step alone", "floor, same rounds",
-                  "push / floor", "onnxruntime push", f"native readings/s at {top:,} streams (of the GEMM bound)"], rows)
+                  "push / floor", "onnxruntime push", "int8 / float push, same rounds",
+                  f"native readings/s at {top:,} streams (of the GEMM bound)"], rows)
     w = a["transformer"]["window_full"]
     hist = a["transformer"]["history"]
     tr = _table(["Transformer (d 32, 4 heads, 2 layers), 1 stream", "native push", "onnxruntime push", "floor, same rounds",

@@ -212,7 +212,7 @@ CASES = [
     (["firmware", "simulate", Q, "--data", "ylen.npz"], None, R, "ylen.npz"),
     (["firmware", "emit", "missing.onnx", "--out", "c"], None, R, "not found"),
     (["firmware", "emit", "garbage.onnx", "--out", "c"], None, R, "not a readable ONNX model"),
-    (["firmware", "emit", TR, "--out", "c"], None, R, "not transformer"),
+    (["firmware", "emit", TR, "--out", "c"], None, R, "is a float model"),
     (["firmware", "emit", Q, "--out", "afile/c"], None, R, "afile"),
     # translate
     (["translate", "train", "--arch", "nope", "--out", "o"], None, U, "nope"),

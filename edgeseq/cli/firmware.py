@@ -118,7 +118,7 @@ def firmware_check(model, target, history, cycles_per_mac, targets_file, as_json
 @_json_option
 @_errors
 def firmware_measure(model, target, core, opt, readings, data, targets_file, as_json):
-    """Cross-compile the emitted int8 step (RNN, GRU, LSTM, SSM) for a Cortex-M core, run it on
+    """Cross-compile the emitted int8 step (RNN, GRU, LSTM, SSM, Transformer) for a Cortex-M core, run it on
     an emulated core, and report measured sizes (.text, .rodata), stack, instructions per
     reading and the instruction mix, with cycles modelled from that mix (Arm TRM timings),
     after checking it bit-exact with the simulator. Needs arm-none-eabi-gcc (Debian:
@@ -140,7 +140,8 @@ def firmware_measure(model, target, core, opt, readings, data, targets_file, as_
         return
     sec = r["sections"]
     size = (f"d_model {r['hidden']}, d_state {r['d_state']}, {'selective' if r['selective'] else 'fixed'} decay"
-            if r["arch"] == "ssm" else f"hidden {r['hidden']}")
+            if r["arch"] == "ssm" else f"d_model {r['hidden']}, {r['heads']} head(s), window {r['window']}, counted at "
+            "a full window" if r["arch"] == "transformer" else f"hidden {r['hidden']}")
     lines = [f"{r['model']} ({r['arch']}, {size}) on an emulated {r['core']} ({r['cpu_model']}), "
              f"{r['compiler']} {r['opt']}{', SMLAD path' if r['dsp_path'] else ', portable path'}",
              f"  bit-exact with `firmware simulate` over {r['bit_exact_readings']:,} readings ({r['readings_from']})",
@@ -167,7 +168,8 @@ def firmware_measure(model, target, core, opt, readings, data, targets_file, as_
 def firmware_simulate(model, data, float_model, as_json):
     """Run the int8 step integer-only (no float on the path) over the test split (per sequence,
     and joined end to end never reset, scored per reading) and a long stream, of the model's
-    training data unless --data says otherwise. RNN, GRU, LSTM and SSM (fixed or selective)."""
+    training data unless --data says otherwise. RNN, GRU, LSTM, SSM (fixed or selective) and the
+    windowed Transformer (window > 0)."""
     from firmware_sim.simulate import simulate
 
     r = simulate(model, data, float_model)
@@ -199,7 +201,8 @@ def firmware_emit(model, out, prefix, as_json):
     """Write C99 for the integer-only step: PREFIX_model.h (the API), PREFIX_model.c (weights
     and step), es_kernels.h (shared kernels, with an SMLAD path on Cortex-M4/M7/M33) and a host
     example (PREFIX_example.c), and es_tables.c (the sigmoid/tanh tables, compiled once per
-    firmware); for an SSM also es_ssm_int.h (LayerNorm, state update, gate) and es_ssm_tables.c.
+    firmware); for an SSM also es_ssm_int.h (LayerNorm, state update, gate) and es_ssm_tables.c;
+    for a windowed Transformer also es_xf_int.h (KV ring, attention, GELU) and es_xf_tables.c.
     The caller passes PREFIX_SCRATCH_WORDS int32 words of working memory to each step.
 
     \b

@@ -1,0 +1,374 @@
+"""Integer-only execution of the int8 windowed causal Transformer step (`edgeseq.models.transformer`),
+as a microcontroller runs it, operation for operation as the C that `firmware_sim.cemit_xf` writes
+(kernels in `kernels/es_xf_int.h`), in 32-bit arithmetic only.
+
+Taken from the static int8 ONNX model: the int8 weights of every projection (embedding, qkv,
+proj, the two MLP layers, head; symmetric, per output channel), the calibrated scale and zero
+point of each projection's input, the calibrated range of the qkv products (their
+QuantizeLinear), and the float constants (LayerNorm weights, biases). Formats:
+
+- the reading enters as for the RNNs (int32 fixed point, `in_frac` per channel) and becomes the
+  embedding's int8 input; every product is int8 x int8 into int32, requantized by a 15-bit
+  multiplier and shift (`intmath.requant`) to Q12; the residual stream u is int32 Q12 clamped
+  to +-`u_lim`, the LayerNorms are the SSM's (`intssm.LayerNormQ`);
+- the KV cache is a ring of `window` rows per layer, int16: k = k_q12 >> kk, v = v_q12 >> kv
+  (saturating), the shifts chosen from the calibrated qkv range with 4x headroom; q is
+  requantized so that q.k is the score (1/sqrt(head_dim) folded in) with 12 + j fractional
+  bits, clamped to +-`qlim` so a head's dot product stays within +-2^30. A stream's `n` counts the
+  rows written since its reset (at most `window`), `slot` is the row the next reading writes:
+  the first readings after a reset attend only to the rows that exist;
+- softmax per head: scores q.k in int32, minus the row maximum, >> j to Q12, exp from a
+  2049-knot Q15 table over [-16, 0] (`EXP`, interpolated; below -16 it is 0), summed in int32, the
+  reciprocal R = floor(2^30 / sum) by integer division, weights p = (e R + 2^14) >> 15 (Q15,
+  at most 32767); the output y = sum_t p_t v_t in int32, requantized to proj's int8 input;
+- GELU(h) = h x Phi(h), Phi from a 2049-knot Q15 table over [-8, 8] (`PHI`), the product exact
+  (`mul_q15`), requantized to the second MLP layer's int8 input;
+- the head gives Q12 logits, as the RNNs' do.
+
+An unbounded window (0) and sinusoidal positions are refused in one line: a static ring needs a
+window, and the step holds no position signal.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from edgeseq.errors import DataError, ModelFileError
+from firmware_sim.intcheck import _fits, _multiplier, _reach, _requant_ok
+from firmware_sim.intmath import IN_LIMIT, LUT_SHIFT, LUT_SIZE, ONE_Q15, Q, lut, requant
+from firmware_sim.intssm import (HEADROOM, LayerNormQ, _Graph, _int8_range, _lut_table, _mm, _qfrac, mul_q15,
+                                 quantize)
+
+WINDOW_MAX = 4096            # rows of the ring: beyond it the weights' sum could leave int32
+EXP_SPAN = 16 << Q           # exp is read over [-16, 0] (Q12); below it a weight is 0
+NO_WINDOW = "a static ring buffer needs a window; export with window>0"
+
+
+def _exp_table() -> np.ndarray:
+    x = (np.arange(LUT_SIZE + 1) * (1 << LUT_SHIFT) - EXP_SPAN) / (1 << Q)             # knots -16 .. 0
+    return np.clip(np.round(np.exp(x) * ONE_Q15), 0, ONE_Q15 - 1).astype(np.int16)
+
+
+def _phi(x):
+    from math import erf, sqrt
+    return 0.5 * (1.0 + np.vectorize(erf)(np.asarray(x) / sqrt(2.0)))
+
+
+EXP = _exp_table()
+PHI = _lut_table(_phi, ONE_Q15)                           # Q15, 32767 at the top
+
+
+def exp_q15(d12) -> np.ndarray:
+    """d12 int <= 0 (Q12) -> exp(d) in Q15 from `EXP`, interpolated (d clamped to [-16, -1/4096])."""
+    u = np.clip(np.asarray(d12, np.int64), -EXP_SPAN, -1) + EXP_SPAN                    # 0 .. 65535
+    i, f = u >> LUT_SHIFT, u & ((1 << LUT_SHIFT) - 1)
+    lo, hi = EXP[i].astype(np.int64), EXP[i + 1].astype(np.int64)
+    return lo + (((hi - lo) * f) >> LUT_SHIFT)
+
+
+def softmax_q15(scores, n, j: int) -> np.ndarray:
+    """scores int [..., T] (int32, 12 + j fractional bits), n int [...] (rows valid from 0) ->
+    weights int [..., T] Q15 (0 past n): the integer softmax the step runs."""
+    sc = np.asarray(scores, np.int64)
+    valid = np.arange(sc.shape[-1]) < np.asarray(n)[..., None]
+    mx = np.where(valid, sc, -(1 << 62)).max(-1, keepdims=True)
+    e = np.where(valid, exp_q15((sc - mx) >> j), 0)
+    total = e.sum(-1, keepdims=True)
+    r = (1 << 30) // np.maximum(total, 1)
+    return np.minimum((e * r + (1 << 14)) >> 15, ONE_Q15 - 1)
+
+
+@dataclass
+class XFIntModel:
+    kind: str                # "transformer"
+    d_model: int
+    heads: int
+    d_ff: int
+    window: int
+    layers: int
+    labels: list
+    feat_m: np.ndarray
+    feat_s: np.ndarray
+    mean_fx: np.ndarray
+    in_frac: np.ndarray
+    enc: object              # MatMulQ, Q12
+    enc_b: np.ndarray
+    cells: list              # per layer: dict (see `from_parts`)
+    ln_f: LayerNormQ
+    head: object
+    head_hq: tuple           # Q12 -> head's int8 input (m, s)
+    head_b: np.ndarray
+    u_lim: int
+    logit_scale: float = 1.0 / (1 << Q)
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def hidden(self) -> int:
+        return self.d_model
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.heads
+
+    @property
+    def n_features(self) -> int:
+        return len(self.mean_fx)
+
+    def init_state(self, B: int = 1) -> dict:
+        """The state of B streams after a reset: slot, n int [B]; per layer k, v int [B, window, D]."""
+        W, D = self.window, self.d_model
+        return {"slot": np.zeros(B, np.int64), "n": np.zeros(B, np.int64),
+                "k": [np.zeros((B, W, D), np.int64) for _ in range(self.layers)],
+                "v": [np.zeros((B, W, D), np.int64) for _ in range(self.layers)]}
+
+    def to_fixed(self, readings) -> np.ndarray:
+        """Float readings [..., F] -> int32 fixed point (value x 2^in_frac, rounded, saturated)."""
+        x = np.round(np.asarray(readings, np.float64) * np.exp2(self.in_frac.astype(np.float64)))
+        return np.clip(x, -(1 << 31), (1 << 31) - 1).astype(np.int64)
+
+    def input_range(self) -> tuple:
+        """(low, high) float64 [F]: the raw readings the embedding's int8 input covers."""
+        real = self.feat_m.astype(np.float64) / np.exp2(self.feat_s.astype(np.float64))
+        step = 1.0 / (real * np.exp2(self.in_frac.astype(np.float64)))
+        mean = self.mean_fx / np.exp2(self.in_frac.astype(np.float64))
+        return mean + step * (-128 - self.enc.in_zp), mean + step * (127 - self.enc.in_zp)
+
+    def quantize_reading(self, x_fx: np.ndarray) -> np.ndarray:
+        d = np.clip(np.asarray(x_fx, np.int64), -IN_LIMIT, IN_LIMIT) - self.mean_fx
+        return np.clip(requant(d, self.feat_m, self.feat_s) + self.enc.in_zp, -128, 127)
+
+    def step(self, x_fx: np.ndarray, state: dict):
+        """x_fx int [B, F] (readings in fixed point, `to_fixed`) -> (logits Q12 int [B, C], new
+        state: slot, n int [B]; k, v per layer int [B, window, D], int16 values)."""
+        lim, D, H, hs, W = self.u_lim, self.d_model, self.heads, self.head_dim, self.window
+        B = x_fx.shape[0]
+        rows = np.arange(B)
+        slot = state["slot"]
+        n = np.minimum(state["n"] + 1, W)
+        u = np.clip(self.enc(self.quantize_reading(x_fx)) + self.enc_b, -lim, lim)
+        ks, vs = [], []
+        for c, kc, vc in zip(self.cells, state["k"], state["v"]):
+            v = c["ln1"](u)
+            mq = c["qkv"]
+            qkv = mq(quantize(v, *c["qkv_q"], mq.in_zp)) + c["bqkv"]
+            q16 = np.clip(requant(qkv[:, :D], c["q_m"], c["q_s"]), -c["qlim"], c["qlim"])
+            kc, vc = kc.copy(), vc.copy()
+            kc[rows, slot] = np.clip(qkv[:, D:2 * D] >> c["kk"], -32768, 32767)
+            vc[rows, slot] = np.clip(qkv[:, 2 * D:] >> c["kv"], -32768, 32767)
+            ks.append(kc)
+            vs.append(vc)
+            y = np.zeros((B, D), np.int64)
+            for h in range(H):
+                sl = slice(h * hs, (h + 1) * hs)
+                sc = np.einsum("bc,btc->bt", q16[:, sl], kc[:, :, sl])
+                p = softmax_q15(sc, n, c["j"])
+                y[:, sl] = np.einsum("bt,btc->bc", p, vc[:, :, sl])
+            mp = c["proj"]
+            u = np.clip(u + mp(quantize(y, *c["y_q"], mp.in_zp)) + c["bproj"], -lim, lim)
+            v = c["ln2"](u)
+            m1, m2 = c["fc1"], c["fc2"]
+            hdn = m1(quantize(v, *c["fc1_q"], m1.in_zp)) + c["bfc1"]
+            g = mul_q15(hdn, lut(PHI, hdn))
+            u = np.clip(u + m2(quantize(g, *c["fc2_q"], m2.in_zp)) + c["bfc2"], -lim, lim)
+        vf = self.ln_f(u)
+        logits = self.head(quantize(vf, *self.head_hq, self.head.in_zp)) + self.head_b
+        new = {"slot": np.where(slot + 1 == W, 0, slot + 1), "n": n, "k": ks, "v": vs}
+        return logits, new
+
+
+def _qlim(hs: int) -> int:
+    """The largest |q| (int16) such that a head's dot product with int16 keys stays within +-2^30."""
+    return int(min(32767, (1 << 30) // (hs * 32768)))
+
+
+def _shift_within(real_max: float, frac: int, top: int) -> int:
+    """Right shift bringing |real| <= HEADROOM x real_max (with `frac` fractional bits) within +-top."""
+    big = HEADROOM * max(real_max, 1e-6) * 2.0 ** frac
+    return int(min(max(0, np.ceil(np.log2(big / top))), 30))
+
+
+def check_window(cfg: dict, path) -> int:
+    """The window of a transformer's config, or DataError (one line) for one a static ring cannot hold."""
+    if cfg.get("positions", "none") != "none":
+        raise DataError(f"'{path}' adds {cfg.get('positions')} positions; the integer step holds no position "
+                        "signal: train it with positions 'none'")
+    W = int(cfg.get("window", 0) or 0)
+    if W <= 0:
+        raise DataError(f"'{path}' attends to an unbounded window: {NO_WINDOW}")
+    if W > WINDOW_MAX:
+        raise DataError(f"'{path}' attends to {W:,} readings; the integer step's ring holds at most {WINDOW_MAX:,}")
+    return W
+
+
+def from_parts(meta, initializers: dict, nodes, path="<model>") -> XFIntModel:
+    """The integer model of a static int8 Transformer step graph (`edgeseq export --int8`), from
+    its initializers (name -> numpy array) and nodes (op_type, input, output, attrs, in graph
+    order). DataError (one line) for an unbounded window, positions, or a float or dynamic int8
+    file; ModelFileError (one line) for a graph not laid out as edgeseq's int8 export writes it
+    (a projection kept float included) or a constant the integer step cannot hold."""
+    from types import SimpleNamespace
+
+    from edgeseq.runtime.quant import check_qdq
+    from firmware_sim.intsim import (_activation, _bias, _check_graph_integers, _check_normalization, _weights,
+                                     check_quantization, graph_normalization, input_format)
+
+    proto = SimpleNamespace(graph=SimpleNamespace(node=list(nodes)))
+    check_quantization(meta, proto, path)
+    if not meta.quantization:
+        raise DataError(f"'{path}' is a float model; integer-only execution needs int8: "
+                        f"export it with `edgeseq export RUN --int8 --out ...`")
+    if meta.quantization.get("scheme") != "static":
+        raise DataError(f"'{path}' is int8 {meta.quantization.get('scheme')}: its activation scales are computed "
+                        "at run time; integer-only execution needs fixed scales: export with --int8-scheme static")
+    cfg = meta.config or {}
+    W = check_window(cfg, path)
+    check_qdq(initializers, proto.graph.node, path)
+    _check_graph_integers(initializers, proto.graph.node, path)
+    try:
+        init = {k: np.asarray(v) for k, v in initializers.items()}
+        producer = {o: n for n in proto.graph.node for o in n.output}
+        consumers = {}
+        for n in proto.graph.node:
+            for i in n.input:
+                consumers.setdefault(i, []).append(n)
+        gr = _Graph(init, proto.graph.node)
+        prods = []                                   # (name, node, w_q, w_scale, in_scale, in_zp, scale name, range)
+        for n in proto.graph.node:
+            if n.op_type not in ("MatMul", "Gemm"):
+                continue
+            a, w = producer.get(n.input[0]), producer.get(n.input[1])
+            if n.input[1] not in init and (w is None or w.op_type != "DequantizeLinear" or w.input[0] not in init):
+                continue                             # attention: activations by activations, run integer below
+            if a is None or w is None or a.op_type != "DequantizeLinear" or w.op_type != "DequantizeLinear":
+                raise ModelFileError(f"'{path}': the projection {n.input[1]} is kept float; integer-only execution "
+                                     "needs every projection int8: export it again with --int8 and no float parts")
+            w_q, w_scale = _weights(path, init, w)
+            bias = None
+            if n.op_type == "Gemm":
+                w_q = w_q.T
+                bias = (_bias(path, init, producer[n.input[2]]) if len(n.input) > 2 and n.input[2]
+                        else np.zeros(w_q.shape[1]))
+            q = next((c for c in consumers.get(n.output[0], []) if c.op_type == "QuantizeLinear"), None)
+            rng = None if q is None else _int8_range(float(np.asarray(init[q.input[1]]).reshape(-1)[0]),
+                                                      int(np.asarray(init[q.input[2]]).reshape(-1)[0]))
+            sc, zp = _activation(path, init, producer, a)
+            prods.append((w.input[0].replace("_quantized", ""), n, w_q, w_scale, sc, zp, a.input[1], bias, rng))
+
+        def make(p, frac=Q):
+            return _mm(p[2], p[3], p[4], p[5], frac, p[0], path, p[6])
+
+        def layernorm(p, what):
+            n = gr.producer[gr.strip(p[1].input[0])]
+            if n.op_type != "LayerNormalization":
+                raise ModelFileError(f"'{path}': {p[0]} does not read a LayerNormalization; export it again")
+            eps = float((getattr(n, "attrs", None) or {}).get("epsilon", 1e-5))
+            return LayerNormQ.make(init[n.input[1]], init[n.input[2]], eps, what, path)
+
+        def q_to_int8(frac, mq, what):
+            return _multiplier(1.0 / (2.0 ** frac * mq.in_scale), f"scale {mq.in_name} ({what})", path)
+
+        L = (len(prods) - 2) // 4
+        if len(prods) != 4 * L + 2 or L < 1 or L != int(cfg.get("layers", L)):
+            raise ModelFileError(f"'{path}': {len(prods)} int8 projections where a transformer of "
+                                 f"{cfg.get('layers')} layer(s) has 4 per layer and 2 more; export it again with --int8")
+        enc, head = make(prods[0]), make(prods[-1])
+        D, F, C = enc.w.shape[1], enc.w.shape[0], head.w.shape[1]
+        H = int(cfg.get("heads", 1))
+        if F != len(meta.features) or C != len(meta.labels) or head.w.shape[0] != D or D % H:
+            raise ModelFileError(f"'{path}': the embedding ({F} -> {D}), head ({head.w.shape[0]} -> {C}) and "
+                                 f"{H} heads do not fit {len(meta.features)} features and {len(meta.labels)} labels; "
+                                 "export it again")
+        hs = D // H
+        qlim = _qlim(hs)
+        cells = []
+        for i in range(L):
+            pq, pp, p1, p2 = prods[1 + 4 * i: 5 + 4 * i]
+            qkv, proj, fc1, fc2 = make(pq), make(pp), make(p1), make(p2)
+            FF = fc1.w.shape[1]
+            if qkv.w.shape != (D, 3 * D) or proj.w.shape != (D, D) or fc1.w.shape[0] != D or fc2.w.shape != (FF, D):
+                raise ModelFileError(f"'{path}': layer {i}'s projections do not fit d_model {D}; export it again "
+                                     "with --int8")
+            bqkv = gr.bias_of(pq[1], 3 * D)
+            rng = pq[8] if pq[8] is not None else 8.0
+            rq, rk, rv = (rng + float(np.abs(bqkv[j * D:(j + 1) * D]).max()) for j in range(3))
+            kk, kv = _shift_within(rk, Q, 32767), _shift_within(rv, Q, 32767)
+            # q x 2^(kk + j) / sqrt(hs): q.k is then the score with 12 + j fractional bits
+            j = int(np.clip(np.floor(np.log2(qlim * np.sqrt(hs) / (HEADROOM * max(rq, 1e-6)))) - kk, 0,
+                            max(0, 11 - kk)))                       # the factor below 1/2: no left shift
+            q_m, q_s = _multiplier(2.0 ** (kk + j - Q) / np.sqrt(hs), f"layer {i}'s queries (1/sqrt(head_dim))", path)
+            cells.append({
+                "ln1": layernorm(pq, f"layer {i}'s first LayerNorm"), "ln2": layernorm(p1, f"layer {i}'s second LayerNorm"),
+                "qkv": qkv, "proj": proj, "fc1": fc1, "fc2": fc2, "kk": kk, "kv": kv, "qlim": qlim, "j": j,
+                "q_m": q_m, "q_s": q_s,
+                "bqkv": _qfrac(path, f"layer {i}'s qkv bias", bqkv, Q),
+                "bproj": _qfrac(path, f"layer {i}'s proj bias", gr.bias_of(pp[1], D), Q),
+                "bfc1": _qfrac(path, f"layer {i}'s first MLP bias", gr.bias_of(p1[1], FF), Q),
+                "bfc2": _qfrac(path, f"layer {i}'s second MLP bias", gr.bias_of(p2[1], D), Q),
+                "qkv_q": q_to_int8(Q, qkv, "LayerNorm out"), "fc1_q": q_to_int8(Q, fc1, "LayerNorm out"),
+                "y_q": _multiplier(2.0 ** (kv - Q - 15) / proj.in_scale, f"scale {proj.in_name} (attention out)", path),
+                "fc2_q": q_to_int8(Q, fc2, "GELU out")})
+        ln_f = layernorm(prods[-1], "the final LayerNorm")
+        mean, std = graph_normalization(proto, init, len(meta.features), path)
+        _check_normalization(meta, mean, std, path)
+        in_frac = input_format(meta.features, mean, std, enc.in_scale, enc.in_zp)
+        feat = []
+        for f_, (sd, k) in enumerate(zip(std, in_frac)):
+            what = f"channel '{meta.features[f_]}''s quantization"
+            m, sh = _multiplier(1.0 / (sd * enc.in_scale * 2.0 ** k), what, path)
+            if sh > 31:
+                in_frac[f_] = k = k - (sh - 31)
+                m, sh = _multiplier(1.0 / (sd * enc.in_scale * 2.0 ** k), what, path)
+            feat.append((m, sh))
+        model = XFIntModel(
+            kind="transformer", d_model=D, heads=H, d_ff=cells[0]["fc1"].w.shape[1], window=W, layers=L,
+            labels=list(meta.labels), feat_m=np.array([m for m, _ in feat], np.int64),
+            feat_s=np.array([s for _, s in feat], np.int64), mean_fx=np.round(mean * np.exp2(in_frac)).astype(np.int64),
+            in_frac=in_frac, enc=enc, enc_b=_qfrac(path, "model.embed.bias", prods[0][7], Q), cells=cells, ln_f=ln_f,
+            head=head, head_hq=q_to_int8(Q, head, "final LayerNorm out"),
+            head_b=_qfrac(path, "model.head.bias", prods[-1][7], Q), u_lim=min(1 << 26, ((1 << 30) - 1) // D),
+            meta={"arch": "transformer", "features": meta.features, "quantization": meta.quantization,
+                  "data": meta.data, "window": W})
+    except (KeyError, IndexError, ValueError, TypeError, StopIteration, ArithmeticError) as e:
+        raise ModelFileError(f"'{path}' is not laid out as edgeseq's int8 transformer export writes it "
+                             f"({type(e).__name__}: {str(e)[:80]}); export it again with --int8") from None
+    check_xf_model(model, path)
+    return model
+
+
+def check_xf_model(m: XFIntModel, path="<model>") -> None:
+    """Every constant of the integer Transformer step fits its C type and every int32 the step
+    computes fits int32 whatever the readings (the clamps of u, q and the cache bound the rest).
+    ModelFileError (one line, naming the tensor and the value) otherwise."""
+    _fits(path, "a channel's fractional bits (in_frac)", m.in_frac, -128, 127, "int8")
+    _fits(path, "a channel's mean in fixed point", m.mean_fx, -(1 << 30), 1 << 30, "+-2^30")
+    _requant_ok(path, "the reading's quantization", m.feat_m, m.feat_s)
+    d = IN_LIMIT + np.abs(np.asarray(m.mean_fx, np.int64))
+    _fits(path, "a reading's offset before requantization", d << np.maximum(16 - np.asarray(m.feat_s, np.int64), 0))
+
+    def q8(what, bound, ms):
+        _requant_ok(path, what, *ms)
+        _fits(path, f"{what} before requantization", int(bound) << max(16 - int(ms[1]), 0))
+
+    def ln_ok(what, ln):
+        _fits(path, f"{what} weight x normalised value", ln.n_max * np.abs(ln.gamma).max() + 2048)
+        return ln.out_max
+
+    _reach(path, m.enc, m.enc_b, "model.embed.bias")
+    y_max = (ONE_Q15 + m.window) * 32768                   # sum_t p_t |v_t|, sum_t p_t <= 2^15 + window / 2
+    for i, c in enumerate(m.cells):
+        q8(f"layer {i}'s first LayerNorm out", ln_ok(f"layer {i}'s first LayerNorm", c["ln1"]), c["qkv_q"])
+        q = _reach(path, c["qkv"], c["bqkv"], f"layer {i}'s qkv bias")
+        _requant_ok(path, f"layer {i}'s queries", c["q_m"], c["q_s"])
+        _fits(path, f"layer {i}'s queries before requantization", int(q.max()) << max(16 - c["q_s"], 0))
+        q8(f"layer {i}'s attention out", y_max, c["y_q"])
+        o = _reach(path, c["proj"], c["bproj"], f"layer {i}'s proj bias")
+        _fits(path, f"layer {i}'s residual sum", m.u_lim + o)
+        q8(f"layer {i}'s second LayerNorm out", ln_ok(f"layer {i}'s second LayerNorm", c["ln2"]), c["fc1_q"])
+        h = _reach(path, c["fc1"], c["bfc1"], f"layer {i}'s first MLP bias")
+        q8(f"layer {i}'s GELU out", h.max(), c["fc2_q"])                   # |GELU(h)| <= |h|
+        o = _reach(path, c["fc2"], c["bfc2"], f"layer {i}'s second MLP bias")
+        _fits(path, f"layer {i}'s residual sum", m.u_lim + o)
+    q8("the head's input", ln_ok("the final LayerNorm", m.ln_f), m.head_hq)
+    _reach(path, m.head, m.head_b, "model.head.bias")

@@ -1,0 +1,269 @@
+"""The integer-only windowed Transformer step (firmware_sim.intxf, kernels/es_xf_int.h): the integer
+softmax against float, integer-only accuracy against float on both protocols, the emitted C
+bit-exact with the simulator on the host (window 1, one head, odd widths; through window wraps
+and a reset) and on emulated Cortex-M4 (SMLAD and portable paths) and M0+, `firmware check`
+against what `measure` measures, the CLI, and an unbounded window refused in one line. The
+3,000-reading emulated check is scripts/firmware_xf_check.py."""
+
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+import edgeseq
+from edgeseq.cli import cli
+from edgeseq.errors import DataError
+from edgeseq.models import build_model, config_dict, make_config
+from firmware_sim.cemit import emit
+from firmware_sim.intsim import from_onnx
+from firmware_sim.intxf import NO_WINDOW, softmax_q15
+from firmware_sim.simulate import simulate
+from helpers import export_step
+
+F, C = 3, 4
+RESET_AT = 150                      # the host and emulated runs reset the stream here
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_integer_softmax_is_float_softmax(seed):
+    """Random scores with 12 + j fractional bits (spreads from a tenth to ten real units), rows
+    1..window valid: each weight within 3e-3 of float softmax, and zero past the valid rows."""
+    rng = np.random.default_rng(seed)
+    W, j = int(rng.integers(1, 64)), int(rng.integers(0, 12))
+    x = rng.standard_normal((5, W)) * 10 ** rng.uniform(-1, 1)
+    sc = np.round(x * 2.0 ** (12 + j)).astype(np.int64)
+    n = rng.integers(1, W + 1, 5)
+    p = softmax_q15(sc, n, j) / 32768
+    for b in range(5):
+        xb = sc[b, :n[b]] / 2.0 ** (12 + j)
+        want = np.exp(xb - xb.max()) / np.exp(xb - xb.max()).sum()
+        assert np.abs(p[b, :n[b]] - want).max() <= 3e-3, (p[b], want)
+        assert not p[b, n[b]:].any()
+
+
+@pytest.fixture(scope="module")
+def trained(basicmotions, tmp_path_factory):
+    """(float path, static int8 path) of a window-16 Transformer (d_model 16, 2 heads) trained briefly, seed 0."""
+    from edgeseq.train import TrainConfig, train
+    from export import export_int8, export_model
+    root = tmp_path_factory.mktemp("xf")
+    ck = train("transformer", basicmotions, TrainConfig(epochs=8, lr=5e-3, seed=0),
+               {"window": 16, "d_model": 16, "heads": 2, "d_ff": 32}, progress=False)
+    export_model(ck, root / "xf.onnx")
+    export_int8(ck, root / "xf-int8.onnx", "static")
+    return root / "xf.onnx", root / "xf-int8.onnx"
+
+
+SIMULATED = {}
+
+
+def test_integer_only_accuracy_is_within_one_point_of_float_on_both_protocols(trained):
+    r = SIMULATED["w16"] = simulate(trained[1], float_model=trained[0])
+    a, nr = r["accuracy"], r["never_reset"]
+    assert r["arch"] == "transformer"
+    assert a["integer_only"] >= a["float"] - 0.01, a
+    assert nr["integer_only"] >= nr["float"] - 0.01, nr
+    assert r["vs_float"]["mean_rel"] <= 0.01 and r["vs_float"]["argmax_agreement"] >= 0.97, r["vs_float"]
+
+
+def _tiny(tmp_path, d_model: int, heads: int, window: int, layers: int = 2):
+    """An untrained, seeded Transformer on F channels, weights livelier than the default init,
+    exported static int8 (calibrated on seeded readings)."""
+    cfg = make_config("transformer", n_features=F, n_classes=C, d_model=d_model, heads=heads, d_ff=2 * d_model,
+                      layers=layers, window=window, dropout=0.0)
+    torch.manual_seed(0)
+    model = build_model("transformer", cfg)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(2.0)
+    mean, std = np.arange(F, dtype=np.float32), np.full(F, 2.0, np.float32)
+    model.norm.set(mean, std)
+    ckpt = {"edgeseq_version": edgeseq.__version__, "arch": "transformer", "config": config_dict(cfg),
+            "state_dict": model.state_dict(), "normalization": {"mean": mean.tolist(), "std": std.tolist()},
+            "labels": [f"c{i}" for i in range(C)], "features": [f"f{i}" for i in range(F)]}
+    return export_step(ckpt, tmp_path / f"tiny-{d_model}-{heads}-{window}.onnx", "static", _readings(60, 4, seed=1))
+
+
+def _readings(n, streams, seed=0):
+    """Raw readings around the tiny models' mean, now and then far out (the int8 input saturates)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, streams, F)) * 3 + np.arange(F)
+    x[rng.random((n, streams)) < 0.02] *= 40
+    return x.astype(np.float32)
+
+
+def _simulated(m, xq, reset_at=RESET_AT):
+    """Logits (and argmax) of one stream, reset before reading `reset_at`."""
+    state, want = m.init_state(1), []
+    for i, x in enumerate(xq):
+        if i == reset_at:
+            state = m.init_state(1)
+        logits, state = m.step(x[None], state)
+        want.append(list(logits[0]) + [int(np.argmax(logits[0]))])
+    return np.array(want)
+
+
+HOST = r"""#include <stdio.h>
+#include "t_model.h"
+int main(void) {
+  static t_state_t st;
+  static int32_t scratch[T_SCRATCH_WORDS];
+  int32_t x[T_FEATURES], logits[T_CLASSES];
+  int f, c, i;
+  t_reset(&st);
+  for (i = 0;; i++) {
+    for (f = 0; f < T_FEATURES; f++) {
+      long v;
+      if (scanf("%ld", &v) != 1) return 0;
+      x[f] = (int32_t)v;
+    }
+    if (i == RESET_AT) t_reset(&st);
+    t_step(x, &st, logits, scratch);
+    for (c = 0; c < T_CLASSES; c++) printf("%ld ", (long)logits[c]);
+    printf("%d\n", t_argmax(logits));
+  }
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc on the host")
+@pytest.mark.parametrize("d_model,heads,window", [(10, 2, 7), (13, 1, 1), (8, 4, 5)])
+def test_emitted_c_is_bit_exact_with_the_simulator(tmp_path, d_model, heads, window):
+    """Odd head widths (5, 13), one head, window 1: 400 readings, the ring wrapping many times,
+    a reset at reading 150."""
+    m = from_onnx(_tiny(tmp_path, d_model, heads, window))
+    assert m.kind == "transformer" and m.window == window and m.heads == heads
+    d = tmp_path / "c"
+    report = emit(m, d, prefix="t")
+    (d / "host.c").write_text(HOST)
+    exe = tmp_path / "stream"
+    srcs = [str(d / f) for f in ("host.c", "t_model.c", "es_tables.c", "es_ssm_tables.c", "es_xf_tables.c")]
+    cc = subprocess.run(["gcc", "-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-pedantic", f"-DRESET_AT={RESET_AT}",
+                         "-o", str(exe), *srcs], capture_output=True, text=True)
+    assert cc.returncode == 0, cc.stderr[-3000:]
+    code = "".join((d / f).read_text() for f in ("t_model.h", "t_model.c", "es_kernels.h", "es_ssm_int.h",
+                                                 "es_xf_int.h"))
+    code = re.sub(r"/\*.*?\*/", "", code, flags=re.S)
+    for banned in ("malloc", "float", "double", "int64_t", "long long", "math.h"):
+        assert banned not in code, banned
+    xq = m.to_fixed(_readings(400, 1, seed=2)[:, 0])
+    run = subprocess.run([str(exe)], input="\n".join(" ".join(map(str, r)) for r in xq) + "\n",
+                         capture_output=True, text=True, timeout=60)
+    got = np.array([[int(v) for v in line.split()] for line in run.stdout.splitlines()])
+    assert np.array_equal(got, _simulated(m, xq))
+    assert report["state_bytes"] == 8 + report["cache_bytes"] and report["scratch_bytes"] % 4 == 0
+
+
+def _emulation():
+    pytest.importorskip("unicorn", reason="pip install unicorn (edgeseq[firmware])")
+    pytest.importorskip("elftools", reason="pip install pyelftools (edgeseq[firmware])")
+    if shutil.which("arm-none-eabi-gcc") is None:
+        pytest.skip("arm-none-eabi-gcc not found: apt-get install gcc-arm-none-eabi")
+
+
+@pytest.fixture(scope="module")
+def measured(trained):
+    cache = {}
+
+    def get(core, opt, portable=False):
+        _emulation()
+        from firmware_sim.measure import measure
+        key = core, opt, portable
+        if key not in cache:                       # measure() raises if any logit differs from the simulator
+            cache[key] = measure(trained[1], core, opt, readings=300, counted=1, portable=portable)
+        return cache[key]
+    return get
+
+
+@pytest.mark.parametrize("core,opt,portable", [("cortex-m4", "-O2", False), ("cortex-m4", "-O2", True),
+                                               ("cortex-m0plus", "-O2", False)])
+def test_the_step_runs_bit_exact_on_an_emulated_core(measured, core, opt, portable):
+    """300 never-reset readings (the window-16 ring wraps 18 times), counted at a full window."""
+    r = measured(core, opt, portable)
+    assert r["bit_exact_readings"] == 300 and r["arch"] == "transformer" and r["window"] == 16
+    assert r["dsp_path"] == (core == "cortex-m4" and not portable)
+    assert r["helper_instructions_per_step"] == {}
+    assert 0 < r["stack_bytes"] <= 512 and r["sections"]["data"] == 0 and r["sections"]["bss"] == 0
+    mix = dict(r["mix_top"])
+    if r["dsp_path"]:
+        assert "smlad" in mix and r["instructions_per_mac"] <= 6          # d_model 16: 4 at d_model 32 (the check script)
+    else:
+        assert "smlad" not in mix and r["instructions_per_mac"] <= 16
+
+
+@pytest.mark.parametrize("core", ["cortex-m4", "cortex-m0plus"])
+def test_a_reset_on_an_emulated_core_is_the_simulator_reset(trained, tmp_path, core):
+    _emulation()
+    from firmware_sim import emulate, toolchain
+    from firmware_sim.measure import CHUNK, HARNESS, readings_for
+    m = from_onnx(trained[1])
+    X, _ = readings_for(m, None, 2 * RESET_AT)
+    xq = m.to_fixed(X)
+    want = _simulated(m, xq)[:, :-1]
+    emit(m, tmp_path, prefix="es")
+    (tmp_path / "harness.c").write_text(HARNESS.format(n=CHUNK))
+    srcs = [tmp_path / f for f in ("harness.c", "es_model.c", "es_tables.c", "es_ssm_tables.c", "es_xf_tables.c")]
+    elf = toolchain.build(srcs, core, "-O2", tmp_path, include_dirs=[tmp_path])
+    mach = emulate.Machine(elf, core)
+    got = []
+    for start in (0, RESET_AT):
+        mach.call("bench_reset")
+        mach.write("bench_in", xq[start:start + RESET_AT].astype(np.int32))
+        mach.call("bench_run", 0, RESET_AT, max_instructions=500_000_000)
+        got.append(np.frombuffer(mach.read("bench_out", 4 * RESET_AT * C), np.int32).reshape(RESET_AT, C))
+    assert np.array_equal(np.concatenate(got).astype(np.int64), want)
+
+
+@pytest.mark.parametrize("target,core", [("nrf52840", "cortex-m4"), ("rp2040", "cortex-m0plus")])
+def test_check_agrees_with_what_measure_measures(trained, measured, target, core):
+    from firmware_sim.cemit import layout
+    from firmware_sim.plan import check_model
+    from firmware_sim.targets import get_target
+    r = measured(core, "-O2")
+    c = check_model(trained[1], get_target(target))
+    assert c["cost"]["source"].startswith("fitted") and "KV ring of 16 rows" in c["plan_of"]
+    flash = r["sections"]["text"] + r["sections"]["rodata"] + r["tables_bytes"]
+    assert abs(c["flash"]["total"] - flash) <= 0.10 * flash, (c["flash"], r["sections"])
+    assert abs(c["cost"]["cycles"] - r["cycles_per_step"]) <= 0.10 * r["cycles_per_step"], (c["cost"], r["cycles_per_step"])
+    lay = layout(from_onnx(trained[1]))
+    ram = lay["scratch"] + lay["state"] + lay["io"] + r["stack_bytes"]
+    assert c["ram"]["state"] == lay["state"] == 8 + lay["cache"]
+    assert abs(c["ram"]["total"] - ram) <= 0.10 * ram, (c["ram"], ram)
+
+
+def test_firmware_cli_takes_the_transformer(trained, tmp_path, monkeypatch):
+    import firmware_sim.simulate
+    runner = CliRunner()
+    q = str(trained[1])
+    if "w16" in SIMULATED:                       # the figures are the accuracy test's: only the printing is new here
+        monkeypatch.setattr(firmware_sim.simulate, "simulate", lambda *a, **k: SIMULATED["w16"])
+    r = runner.invoke(cli, ["firmware", "simulate", q, "--float", str(trained[0])])
+    assert r.exit_code == 0 and "transformer integer-only" in r.output and "never reset" in r.output, r.output
+    r = runner.invoke(cli, ["firmware", "emit", q, "--out", str(tmp_path / "fw"), "--prefix", "motion"])
+    assert r.exit_code == 0 and "es_xf_tables.c" in r.output, r.output
+    assert {"motion_model.h", "motion_model.c", "es_xf_int.h", "es_xf_tables.c"} <= {p.name for p in (tmp_path / "fw").iterdir()}
+    r = runner.invoke(cli, ["firmware", "check", q, "--target", "nrf52840"])
+    assert r.exit_code == 0 and "fits: yes" in r.output, r.output
+
+
+def test_an_unbounded_window_is_refused_in_one_line(tmp_path):
+    path = _tiny(tmp_path, 8, 2, 0, layers=1)
+    with pytest.raises(DataError, match=re.escape(NO_WINDOW)) as e:
+        from_onnx(path)
+    assert "\n" not in str(e.value)
+    runner = CliRunner()
+    with tempfile.TemporaryDirectory() as out:
+        for args in (["emit", str(path), "--out", str(Path(out) / "x")], ["simulate", str(path)],
+                     ["measure", str(path), "--core", "cortex-m4"]):
+            res = runner.invoke(cli, ["firmware", *args])
+            lines = [line for line in res.output.splitlines() if line.startswith("Error:")]
+            assert res.exit_code == 1 and len(lines) == 1 and NO_WINDOW in lines[0], res.output
+            assert "Traceback" not in res.output
+    res = runner.invoke(cli, ["firmware", "check", str(path), "--target", "nrf52840"])       # the graph's plan still
+    assert res.exit_code == 0 and "fits: yes" in res.output and "integer-only" not in res.output, res.output
