@@ -28,14 +28,16 @@ firmware-tools:
 	    --no-install-recommends gcc-arm-none-eabi binutils-arm-none-eabi >/dev/null; } ; } || \
 	  echo "note: arm-none-eabi-gcc not installed (apt-get install gcc-arm-none-eabi): the Cortex-M tests will skip"
 
-# The MQTT and NATS tests start their own mosquitto and nats-server on free loopback ports: install the
-# brokers where apt can (as root); elsewhere those tests skip and say what is missing.
+# The MQTT, NATS and PostgreSQL tests start their own mosquitto, nats-server and PostgreSQL (`edgeseq tune`
+# across machines) on free loopback ports: install them where apt can (as root); elsewhere those tests
+# skip and say what is missing. Debian keeps PostgreSQL's initdb in /usr/lib/postgresql/<version>/bin.
 services:
-	@missing=""; for s in mosquitto nats-server; do command -v $$s >/dev/null || [ -x /usr/sbin/$$s ] || \
+	@missing=""; for s in mosquitto nats-server postgresql; do b=$$s; [ $$s != postgresql ] || b=initdb; \
+	  command -v $$b >/dev/null || [ -x /usr/sbin/$$b ] || ls /usr/lib/postgresql/*/bin/$$b >/dev/null 2>&1 || \
 	  missing="$$missing $$s"; done; [ -z "$$missing" ] || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
 	  { DEBIAN_FRONTEND=noninteractive apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	    --no-install-recommends $$missing >/dev/null; } ; } || \
-	  echo "note:$$missing not installed (apt-get install$$missing): the MQTT and NATS broker tests will skip"
+	  echo "note:$$missing not installed (apt-get install$$missing): the MQTT, NATS and PostgreSQL tests will skip"
 
 bench: setup
 	$(VENV)/bin/edgeseq bench --train

@@ -54,7 +54,7 @@ from edgeseq.data import Dataset, Normalization, Split, load_dataset, since_chan
 from edgeseq.data.augment import DEFAULT as AUGMENT, NONE, Augment, Augmenter, check_augment
 from edgeseq.errors import DataError, ModelFileError, UsageError
 from edgeseq.models import build_model, check_arch, config_dict, make_config
-from edgeseq.runtime.evaluate import GRACE
+from edgeseq.runtime.evaluate import GRACE, grace_for
 
 # the epoch plan and progress are part of edgeseq.train's interface too, hence names unused here
 from edgeseq.train_plan import Plan, Progress, clock, lane_totals, pieces, plan_epoch, sequence_lanes, training_streams  # noqa: F401
@@ -79,7 +79,9 @@ class TrainConfig:
     updates: int = 50         # stream updates per epoch at most: past it, more parallel streams and larger
                               # minibatches (wider fused calls) instead of more updates, so an epoch's
                               # time follows its readings, not readings x sequence length
-    grace: int = GRACE        # TBPTT: readings after each change of label left out of the loss
+    grace: int | None = None  # TBPTT: readings after each change of label left out of the stream loss; None:
+                              # the continuous protocol's grace for the training data (`grace_for`: a fifth
+                              # of the median sequence length, 1 to 20), so short sequences are learnt too
     stream_weight: float = 1.0  # weight of the stream loss; 0 trains on single sequences only
     threads: int = 1          # torch intra-op threads while training: these models are too small for a
                               # thread pool, and on a busy 2-core machine 2 threads trained the default
@@ -133,6 +135,8 @@ def check_train_config(tc: TrainConfig) -> TrainConfig:
     training setting of the wrong type or out of range."""
     for name, (whole, lo, hi) in TRAIN_LIMITS.items():
         v = getattr(tc, name)
+        if v is None and name == "grace":
+            continue
         number = isinstance(v, (int, float)) and not isinstance(v, bool) and (isinstance(v, int) or not whole)
         positive = name in ("lr", "clip")
         if not number or not lo <= v <= hi or (positive and v <= 0):          # NaN fails `lo <= v`
@@ -220,6 +224,7 @@ def _train(arch, dataset, tc, model_overrides, progress=True):
     augment = Augmenter(tc.augment, dataset.features, norm.std, norm.constant, tc.seed) if tc.augment.active else None
     streaming = tc.stream_weight > 0 and hasattr(model, "forward_stream")
     plan = plan_epoch(tr.lengths, tc, streaming, chunked(model))
+    grace = tc.grace if tc.grace is not None else grace_for(tr.lengths)
     total = tc.epochs * plan.per_epoch
     opt = torch.optim.AdamW(model.parameters(), lr=tc.lr, weight_decay=tc.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s, total) / total)))
@@ -279,7 +284,7 @@ def _train(arch, dataset, tc, model_overrides, progress=True):
                 whole[0] = torch.from_numpy(epoch_tr.X)
         if streaming:
             sx, sy, sm = (torch.from_numpy(a) for a in training_streams(
-                epoch_tr, plan.streams, tc.grace, rng, tc.augment.join, augment and augment.rng))
+                epoch_tr, plan.streams, grace, rng, tc.augment.join, augment and augment.rng))
         carry = seq_carry = None
         total_loss = 0.0
         for step in range(plan.per_epoch):

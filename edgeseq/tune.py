@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from edgeseq.errors import DataError, EdgeseqError, UsageError
+from edgeseq.tune_storage import _optuna, close_storage, open_storage, redact
 from edgeseq.tune_space import APPLIES, QUICK_SPACE, SCHEDULE, SPACE, check_space, describe, suggest  # noqa: F401
 
 DEFAULT_STUDY = "tune"
@@ -63,14 +64,6 @@ class TuneInterrupted(EdgeseqError):
     """Ctrl-C: the finished trials are in the storage; the message says how to resume."""
 
     exit_code = 130
-
-
-def _optuna():
-    try:
-        import optuna
-    except ModuleNotFoundError:
-        raise EdgeseqError('edgeseq tune needs optuna: pip install "edgeseq[tune]"') from None
-    return optuna
 
 
 # --- data: validation carved from the training split -----------------------------------------
@@ -218,26 +211,6 @@ def progress_line(t, caps) -> str:
 
 # --- studies and workers ---------------------------------------------------------------------
 
-def redact(url: str) -> str:
-    """A storage URL with its password hidden."""
-    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", url)
-
-
-def open_storage(url: str):
-    optuna = _optuna()
-    try:
-        if url.startswith("sqlite:"):       # workers wait for each other's writes instead of failing
-            return optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 60}})
-        return optuna.storages.RDBStorage(url)
-    except ModuleNotFoundError as e:
-        raise UsageError(f"--storage {redact(url)} needs the Python module {e.name}; install it (postgresql: "
-                         "pip install psycopg2-binary)") from None
-    except Exception as e:
-        first = " ".join(str(e).split())[:160]
-        raise UsageError(f"--storage '{redact(url)}' is not a storage Optuna can open ({type(e).__name__}: {first}); "
-                         "give sqlite:///path/study.db or postgresql://user@host/db") from None
-
-
 def make_sampler(name: str, seed: int):
     optuna = _optuna()
     with warnings.catch_warnings():
@@ -299,19 +272,28 @@ def run_trials(search: Search, storage, study_name: str, n: int, seed: int) -> N
         if stop.pending:
             study.stop()
 
+    import sqlalchemy.exc
+
     previous = signal.signal(signal.SIGINT, stop)
     try:
-        study.optimize(lambda t: stop.run(objective, t, search), n_trials=n, catch=(EdgeseqError,),
-                       gc_after_trial=False, callbacks=[finished])
+        with warnings.catch_warnings():         # the heartbeat's check for lost trials is "experimental"
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            study.optimize(lambda t: stop.run(objective, t, search), n_trials=n, catch=(EdgeseqError,),
+                           gc_after_trial=False, callbacks=[finished])
+    except sqlalchemy.exc.SQLAlchemyError as e:     # a database server that went away, or a full disk
+        first = " ".join(str(getattr(e, "orig", None) or e).split())[:160]
+        raise EdgeseqError(f"the storage failed ({type(e).__name__}: {redact(first)}); the trials finished before are "
+                           "kept in it: add trials to the study once it answers again") from None
     finally:
         signal.signal(signal.SIGINT, previous)
     if stop.pending:
         raise KeyboardInterrupt
 
 
-def worker_main(spec: str) -> None:
-    """Entry point of a worker process (`--jobs`): a JSON spec from `tune`."""
-    s = json.loads(spec)
+def worker_main(spec: str | None = None) -> None:
+    """Entry point of a worker process (`--jobs`): a JSON spec from `tune`, on stdin (a command line
+    is public, and the storage URL may hold a password)."""
+    s = json.loads(sys.stdin.read() if spec is None else spec)
     optuna = _optuna()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     try:
@@ -340,8 +322,11 @@ def _workers(search, url, storage, study_name, trials, jobs, before):
         spec = json.dumps({"storage": url, "study": study_name, "data": search.full.source or search.settings["data"],
                            "out": str(search.out), "progress": search.progress, "trials": shares[w],
                            "seed": worker_seed(seed, before, w), "worker": w})
-        procs.append(subprocess.Popen([sys.executable, "-c", f"from edgeseq.tune import worker_main; "
-                                       f"worker_main({spec!r})"], env=env, stdout=2))   # stdout: stderr (fd 2)
+        p = subprocess.Popen([sys.executable, "-c", "from edgeseq.tune import worker_main; worker_main()"], env=env,
+                             stdin=subprocess.PIPE, stdout=2, text=True)         # stdout: stderr (fd 2)
+        procs.append(p)
+        p.stdin.write(spec)
+        p.stdin.close()
     try:
         run_trials(search, storage, study_name, shares[0], worker_seed(seed, before, 0))
         codes = [p.wait() for p in procs]
@@ -381,14 +366,26 @@ def _settings(stored: dict | None, given: dict, dataset_sha: str | None) -> dict
                              f"{flag} out), or start a new --study")
     for key, v in given["limits"].items():
         if v is not None and v != stored["limits"][key]:
-            old = stored["limits"][key]
+            old, flag = stored["limits"][key], f"--{key.replace('_', '-')}"
             raise UsageError(f"study '{given['study']}' was run with "
-                             + (f"--{key.replace('_', '-')} {old:g}" if old is not None else f"no --{key.replace('_', '-')}")
+                             + (f"{flag} {old:g}" if old is not None else f"no {flag}")
                              + "; resume it with the same limits (or leave them out), or start a new --study")
     if dataset_sha is not None and dataset_sha != stored["data_sha256"]:
         raise UsageError(f"study '{given['study']}' was run on other data ('{stored['data']}'); pass the same data "
                          "with --data (or leave it out), or start a new --study")
     return stored
+
+
+def _stored(storage, name: str, url: str) -> dict:
+    """The settings of study `name`, which another machine may have created a moment ago and be
+    about to write them."""
+    optuna = _optuna()
+    for _ in range(20):
+        stored = optuna.load_study(study_name=name, storage=storage).user_attrs.get(STUDY_ATTR)
+        if stored is not None:
+            return stored
+        time.sleep(0.25)
+    raise UsageError(f"study '{name}' in {redact(url)} was not made by edgeseq tune; choose another --study")
 
 
 def tune(out, data: str | None = None, target: str | None = None, trials: int = 20, jobs: int = 1,
@@ -430,6 +427,7 @@ def tune(out, data: str | None = None, target: str | None = None, trials: int = 
     url = storage or f"sqlite:///{(out / 'study.db').resolve()}"
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.ERROR)      # our progress line says what a trial did
+    st = None
     try:
         name = study or DEFAULT_STUDY
         # A default storage not yet written holds no study: nothing is written before the request is checked.
@@ -440,9 +438,7 @@ def tune(out, data: str | None = None, target: str | None = None, trials: int = 
                              "or choose another --out")
         if not existing and trials == 0:
             raise UsageError(f"--trials 0 writes the front of an existing study; {redact(url)} has no study '{name}'")
-        stored = optuna.load_study(study_name=name, storage=st).user_attrs.get(STUDY_ATTR) if existing else None
-        if existing and stored is None:
-            raise UsageError(f"study '{name}' in {redact(url)} was not made by edgeseq tune; choose another --study")
+        stored = _stored(st, name, url) if existing else None
         dataset = load_dataset(data or (stored or {}).get("data") or "basicmotions")
         sha = fingerprint(dataset)
         given = {"target": target, "sampler": sampler, "seed": seed, "space": space, "limits": limits,
@@ -455,12 +451,15 @@ def tune(out, data: str | None = None, target: str | None = None, trials: int = 
         out.mkdir(parents=True, exist_ok=True)
         st = st or open_storage(url)
         if not existing:
-            s = optuna.create_study(study_name=name, storage=st, load_if_exists=True,
-                                    directions=[d for _, d, _ in OBJECTIVES])
-            s.set_user_attr(STUDY_ATTR, settings)
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                s.set_metric_names([k for k, *_ in OBJECTIVES])
+            try:
+                s = optuna.create_study(study_name=name, storage=st, directions=[d for _, d, _ in OBJECTIVES])
+                s.set_user_attr(STUDY_ATTR, settings)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                    s.set_metric_names([k for k, *_ in OBJECTIVES])
+            except optuna.exceptions.DuplicatedStudyError:   # another machine made it a moment ago: join it
+                settings = _settings(_stored(st, name, url), given, sha)
+                search = Search(settings, dataset, out, progress, name)
         before = len(optuna.load_study(study_name=name, storage=st).trials)
         v = search.validation()
         if trials:
@@ -476,7 +475,8 @@ def tune(out, data: str | None = None, target: str | None = None, trials: int = 
         except KeyboardInterrupt:
             done = sum(t.state.name == "COMPLETE" for t in optuna.load_study(study_name=name, storage=st).trials)
             raise TuneInterrupted(f"stopped: {done} finished trial(s) are kept in {redact(url)}; add trials with "
-                                  f"`{resume} --trials N`, or write the front of those with `{resume} --trials 0`") from None
+                                  f"`{resume} --trials N`, or write the front of those with "
+                                  f"`{resume} --trials 0`") from None
         seconds = time.perf_counter() - t0
         all_trials = optuna.load_study(study_name=name, storage=st).get_trials(deepcopy=False)
         result = summarize(all_trials, search, name, redact(url), trials, seconds)
@@ -491,6 +491,7 @@ def tune(out, data: str | None = None, target: str | None = None, trials: int = 
             write_pages(result, out)
         return result
     finally:
+        close_storage(st)
         optuna.logging.set_verbosity(verbosity)
 
 
@@ -541,7 +542,8 @@ def _kept(model: Path, search: Search, chosen: dict) -> dict | None:
     (a resumed study whose choice did not change): the model is not trained again."""
     try:
         s = json.loads((model / "scores.json").read_text(encoding="utf-8"))
-        files = {"checkpoint": model / "checkpoint.pt", "float": model / "model.onnx", "int8": model / "model-int8.onnx"}
+        files = {"checkpoint": model / "checkpoint.pt", "float": model / "model.onnx",
+                 "int8": model / "model-int8.onnx"}
         if s["study"] != search.study or s["trial"] != chosen["trial"] or not all(f.exists() for f in files.values()):
             return None
         return {**{k: s[k] for k in ("test", "firmware", "int8_within_bounds", "over_limits")},

@@ -119,12 +119,14 @@ def readings_for(m, data: str | None, n: int, model=None) -> tuple:
 
 
 def measure(model, core: str, opt: str = "-O2", readings: int = 1000, counted: int = 8, target=None,
-            work_dir=None, portable: bool = False, data: str | None = None) -> dict:
+            work_dir=None, portable: bool = False, data: str | None = None, compiler: str | None = None) -> dict:
     """Cross-compile the emitted step of `model` (a static int8 RNN/GRU/LSTM/SSM/windowed Transformer
     .onnx; a Transformer's steps are counted once its ring holds a full window) for `core`
     ("cortex-m0plus", "cortex-m4", "cortex-m7", "cortex-m33") at `opt`, run it on the emulated
     core and return the figures (see the module docstring); `target` (a Target) adds time per
-    reading at its clock; `portable=True` builds the portable C path (ES_PORTABLE) on a DSP core. Raises EdgeseqError if the compiled step differs from the simulator
+    reading at its clock; `portable=True` builds the portable C path (ES_PORTABLE) on a DSP core;
+    `compiler` "gcc" or "clang" picks the cross compiler (default: gcc where installed, else
+    clang from the ziglang wheel). Raises EdgeseqError if the compiled step differs from the simulator
     in any logit, if no cross compiler or emulator is installed (the message says how to get
     one), UsageError for an unknown core or optimisation level."""
     from firmware_sim import emulate, toolchain
@@ -137,7 +139,7 @@ def measure(model, core: str, opt: str = "-O2", readings: int = 1000, counted: i
         raise UsageError(f"optimisation '{opt}' must be one of {', '.join(OPTS)}")
     m = from_onnx(model)
     X, source = readings_for(m, data, readings, model)       # a model or data error first: no toolchain needed
-    compiler = toolchain.require_compiler()
+    compiler = toolchain.require_compiler(compiler)
     xq = m.to_fixed(X)
     state, want = m.init_state(1), []
     for x in xq:

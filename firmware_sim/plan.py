@@ -189,8 +189,11 @@ MAX_CACHE_BYTES = 256 << 20  # the check runs the graph at the history planned, 
 MAX_CYCLES = 1e4            # cycles per MAC or per operation: beyond any core
 
 
-def check_model(path, target, history: int | None = None, cycles_per_mac: float | None = None) -> dict:
-    """Will `path` fit `target`, and what does one reading cost there.
+def check_model(path, target, history: int | None = None, cycles_per_mac: float | None = None,
+                compiler: str = "gcc") -> dict:
+    """Will `path` fit `target`, and what does one reading cost there. `compiler` "gcc" (the
+    documented build, which the fit measured) or "clang": the integer step's code, stack and
+    cycles scaled by clang's measured figures (`targets.CLANG`).
 
     UsageError for a --history below 1 or above MAX_HISTORY, or --cycles-per-mac outside
     (0, MAX_CYCLES]; EdgeseqError, with the longest history that fits, for a history whose cache
@@ -209,6 +212,8 @@ def check_model(path, target, history: int | None = None, cycles_per_mac: float 
     if cycles_per_mac is not None and not (isinstance(cycles_per_mac, (int, float)) and math.isfinite(cycles_per_mac)
                                            and 0 < cycles_per_mac <= MAX_CYCLES):
         raise UsageError(f"--cycles-per-mac must be a number > 0 and at most {MAX_CYCLES:g}, got {cycles_per_mac}")
+    if compiler not in ("gcc", "clang"):
+        raise UsageError(f"--compiler must be gcc or clang, got {compiler!r}")
     if meta.mode != "stream":
         raise DataError(f"'{path}' is a window model; the firmware check covers streaming step graphs")
     growing = any(s.kind == "growing" for s in meta.state)
@@ -254,22 +259,29 @@ def check_model(path, target, history: int | None = None, cycles_per_mac: float 
         bufs = integer_buffers(m)
         core = emulated_core(target)
         measured = (MEASURED.get(core) or {}).get(measured_kind(m))
+        text_f, clang_stack, cycle_f = 1.0, None, 1.0
+        if compiler == "clang" and measured:
+            from firmware_sim.targets import clang_figures
+            text_f, clang_stack, cycle_f = clang_figures(core, measured_kind(m))
         fb = flash_bytes(m)
         flash = {"weights": fb["weights"], "scales_biases": fb["constants"], "activation_tables": fb["tables"],
                  ("code_fitted" if measured else "code_estimate"):
-                     int(round(measured[-3] + measured[-2] * (m.layers - 1))) if measured else CODE_BASE + CODE_PER_KERNEL * 4}
+                     int(round((measured[-3] + measured[-2] * (m.layers - 1)) * text_f)) if measured
+                     else CODE_BASE + CODE_PER_KERNEL * 4}
         state = lay["state"]
         io = lay["io"]
-        stack = measured[-1] if measured else STACK_ESTIMATE
+        stack = (clang_stack + 32 if clang_stack else measured[-1]) if measured else STACK_ESTIMATE
         macs = macs_per_step(m)
-        fitted_cycles = float(np.dot(measured[:-3], cost_features(m))) if measured else None
+        fitted_cycles = float(np.dot(measured[:-3], cost_features(m))) * cycle_f if measured else None
         kind = ("integer-only step (as `firmware emit` writes it): int8 weights, "
                 + {"ssm": "Q12 LayerNorm and gate, int32 state",
                    "transformer": f"Q12 LayerNorm, int16 KV ring of {getattr(m, 'window', 0)} rows (state + cache "
                                   "at the window)"}.get(m.kind, "int16/int32 state")
                 + "; code, stack and "
                 + (f"cycles fitted to measurements on an emulated {core} ({MEASURED_SOURCE})" if measured else
-                   "cycles are estimates (no emulated core for this target)"))
+                   "cycles are estimates (no emulated core for this target)")
+                + ("; built by clang: code, stack and cycles scaled by clang's measured figures (targets.CLANG)"
+                   if compiler == "clang" and measured else ""))
     else:
         bufs = graph_buffers(proto, shapes)
         state = sum(s.bytes_per_reading() * (H if s.kind == "growing" else 1) for s in meta.state)
@@ -294,7 +306,7 @@ def check_model(path, target, history: int | None = None, cycles_per_mac: float 
     us = cycles / target.clock_mhz
     r = {
         "model": str(path), "arch": meta.arch, "quantization": (meta.quantization or {}).get("scheme", "float"),
-        "target": target.to_json(), "history": H if growing else None, "plan_of": kind,
+        "target": target.to_json(), "history": H if growing else None, "plan_of": kind, "compiler": compiler,
         "flash": {**{k: int(v) for k, v in flash.items()}, "total": int(flash_total),
                   "available": target.flash_kb * 1024, "margin": target.flash_kb * 1024 - int(flash_total)},
         "ram": {**ram, "total": int(ram_total), "available": target.sram_kb * 1024,

@@ -164,6 +164,29 @@ CORE_OF = {"Cortex-M0+": "cortex-m0plus", "Cortex-M4": "cortex-m4", "Cortex-M4F"
            "Cortex-M7": "cortex-m7", "Cortex-M33": "cortex-m33"}
 
 
+# The same steps built by clang (zig 0.17.1's clang 22.1.8, -O2) instead of arm-none-eabi-gcc 12.2.1,
+# measured side by side on the default models by `scripts/firmware_compilers.py` (bit-exact with the
+# simulator): .text as a multiple of gcc's, the deepest stack of a step in bytes, cycles (modelled
+# from the executed mix) as a multiple of gcc's. `firmware check --compiler clang` scales gcc's fit by
+# them. The M7 and M33 take the M4's (same Thumb-2 code; not emulated with clang); the selective SSM
+# the fixed one's.
+CLANG_SOURCE = ("scripts/firmware_compilers.py on models/{rnn,gru,lstm,ssm,transformer}-int8.onnx, -O2, clang 22.1.8 "
+                "(zig 0.17.1) against arm-none-eabi-gcc 12.2.1, Unicorn")
+CLANG = {
+    "cortex-m0plus": {"rnn": (2.71, 244, 1.21), "gru": (2.17, 248, 1.19), "lstm": (1.96, 256, 1.21),
+                      "ssm": (2.41, 480, 1.06), "transformer": (2.80, 688, 1.00)},
+    "cortex-m4": {"rnn": (2.00, 104, 1.05), "gru": (1.84, 100, 1.03), "lstm": (1.66, 104, 1.13),
+                  "ssm": (1.86, 216, 1.01), "transformer": (2.40, 320, 0.97)},
+}
+
+
+def clang_figures(core: str, kind: str) -> tuple:
+    """(text factor, stack bytes, cycle factor) of clang against gcc for a measured kind
+    (`measured_kind`) on `core`: see CLANG."""
+    table = CLANG["cortex-m0plus" if core == "cortex-m0plus" else "cortex-m4"]
+    return table["ssm" if kind == "ssm-selective" else kind]
+
+
 def measured_kind(m) -> str:
     """The key of an integer model in MEASURED: its kind, and for an SSM its decay ("ssm",
     "ssm-selective")."""

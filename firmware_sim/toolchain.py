@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional, Sequence, Union
 
-from edgeseq.errors import EdgeseqError
+from edgeseq.errors import EdgeseqError, UsageError
 
 # gcc flags per core. Soft float everywhere: the int8 kernels use no float, and one ABI keeps
 # objects comparable across cores.
@@ -104,26 +104,40 @@ class Compiler:
         return list(CORES[core])
 
     def version(self) -> str:
-        """The compiler's first `--version` line (or `version` for zig)."""
-        argv = [*self.command[:-1], "version"] if self.kind == "zig" else [*self.command, "--version"]
-        out = subprocess.run(argv, capture_output=True, text=True)
-        return (out.stdout or out.stderr).splitlines()[0].strip() if (out.stdout or out.stderr) else "?"
+        """The compiler's first `--version` line (for zig: "clang version X (zig Y)")."""
+        def first(argv):
+            out = subprocess.run(argv, capture_output=True, text=True)
+            return (out.stdout or out.stderr).splitlines()[0].strip() if (out.stdout or out.stderr) else "?"
+        if self.kind == "zig":
+            return f"{first([*self.command, '--version'])} (zig {first([*self.command[:-1], 'version'])})"
+        return first([*self.command, "--version"])
 
 
-def find_compiler() -> Optional[Compiler]:
-    """arm-none-eabi-gcc on PATH, else clang from the `ziglang` package if importable, else None."""
+COMPILERS = ("gcc", "clang")          # what `kind` names: arm-none-eabi-gcc, clang in the ziglang wheel
+
+
+def find_compiler(kind: Optional[str] = None) -> Optional[Compiler]:
+    """arm-none-eabi-gcc on PATH, else clang from the `ziglang` package if importable, else None.
+    kind "gcc" or "clang" asks for that one only (None when it is not installed); UsageError
+    for another kind."""
+    if kind not in (None, *COMPILERS):
+        raise UsageError(f"unknown compiler {kind!r}: choose gcc (arm-none-eabi-gcc) or clang (pip install ziglang)")
     gcc = shutil.which("arm-none-eabi-gcc")
-    if gcc:
+    if gcc and kind in (None, "gcc"):
         return Compiler("gcc", (gcc,), shutil.which("arm-none-eabi-objdump") or shutil.which("llvm-objdump"))
-    if importlib.util.find_spec("ziglang") is not None:
+    if kind in (None, "clang") and importlib.util.find_spec("ziglang") is not None:
         return Compiler("zig", (sys.executable, "-m", "ziglang", "cc"),
                         shutil.which("llvm-objdump") or shutil.which("arm-none-eabi-objdump"))
     return None
 
 
-def require_compiler() -> Compiler:
-    """`find_compiler()`, or EdgeseqError with a one-line install hint."""
-    cc = find_compiler()
+def require_compiler(kind: Optional[str] = None) -> Compiler:
+    """`find_compiler(kind)`, or EdgeseqError with a one-line install hint."""
+    cc = find_compiler(kind)
+    if cc is None and kind == "gcc":
+        raise EdgeseqError("arm-none-eabi-gcc not found: install it with `apt-get install gcc-arm-none-eabi`")
+    if cc is None and kind == "clang":
+        raise EdgeseqError("clang for Cortex-M not found: install it with `pip install ziglang`")
     if cc is None:
         raise EdgeseqError(f"no Arm cross-compiler found: {INSTALL_HINT}")
     return cc

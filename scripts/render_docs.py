@@ -3,7 +3,7 @@
     python scripts/render_docs.py            # rewrite every marked region that is out of date
     python scripts/render_docs.py --check    # exit 1, naming the regions, if any is out of date
 
-A page marks a region with two comments, and everything between them is this script's:
+A page (docs/**/*.md, or README.md) marks a region with two comments, and everything between them is this script's:
 
     <!-- figures:bench-gru -->
     ...generated...
@@ -18,7 +18,8 @@ Sources:
   - docs/figures/bench.json   `edgeseq bench --repeats 500 --json > docs/figures/bench.json`
   - docs/report/report.json   `edgeseq report --out docs/report` (the full report run)
   - docs/figures/firmware.json  `python scripts/firmware_table.py --json docs/figures/firmware.json
-                                 models/{rnn,gru,lstm}-int8.onnx` (after `make demo`)
+                                 --untrained-windows 16,256 models/{rnn,gru,lstm,ssm,transformer}-int8.onnx`
+                                 (after `make demo`; the command is recorded in the JSON)
   - docs/figures/gateway.json   `python scripts/bench_gateway.py ... --json docs/figures/gateway.json`
                                  (the command is recorded in the JSON)
 
@@ -192,22 +193,67 @@ def render_bench_archs(d: dict, source: str) -> str:
 CORES = {"cortex-m4": "M4", "cortex-m0plus": "M0+"}
 
 
+def _ms(us: float) -> str:
+    return _us(us) if us < 1000 else f"{us / 1000:.2f} ms"
+
+
+def _pair(a: str, b: str) -> str:
+    return a if a == b else f"{a} / {b}"
+
+
+def _name(r: dict) -> str:
+    return r.get("label") or f"{r['arch'].upper()} h{r.get('hidden', '?')}"
+
+
+def _firmware_how(d: dict) -> str:
+    exact = min(r.get("bit_exact_readings", 0) for r in d["measured"])
+    return (f"`{d['command']}`, {d['compiler']}, each build bit-exact with the simulator over {exact:,} readings"
+            + (" (a Transformer counted at a full window)" if any(r["arch"] == "transformer" for r in d["measured"])
+               else "") + f"; measured {d['date']}")
+
+
+def _untrained_note(d: dict) -> list:
+    names = sorted({_name(r) for r in d["measured"] if r.get("untrained")}, key=lambda n: len(n))
+    if not names:
+        return []
+    return [f"Untrained: {', '.join(names)} ({d.get('untrained') or 'untrained checkpoints'}); a step's costs do not "
+            "depend on its weights. The other models are the trained seed-0 models of `make demo`."]
+
+
 def render_firmware(d: dict, source: str) -> str:
-    rows = [[f"{r['arch'].upper()} h{r['hidden']}", f"{CORES.get(r['core'], r['core'])} {r['opt']}",
+    rows = [[_name(r) + (" (untrained)" if r.get("untrained") else ""), f"{CORES.get(r['core'], r['core'])} {r['opt']}",
              f"{r['instructions_per_step']:,.0f} ({r['instructions_per_mac']:.2f})", f"{r['helper_instructions']:,.0f}",
              f"{r['stack_bytes']:,}", f"{r['cycles_per_step']:,.0f}" if r.get("cycles_per_step") else "-",
              f"{r['sections']['text']:,}", f"{r['sections']['rodata']:,}"] for r in d["measured"]]
     measured = _table(["model", "core, opt", "instructions / reading (per MAC)", "64-bit helper instr.", "stack B",
                        "modelled cycles", ".text B", ".rodata B"], rows)
-    checks = _table(["model", "part", "flash", "RAM", "cycles / reading", "time / reading"],
-                    [[c["arch"].upper(), c["target"], f"{c['flash_bytes']:,} B", f"{c['ram_bytes']:,} B",
-                      f"{c['cycles']:,.0f}", _us(c["us_per_reading"]) if c["us_per_reading"] < 1000
-                      else f"{c['us_per_reading'] / 1000:.2f} ms"] for c in d["check"]])
-    exact = min(r.get("bit_exact_readings", 0) for r in d["measured"])
-    how = (f"`{d['command']}`, {d['compiler']}, each build bit-exact with the simulator over {exact:,} readings; "
-           f"measured {d['date']}")
-    return "\n\n".join([f"*{how}.*", measured, "What `firmware check` says for the same models (cycles fitted to "
-                         "the measured steps):", checks])
+    checks = _table(["model", "part", "flash", "RAM: state (KV ring)", "RAM: rest", "RAM in all", "cycles / reading",
+                     "time / reading"],
+                    [[_name(c) + (" (untrained)" if c.get("untrained") else ""), c["target"],
+                      f"{c['flash_bytes']:,} B", f"{c.get('state_bytes', 0):,} B", f"{c.get('rest_bytes', 0):,} B",
+                      f"{c['ram_bytes']:,} B", f"{c['cycles']:,.0f}", _ms(c["us_per_reading"])] for c in d["check"]])
+    text = ("What `firmware check` says for the same models (cycles fitted to the measured steps; RAM's state is "
+            "the recurrent or SSM state, for a Transformer its int16 KV ring of `window` rows and the ring's "
+            "position; the rest is scratch, inputs/outputs and stack):")
+    return "\n\n".join([f"*{_firmware_how(d)}.*", measured, text, checks, *_untrained_note(d)])
+
+
+def render_firmware_summary(d: dict, source: str) -> str:
+    """The README's table: one row per model, both parts side by side."""
+    by = {}
+    for c in d["check"]:
+        by.setdefault(c["model"], {})[c["target"]] = c
+    rows = []
+    for parts in by.values():
+        n, r = parts["nrf52840"], parts["rp2040"]
+        rows.append([_name(n) + (" (untrained)" if n.get("untrained") else ""),
+                     _pair(f"{n['flash_bytes'] / 1000:.1f}", f"{r['flash_bytes'] / 1000:.1f}") + " KB",
+                     f"{n['state_bytes']:,} B", _pair(f"{n['rest_bytes']:,}", f"{r['rest_bytes']:,}") + " B",
+                     f"{n['cycles']:,.0f} ({_ms(n['us_per_reading'])})", f"{r['cycles']:,.0f} ({_ms(r['us_per_reading'])})"])
+    table = _table(["int8 model", "flash (nRF / RP)", "RAM: state or KV ring", "RAM: rest (nRF / RP)",
+                    "nRF52840 (M4F 64 MHz): cycles (time) / reading", "RP2040 (M0+ 133 MHz): cycles (time) / reading"],
+                   rows)
+    return "\n\n".join([f"*{_firmware_how(d)}; cycles fitted to the steps measured on emulated cores.*", table])
 
 
 def render_gateway(d: dict, source: str) -> str:
@@ -278,6 +324,7 @@ RENDERERS = {
     "bench-archs": ("bench", render_bench_archs),
     "report": ("report", render_report),
     "firmware": ("firmware", render_firmware),
+    "firmware-summary": ("firmware", render_firmware_summary),
     "gateway": ("gateway", render_gateway),
 }
 
@@ -335,7 +382,9 @@ def render_page(text: str, where: str = "page", root: Path = ROOT, cache: dict |
 
 
 def pages(root: Path = ROOT) -> list:
-    return sorted(p for p in (root / "docs").rglob("*.md") if "<!-- figures:" in p.read_text(encoding="utf-8"))
+    """docs/**/*.md and README.md, where they mark a region."""
+    found = list((root / "docs").rglob("*.md")) + [root / "README.md"]
+    return sorted(p for p in found if p.is_file() and "<!-- figures:" in p.read_text(encoding="utf-8"))
 
 
 def stale(root: Path = ROOT) -> dict:

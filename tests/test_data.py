@@ -321,3 +321,32 @@ def test_npz_labels_give_the_class_order_of_string_y(tmp_path):
     np.savez(tmp_path / "r.npz", X=X, y=Y, labels=labels)
     with pytest.raises(DataError, match=r"y holds the label 'fly'"):
         load_dataset(str(tmp_path / "r.npz"))
+
+
+def test_the_embedded_speaker_set_loads_with_its_lengths():
+    """japanesevowels (edgeseq/data/PROVENANCE.md): the archive's 270/370 split, 9 speakers, 12
+    channels, 7-29 frames; its grace (and the training stream loss's by default) is 3 readings."""
+    from edgeseq.runtime.evaluate import grace_for
+    ds = load_dataset("japanesevowels")
+    assert (len(ds.train), len(ds.test), len(ds.labels), len(ds.features)) == (270, 370, 9, 12)
+    lengths = np.concatenate([ds.train.lengths, ds.test.lengths])
+    assert lengths.min() == 7 and lengths.max() == 29
+    assert grace_for(ds.train.lengths) == 3 and grace_for(load_dataset("basicmotions").train.lengths) == 20
+    assert set(np.unique(ds.train.y)) == set(range(9)) == set(np.unique(ds.test.y))
+
+
+def test_the_stream_loss_grace_follows_the_data(monkeypatch):
+    """TrainConfig.grace None: the training streams leave out grace_for(training lengths) readings
+    after each change of label (3 on the vowels); a number sets it."""
+    import edgeseq.train as T
+    seen, real = [], T.training_streams
+
+    def spy(split, streams, grace, *args, **kwargs):
+        seen.append(grace)
+        return real(split, streams, grace, *args, **kwargs)
+    monkeypatch.setattr(T, "training_streams", spy)
+    T.train("gru", "japanesevowels", T.TrainConfig(epochs=1), {"hidden": 8}, progress=False)
+    assert seen and set(seen) == {3}
+    seen.clear()
+    T.train("gru", "japanesevowels", T.TrainConfig(epochs=1, grace=5), {"hidden": 8}, progress=False)
+    assert seen and set(seen) == {5}

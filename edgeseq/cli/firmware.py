@@ -80,22 +80,26 @@ def _fmt_check(r):
 @click.option("--target", required=True, help="A profile name (see `edgeseq firmware targets`).")
 @click.option("--history", type=int, help="Transformer: readings held in the cache.")
 @click.option("--cycles-per-mac", type=Finite(min=0, min_open=True), help="Override the target's estimate.")
+@click.option("--compiler", type=click.Choice(["gcc", "clang"]), default="gcc", show_default=True,
+              help="The compiler the firmware is built with: clang scales gcc's measured code, stack and cycles by "
+              "clang's (firmware_sim/targets.py CLANG).")
 @_targets_file_option
 @_json_option
 @_errors
-def firmware_check(model, target, history, cycles_per_mac, targets_file, as_json):
+def firmware_check(model, target, history, cycles_per_mac, compiler, targets_file, as_json):
     """Flash and RAM plan against a part, and cycles and time per reading.
 
-    int8 RNN/GRU/LSTM/SSM are planned as the integer-only C step runs them (`firmware emit`): on
-    Cortex-M0+, M4 and M7 parts with code size, stack and cycles per MAC measured on emulated
-    cores (`edgeseq firmware measure`; firmware_sim/targets.py MEASURED). Other models are
+    Static int8 RNN/GRU/LSTM/SSM and windowed Transformer are planned as the integer-only C step
+    runs them (`firmware emit`): on Cortex-M0+, M4, M7 and M33 parts with code size, stack and
+    cycles measured on emulated cores (`edgeseq firmware measure`; firmware_sim/targets.py
+    MEASURED, built by arm-none-eabi-gcc; `--compiler clang` for clang's). Other models are
     planned as their ONNX graph runs (float intermediates), with per-core estimates from
     published instruction timings; pass --cycles-per-mac to refine. Exit 1 if it does not fit.
     """
     from firmware_sim.plan import check_model, verdict
     from firmware_sim.targets import get_target
 
-    r = check_model(model, get_target(target, targets_file), history, cycles_per_mac)
+    r = check_model(model, get_target(target, targets_file), history, cycles_per_mac, compiler=compiler)
     click.echo(json.dumps(r, indent=2) if as_json else _fmt_check(r))
     why = verdict(r)
     if why:
@@ -109,6 +113,9 @@ def firmware_check(model, target, history, cycles_per_mac, targets_file, as_json
               help="The core to emulate (instead of --target's).")
 @click.option("--opt", type=click.Choice(["-Os", "-O2", "-O3"]), default="-O2", show_default=True,
               help="Optimisation level of the cross compiler.")
+@click.option("--compiler", type=click.Choice(["gcc", "clang"]),
+              help="The cross compiler: gcc (arm-none-eabi-gcc) or clang (pip install ziglang); default gcc where "
+              "installed, else clang.")
 @click.option("--readings", type=click.IntRange(min=10, max=20000), default=1000, show_default=True,
               help="Readings streamed through the compiled step and compared with the simulator.")
 @click.option("--data", help="Readings to stream: the test split of this data (default: the data the model was "
@@ -117,7 +124,7 @@ def firmware_check(model, target, history, cycles_per_mac, targets_file, as_json
 @_targets_file_option
 @_json_option
 @_errors
-def firmware_measure(model, target, core, opt, readings, data, targets_file, as_json):
+def firmware_measure(model, target, core, opt, compiler, readings, data, targets_file, as_json):
     """Cross-compile the emitted int8 step (RNN, GRU, LSTM, SSM, Transformer) for a Cortex-M core, run it on
     an emulated core, and report measured sizes (.text, .rodata), stack, instructions per
     reading and the instruction mix, with cycles modelled from that mix (Arm TRM timings),
@@ -127,6 +134,7 @@ def firmware_measure(model, target, core, opt, readings, data, targets_file, as_
     \b
       edgeseq firmware measure models/gru-int8.onnx --target nrf52840
       edgeseq firmware measure models/lstm-int8.onnx --core cortex-m0plus --opt -Os --json
+      edgeseq firmware measure models/ssm-int8.onnx --core cortex-m4 --compiler clang
     """
     from firmware_sim.measure import core_of, measure
     from firmware_sim.targets import get_target
@@ -134,7 +142,7 @@ def firmware_measure(model, target, core, opt, readings, data, targets_file, as_
     if not target and not core:
         raise UsageError("give --target (a profile) or --core (cortex-m0plus, cortex-m4, cortex-m7, cortex-m33)")
     t = get_target(target, targets_file) if target else None
-    r = measure(model, core or core_of(t), opt, readings=readings, target=t, data=data)
+    r = measure(model, core or core_of(t), opt, readings=readings, target=t, data=data, compiler=compiler)
     if as_json:
         _echo_json(r)
         return

@@ -45,7 +45,8 @@ import numpy as np
 from edgeseq.errors import DataError
 
 DATA_DIR = Path(__file__).resolve().parent
-EMBEDDED = {"basicmotions": DATA_DIR / "basicmotions.npz"}
+EMBEDDED = {"basicmotions": DATA_DIR / "basicmotions.npz",          # the default: wrist IMU, 4 activities
+            "japanesevowels": DATA_DIR / "japanesevowels.npz"}      # 9 speakers, 12 cepstra, 7-29 frames
 CHANNELS_REMEDY = "give data with the model's channels, named as in training"
 DATA_REMEDY = "pass --data with the model's training data, or other data with its channels"  # commands with --data
 
@@ -271,7 +272,8 @@ def since_change(y: np.ndarray) -> np.ndarray:
 
 
 def load_dataset(spec: str) -> Dataset:
-    """`basicmotions` or a path to a `.npz` / `.csv` file (layouts in this module's docstring).
+    """`basicmotions`, `japanesevowels` (embedded; edgeseq/data/PROVENANCE.md) or a path to a
+    `.npz` / `.csv` file (layouts in this module's docstring).
     The Dataset's `source` is what reopens it: the embedded name or the file's absolute path."""
     from edgeseq.data.files import _load_csv, _load_npz   # here, not at the top: files.py builds on Split and Dataset
 
@@ -281,7 +283,8 @@ def load_dataset(spec: str) -> Dataset:
         return ds
     path = Path(spec)
     if not path.exists():
-        raise DataError(f"data '{spec}' not found: give 'basicmotions' or a path to a .npz or .csv file")
+        raise DataError(f"data '{spec}' not found: give {' or '.join(repr(k) for k in EMBEDDED)} or a path to a "
+                        ".npz or .csv file")
     if not path.is_file():
         raise DataError(f"data '{spec}' is not a file: give a path to a .npz or .csv file")
     suffix = path.suffix.lower()

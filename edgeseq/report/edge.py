@@ -11,7 +11,9 @@ the reused runs were trained on), whose test readings are what every model strea
    history without a cache, measured in the same run;
 4. throughput with B = 1, 16, 256, 1024 streams in one call, against B single-stream calls;
 5. process peak memory (RSS) while streaming a long stream, each model in its own process;
-6. the machine, versions, repeats and warm-up.
+6. on a microcontroller: RAM and cycles per reading against history, the int8 steps measured
+   on an emulated Cortex-M4 and planned on the nRF52840 (`edgeseq.report.mcu`);
+7. the machine, versions, repeats and warm-up.
 
 Writes report.json (every figure), report.md, index.html and PNG plots into one directory,
 built beside it under a temporary name and moved into place only once complete: a failed
@@ -405,6 +407,7 @@ def _build(out: Path, ds, reused: dict, quick: bool, progress: bool) -> dict:
     import torch
 
     from edgeseq.report.bench import machine_info
+    from edgeseq.report.mcu import WINDOWS, mcu_panel
 
     settings = QUICK if quick else FULL
     torch.set_num_threads(min(2, os.cpu_count() or 1))
@@ -423,6 +426,8 @@ def _build(out: Path, ds, reused: dict, quick: bool, progress: bool) -> dict:
         r["latency"] = phase("latency", lambda: _latency(r["models"], ckpts, settings, readings, Path(tmp), progress))
     r["throughput"] = phase("throughput", lambda: _throughput(r["models"], settings, readings, progress))
     r["rss"] = phase("rss", lambda: _rss(r["models"], settings, readings, progress))
+    with tempfile.TemporaryDirectory() as tmp:
+        r["mcu"] = phase("mcu", lambda: mcu_panel(r["models"], ckpts, ds, WINDOWS["quick" if quick else "full"], tmp))
     r["meta"] = {"quick": quick, "settings": settings, "machine": machine_info(),
                  "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                  "data": f"{ds.name} (test split, sequences joined end to end, as the readings streamed)",

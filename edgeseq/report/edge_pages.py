@@ -119,7 +119,50 @@ def _plots(r: dict, out: Path) -> dict:
             title="Process memory over a long stream (one process per model)",
             grid=dict(alpha=0.3), legend=dict(fontsize=7))
     files["rss"] = "rss.png"
+    if (r.get("mcu") or {}).get("available"):
+        files["mcu"] = _plot_mcu(r["mcu"], out)
     return files
+
+
+def _plot_mcu(p: dict, out: Path) -> str:
+    """RAM and modelled cycles per reading against history on the emulated core."""
+    import matplotlib.pyplot as plt
+
+    fig, (ram, cyc) = plt.subplots(1, 2, figsize=(10, 4.5))
+    xs = [t["history"] for t in p["transformer"]]
+    for ax, key in ((ram, "ram_bytes"), (cyc, "cycles_per_step")):
+        ax.plot(xs, [t[key] for t in p["transformer"]], "v-", color=COLORS["transformer"],
+                label="Transformer int8, a KV ring of `history` rows")
+        if key == "ram_bytes":
+            ax.plot(xs, [t["cache_bytes"] for t in p["transformer"]], "v:", color=COLORS["transformer"],
+                    label="  of which the KV ring")
+        for name, f in p["fixed"].items():
+            ax.axhline(f[key], color=_color(name), ls="--", label=f"{name.upper()} int8 (fixed state)")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("history kept (readings; the Transformer's window)")
+        ax.grid(True, which="both", alpha=0.3)
+    ram.set_ylabel(f"RAM per stream on the {p['target']} (bytes)")
+    cyc.set_ylabel(f"cycles per reading ({p['core']} {p['opt']}, modelled)")
+    ram.legend(fontsize=7)
+    fig.suptitle(f"On a microcontroller: int8 steps measured on an emulated {p['core']}, planned on the {p['target']}")
+    fig.tight_layout()
+    fig.savefig(out / "mcu.png", dpi=110)
+    plt.close(fig)
+    return "mcu.png"
+
+
+def _mcu_line(p: dict) -> str:
+    """One line: the panel's gist, or why it was not measured."""
+    if not p.get("available"):
+        return f"On a microcontroller: not measured ({p.get('reason', 'no cross compiler or emulator')})."
+    g = p["fixed"].get("gru") or next(iter(p["fixed"].values()))
+    t = p["transformer"]
+    return (f"On an emulated {p['core']} ({p['opt']}, planned on the {p['target']}): the int8 {g['arch'].upper()} "
+            f"holds {g['ram_bytes']:,} B of RAM and takes {g['cycles_per_step']:,.0f} cycles a reading whatever the "
+            f"history; the int8 Transformer takes {t[0]['ram_bytes']:,} B and {t[0]['cycles_per_step']:,.0f} cycles "
+            f"keeping {t[0]['history']} readings, {t[-1]['ram_bytes']:,} B and {t[-1]['cycles_per_step']:,.0f} cycles "
+            f"keeping {t[-1]['history']}.")
 
 
 # --- text -------------------------------------------------------------------------------------
@@ -169,7 +212,19 @@ def _tables(r: dict) -> list:
           [[n, s.get("backend", "-"), f"{s['readings']:,}", f"{s['points'][0][1] / 1024:.1f} MiB", f"{s['points'][-1][1] / 1024:.1f} MiB",
             f"{s['growth_kb_after_first_5pct'] / 1024:+.1f} MiB", f"{s['peak_kb'] / 1024:.1f} MiB",
             f"{s['state_bytes']:,} B"] for n, s in r["rss"].items()])
-    return [t1, t2, t3, t4, t5]
+    out = [t1, t2, t3, t4, t5]
+    p = r.get("mcu") or {}
+    if p.get("available"):
+        rows = [(n.upper() + " int8", "any", f) for n, f in p["fixed"].items()]
+        rows += [("Transformer int8", f"{t['history']:,}", t) for t in p["transformer"]]
+        out.append((f"On a microcontroller: {p['core']} {p['opt']} emulated (bit-exact over {p['readings']} readings, "
+                    f"{p['counted']} counted), planned on the {p['target']}",
+                    ["model", "history kept", "RAM: state / KV ring", "RAM in all", "flash", "instr. / MAC",
+                     "cycles / reading (modelled)", "time / reading"],
+                    [[name, h, f"{f['state_bytes']:,} B", f"{f['ram_bytes']:,} B", f"{f['flash_bytes']:,} B",
+                      f"{f['instructions_per_mac']:.2f}", f"{f['cycles_per_step']:,.0f}",
+                      f"{f['us_per_reading']:,.0f} us"] for name, h, f in rows]))
+    return out
 
 
 def _summary(r: dict) -> list:
@@ -193,7 +248,7 @@ def _summary(r: dict) -> list:
         f"{b['vs_single_stream_calls']:.0f}x the same readings as single-stream calls.",
         "int8 vs float file size: " + ", ".join(
             f"{a} {v['int8']['bytes'] / 1000:.1f} vs {v['float']['bytes'] / 1000:.1f} KB" for a, v in r["models"].items()) + ".",
-    ]
+    ] + ([_mcu_line(r["mcu"])] if "mcu" in r else [])
 
 
 def _markdown(r: dict, files: dict) -> str:
@@ -207,13 +262,14 @@ def _markdown(r: dict, files: dict) -> str:
              f"{r['latency']['history']} readings; warm-up {m['settings']['warmup']} calls; {m['seconds']:.0f} s in all.",
              ""] + [f"- {s}" for s in _summary(r)] + [""]
     plots = {"memory": "Memory per stream", "latency": "Latency per reading", "throughput": "Throughput",
-             "rss": "Process memory"}
+             "rss": "Process memory", "mcu": "On a microcontroller"}
     for title, head, rows in _tables(r):
         lines += [f"## {title}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         lines += ["| " + " | ".join(row) + " |" for row in rows]
         lines.append("")
     for key, title in plots.items():
-        lines += [f"![{title}]({files[key]})", ""]
+        if key in files:
+            lines += [f"![{title}]({files[key]})", ""]
     return "\n".join(lines)
 
 
@@ -232,7 +288,8 @@ def _html(r: dict, files: dict) -> str:
         parts.append(f"<h2>{html.escape(title)}</h2><table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head)
                      + "</tr>" + "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
                                          for row in rows) + "</table>")
-    for key, title in (("throughput", "Throughput"), ("rss", "Process memory")):
-        parts.append(f"<h2>{title}</h2><img src='{files[key]}' alt='{title}'>")
+    for key, title in (("throughput", "Throughput"), ("rss", "Process memory"), ("mcu", "On a microcontroller")):
+        if key in files:
+            parts.append(f"<h2>{title}</h2><img src='{files[key]}' alt='{title}'>")
     parts.append("<p>Every figure is in <a href='report.json'>report.json</a>.</p></body></html>")
     return "\n".join(parts)
