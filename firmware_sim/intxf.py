@@ -43,7 +43,8 @@ from firmware_sim.intssm import (HEADROOM, LayerNormQ, _Graph, _int8_range, _lut
 
 WINDOW_MAX = 4096            # rows of the ring: beyond it the weights' sum could leave int32
 EXP_SPAN = 16 << Q           # exp is read over [-16, 0] (Q12); below it a weight is 0
-NO_WINDOW = "a static ring buffer needs a window; export with window>0"
+NO_WINDOW = ("an unbounded cache (window 0) cannot be a static ring buffer; train with a window "
+             "(`edgeseq train --arch transformer --set window=N`) and export that")
 
 
 def _exp_table() -> np.ndarray:

@@ -225,7 +225,11 @@ def check_model(path, target, history: int | None = None, cycles_per_mac: float 
     H = history or ((meta.max_history or 16) if growing else 1)     # the window the model attends to
     per = sum(s.bytes_per_reading() for s in meta.state if s.kind == "growing")
     avail = target.sram_kb * 1024
-    if growing and per * H > avail:
+    cfg = meta.config or {}
+    ring = (meta.arch == "transformer" and history is None and bool(cfg.get("window"))   # the integer step's KV ring
+            and cfg.get("positions", "none") == "none"                              # (--history plans the graph)
+            and bool(meta.quantization) and meta.quantization.get("scheme") == "static")
+    if growing and per * H > avail and not ring:       # the ring's int16 cache is planned below, not the graph's
         # The cache alone overflows RAM: no need to build (and allocate) the graph at that size.
         longest = longest_history(source, target, meta, {"ram": {"io": _io_bytes(source)}})
         raise EdgeseqError(f"history {H:,} needs {per * H:,} B of cache alone, {target.name} has {avail:,} B of RAM; "
@@ -241,9 +245,6 @@ def check_model(path, target, history: int | None = None, cycles_per_mac: float 
     shapes, proto = run_shapes(source, H)
     macs, ops = macs_and_ops(proto, shapes)
     flash = flash_of(proto)
-    cfg = meta.config or {}
-    ring = (meta.arch == "transformer" and history is None and bool(cfg.get("window"))   # the integer step's KV ring
-            and cfg.get("positions", "none") == "none")                             # (--history plans the graph)
     integer = bool(meta.quantization and meta.quantization.get("scheme") == "static"
                    and (meta.arch in ("rnn", "gru", "lstm", "ssm") or ring))
     measured, stack = None, 0

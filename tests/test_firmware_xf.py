@@ -237,6 +237,26 @@ def test_check_agrees_with_what_measure_measures(trained, measured, target, core
     assert abs(c["ram"]["total"] - ram) <= 0.10 * ram, (c["ram"], ram)
 
 
+def test_a_part_that_holds_the_ring_but_not_the_float_cache_fits():
+    """The integer step's int16 ring is what the part holds, not the exported graph's float cache
+    (twice as large): the shipped window-50 model on a part with RAM between the two fits; one
+    below the ring does not."""
+    from dataclasses import replace
+
+    from edgeseq.runtime.model import open_model
+    from firmware_sim.plan import check_model
+    from firmware_sim.targets import get_target
+    path = Path(edgeseq.__file__).resolve().parents[1] / "models" / "transformer-int8.onnx"
+    base = get_target("nrf52840")
+    need = check_model(path, base)["ram"]["total"]
+    _, meta = open_model(path)
+    float_cache = sum(s.bytes_per_reading() for s in meta.state if s.kind == "growing") * meta.max_history
+    kb = -(-need // 1024)                                              # the smallest whole KB that holds the plan
+    assert kb * 1024 < float_cache, (need, float_cache)
+    assert check_model(path, replace(base, name="small", sram_kb=kb))["fits"]
+    assert not check_model(path, replace(base, name="tiny", sram_kb=kb - 2))["fits"]
+
+
 def test_firmware_cli_takes_the_transformer(trained, tmp_path, monkeypatch):
     import firmware_sim.simulate
     runner = CliRunner()

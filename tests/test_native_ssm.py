@@ -159,15 +159,17 @@ def test_streams_do_not_depend_on_each_other(tiny, scheme):
 @pytest.mark.parametrize("variant", ["fixed", "selective", "wide"])
 def test_lanes_compute_what_one_stream_computes(tiny, variant, scheme):
     """From 16 streams on, chunks of 16 run one stream per vector lane (two chunks at once where
-    two are left; int8 dot products where the host has them), the rest by rows: 37 streams are
-    two chunks, one chunk and five rows. A stream in each computes what it computes alone, to
-    the bit, logits and state."""
+    two are left; int8 dot products where the host has them), the rest by rows: 53 streams are
+    two chunks, one chunk and five rows, 20 one chunk and four rows. A stream in each computes
+    what it computes alone, to the bit, logits and state."""
     path = tiny(variant, scheme)
     _, meta = open_model(path)
-    X = readings(40, 37)
-    step = native.NativeStep(path, meta, 37)
+    X = readings(40, 53)
+    step = native.NativeStep(path, meta, 53)
     many = native_stream(step, X)
-    for i in (0, 17, 31, 34, 36):
+    four = native_stream(native.NativeStep(path, meta, 20), X[:, :20])
+    assert np.array_equal(four, many[:, :20])
+    for i in (0, 17, 31, 34, 47, 48, 52):
         alone = native.NativeStep(path, meta, 1)
         one = native_stream(alone, X[:, i:i + 1])
         assert np.array_equal(many[:, i:i + 1], one), f"stream {i}"
@@ -176,7 +178,7 @@ def test_lanes_compute_what_one_stream_computes(tiny, variant, scheme):
 
 
 @needs_ext
-@pytest.mark.parametrize("streams, bad", [(3, 2), (37, 20)])
+@pytest.mark.parametrize("streams, bad", [(3, 2), (37, 20), (20, 19)])
 @pytest.mark.parametrize("scheme", ["float", "static"])
 def test_a_nan_step_is_not_adopted(tiny, scheme, streams, bad):
     path = tiny("fixed", scheme)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
@@ -220,13 +221,16 @@ def firmware_emit(model, out, prefix, as_json):
     from firmware_sim.intsim import from_onnx
 
     check_prefix(prefix)
+    if Path(out).exists() and not Path(out).is_dir():
+        raise UsageError(f"--out '{out}' is a file; give a directory for the C files (it is created if missing)")
     m = from_onnx(model)
     with _writing(out):
         r = emit(m, out, prefix=prefix, protect=(model,))
     if as_json:
         _echo_json(r)
     else:
-        shared = [f for f in r["files"] if f.startswith("es_")]
+        own = {f"{prefix}_model.h", f"{prefix}_model.c", f"{prefix}_example.c"}
+        shared = [f for f in r["files"] if f.startswith("es_") and f not in own]
         tables = " ".join(f"{out}/{f}" for f in shared if f.endswith(".c"))
         click.echo(f"wrote {out}/{prefix}_model.h, {prefix}_model.c ({r['int8_weights']:,} int8 weights, "
                    f"{r['tables_bytes']:,} B of tables), {', '.join(shared)} and {prefix}_example.c; the step needs "

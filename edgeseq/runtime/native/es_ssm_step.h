@@ -388,9 +388,11 @@ ES_CLONES static int ssm_run(SsmObject *s) {
 #endif
   int r0 = 0, l, bad = -1, sh;
 #if ES_S_LANES
-  for (; r0 + ES_S_L <= B; r0 += 2 * ES_S_L) {
-    int b = ssm_lanes(s, r0, r0 + 2 * ES_S_L <= B ? 2 : 1, cur, nxt);
+  while (r0 + ES_S_L <= B) {                  /* two chunks where two are left, else one */
+    const int nch = r0 + 2 * ES_S_L <= B ? 2 : 1;
+    int b = ssm_lanes(s, r0, nch, cur, nxt);
     if (b >= 0 && bad < 0) bad = b;
+    r0 += nch * ES_S_L;
   }
 #endif
   for (; r0 < B; r0 += ES_F_CHUNK) {
