@@ -12,12 +12,14 @@ import sys
 
 from setuptools import Extension, setup
 
-# -O3 for the vectorizer; no -ffast-math: the float step keeps IEEE semantics (NaN checks,
-# no reassociation), and the int8 step is integer arithmetic that must stay bit-exact.
+# -O3 for the vectorizer (-fno-math-errno lets it vectorize sqrtf: errno is never read); no
+# -ffast-math: the float step keeps IEEE semantics (NaN checks, no reassociation), and the int8
+# step is integer arithmetic that must stay bit-exact.
 if sys.platform == "win32":
     compile_args, libraries = ["/O2"], []
 else:
-    compile_args, libraries = ["-O3", "-std=gnu99", "-fno-strict-aliasing", "-fno-trapping-math", "-Wno-psabi"], ["m"]
+    compile_args = ["-O3", "-std=gnu99", "-fno-strict-aliasing", "-fno-trapping-math", "-fno-math-errno", "-Wno-psabi"]
+    libraries = ["m"]
 
 # numpy's headers where numpy is importable at build time (pyproject's build requirements list
 # it): readings are read and probabilities copied through its C API; without them, through the
@@ -40,7 +42,9 @@ native = Extension(
              os.path.join("edgeseq", "runtime", "native", "es_attn.h"),
              os.path.join("edgeseq", "runtime", "native", "es_attn_step.h"),
              os.path.join("edgeseq", "runtime", "native", "es_ssm.h"),
+             os.path.join("edgeseq", "runtime", "native", "es_ssm_lanes.h"),
              os.path.join("edgeseq", "runtime", "native", "es_ssm_step.h"),
+             os.path.join("edgeseq", "runtime", "native", "es_ssm_step_lanes.h"),
              os.path.join("edgeseq", "runtime", "native", "es_push.h")],
     extra_compile_args=compile_args,
     libraries=libraries,

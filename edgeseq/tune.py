@@ -21,7 +21,9 @@ Optuna owns the study, the sampler and the storage; each trial is a thin objecti
 A study lives in an Optuna storage: `study.db` (SQLite) in the output folder by default, or any
 storage URL (`postgresql://...`) that workers on several machines share. `--jobs N` runs N
 worker processes on this machine against the same storage. A study keeps its settings (data,
-target, limits, search space, sampler, seed): resuming or joining it takes them from there.
+target, limits, search space, sampler, seed): resuming or joining it takes them from there. The
+target is kept as its whole profile (a `--targets-file` one too), so workers and resumed runs
+plan on the same part without reading the file.
 """
 
 from __future__ import annotations
@@ -99,7 +101,7 @@ class Search:
     def __init__(self, settings: dict, dataset, out: Path, progress: bool = True, study: str = DEFAULT_STUDY):
         from edgeseq.data import Dataset
         from edgeseq.train import check_trainable
-        from firmware_sim.targets import get_target
+        from firmware_sim.targets import get_target, profile_target
 
         self.settings, self.full, self.out, self.progress, self.study = settings, dataset, Path(out), progress, study
         self.mask = validation_mask(dataset.train)
@@ -107,7 +109,9 @@ class Search:
         self.data = Dataset(dataset.name, train.take(~self.mask), train.take(self.mask), dataset.labels,
                             dataset.features, None, "group" if train.groups is not None else "class")
         check_trainable(self.data)
-        self.target = get_target(settings["target"])
+        kept = settings.get("target_profile")      # studies made before profiles were kept name a built-in one
+        self.target = (profile_target(kept, f"study '{study}': its target profile") if kept is not None
+                       else get_target(settings["target"]))
         self.space = settings["space"]
 
     def validation(self) -> dict:
@@ -352,12 +356,16 @@ def _workers(search, url, storage, study_name, trials, jobs, before):
 def _settings(stored: dict | None, given: dict, dataset_sha: str | None) -> dict:
     """The study's settings: those it stored (a given value must agree) or, for a new study,
     the given ones with defaults."""
+    from firmware_sim.targets import BUILTIN, load_targets
+
     defaults = {"target": "nrf52840", "sampler": "nsga2", "seed": 0, "space": SPACE,
                 "limits": {"max_latency_ms": None, "max_ram_kb": None, "max_flash_kb": None}}
+    profiles = given.get("profiles") or load_targets()
     if stored is None:
         s = {k: given[k] if given.get(k) is not None else defaults[k] for k in ("target", "sampler", "seed", "space")}
         s["limits"] = {k: given["limits"].get(k) for k in defaults["limits"]}
-        s.update(data=given["data"] or "basicmotions", data_sha256=dataset_sha, version=1)
+        s.update(target_profile=profiles[s["target"]].to_json(), data=given["data"] or "basicmotions",
+                 data_sha256=dataset_sha, version=2)
         return s
     for key, flag in (("target", "--target"), ("sampler", "--sampler"), ("seed", "--seed"), ("space", "--quick")):
         if given.get(key) is not None and given[key] != stored[key]:
@@ -370,6 +378,13 @@ def _settings(stored: dict | None, given: dict, dataset_sha: str | None) -> dict
             raise UsageError(f"study '{given['study']}' was run with "
                              + (f"{flag} {old:g}" if old is not None else f"no {flag}")
                              + "; resume it with the same limits (or leave them out), or start a new --study")
+    name, kept = stored["target"], stored.get("target_profile")
+    if name not in BUILTIN and name in profiles and kept is not None and profiles[name].to_json() != kept:
+        key = next(k for k, v in profiles[name].to_json().items() if kept.get(k) != v)
+        was, now = repr(kept.get(key))[:40], repr(getattr(profiles[name], key))[:40]
+        raise UsageError(f"study '{given['study']}' was run on target '{name}' with {key} {was}, which "
+                         f"{given['targets_file']} now gives as {now}; resume it with the profile it was run with "
+                         "(or leave --targets-file out), or start a new --study")
     if dataset_sha is not None and dataset_sha != stored["data_sha256"]:
         raise UsageError(f"study '{given['study']}' was run on other data ('{stored['data']}'); pass the same data "
                          "with --data (or leave it out), or start a new --study")
@@ -391,14 +406,18 @@ def _stored(storage, name: str, url: str) -> dict:
 def tune(out, data: str | None = None, target: str | None = None, trials: int = 20, jobs: int = 1,
          seed: int | None = None, sampler: str | None = None, max_latency_ms: float | None = None,
          max_ram_kb: float | None = None, max_flash_kb: float | None = None, storage: str | None = None,
-         study: str | None = None, space: dict | None = None, progress: bool = True) -> dict:
+         study: str | None = None, space: dict | None = None, progress: bool = True,
+         targets_file: str | os.PathLike | None = None) -> dict:
     """Run `trials` more trials of a study, then write the Pareto front and the chosen model to
     `out` (see the module docstring). Options left None come from an existing study (`study`
-    names one to resume or join) or default (nrf52840, nsga2, seed 0, `SPACE`). Returns what
-    pareto.json holds; its 'chosen' is None when no trial is feasible ('notice' says why).
+    names one to resume or join) or default (nrf52840, nsga2, seed 0, `SPACE`). `targets_file`:
+    a JSON file of more target profiles (`firmware_sim.targets.load_targets`) that `target` may
+    name; a new study keeps the target's whole profile, and a resumed one is refused if the file
+    gives its target other figures. Returns what pareto.json holds; its 'chosen' is None when no
+    trial is feasible ('notice' says why).
 
-    UsageError for a bad option or one that disagrees with the study's; TuneInterrupted on
-    Ctrl-C (the finished trials stay in the storage)."""
+    UsageError for a bad option or one that disagrees with the study's; DataError for a targets
+    file that cannot be used; TuneInterrupted on Ctrl-C (the finished trials stay in the storage)."""
     from edgeseq.data import load_dataset
     from edgeseq.report.tune_pages import summarize, write_pages
 
@@ -420,9 +439,8 @@ def tune(out, data: str | None = None, target: str | None = None, trials: int = 
                          "letter or digit")
     if space is not None:
         space = check_space(space)
-    if target is not None:
-        from firmware_sim.targets import get_target
-        get_target(target)
+    from firmware_sim.targets import get_target, load_targets
+    profiles = load_targets(targets_file)                # DataError for a file that cannot be used
 
     url = storage or f"sqlite:///{(out / 'study.db').resolve()}"
     verbosity = optuna.logging.get_verbosity()
@@ -439,10 +457,12 @@ def tune(out, data: str | None = None, target: str | None = None, trials: int = 
         if not existing and trials == 0:
             raise UsageError(f"--trials 0 writes the front of an existing study; {redact(url)} has no study '{name}'")
         stored = _stored(st, name, url) if existing else None
+        if target is not None and target not in profiles and (stored or {}).get("target") != target:
+            get_target(target, targets_file)             # UsageError: unknown (a study keeps its own profile)
         dataset = load_dataset(data or (stored or {}).get("data") or "basicmotions")
         sha = fingerprint(dataset)
         given = {"target": target, "sampler": sampler, "seed": seed, "space": space, "limits": limits,
-                 "study": name, "data": dataset.source or data}
+                 "study": name, "data": dataset.source or data, "profiles": profiles, "targets_file": targets_file}
         settings = _settings(stored, given, sha if (data is not None or stored is None) else None)
         if stored is not None and data is None and sha != stored["data_sha256"]:
             raise DataError(f"the study's data '{stored['data']}' differs here from the data it was run on; pass that "

@@ -195,6 +195,11 @@ def check_model(path, target, history: int | None = None, cycles_per_mac: float 
     documented build, which the fit measured) or "clang": the integer step's code, stack and
     cycles scaled by clang's measured figures (`targets.CLANG`).
 
+    `history` (readings held in a Transformer's cache) past a windowed model's `window` is planned
+    at the window, the most rows the model reads: the result's 'history' is the window, and
+    'history_asked' and 'history_note' say so. For a windowed model the longest history that fits
+    is at most its window.
+
     UsageError for a --history below 1 or above MAX_HISTORY, or --cycles-per-mac outside
     (0, MAX_CYCLES]; EdgeseqError, with the longest history that fits, for a history whose cache
     alone overflows the part's RAM or MAX_CACHE_BYTES (the graph is never built at that size);
@@ -222,13 +227,17 @@ def check_model(path, target, history: int | None = None, cycles_per_mac: float 
     if history is not None and history < 1:
         raise UsageError("--history must be at least 1")
     _check_supported(source, path)
+    cfg = meta.config or {}
+    window = _window(meta)
+    asked = None
+    if history is not None and window and history > window:     # older rows are never read: the steady state
+        asked, history = history, window                        # is the window's
     H = history or ((meta.max_history or 16) if growing else 1)     # the window the model attends to
     per = sum(s.bytes_per_reading() for s in meta.state if s.kind == "growing")
     avail = target.sram_kb * 1024
-    cfg = meta.config or {}
-    ring = (meta.arch == "transformer" and history is None and bool(cfg.get("window"))   # the integer step's KV ring
-            and cfg.get("positions", "none") == "none"                              # (--history plans the graph)
-            and bool(meta.quantization) and meta.quantization.get("scheme") == "static")
+    ringed = (bool(window) and cfg.get("positions", "none") == "none"                # the integer step's KV ring
+              and bool(meta.quantization) and meta.quantization.get("scheme") == "static")
+    ring = ringed and history is None                                       # (--history plans the graph)
     if growing and per * H > avail and not ring:       # the ring's int16 cache is planned below, not the graph's
         # The cache alone overflows RAM: no need to build (and allocate) the graph at that size.
         longest = longest_history(source, target, meta, {"ram": {"io": _io_bytes(source)}})
@@ -307,7 +316,8 @@ def check_model(path, target, history: int | None = None, cycles_per_mac: float 
     us = cycles / target.clock_mhz
     r = {
         "model": str(path), "arch": meta.arch, "quantization": (meta.quantization or {}).get("scheme", "float"),
-        "target": target.to_json(), "history": H if growing else None, "plan_of": kind, "compiler": compiler,
+        "target": target.to_json(), "history": H if growing else None, "window": window or None, "plan_of": kind,
+        "compiler": compiler,
         "flash": {**{k: int(v) for k, v in flash.items()}, "total": int(flash_total),
                   "available": target.flash_kb * 1024, "margin": target.flash_kb * 1024 - int(flash_total)},
         "ram": {**ram, "total": int(ram_total), "available": target.sram_kb * 1024,
@@ -322,6 +332,11 @@ def check_model(path, target, history: int | None = None, cycles_per_mac: float 
                             else "estimated from the core's instruction timings")},
     }
     r["fits"] = r["flash"]["margin"] >= 0 and r["ram"]["margin"] >= 0
+    if asked is not None:
+        r["history_asked"] = asked
+        r["history_note"] = (f"--history {asked:,} is past the model's window of {window:,} readings, the most it "
+                             f"reads: planned at {window:,} (the cache at steady state)"
+                             + ("; leave --history out for the integer step's int16 ring" if ringed else ""))
     if target.xip_cache_kb and flash_total - sum(v for k, v in flash.items() if k.startswith("code")) > target.xip_cache_kb * 1024:
         r["note"] = (f"weights and tables ({flash_total:,} B with code) exceed the {target.xip_cache_kb} KB XIP cache: "
                      "reads miss to external flash; expect a slower step than the figure above (copy hot weights to SRAM)")
@@ -355,12 +370,19 @@ def _io_bytes(path) -> int:
                if not v.name.startswith(("state_in", "past", "state_out", "present")))
 
 
+def _window(meta) -> int:
+    """A windowed Transformer's window (readings its attention reaches), else 0."""
+    w = (meta.config or {}).get("window") if meta.arch == "transformer" else 0
+    return w if isinstance(w, int) and not isinstance(w, bool) and w > 0 else 0
+
+
 def longest_history(path, target, meta, at) -> int:
     """Largest history whose RAM (arena + cache + io) fits, found by bisection on the real plan;
-    at most MAX_HISTORY readings and MAX_CACHE_BYTES of cache (no graph is built beyond them)."""
+    at most MAX_HISTORY readings and MAX_CACHE_BYTES of cache (no graph is built beyond them),
+    and at most a windowed model's window (it reads no older rows)."""
     per = sum(s.bytes_per_reading() for s in meta.state if s.kind == "growing")
     avail = target.sram_kb * 1024
-    top = max(1, min(MAX_HISTORY, MAX_CACHE_BYTES // per, avail // per))
+    top = max(1, min(MAX_HISTORY, MAX_CACHE_BYTES // per, avail // per, _window(meta) or MAX_HISTORY))
 
     def ram(h):
         shapes, proto = run_shapes(path, h)

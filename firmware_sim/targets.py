@@ -16,7 +16,9 @@ timings, not measurements. Override them with `--cycles-per-mac` or in a profile
   MAC for these small matrices.
 
 User profiles: a JSON file with a list (or a name -> profile mapping) of objects carrying the
-fields of `Target`; `--targets-file` adds them to the built-in ones.
+fields of `Target`; `--targets-file` adds them to the built-in ones. A file never replaces a
+built-in profile: an entry named like one (or like an earlier entry) is refused, so a name means
+one part wherever it is used; give your variant a name of its own.
 """
 
 from __future__ import annotations
@@ -202,8 +204,9 @@ def emulated_core(target: "Target") -> str | None:
 
 
 def load_targets(path=None) -> dict:
-    """Built-in profiles, plus those of a JSON file (a list of objects, or name -> object).
-    DataError names the file, the entry and the field that cannot be used."""
+    """{name: Target}: the built-in profiles, plus those of a JSON file (a list of objects, or
+    name -> object). DataError names the file, the entry and the field that cannot be used, and
+    refuses an entry named like a built-in profile or an earlier entry (a file adds, never replaces)."""
     targets = dict(BUILTIN)
     if path is None:
         return targets
@@ -232,11 +235,23 @@ def load_targets(path=None) -> dict:
         raise DataError(f"targets file '{path}' must hold a list of profiles or a name -> profile object")
     for i, item in enumerate(items):
         t = _check_entry(item, f"targets file '{path}' entry {i + 1}")
+        if t.name in targets:
+            what = "a built-in target" if t.name in BUILTIN else "an earlier entry"
+            raise DataError(f"targets file '{path}' entry {i + 1}: name {_show(t.name)} is already {what}; give "
+                            "this profile a name of its own")
         targets[t.name] = t
     return targets
 
 
+def profile_target(item, where: str) -> Target:
+    """A Target from a profile dict (`Target.to_json()`, as a tune study stores it), every field
+    checked as in a targets file; DataError naming `where` and the field otherwise."""
+    return _check_entry(item, where)
+
+
 def get_target(name: str, path=None) -> Target:
+    """The profile `name`, built in or from the targets file `path`; UsageError for an unknown
+    name, DataError for a file `load_targets` refuses."""
     targets = load_targets(path)
     if name not in targets:
         raise UsageError(f"unknown target '{name}'; built in: {', '.join(sorted(targets))} "

@@ -83,6 +83,8 @@ def machine_line(d: dict, source: str, how: str) -> str:
     for key, label in (("python", "Python"), ("onnxruntime", "onnxruntime"), ("numpy", "numpy"), ("torch", "torch")):
         if m.get(key):
             parts.append(f"{label} {m[key]}")
+    if m.get("simd"):
+        parts.append(f"native step {m['simd']}")
     date = d.get("date") or d.get("measured") or d.get("meta", {}).get("date") or m.get("date")
     when = f"measured {date}" if date else f"the date is not recorded in `{source}`"
     return f"*{how}, on {', '.join(parts)}; {when}.*"

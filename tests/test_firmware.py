@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 from edgeseq.cli import cli
 from edgeseq.data import load_dataset
 from firmware_sim.cemit import emit
-from edgeseq.errors import UsageError
+from edgeseq.errors import DataError, UsageError
 from firmware_sim.intsim import from_onnx, multiplier, requant
 from firmware_sim.plan import Buffer, check_model, graph_buffers, macs_and_ops, plan, run_shapes
 from firmware_sim.simulate import simulate
@@ -189,14 +189,32 @@ def test_a_channel_an_int32_reading_cannot_hold_is_refused():
     assert frac[0] < frac[1] <= 40 and 1013.7 * 2.0 ** frac[0] < 2 ** 29 <= 1013.7 * 2.0 ** (frac[0] + 2)
 
 
-def test_recurrent_models_fit_and_the_transformer_has_a_longest_history(int8):
+@pytest.fixture(scope="module")
+def unbounded(tmp_path_factory):
+    """An untrained default-size Transformer with an unbounded window (window 0: the cache grows
+    with the stream), exported float: sizes do not depend on the weights."""
+    import torch
+
+    import edgeseq
+    from edgeseq.models import build_model, config_dict, make_config
+    from helpers import export_step
+    cfg = make_config("transformer", n_features=6, n_classes=4, window=0)
+    torch.manual_seed(0)
+    model = build_model("transformer", cfg)
+    ckpt = {"edgeseq_version": edgeseq.__version__, "arch": "transformer", "config": config_dict(cfg),
+            "state_dict": model.state_dict(), "normalization": {"mean": [0.0] * 6, "std": [1.0] * 6},
+            "labels": [f"c{i}" for i in range(4)], "features": [f"f{i}" for i in range(6)]}
+    return export_step(ckpt, tmp_path_factory.mktemp("unbounded") / "transformer.onnx")
+
+
+def test_recurrent_models_fit_and_the_transformer_has_a_longest_history(int8, unbounded):
     nrf, rp = get_target("nrf52840"), get_target("rp2040")
     for arch in ("gru", "lstm"):
         r = check_model(int8(arch, "static")[0], nrf)
         assert r["fits"] and r["ram"]["total"] < 8192 and r["cost"]["macs"] > 10000
         assert r["ram"]["arena"]["used"] <= r["ram"]["arena"]["requested"]
         assert r["ram"]["arena"]["used"] >= max(b["size"] for b in r["buffers"])
-    tr = int8("transformer", "static")[0]
+    tr = unbounded
     r = check_model(tr, rp, history=512)
     assert not r["fits"] and r["ram"]["state"] == 512 * 512
     n = r["longest_history"]
@@ -214,7 +232,35 @@ def test_targets_file(tmp_path):
         load_targets(p)
 
 
-def test_firmware_cli(int8, exported, tmp_path):
+@pytest.mark.parametrize("body, entry, what", [
+    ('[{"name": "nrf52840", %s}]', 1, "a built-in target"),
+    ('{"nrf52840": {%s}}', 1, "a built-in target"),
+    ('[{"name": "mypart", %s}, {"name": "mypart", %s}]', 2, "an earlier entry"),
+])
+def test_a_targets_file_never_replaces_a_profile(tmp_path, monkeypatch, body, entry, what):
+    """A file adds profiles: one named like a built-in (or an earlier entry) is refused in one line,
+    by every command that reads the file, and the built-in stays as it was."""
+    fields = ('"part": "X", "core": "Cortex-M4", "clock_mhz": 16, "flash_kb": 64, "sram_kb": 16, '
+              '"cycles_per_mac": 2.0, "cycles_per_op": 4.0, "source": "my datasheet"')
+    p = tmp_path / "t.json"
+    p.write_text(body.replace("%s", fields))
+    name = "mypart" if entry == 2 else "nrf52840"
+    message = f"targets file '{p}' entry {entry}: name '{name}' is already {what}; give this profile a name of its own"
+    with pytest.raises(DataError, match=re.escape(message)):
+        load_targets(p)
+    with pytest.raises(DataError, match=re.escape(message)):
+        get_target("nrf52840", p)
+    assert get_target("nrf52840").sram_kb == 256
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    for args in (["targets"], ["check", "m.onnx", "--target", "nrf52840"], ["measure", "m.onnx", "--target", "x"]):
+        res = runner.invoke(cli, ["firmware", *args, "--targets-file", "t.json"])
+        lines = [line for line in res.output.splitlines() if line.startswith("Error:")]
+        assert res.exit_code == 1 and len(lines) == 1 and "Traceback" not in res.output, res.output
+        assert f"name '{name}' is already {what}" in lines[0], lines[0]
+
+
+def test_firmware_cli(int8, exported, unbounded, tmp_path):
     runner = CliRunner()
     q = str(int8("gru", "static")[0])
     r = runner.invoke(cli, ["firmware", "check", q, "--target", "nrf52840"])
@@ -234,8 +280,8 @@ def test_firmware_cli(int8, exported, tmp_path):
     assert "is a float model" in err(["firmware", "simulate", str(exported("gru")[0])], 1)
     assert "--int8-scheme static" in err(["firmware", "emit", str(int8("gru", "dynamic")[0]), "--out", "x"], 1)
     assert "unknown target 'foo'" in err(["firmware", "check", q, "--target", "foo"], 2)
-    assert "longest history that fits is" in err(["firmware", "check", str(int8("transformer", "static")[0]),
-                                                   "--target", "rp2040", "--history", "512"], 1)
+    assert "longest history that fits is" in err(["firmware", "check", str(unbounded), "--target", "rp2040",
+                                                   "--history", "512"], 1)
     r = runner.invoke(cli, ["firmware", "emit", str(int8("transformer", "static")[0]), "--out", str(tmp_path / "xf")])
     assert r.exit_code == 0 and (tmp_path / "xf" / "es_model.h").exists(), r.output
     assert "is a float model" in err(["firmware", "emit", str(exported("transformer")[0]),

@@ -2,8 +2,9 @@
 softmax against float, integer-only accuracy against float on both protocols, the emitted C
 bit-exact with the simulator on the host (window 1, one head, odd widths; through window wraps
 and a reset) and on emulated Cortex-M4 (SMLAD and portable paths) and M0+, `firmware check`
-against what `measure` measures, the CLI, and an unbounded window refused in one line. The
-3,000-reading emulated check is scripts/firmware_xf_check.py."""
+against what `measure` measures, the CLI, an unbounded window refused in one line, and a
+--history past the window planned at the window. The 3,000-reading emulated check is
+scripts/firmware_xf_check.py."""
 
 import re
 import shutil
@@ -290,3 +291,28 @@ def test_an_unbounded_window_is_refused_in_one_line(tmp_path):
             assert "Traceback" not in res.output
     res = runner.invoke(cli, ["firmware", "check", str(path), "--target", "nrf52840"])       # the graph's plan still
     assert res.exit_code == 0 and "fits: yes" in res.output and "integer-only" not in res.output, res.output
+
+
+def test_a_history_past_the_window_is_planned_at_the_window(tmp_path):
+    """The model reads no row older than its window, so a longer --history (here 200 and 10^8 for
+    a window of 6) is planned at the window, as the cache is at steady state, and says so; one
+    within the window is planned as asked. The longest history that fits is the whole window."""
+    from firmware_sim.plan import check_model
+    from firmware_sim.targets import get_target
+    path = _tiny(tmp_path, 8, 2, 6, layers=1)
+    nrf = get_target("nrf52840")
+    at = check_model(path, nrf, history=6)
+    per = at["ram"]["state"] // 6
+    for asked in (200, 100_000_000):
+        r = check_model(path, nrf, history=asked)
+        assert (r["history"], r["history_asked"], r["window"]) == (6, asked, 6)
+        assert f"--history {asked:,} is past the model's window of 6 readings" in r["history_note"]
+        assert "leave --history out for the integer step's int16 ring" in r["history_note"]
+        assert r["ram"] == at["ram"] and r["cost"] == at["cost"] and r["longest_history"] == 6
+    assert "history_asked" not in at and at["ram"]["state"] == 6 * per
+    r = check_model(path, nrf, history=4)
+    assert r["history"] == 4 and r["ram"]["state"] == 4 * per and "history_note" not in r
+    res = CliRunner().invoke(cli, ["firmware", "check", str(path), "--target", "nrf52840", "--history", "200"])
+    assert res.exit_code == 0 and "fits: yes" in res.output, res.output
+    assert ", history 6\n" in res.output and "history: --history 200 is past the model's window of 6" in res.output
+    assert "longest history that fits in RAM: 6 readings (the whole window" in res.output, res.output

@@ -42,12 +42,14 @@ DEAD_PID = 999999999              # no process has it: a temporary file with it 
 
 @pytest.fixture(scope="module")
 def kit(tmp_path_factory):
-    """Tiny seeded runs and models: int8 static GRU (hidden 8), float GRU, float Transformer."""
+    """Tiny seeded runs and models: int8 static GRU (hidden 8), float GRU, float Transformer with an
+    unbounded window (its cache grows with --history)."""
     from edgeseq.train import TrainConfig, save_checkpoint, train
     from export import export_int8, export_model
 
     root = tmp_path_factory.mktemp("kit")
-    for arch, settings in (("gru", {"hidden": 8}), ("transformer", {"d_model": 16, "heads": 2, "layers": 1})):
+    for arch, settings in (("gru", {"hidden": 8}),
+                           ("transformer", {"d_model": 16, "heads": 2, "layers": 1, "window": 0})):
         ckpt = train(arch, "basicmotions", TrainConfig(epochs=1, seed=0), settings, progress=False)
         save_checkpoint(ckpt, root / "runs" / arch)
         export_model(ckpt, root / f"{arch}.onnx")

@@ -158,23 +158,40 @@ def test_streams_do_not_depend_on_each_other(tiny, scheme):
 @pytest.mark.parametrize("scheme", ["float", "static"])
 @pytest.mark.parametrize("variant", ["fixed", "selective", "wide"])
 def test_lanes_compute_what_one_stream_computes(tiny, variant, scheme):
-    """From 16 streams on, chunks of 16 run one stream per vector lane (two chunks at once where
-    two are left; int8 dot products where the host has them), the rest by rows: 53 streams are
-    two chunks, one chunk and five rows, 20 one chunk and four rows. A stream in each computes
-    what it computes alone, to the bit, logits and state."""
+    """Chunks of streams run one stream per vector lane (16 on hosts with AVX-512, else 8; two
+    chunks at once where two are left; int8 dot products where the host has them), the streams
+    left over by rows. In every stream count the first 16 streams are in lanes and the last five
+    of 53 in rows, so those compute the same, to the bit, in runs of 1, 20 and 53 streams. A
+    stream in lanes and the same stream in rows run the same operations in the same order, but the
+    compiler may fuse a different multiply-add into an FMA in each (it does on AVX2 hosts): float
+    within a rounding (the state too, which stays float), an int8 logit within one quantization
+    step."""
     path = tiny(variant, scheme)
     _, meta = open_model(path)
     X = readings(40, 53)
     step = native.NativeStep(path, meta, 53)
     many = native_stream(step, X)
     four = native_stream(native.NativeStep(path, meta, 20), X[:, :20])
-    assert np.array_equal(four, many[:, :20])
+    assert np.array_equal(four[:, :16], many[:, :16])
+    grid = np.diff(np.unique(many)).min() if scheme == "static" else 0.0     # an int8 logit's step
+
+    def close(a, b, what, logits=True):
+        tol = 1.01 * grid if logits and grid else 1e-5 * max(1.0, float(np.abs(b).max()))
+        assert np.abs(a - b).max() <= tol, f"{what}: {np.abs(a - b).max():.3g} apart"
+
+    close(four[:, 16:], many[:, 16:20], "streams 16-19 by rows and in lanes")
     for i in (0, 17, 31, 34, 47, 48, 52):
         alone = native.NativeStep(path, meta, 1)
         one = native_stream(alone, X[:, i:i + 1])
-        assert np.array_equal(many[:, i:i + 1], one), f"stream {i}"
+        if i >= 48:
+            assert np.array_equal(many[:, i:i + 1], one), f"stream {i}"
+        else:
+            close(one, many[:, i:i + 1], f"stream {i}")
         for a, b in zip(step.state, alone.state):
-            assert np.array_equal(a[i:i + 1], b), f"stream {i} state"
+            if i >= 48:
+                assert np.array_equal(a[i:i + 1], b), f"stream {i} state"
+            else:
+                close(b, a[i:i + 1], f"stream {i} state", logits=False)
 
 
 @needs_ext

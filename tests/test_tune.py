@@ -1,7 +1,7 @@
 """`edgeseq tune`: a tiny real search (the quick space: RNN/GRU of 4-8 units, 1-2 epochs) on data
 with groups; the files it writes, a non-dominated front, limits that exclude every trial,
-resuming a study (on two workers), validation carved by group from the training split only, and
-seeded parameters."""
+resuming a study (on two workers), a part from a targets file (on two workers, kept by the
+study), validation carved by group from the training split only, and seeded parameters."""
 
 import json
 import shutil
@@ -127,17 +127,52 @@ def test_resume_adds_trials_on_two_workers(tuned, runner, tmp_path):
     assert r["space"] == QUICK_SPACE and r["chosen"] is not None          # the study's settings, kept
 
 
+MYPART = {"name": "mypart", "part": "My board", "core": "Cortex-M4", "clock_mhz": 16, "flash_kb": 1, "sram_kb": 16,
+          "cycles_per_mac": 2.0, "cycles_per_op": 4.0, "source": "my datasheet"}
+
+
+def test_a_part_of_a_targets_file_reaches_every_worker_and_stays_with_the_study(grouped, runner):
+    """A part of one's own (`--targets-file`, flash too small for any model, so no trial is
+    chosen and nothing is retrained): both workers plan on it, the study keeps its profile, a
+    resumed run needs no file, and one whose file gives the part other figures is refused."""
+    import optuna
+    Path("parts.json").write_text(json.dumps([MYPART]))
+    res = runner.invoke(cli, ["tune", "--data", str(grouped), "--quick", "--trials", "2", "--jobs", "2", "--quiet",
+                              "--target", "mypart", "--targets-file", "parts.json", "--out", "m"])
+    line = one_error_line(res, 1)
+    assert "none of the 2 finished trials meets the part on mypart (16 KB RAM, 1 KB flash)" in line, line
+    saved = json.loads(Path("m/pareto.json").read_text())
+    assert saved["target"] == {k: MYPART[k] for k in ("name", "part", "core", "clock_mhz", "flash_kb", "sram_kb")}
+    assert [t["state"] for t in saved["all_trials"]] == ["complete", "complete"]      # the second on the other worker
+    assert all(any(o.startswith("flash") and o.endswith("> 1 KB") for o in t["over"]) for t in saved["all_trials"])
+    kept = optuna.load_study(study_name="tune", storage=f"sqlite:///{Path('m/study.db').resolve()}").user_attrs
+    assert kept["edgeseq_tune"]["target_profile"] == {**MYPART, "note": "", "xip_cache_kb": 0}
+    for args in ([], ["--target", "mypart"]):                   # the study's own profile: no file needed
+        res = runner.invoke(cli, ["tune", "--out", "m", "--study", "tune", "--trials", "0", *args])
+        assert "meets the part on mypart (16 KB RAM, 1 KB flash)" in one_error_line(res, 1)
+    Path("parts.json").write_text(json.dumps([{**MYPART, "sram_kb": 32}]))
+    res = runner.invoke(cli, ["tune", "--out", "m", "--study", "tune", "--trials", "0", "--targets-file", "parts.json"])
+    assert ("study 'tune' was run on target 'mypart' with sram_kb 16, which parts.json now gives as 32; resume it "
+            "with the profile it was run with") in one_error_line(res, 2)
+    res = runner.invoke(cli, ["tune", "--out", "m", "--study", "tune", "--trials", "0", "--target", "nrf52840"])
+    assert "study 'tune' was run with --target mypart" in one_error_line(res, 2)
+
+
 @pytest.mark.parametrize("args, code, message", [
     (["--out", "f.txt"], 2, "--out 'f.txt' is a file"),
     (["--out", "n", "--trials", "0"], 2, "--trials 0 writes the front of an existing study"),
     (["--out", "n", "--storage", "nosuch://x"], 2, "--storage 'nosuch://x' is not a storage Optuna can open"),
     (["--out", "n", "--study", "a b"], 2, "--study 'a b' must be"),
     (["--out", "n", "--target", "nope"], 2, "unknown target 'nope'"),
+    (["--out", "n", "--target", "mypart"], 2, "unknown target 'mypart'"),
+    (["--out", "n", "--targets-file", "nrf.json"], 1, "entry 1: name 'nrf52840' is already a built-in target"),
+    (["--out", "n", "--targets-file", "none.json"], 1, "targets file 'none.json' not found"),
     (["--out", "n", "--max-ram-kb", "-1"], 2, "-1 is not > 0"),
     (["--out", "n", "--jobs", "0"], 2, "--jobs"),
 ])
 def test_bad_options_are_one_line_and_write_nothing(runner, args, code, message):
     Path("f.txt").write_text("x")
+    Path("nrf.json").write_text(json.dumps([{**MYPART, "name": "nrf52840"}]))
     res = runner.invoke(cli, ["tune", *args])
     assert message in one_error_line(res, code)
     assert not Path("n").exists()

@@ -10,7 +10,8 @@ import click
 from edgeseq.cli._common import _DATA_HELP, Finite, _echo_json, _errors, _json_option, _writing
 from edgeseq.errors import EdgeseqError, UsageError
 
-_targets_file_option = click.option("--targets-file", type=click.Path(), help="JSON file with more target profiles.")
+_targets_file_option = click.option("--targets-file", type=click.Path(),
+                                    help="JSON file with more target profiles (each named apart from the built-in ones).")
 
 
 @click.group()
@@ -20,7 +21,7 @@ def firmware():
     \b
       edgeseq firmware targets
       edgeseq firmware check models/gru-int8.onnx --target nrf52840
-      edgeseq firmware check models/transformer-int8.onnx --target rp2040 --history 512
+      edgeseq firmware check models/transformer-int8.onnx --target rp2040 --history 32
       edgeseq firmware simulate models/gru-int8.onnx --json
       edgeseq firmware simulate models/ssm-int8.onnx --float models/ssm.onnx
       edgeseq firmware emit models/gru-int8.onnx --out firmware/gru --prefix gesture
@@ -71,15 +72,20 @@ def _fmt_check(r):
              f"  fits: {'yes' if r['fits'] else 'NO'}"]
     if r.get("note"):
         lines.append(f"  note: {r['note']}")
+    if r.get("history_note"):
+        lines.append(f"  history: {r['history_note']}")
     if "longest_history" in r:
-        lines.append(f"  longest history that fits in RAM: {r['longest_history']:,} readings")
+        whole = r.get("window") and r["longest_history"] >= r["window"]
+        lines.append(f"  longest history that fits in RAM: {r['longest_history']:,} readings"
+                     + (" (the whole window: the model reads no older ones)" if whole else ""))
     return "\n".join(lines)
 
 
 @firmware.command(name="check")
 @click.argument("model", type=click.Path())
 @click.option("--target", required=True, help="A profile name (see `edgeseq firmware targets`).")
-@click.option("--history", type=int, help="Transformer: readings held in the cache.")
+@click.option("--history", type=int, help="Transformer: readings held in the cache (past a windowed model's "
+              "window: planned at the window, the most it reads).")
 @click.option("--cycles-per-mac", type=Finite(min=0, min_open=True), help="Override the target's estimate.")
 @click.option("--compiler", type=click.Choice(["gcc", "clang"]), default="gcc", show_default=True,
               help="The compiler the firmware is built with: clang scales gcc's measured code, stack and cycles by "

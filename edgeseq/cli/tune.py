@@ -13,6 +13,8 @@ _limit = Finite(min=0, min_open=True)
 @click.command()
 @click.option("--data", help="'basicmotions' (default for a new study) or a .npz / .csv path.")
 @click.option("--target", help="Target profile for `firmware check` (default for a new study: nrf52840).")
+@click.option("--targets-file", type=click.Path(), help="JSON file with more target profiles, as `firmware check` "
+              "takes (the study keeps the --target's whole profile: workers and resumed runs need not read it).")
 @click.option("--trials", type=click.IntRange(min=0), default=20, show_default=True,
               help="Trials to add (0: write the front of an existing --study).")
 @click.option("--jobs", type=click.IntRange(min=1, max=256), default=1, show_default=True,
@@ -29,8 +31,8 @@ _limit = Finite(min=0, min_open=True)
 @click.option("--quiet", is_flag=True, help="No progress lines.")
 @_json_option
 @_errors
-def tune(data, target, trials, jobs, seed, sampler, max_latency_ms, max_ram_kb, max_flash_kb, storage, study, out,
-         quick, quiet, as_json):
+def tune(data, target, targets_file, trials, jobs, seed, sampler, max_latency_ms, max_ram_kb, max_flash_kb, storage,
+         study, out, quick, quiet, as_json):
     """Multi-objective search (Optuna) for the model a microcontroller should run.
 
     Each trial trains on the training split less a validation split (whole groups where the
@@ -44,6 +46,7 @@ def tune(data, target, trials, jobs, seed, sampler, max_latency_ms, max_ram_kb, 
     \b
       edgeseq tune --out runs/tune --trials 20 --jobs 2
       edgeseq tune --out runs/tune --target rp2040 --max-latency-ms 1 --max-flash-kb 64
+      edgeseq tune --out runs/mine --target mypart --targets-file parts.json
       edgeseq tune --out runs/tune --study tune --trials 10        # resume: 10 more trials
       edgeseq tune --out runs/b --storage postgresql://me@db/tune --study gestures --trials 10
     """
@@ -55,7 +58,8 @@ def tune(data, target, trials, jobs, seed, sampler, max_latency_ms, max_ram_kb, 
         with _writing(out):
             r = tune_fn(out, data=data, target=target, trials=trials, jobs=jobs, seed=seed, sampler=sampler,
                         max_latency_ms=max_latency_ms, max_ram_kb=max_ram_kb, max_flash_kb=max_flash_kb,
-                        storage=storage, study=study, space=QUICK_SPACE if quick else None, progress=not quiet)
+                        storage=storage, study=study, space=QUICK_SPACE if quick else None, progress=not quiet,
+                        targets_file=targets_file)
     except TuneInterrupted as e:
         click.echo(str(e), err=True)
         raise click.exceptions.Exit(130) from None

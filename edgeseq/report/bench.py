@@ -517,6 +517,9 @@ def machine_info() -> dict:
         info["torch"] = torch.__version__
     except ImportError:
         pass
+    from edgeseq.runtime import native
+    if native.available():                  # the vector width the native step runs at: figures differ by it
+        info["simd"] = native.simd() + (", AVX-512 VNNI" if native.vnni() else "")
     return info
 
 

@@ -51,10 +51,13 @@ typedef struct {
   int ld, ldn, ldc, kmax;           /* row strides of the chunk's D-, N- and C-wide buffers; widest input */
   float *scratch;
 #if ES_S_LANES
-  es_s_v *lanes;                    /* in scratch, aligned: two lane chunks' buffers, lspan vectors each */
-  size_t lspan, loff[ES_S_NBUF];
+  float *lanes;                     /* in scratch, aligned: two lane chunks' buffers, lspan vectors each */
+  size_t lspan, loff[ES_S_NBUF];    /* in vectors of the chunk's width (ES_S_L floats) */
+  int l16;                          /* chunks of 16 streams (a host with AVX-512), else of 8 */
   int wide;                         /* es_s_ltile2 for two chunks at once */
-  void (*dot8)(const es_s_proj_t *, es_s_v *const *, es_s_v *const *, int, int32_t *);
+#endif
+#if ES_S_LANES && ES_S_HAVE16
+  void (*dot8)(const es_s_proj_t *, es_s_v16 *const *, es_s_v16 *const *, int, int32_t *);
 #endif
 #if ES_S_LANES && ES_HAVE_VNNI
   int (*q8row)(const es_s_proj_t *, const float *, int32_t *);
@@ -96,7 +99,7 @@ static int get_float(PyObject *seq, Py_ssize_t i, float *out, const char *what) 
   return 0;
 }
 
-#if ES_S_LANES
+#if ES_S_LANES && ES_S_HAVE16
 /* es_s_proj_t.vw and vcorr of an exact product */
 static int ssm_int8_weights(es_s_proj_t *p) {
   const int K = p->K, np = p->f.np, k4n = (K + 3) / 4;
@@ -157,7 +160,7 @@ static int ssm_bind_proj(SsmObject *s, es_s_proj_t *p, PyObject *t, int K, int o
       p->exact &= v >= -128.0f && v <= 127.0f && v == (float)(int32_t)v;
     }
   }
-#if ES_S_LANES
+#if ES_S_LANES && ES_S_HAVE16
   if (s->dot8 && p->exact && ssm_int8_weights(p) < 0) return -1;
 #endif
   return 0;
@@ -166,7 +169,7 @@ static int ssm_bind_proj(SsmObject *s, es_s_proj_t *p, PyObject *t, int K, int o
 /* -- the step ----------------------------------------------------------------------------- */
 
 #if ES_S_LANES && ES_HAVE_VNNI
-/* es_s_lctx_t.dot8 with AVX-512 VNNI: each stream's inputs q - z (exact integers in float) as
+/* es_s_lctx16_t.dot8 with AVX-512 VNNI: each stream's inputs q - z (exact integers in float) as
    unsigned bytes q + 128, four inputs to a word; vpdpbusd adds four u8 x s8 products into each
    lane's int32 sum, and (z + 128) x the column's weight sum comes off after. The sums are the
    float products' exactly (es_s_proj_t: exact while they stay below 2^24), so the outputs are
@@ -180,7 +183,7 @@ static int ssm_bind_proj(SsmObject *s, es_s_proj_t *p, PyObject *t, int K, int o
       for (j = 0; j < 8; j++) acc[c][j] = _mm512_setzero_si512();                                \
     for (k4 = 0; k4 < k4n; k4++) {                                                               \
       const int32_t *wk = w + (size_t)k4 * np;                                                   \
-      for (c = 0; c < (NC); c++) uv[c] = _mm512_load_si512((const void *)(u + ((size_t)c * k4n + k4) * ES_S_L)); \
+      for (c = 0; c < (NC); c++) uv[c] = _mm512_load_si512((const void *)(u + ((size_t)c * k4n + k4) * 16)); \
       for (j = 0; j < 8; j++) {                                                                  \
         wv = _mm512_set1_epi32(wk[j]);                                                           \
         for (c = 0; c < (NC); c++) acc[c][j] = _mm512_dpbusd_epi32(acc[c][j], uv[c], wv);       \
@@ -188,28 +191,29 @@ static int ssm_bind_proj(SsmObject *s, es_s_proj_t *p, PyObject *t, int K, int o
     }                                                                                            \
     for (j = 0; j < 8; j++) {                                                                    \
       const __m512i cj = _mm512_set1_epi32(corr[j]);                                             \
-      _mm512_store_ps(y0 + j * ES_S_L, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[0][j], cj)));    \
-      if ((NC) == 2) _mm512_store_ps(y1 + j * ES_S_L, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[(NC) - 1][j], cj))); \
+      _mm512_store_ps(y0 + j * 16, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[0][j], cj)));    \
+      if ((NC) == 2) _mm512_store_ps(y1 + j * 16, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[(NC) - 1][j], cj))); \
     }                                                                                            \
   }
 SSM_V_TILE(ssm_v_tile1, 1)
 SSM_V_TILE(ssm_v_tile2, 2)
 #undef SSM_V_TILE
 
-ES_VNNI static void ssm_dot8_vnni(const es_s_proj_t *p, es_s_v *const *a, es_s_v *const *y, int nch, int32_t *u) {
+ES_VNNI static void ssm_dot8_vnni(const es_s_proj_t *p, es_s_v16 *const *a, es_s_v16 *const *y, int nch,
+                                  int32_t *u) {
   const int K = p->K, k4n = p->k4, np = p->f.np;
   const __m512i zoff = _mm512_set1_epi32((int32_t)p->in_z + 128);
   int h, k4, o;
 #define SSM_V_IN(j)                                                                                \
   if (4 * k4 + (j) < K)                                                                         \
-    w = _mm512_or_si512(w, _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(_mm512_load_ps(ah + (size_t)(4 * k4 + (j)) * ES_S_L)), zoff), 8 * (j)));
+    w = _mm512_or_si512(w, _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(_mm512_load_ps(ah + (size_t)(4 * k4 + (j)) * 16)), zoff), 8 * (j)));
   for (h = 0; h < nch; h++) {
     const float *ah = (const float *)(const void *)a[h];
-    int32_t *uh = u + (size_t)h * k4n * ES_S_L;
+    int32_t *uh = u + (size_t)h * k4n * 16;
     for (k4 = 0; k4 < k4n; k4++) {
       __m512i w = _mm512_setzero_si512();
       SSM_V_IN(0) SSM_V_IN(1) SSM_V_IN(2) SSM_V_IN(3)
-      _mm512_store_si512((void *)(uh + (size_t)k4 * ES_S_L), w);
+      _mm512_store_si512((void *)(uh + (size_t)k4 * 16), w);
     }
   }
 #undef SSM_V_IN
@@ -317,61 +321,14 @@ ES_F_INLINE int ssm_proj(const SsmObject *s, const es_s_proj_t *p, const float *
 }
 
 #if ES_S_LANES
-/* nch (1 or 2) chunks of ES_S_L streams from r0 on, one stream per lane (es_ssm.h): the values the
-   rows below give them; returns the first of them with NaN/Inf logits, or -1 */
-ES_F_INLINE int ssm_lanes(SsmObject *s, int r0, int nch, int cur, int nxt) {
-  const int F = s->F, D = s->D, N = s->N, L = s->L, C = s->C;
-  es_s_v *b[ES_S_NBUF][2];
-  es_s_lctx_t cx;
-  int l, i, c, h, k, bad = -1;
-  for (h = 0; h < 2; h++)
-    for (k = 0; k < ES_S_NBUF; k++) b[k][h] = s->lanes + (size_t)h * s->lspan + s->loff[k];
-  cx.wide = s->wide, cx.dot8 = s->dot8, cx.u = (int32_t *)(void *)b[ES_S_U8][0];
-  for (h = 0; h < nch; h++) es_s_lnormalize(s->x + (size_t)(r0 + h * ES_S_L) * F, F, s->mean, s->std, b[ES_S_XN][h]);
-  es_s_lproj(&s->enc, b[ES_S_XN], b[ES_S_Q], b[ES_S_U], nch, &cx);
-  for (l = 0; l < L; l++) {
-    const es_s_layer_t *y = &s->layer[l];
-    for (h = 0; h < nch; h++) es_s_llayernorm(b[ES_S_U][h], D, y->ln_g, y->ln_b, y->eps, b[ES_S_V][h]);
-    if (y->x.in_mode != ES_S_IN_FLOAT && y->share_q) {      /* x, g (and δ) quantize v alike: once */
-      es_s_lquantize_in(&y->x, b[ES_S_V], b[ES_S_Q], nch);
-      es_s_lproj_q(&y->x, b[ES_S_Q], b[ES_S_X], nch, &cx);
-      es_s_lproj_q(&y->g, b[ES_S_Q], b[ES_S_G], nch, &cx);
-      if (s->sel) es_s_lproj_q(&y->d, b[ES_S_Q], b[ES_S_D], nch, &cx);
-    } else {
-      es_s_lproj(&y->x, b[ES_S_V], b[ES_S_Q], b[ES_S_X], nch, &cx);
-      es_s_lproj(&y->g, b[ES_S_V], b[ES_S_Q], b[ES_S_G], nch, &cx);
-      if (s->sel) es_s_lproj(&y->d, b[ES_S_V], b[ES_S_Q], b[ES_S_D], nch, &cx);
-    }
-    for (h = 0; h < nch; h++) {
-      const size_t r = (size_t)(r0 + h * ES_S_L) * N;
-      es_s_to_lanes(s->s[cur][l] + r, N, N, b[ES_S_SO][h]);
-      if (s->sel)
-        es_s_lselective(y->nrate, y->thr, b[ES_S_D][h], b[ES_S_SO][h], b[ES_S_X][h], N, b[ES_S_SN][h]);
-      else
-        es_s_lfixed(y->decay, b[ES_S_SO][h], b[ES_S_X][h], N, b[ES_S_SN][h]);
-      es_s_to_rows(b[ES_S_SN][h], N, s->s[nxt][l] + r, N);
-    }
-    es_s_lproj(&y->r, b[ES_S_SN], b[ES_S_Q], b[ES_S_R], nch, &cx);
-    for (h = 0; h < nch; h++) es_s_lgate(b[ES_S_R][h], y->skip, b[ES_S_V][h], b[ES_S_G][h], D, b[ES_S_M][h]);
-    es_s_lproj(&y->o, b[ES_S_M], b[ES_S_Q], b[ES_S_O], nch, &cx);
-    for (h = 0; h < nch; h++) es_s_lresidual(b[ES_S_U][h], b[ES_S_O][h], y->ob, D);
-  }
-  for (h = 0; h < nch; h++) es_s_llayernorm(b[ES_S_U][h], D, s->lnf_g, s->lnf_b, s->lnf_eps, b[ES_S_V][h]);
-  es_s_lproj(&s->head, b[ES_S_V], b[ES_S_Q], b[ES_S_H], nch, &cx);
-  for (h = 0; h < nch; h++) {
-    const es_s_v *ho = b[ES_S_H][h], *pr = b[ES_S_P][h];
-    const unsigned good = es_s_lsoftmax(ho, C, b[ES_S_P][h]);
-    for (i = 0; i < ES_S_L; i++) {
-      const size_t r = (size_t)(r0 + h * ES_S_L + i) * C;
-      for (c = 0; c < C; c++) s->logits[r + c] = ho[c][i];
-      if (good >> i & 1)
-        for (c = 0; c < C; c++) s->probs[r + c] = pr[c][i];
-      else if (bad < 0)
-        bad = r0 + h * ES_S_L + i;
-    }
-  }
-  return bad;
-}
+#if ES_S_HAVE16
+#define ES_S_L 16
+#include "es_ssm_step_lanes.h"
+#undef ES_S_L
+#endif
+#define ES_S_L 8
+#include "es_ssm_step_lanes.h"
+#undef ES_S_L
 #endif
 
 ES_CLONES static int ssm_run(SsmObject *s) {
@@ -386,13 +343,20 @@ ES_CLONES static int ssm_run(SsmObject *s) {
 #else
   int32_t *u8 = NULL;
 #endif
-  int r0 = 0, l, bad = -1, sh;
+  int r0 = 0, l, bad = -1, sh, nch;
 #if ES_S_LANES
-  while (r0 + ES_S_L <= B) {                  /* two chunks where two are left, else one */
-    const int nch = r0 + 2 * ES_S_L <= B ? 2 : 1;
-    int b = ssm_lanes(s, r0, nch, cur, nxt);
-    if (b >= 0 && bad < 0) bad = b;
-    r0 += nch * ES_S_L;
+#if ES_S_HAVE16
+  if (s->l16)
+    for (; r0 + 16 <= B; r0 += nch * 16) {      /* two chunks where two are left, else one */
+      nch = r0 + 2 * 16 <= B ? 2 : 1;
+      sh = ssm_lanes16(s, r0, nch, cur, nxt);
+      if (sh >= 0 && bad < 0) bad = sh;
+    }
+#endif
+  for (; r0 + 8 <= B; r0 += nch * 8) {
+    nch = r0 + 2 * 8 <= B ? 2 : 1;
+    sh = ssm_lanes8(s, r0, nch, cur, nxt);
+    if (sh >= 0 && bad < 0) bad = sh;
   }
 #endif
   for (; r0 < B; r0 += ES_F_CHUNK) {
@@ -628,20 +592,19 @@ static PyObject *ssm_step(PyObject *mod, PyObject *args) {
     width[ES_S_X] = width[ES_S_D] = width[ES_S_SO] = width[ES_S_SN] = s->ldn;
     width[ES_S_U8] = (size_t)(s->kmax + 3) / 4 * 2;       /* both chunks' words, in the first chunk's span */
     for (s->lspan = 0, k = 0; k < ES_S_NBUF; k++) s->loff[k] = s->lspan, s->lspan += width[k];
-    lanes = sizeof(es_s_v) * 2 * s->lspan;
-#if ES_HAVE_CLONES
+    lanes = sizeof(float) * 16 * 2 * s->lspan;            /* room for chunks of 16 (of 8: the first half) */
+#if ES_HAVE_CLONES && ES_S_HAVE16
     __builtin_cpu_init();
-    s->wide = __builtin_cpu_supports("avx512f");
+    s->l16 = s->wide = __builtin_cpu_supports("avx512f");
 #else
-    s->wide = 0;
+    s->l16 = s->wide = 0;
 #endif
 #if ES_HAVE_VNNI
     rows += sizeof(int32_t) * ES_F_CHUNK * (size_t)((s->kmax + 3) / 4);      /* u8row */
 #endif
-    s->scratch = PyMem_Malloc(rows + lanes + sizeof(es_s_v));
+    s->scratch = PyMem_Malloc(rows + lanes + 64);
     if (s->scratch)
-      s->lanes = (es_s_v *)(void *)(((uintptr_t)((char *)s->scratch + rows) + sizeof(es_s_v) - 1) &
-                                    ~(uintptr_t)(sizeof(es_s_v) - 1));
+      s->lanes = (float *)(void *)(((uintptr_t)((char *)s->scratch + rows) + 63) & ~(uintptr_t)63);
 #if ES_HAVE_VNNI
     if (s->scratch) s->u8row = (int32_t *)(void *)((char *)s->scratch + rows - sizeof(int32_t) * ES_F_CHUNK *
                                                    (size_t)((s->kmax + 3) / 4));

@@ -1,0 +1,357 @@
+/* es_ssm_lanes.h: the state-space step's lane kernels for chunks of ES_S_L streams (es_ssm.h,
+   "a chunk of streams at a time"); included by es_ssm.h once per width, with ES_S_L defined and
+   every name mapped to the width's own. No include guard, by design. */
+
+typedef float es_s_v __attribute__((vector_size(4 * ES_S_L)));
+typedef int32_t es_s_vi __attribute__((vector_size(4 * ES_S_L)));
+
+/* x in every lane (as a shuffle of lane 0: gcc builds a vector of sixteen copies lane by lane) */
+ES_F_INLINE es_s_v es_s_splat(float x) {
+  es_s_v v = {0};
+  v[0] = x;
+  return __builtin_shuffle(v, (es_s_vi){0});
+}
+ES_F_INLINE es_s_v es_s_vload(const float *p) {
+  es_s_v v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+
+/* t < lo ? lo : t, then t > hi ? hi : t, lane by lane (NaN stays NaN) */
+ES_F_INLINE es_s_v es_s_vclamp(es_s_v t, float lo, float hi) {
+  const es_s_v l = es_s_splat(lo), h = es_s_splat(hi);
+  es_s_vi m = t < l;
+  t = (es_s_v)(((es_s_vi)t & ~m) | ((es_s_vi)l & m));
+  m = t > h;
+  return (es_s_v)(((es_s_vi)t & ~m) | ((es_s_vi)h & m));
+}
+
+/* y[o] = bias[o] + sum over k < K of w[k][o] a[k], o < ES_S_TO */
+ES_F_INLINE void es_s_ltile(const es_s_v *ES_F_RESTRICT a, int K, const float *ES_F_RESTRICT w, int ldw,
+                            const float *ES_F_RESTRICT b, es_s_v *ES_F_RESTRICT y) {
+  es_s_v c0 = es_s_splat(b[0]), c1 = es_s_splat(b[1]), c2 = es_s_splat(b[2]), c3 = es_s_splat(b[3]);
+  es_s_v c4 = es_s_splat(b[4]), c5 = es_s_splat(b[5]), c6 = es_s_splat(b[6]), c7 = es_s_splat(b[7]);
+  int k;
+  for (k = 0; k < K; k++) {
+    const float *wk = w + (size_t)k * ldw;
+    const es_s_v ak = a[k];
+    c0 += wk[0] * ak, c1 += wk[1] * ak, c2 += wk[2] * ak, c3 += wk[3] * ak;
+    c4 += wk[4] * ak, c5 += wk[5] * ak, c6 += wk[6] * ak, c7 += wk[7] * ak;
+  }
+  y[0] = c0, y[1] = c1, y[2] = c2, y[3] = c3, y[4] = c4, y[5] = c5, y[6] = c6, y[7] = c7;
+}
+
+/* es_s_quantize, lane-wise */
+ES_F_INLINE void es_s_lquantize(const es_s_v *ES_F_RESTRICT x, int n, float s, float z, float dq,
+                                es_s_v *ES_F_RESTRICT out) {
+  const float lo = -128.0f - z, hi = 127.0f - z;
+  int k;
+  for (k = 0; k < n; k++) out[k] = ((es_s_vclamp(x[k] / s, lo, hi) + 12582912.0f) - 12582912.0f) * dq;
+}
+
+/* es_s_out, lane-wise: y[o] for o < out */
+ES_F_INLINE void es_s_lout(const es_s_proj_t *p, es_s_v *ES_F_RESTRICT y) {
+  const int n = p->out;
+  const float *m = p->m, *post = p->post;
+  int k;
+  if (p->out_q) {
+    const float lo = -128.0f - p->out_z, hi = 127.0f - p->out_z, d = p->out_d, sc = p->out_s;
+    for (k = 0; k < n; k++) {
+      es_s_v t = y[k];
+      if (m && d == 1.0f) {
+        t = t * m[k];
+      } else {
+        if (m) t = t * m[k];
+        t = t / d;
+      }
+      y[k] = ((es_s_vclamp(t, lo, hi) + 12582912.0f) - 12582912.0f) * sc;
+    }
+  } else if (m) {
+    for (k = 0; k < n; k++) y[k] = y[k] * m[k];
+  }
+  if (post)
+    for (k = 0; k < n; k++) y[k] = y[k] + post[k];
+}
+
+/* the same for two chunks at once, a0 -> y0 and a1 -> y1: each output's weight read once for
+   both (16 accumulators: for machines with 32 vector registers) */
+ES_F_INLINE void es_s_ltile2(const es_s_v *ES_F_RESTRICT a0, const es_s_v *ES_F_RESTRICT a1, int K,
+                             const float *ES_F_RESTRICT w, int ldw, const float *ES_F_RESTRICT b,
+                             es_s_v *ES_F_RESTRICT y0, es_s_v *ES_F_RESTRICT y1) {
+  es_s_v c0 = es_s_splat(b[0]), c1 = es_s_splat(b[1]), c2 = es_s_splat(b[2]), c3 = es_s_splat(b[3]);
+  es_s_v c4 = es_s_splat(b[4]), c5 = es_s_splat(b[5]), c6 = es_s_splat(b[6]), c7 = es_s_splat(b[7]);
+  es_s_v d0 = c0, d1 = c1, d2 = c2, d3 = c3, d4 = c4, d5 = c5, d6 = c6, d7 = c7;
+  int k;
+  for (k = 0; k < K; k++) {
+    const float *wk = w + (size_t)k * ldw;
+    const es_s_v ak = a0[k], bk = a1[k];
+    float t;
+    t = wk[0], c0 += t * ak, d0 += t * bk;
+    t = wk[1], c1 += t * ak, d1 += t * bk;
+    t = wk[2], c2 += t * ak, d2 += t * bk;
+    t = wk[3], c3 += t * ak, d3 += t * bk;
+    t = wk[4], c4 += t * ak, d4 += t * bk;
+    t = wk[5], c5 += t * ak, d5 += t * bk;
+    t = wk[6], c6 += t * ak, d6 += t * bk;
+    t = wk[7], c7 += t * ak, d7 += t * bk;
+  }
+  y0[0] = c0, y0[1] = c1, y0[2] = c2, y0[3] = c3, y0[4] = c4, y0[5] = c5, y0[6] = c6, y0[7] = c7;
+  y1[0] = d0, y1[1] = d1, y1[2] = d2, y1[3] = d3, y1[4] = d4, y1[5] = d5, y1[6] = d6, y1[7] = d7;
+}
+
+#if ES_S_L == 8
+/* es_s_ltile2 on hosts with 16 vector registers: NO (6 or 4) outputs of two chunks, 2 x NO
+   accumulators (12 hide the multiply-add's latency where 8 do not) */
+#define ES_S_LTILE2N(NO)                                                                          \
+  ES_F_INLINE void es_s_ltile2_##NO(const es_s_v *ES_F_RESTRICT a0, const es_s_v *ES_F_RESTRICT a1, int K,  \
+                                    const float *ES_F_RESTRICT w, int ldw, const float *ES_F_RESTRICT b, \
+                                    es_s_v *ES_F_RESTRICT y0, es_s_v *ES_F_RESTRICT y1) {        \
+    es_s_v c[NO], d[NO];                                                                        \
+    int j, k;                                                                                   \
+    for (j = 0; j < (NO); j++) c[j] = d[j] = es_s_splat(b[j]);                                  \
+    for (k = 0; k < K; k++) {                                                                   \
+      const float *wk = w + (size_t)k * ldw;                                                    \
+      const es_s_v ak = a0[k], bk = a1[k];                                                      \
+      for (j = 0; j < (NO); j++) {                                                              \
+        const float t = wk[j];                                                                  \
+        c[j] += t * ak, d[j] += t * bk;                                                         \
+      }                                                                                         \
+    }                                                                                           \
+    for (j = 0; j < (NO); j++) y0[j] = c[j], y1[j] = d[j];                                      \
+  }
+ES_S_LTILE2N(6)
+ES_S_LTILE2N(4)
+#undef ES_S_LTILE2N
+#endif
+
+/* es_s_proj, lane-wise, for nch (1 or 2) chunks: y[h][0 .. out) = P(a[h][0 .. K)), a[h] already
+   quantized (es_s_lquantize) where the projection quantizes its input. y[h] holds out rounded up
+   to ES_S_TO (the padding columns of W and bias are zero). */
+typedef struct {
+  int wide;                         /* es_s_ltile2 for two chunks */
+  /* the int8 dot products of a projection with vw (see es_s_proj_t), or NULL: y[h] from the
+     quantized a[h], h < nch; u: scratch of 2 x k4 x ES_S_L words */
+  void (*dot8)(const es_s_proj_t *p, es_s_v *const *a, es_s_v *const *y, int nch, int32_t *u);
+  int32_t *u;
+} es_s_lctx_t;
+
+ES_F_INLINE void es_s_lproj_q(const es_s_proj_t *p, es_s_v *const *a, es_s_v *const *y, int nch,
+                              const es_s_lctx_t *cx) {
+  int o, h;
+  if (p->vw && cx->dot8) {
+    cx->dot8(p, a, y, nch, cx->u);
+#if ES_S_L == 8
+  } else if (nch == 2) {            /* out rounded up to ES_S_TO: tiles of 6, the last 8 or 4 in tiles of 4 */
+    const int np = p->f.np, no = (p->out + ES_S_TO - 1) / ES_S_TO * ES_S_TO;
+    for (o = 0; no - o >= 6 && no - o != 8; o += 6)
+      es_s_ltile2_6(a[0], a[1], p->K, p->f.w + o, np, p->f.b + o, y[0] + o, y[1] + o);
+    for (; o < no; o += 4)
+      es_s_ltile2_4(a[0], a[1], p->K, p->f.w + o, np, p->f.b + o, y[0] + o, y[1] + o);
+#endif
+  } else if (nch == 2 && cx->wide) {
+    for (o = 0; o < p->out; o += ES_S_TO)
+      es_s_ltile2(a[0], a[1], p->K, p->f.w + o, p->f.np, p->f.b + o, y[0] + o, y[1] + o);
+  } else {
+    for (h = 0; h < nch; h++)
+      for (o = 0; o < p->out; o += ES_S_TO) es_s_ltile(a[h], p->K, p->f.w + o, p->f.np, p->f.b + o, y[h] + o);
+  }
+  if (p->m || p->out_q || p->post)
+    for (h = 0; h < nch; h++) es_s_lout(p, y[h]);
+}
+
+/* es_s_lquantize of each chunk's a[h] as p quantizes its input, into qa[h] */
+ES_F_INLINE void es_s_lquantize_in(const es_s_proj_t *p, es_s_v *const *a, es_s_v *const *qa, int nch) {
+  int h;
+  for (h = 0; h < nch; h++)
+    es_s_lquantize(a[h], p->K, p->in_s, p->in_z, p->in_mode == ES_S_IN_FQ ? p->in_s : 1.0f, qa[h]);
+}
+
+/* es_s_proj, lane-wise; qa[h]: K vectors of scratch */
+ES_F_INLINE void es_s_lproj(const es_s_proj_t *p, es_s_v *const *a, es_s_v *const *qa, es_s_v *const *y, int nch,
+                            const es_s_lctx_t *cx) {
+  if (p->in_mode != ES_S_IN_FLOAT) {
+    es_s_lquantize_in(p, a, qa, nch);
+    a = qa;
+  }
+  es_s_lproj_q(p, a, y, nch, cx);
+}
+
+/* an ES_S_L x ES_S_L block transposed in place: its off-diagonal blocks of ES_S_L / 2, then down
+   to 1, swapped */
+#if ES_S_L == 16
+static const es_s_vi es_s_t8lo = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
+static const es_s_vi es_s_t8hi = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
+static const es_s_vi es_s_t4lo = {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27};
+static const es_s_vi es_s_t4hi = {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31};
+static const es_s_vi es_s_t2lo = {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29};
+static const es_s_vi es_s_t2hi = {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31};
+static const es_s_vi es_s_t1lo = {0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30};
+static const es_s_vi es_s_t1hi = {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31};
+#elif ES_S_L == 8
+static const es_s_vi es_s_t4lo = {0, 1, 2, 3, 8, 9, 10, 11};
+static const es_s_vi es_s_t4hi = {4, 5, 6, 7, 12, 13, 14, 15};
+static const es_s_vi es_s_t2lo = {0, 1, 8, 9, 4, 5, 12, 13};
+static const es_s_vi es_s_t2hi = {2, 3, 10, 11, 6, 7, 14, 15};
+static const es_s_vi es_s_t1lo = {0, 8, 2, 10, 4, 12, 6, 14};
+static const es_s_vi es_s_t1hi = {1, 9, 3, 11, 5, 13, 7, 15};
+#else
+#error "es_ssm_lanes.h: ES_S_L must be 16 or 8"
+#endif
+#define ES_S_TSTAGE(d, lo, hi)                                                                   \
+  for (i = 0; i < ES_S_L; i++)                                                                  \
+    if (!(i & (d))) {                                                                           \
+      es_s_v a = r[i], b = r[i + (d)];                                                          \
+      r[i] = __builtin_shuffle(a, b, lo);                                                       \
+      r[i + (d)] = __builtin_shuffle(a, b, hi);                                                 \
+    }
+ES_F_INLINE void es_s_transpose(es_s_v *r) {
+  int i;
+#if ES_S_L == 16
+  ES_S_TSTAGE(8, es_s_t8lo, es_s_t8hi)
+#endif
+  ES_S_TSTAGE(4, es_s_t4lo, es_s_t4hi)
+  ES_S_TSTAGE(2, es_s_t2lo, es_s_t2hi)
+  ES_S_TSTAGE(1, es_s_t1lo, es_s_t1hi)
+}
+#undef ES_S_TSTAGE
+
+/* rows [ES_S_L][ld] -> lanes [n][ES_S_L], and back */
+ES_F_INLINE void es_s_to_lanes(const float *ES_F_RESTRICT x, size_t ld, int n, es_s_v *ES_F_RESTRICT out) {
+  int i, k = 0;
+  for (; k + ES_S_L <= n; k += ES_S_L) {
+    for (i = 0; i < ES_S_L; i++) out[k + i] = es_s_vload(x + i * ld + k);
+    es_s_transpose(out + k);
+  }
+  for (i = 0; i < ES_S_L; i++) {
+    int j;
+    for (j = k; j < n; j++) out[j][i] = x[i * ld + j];
+  }
+}
+ES_F_INLINE void es_s_to_rows(const es_s_v *ES_F_RESTRICT x, int n, float *ES_F_RESTRICT out, size_t ld) {
+  int i, k = 0;
+  for (; k + ES_S_L <= n; k += ES_S_L) {
+    es_s_v t[ES_S_L];
+    for (i = 0; i < ES_S_L; i++) t[i] = x[k + i];
+    es_s_transpose(t);
+    for (i = 0; i < ES_S_L; i++) memcpy(out + i * ld + k, &t[i], sizeof t[i]);
+  }
+  for (i = 0; i < ES_S_L; i++) {
+    int j;
+    for (j = k; j < n; j++) out[i * ld + j] = x[j][i];
+  }
+}
+
+/* es_s_sum, lane-wise (the same eight partial sums, k mod 8, added up in the same order) */
+ES_F_INLINE es_s_v es_s_lsum(const es_s_v *ES_F_RESTRICT x, int n, es_s_v c, int p) {
+  es_s_v l0 = {0}, l1 = {0}, l2 = {0}, l3 = {0}, l4 = {0}, l5 = {0}, l6 = {0}, l7 = {0}, d;
+  int k;
+#define ES_S_LSUM_ADD(l) (d = x[k++] - c, l += p == 2 ? d * d : d)
+  for (k = 0; k + 8 <= n;) {
+    ES_S_LSUM_ADD(l0), ES_S_LSUM_ADD(l1), ES_S_LSUM_ADD(l2), ES_S_LSUM_ADD(l3);
+    ES_S_LSUM_ADD(l4), ES_S_LSUM_ADD(l5), ES_S_LSUM_ADD(l6), ES_S_LSUM_ADD(l7);
+  }
+  if (k < n) ES_S_LSUM_ADD(l0);
+  if (k < n) ES_S_LSUM_ADD(l1);
+  if (k < n) ES_S_LSUM_ADD(l2);
+  if (k < n) ES_S_LSUM_ADD(l3);
+  if (k < n) ES_S_LSUM_ADD(l4);
+  if (k < n) ES_S_LSUM_ADD(l5);
+  if (k < n) ES_S_LSUM_ADD(l6);
+#undef ES_S_LSUM_ADD
+  return ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7));
+}
+
+/* es_s_layernorm, lane-wise */
+ES_F_INLINE void es_s_llayernorm(const es_s_v *ES_F_RESTRICT x, int n, const float *g, const float *b, float eps,
+                                 es_s_v *ES_F_RESTRICT out) {
+  const es_s_v mean = es_s_lsum(x, n, es_s_splat(0.0f), 1) / (float)n;
+  float t[ES_S_L];
+  es_s_v sd = es_s_lsum(x, n, mean, 2) / (float)n + eps;
+  int k;
+  memcpy(t, &sd, sizeof t);
+  for (k = 0; k < ES_S_L; k++) t[k] = sqrtf(t[k]);
+  memcpy(&sd, t, sizeof t);
+  sd = 1.0f / sd;
+  for (k = 0; k < n; k++) out[k] = (x[k] - mean) * sd * g[k] + b[k];
+}
+
+/* the normalised readings of ES_S_L streams (rows of F), as es_f_normalize */
+ES_F_INLINE void es_s_lnormalize(const float *ES_F_RESTRICT x, int F, const float *mean, const float *std,
+                                 es_s_v *ES_F_RESTRICT out) {
+  int f;
+  es_s_to_lanes(x, F, F, out);
+  for (f = 0; f < F; f++) out[f] = (out[f] - mean[f]) / std[f];
+}
+
+ES_F_INLINE void es_s_lfixed(const float *ES_F_RESTRICT decay, const es_s_v *ES_F_RESTRICT s,
+                             const es_s_v *ES_F_RESTRICT x, int n, es_s_v *ES_F_RESTRICT out) {
+  int k;
+  for (k = 0; k < n; k++) out[k] = decay[k] * s[k] + x[k];
+}
+
+/* each feature's lanes as a loop over floats, which the compiler vectorizes as it does the rows' */
+ES_F_INLINE void es_s_lselective(const float *ES_F_RESTRICT nrate, float thr, const es_s_v *ES_F_RESTRICT d,
+                                 const es_s_v *ES_F_RESTRICT s, const es_s_v *ES_F_RESTRICT x, int n,
+                                 es_s_v *ES_F_RESTRICT out) {
+  int k, i;
+  for (k = 0; k < n; k++) {         /* the softplus first, into out: fewer live constants per loop */
+    const float *ES_F_RESTRICT dk = (const float *)(const void *)(d + k);
+    float *ES_F_RESTRICT ok = (float *)(void *)(out + k);
+    for (i = 0; i < ES_S_L; i++) ok[i] = es_s_softplus(dk[i], thr);
+  }
+  for (k = 0; k < n; k++) {
+    const float nr = nrate[k];
+    const float *ES_F_RESTRICT sk = (const float *)(const void *)(s + k), *ES_F_RESTRICT xk =
+        (const float *)(const void *)(x + k);
+    float *ES_F_RESTRICT ok = (float *)(void *)(out + k);
+    for (i = 0; i < ES_S_L; i++) {
+      float a = es_f_exp(nr * ok[i]);
+      ok[i] = a * sk[i] + (1.0f - a) * xk[i];
+    }
+  }
+}
+
+ES_F_INLINE void es_s_lgate(const es_s_v *ES_F_RESTRICT r, const float *ES_F_RESTRICT skip,
+                            const es_s_v *ES_F_RESTRICT v, const es_s_v *ES_F_RESTRICT g, int n,
+                            es_s_v *ES_F_RESTRICT out) {
+  int k, i;
+  for (k = 0; k < n; k++) {
+    const float sk = skip[k];
+    const float *ES_F_RESTRICT rk = (const float *)(const void *)(r + k), *ES_F_RESTRICT vk =
+        (const float *)(const void *)(v + k), *ES_F_RESTRICT gk = (const float *)(const void *)(g + k);
+    float *ES_F_RESTRICT ok = (float *)(void *)(out + k);
+    for (i = 0; i < ES_S_L; i++) ok[i] = (rk[i] + sk * vk[i]) * (gk[i] * es_f_sigmoid(gk[i]));
+  }
+}
+
+ES_F_INLINE void es_s_lresidual(es_s_v *ES_F_RESTRICT u, const es_s_v *ES_F_RESTRICT o, const float *ES_F_RESTRICT b,
+                                int n) {
+  int k;
+  for (k = 0; k < n; k++) u[k] = (u[k] + o[k]) + b[k];
+}
+
+/* es_f_softmax, lane-wise: logits [C] -> probs [C]; returns a mask of the lanes whose logits
+   are all finite (bit i: lane i), the only lanes whose probs it writes */
+ES_F_INLINE unsigned es_s_lsoftmax(const es_s_v *ES_F_RESTRICT logits, int C, es_s_v *ES_F_RESTRICT probs) {
+  es_s_v m = logits[0], s = {0};
+  es_s_vi ok = (es_s_vi){0} == (es_s_vi){0};
+  unsigned good = 0;
+  int c, i;
+  for (c = 0; c < C; c++) {
+    es_s_v v = logits[c];
+    es_s_vi bigger = v > m;
+    ok &= (v - v) == es_s_splat(0.0f);
+    m = (es_s_v)(((es_s_vi)v & bigger) | ((es_s_vi)m & ~bigger));
+  }
+  for (c = 0; c < C; c++) {
+    const float *ES_F_RESTRICT lk = (const float *)(const void *)(logits + c), *ES_F_RESTRICT mk =
+        (const float *)(const void *)&m;
+    float *ES_F_RESTRICT pk = (float *)(void *)(probs + c);
+    for (i = 0; i < ES_S_L; i++) pk[i] = es_f_exp(lk[i] - mk[i]);
+    s += probs[c];
+  }
+  s = 1.0f / s;
+  for (c = 0; c < C; c++) probs[c] *= s;
+  for (i = 0; i < ES_S_L; i++) good |= (ok[i] != 0) << i;
+  return good;
+}

@@ -1,0 +1,63 @@
+/* es_ssm_step_lanes.h: SsmObject's step over chunks of ES_S_L streams (es_ssm_lanes.h), included
+   by es_ssm_step.h once per lane width. No include guard, by design. */
+
+/* nch (1 or 2) chunks of ES_S_L streams from r0 on, one stream per lane (es_ssm.h): the values the
+   rows below give them; returns the first of them with NaN/Inf logits, or -1 */
+ES_F_INLINE int ssm_lanes(SsmObject *s, int r0, int nch, int cur, int nxt) {
+  const int F = s->F, D = s->D, N = s->N, L = s->L, C = s->C;
+  es_s_v *b[ES_S_NBUF][2];
+  es_s_lctx_t cx;
+  int l, i, c, h, k, bad = -1;
+  for (h = 0; h < 2; h++)
+    for (k = 0; k < ES_S_NBUF; k++) b[k][h] = (es_s_v *)(void *)(s->lanes + ((size_t)h * s->lspan + s->loff[k]) * ES_S_L);
+  #if ES_S_L == 16
+  cx.wide = s->wide, cx.dot8 = s->dot8;
+#else
+  cx.wide = 0, cx.dot8 = NULL;       /* two chunks' tiles would take 19 of a 256-bit host's 16 registers */
+#endif
+  cx.u = (int32_t *)(void *)b[ES_S_U8][0];
+  for (h = 0; h < nch; h++) es_s_lnormalize(s->x + (size_t)(r0 + h * ES_S_L) * F, F, s->mean, s->std, b[ES_S_XN][h]);
+  es_s_lproj(&s->enc, b[ES_S_XN], b[ES_S_Q], b[ES_S_U], nch, &cx);
+  for (l = 0; l < L; l++) {
+    const es_s_layer_t *y = &s->layer[l];
+    for (h = 0; h < nch; h++) es_s_llayernorm(b[ES_S_U][h], D, y->ln_g, y->ln_b, y->eps, b[ES_S_V][h]);
+    if (y->x.in_mode != ES_S_IN_FLOAT && y->share_q) {      /* x, g (and δ) quantize v alike: once */
+      es_s_lquantize_in(&y->x, b[ES_S_V], b[ES_S_Q], nch);
+      es_s_lproj_q(&y->x, b[ES_S_Q], b[ES_S_X], nch, &cx);
+      es_s_lproj_q(&y->g, b[ES_S_Q], b[ES_S_G], nch, &cx);
+      if (s->sel) es_s_lproj_q(&y->d, b[ES_S_Q], b[ES_S_D], nch, &cx);
+    } else {
+      es_s_lproj(&y->x, b[ES_S_V], b[ES_S_Q], b[ES_S_X], nch, &cx);
+      es_s_lproj(&y->g, b[ES_S_V], b[ES_S_Q], b[ES_S_G], nch, &cx);
+      if (s->sel) es_s_lproj(&y->d, b[ES_S_V], b[ES_S_Q], b[ES_S_D], nch, &cx);
+    }
+    for (h = 0; h < nch; h++) {
+      const size_t r = (size_t)(r0 + h * ES_S_L) * N;
+      es_s_to_lanes(s->s[cur][l] + r, N, N, b[ES_S_SO][h]);
+      if (s->sel)
+        es_s_lselective(y->nrate, y->thr, b[ES_S_D][h], b[ES_S_SO][h], b[ES_S_X][h], N, b[ES_S_SN][h]);
+      else
+        es_s_lfixed(y->decay, b[ES_S_SO][h], b[ES_S_X][h], N, b[ES_S_SN][h]);
+      es_s_to_rows(b[ES_S_SN][h], N, s->s[nxt][l] + r, N);
+    }
+    es_s_lproj(&y->r, b[ES_S_SN], b[ES_S_Q], b[ES_S_R], nch, &cx);
+    for (h = 0; h < nch; h++) es_s_lgate(b[ES_S_R][h], y->skip, b[ES_S_V][h], b[ES_S_G][h], D, b[ES_S_M][h]);
+    es_s_lproj(&y->o, b[ES_S_M], b[ES_S_Q], b[ES_S_O], nch, &cx);
+    for (h = 0; h < nch; h++) es_s_lresidual(b[ES_S_U][h], b[ES_S_O][h], y->ob, D);
+  }
+  for (h = 0; h < nch; h++) es_s_llayernorm(b[ES_S_U][h], D, s->lnf_g, s->lnf_b, s->lnf_eps, b[ES_S_V][h]);
+  es_s_lproj(&s->head, b[ES_S_V], b[ES_S_Q], b[ES_S_H], nch, &cx);
+  for (h = 0; h < nch; h++) {
+    const es_s_v *ho = b[ES_S_H][h], *pr = b[ES_S_P][h];
+    const unsigned good = es_s_lsoftmax(ho, C, b[ES_S_P][h]);
+    for (i = 0; i < ES_S_L; i++) {
+      const size_t r = (size_t)(r0 + h * ES_S_L + i) * C;
+      for (c = 0; c < C; c++) s->logits[r + c] = ho[c][i];
+      if (good >> i & 1)
+        for (c = 0; c < C; c++) s->probs[r + c] = pr[c][i];
+      else if (bad < 0)
+        bad = r0 + h * ES_S_L + i;
+    }
+  }
+  return bad;
+}
