@@ -54,6 +54,7 @@ from edgeseq.data import Dataset, Normalization, Split, load_dataset, since_chan
 from edgeseq.data.augment import DEFAULT as AUGMENT, NONE, Augment, Augmenter, check_augment
 from edgeseq.errors import DataError, ModelFileError, UsageError
 from edgeseq.models import build_model, check_arch, config_dict, make_config
+from edgeseq.models.transformer import window_for
 from edgeseq.runtime.evaluate import GRACE, grace_for
 
 # the epoch plan and progress are part of edgeseq.train's interface too, hence names unused here
@@ -80,7 +81,7 @@ class TrainConfig:
                               # minibatches (wider fused calls) instead of more updates, so an epoch's
                               # time follows its readings, not readings x sequence length
     grace: int | None = None  # TBPTT: readings after each change of label left out of the stream loss; None:
-                              # the continuous protocol's grace for the training data (`grace_for`: a fifth
+                              # the continuous protocol's grace for the training data (`grace_for`: a quarter
                               # of the median sequence length, 1 to 20), so short sequences are learnt too
     stream_weight: float = 1.0  # weight of the stream loss; 0 trains on single sequences only
     threads: int = 1          # torch intra-op threads while training: these models are too small for a
@@ -210,9 +211,19 @@ def train(arch: str, dataset: Dataset | str = "basicmotions", train_config: Trai
         torch.set_num_threads(threads)
 
 
+def data_settings(arch: str, overrides: dict | None, split: Split) -> dict:
+    """The model settings to train with: `overrides`, plus those that follow the training data
+    where they are not given. A Transformer without a `window` setting gets `window_for` the
+    training sequences' lengths (50 on BasicMotions); a given window, 0 included, is kept."""
+    settings = dict(overrides or {})
+    if arch == "transformer" and "window" not in settings:
+        settings["window"] = window_for(split.lengths)
+    return settings
+
+
 def _train(arch, dataset, tc, model_overrides, progress=True):
     config = make_config(arch, n_features=dataset.n_features, n_classes=len(dataset.labels),
-                         **(model_overrides or {}))
+                         **data_settings(arch, model_overrides, dataset.train))
     torch.manual_seed(tc.seed)
     np.random.seed(tc.seed)
     rng = np.random.default_rng(tc.seed)

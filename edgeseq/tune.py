@@ -177,6 +177,9 @@ def objective(trial, search: Search) -> list:
     try:
         tc = replace(DEFAULTS[arch], seed=search.settings["seed"], **schedule)
         ckpt = train(arch, search.data, tc, settings, progress=False)
+        if arch == "transformer" and "window" not in settings:      # the window the data gave it, kept so
+            settings = {**settings, "window": ckpt["config"]["window"]}     # the retrain on all the training
+            trial.set_user_attr("settings", settings)                   # split (longer median?) gets the same
         with tempfile.TemporaryDirectory(prefix=".trial-", dir=search.out) as tmp:     # inside --out
             path = str(Path(tmp) / "int8.onnx")
             q = export_int8(ckpt, path, "static", data=search.data, keep_anyway=True)

@@ -350,3 +350,33 @@ def test_the_stream_loss_grace_follows_the_data(monkeypatch):
     seen.clear()
     T.train("gru", "japanesevowels", T.TrainConfig(epochs=1, grace=5), {"hidden": 8}, progress=False)
     assert seen and set(seen) == {5}
+
+
+def _npz_of_length(path, length: int, n: int = 12, seed: int = 0) -> str:
+    """A seeded two-class .npz of `n` sequences of `length` readings, 3 channels."""
+    rng = np.random.default_rng(seed)
+    y = np.array([0, 1] * (n // 2))
+    X = (rng.standard_normal((n, length, 3)) + y[:, None, None]).astype(np.float32)
+    np.savez(path, X=X, y=y, lengths=np.full(n, length), X_test=X[:4], y_test=y[:4], lengths_test=np.full(4, length))
+    return str(path)
+
+
+def test_the_default_transformer_window_follows_the_data(tmp_path):
+    """No window setting: the Transformer trains with window_for(training lengths), a multiple
+    of the median length, at most 50 (100-reading BasicMotions keeps 50); the checkpoint
+    carries it, so the model rebuilt from it (what export reads for the file's max_history)
+    has it. A window setting, 0 included, is kept."""
+    from edgeseq.models.transformer import WINDOW, window_for
+    from edgeseq.train import TrainConfig, model_from_checkpoint, train
+
+    assert window_for(np.full(40, 100)) == WINDOW == 50 and window_for(np.array([1, 1])) == 1
+    assert window_for(np.array([16, 16, 17])) < window_for(np.array([30] * 3)) <= 50
+    tiny, tc = {"d_model": 8, "heads": 2, "layers": 1, "d_ff": 8}, TrainConfig(epochs=1, augment="none")
+    short = _npz_of_length(tmp_path / "short.npz", 12)
+    ckpt = train("transformer", short, tc, tiny, progress=False)
+    assert ckpt["config"]["window"] == window_for([12]) < 50
+    assert model_from_checkpoint(ckpt).config.window == window_for([12])
+    long = _npz_of_length(tmp_path / "long.npz", 100, n=4)
+    assert train("transformer", long, tc, tiny, progress=False)["config"]["window"] == 50
+    for window in (7, 0):
+        assert train("transformer", short, tc, {**tiny, "window": window}, progress=False)["config"]["window"] == window

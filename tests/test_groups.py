@@ -226,10 +226,10 @@ def test_group_accuracy_breaks_ties_by_size():
 # -- the continuous protocol's grace ----------------------------------------------------------------
 
 @pytest.mark.parametrize("lengths, grace", [
-    ([100] * 40, 20), ([2600] * 3, 20), ([50, 50, 900], 10), ([12, 40, 60], 8), ([7, 7], 1), ([3], 1), ([1, 1], 1),
-    ([99, 101], 20), ([99], 19),
+    ([100] * 40, 20), ([2600] * 3, 20), ([50, 50, 900], 12), ([12, 40, 60], 10), ([7, 7], 1), ([8, 8], 2), ([3], 1),
+    ([1, 1], 1), ([99, 101], 20), ([80], 20), ([79], 19), ([17] * 5, 4),
 ])
-def test_the_grace_is_a_fifth_of_the_median_length_within_1_and_20(lengths, grace):
+def test_the_grace_is_a_quarter_of_the_median_length_within_1_and_20(lengths, grace):
     assert GRACE == 20 and grace_for(np.array(lengths)) == grace
 
 

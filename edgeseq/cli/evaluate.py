@@ -50,7 +50,7 @@ def eval_cmd(model, data, split, provider, backend, as_json):
     protocols: per sequence (each test sequence its own stream, from zero state) and
     continuous (the test sequences joined end to end in 3 seeded orders, never reset, as a
     device sees them; scored per reading after a grace period after each change of label, a
-    fifth of the median sequence length within 1..20 readings, at each sequence's last
+    quarter of the median sequence length within 1..20 readings, at each sequence's last
     reading, and by the readings taken to follow a change). Data that names groups (subjects,
     devices, sessions) also gets the accuracy of each group and the worst group.
 

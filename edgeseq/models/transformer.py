@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -30,6 +31,10 @@ from edgeseq import contract
 from edgeseq.models.common import Normalize, last_valid
 
 MASKED = -1e9  # added to scores of keys a query must not see
+WINDOW = 50               # the default window, and the most `window_for` picks: the KV cache stays bounded
+WINDOW_LENGTHS = 1.0      # `window_for`: this many median sequence lengths (chosen on validation splits of two
+                          # short-sequence sets, docs/measured.md): a window that spans several activities
+                          # keeps the last one in view long after a change
 
 
 @dataclass(frozen=True)
@@ -41,8 +46,9 @@ class TransformerConfig:
     layers: int = 2          # two blocks reach >= 0.90 on BasicMotions
     d_ff: int = 64           # MLP width
     dropout: float = 0.1     # on attention output, MLP output and head input
-    window: int = 50         # readings attended (own + 49 before): trained and deployed alike, so the
-                             # cache is bounded; 0 = the whole history (grows without limit)
+    window: int = WINDOW     # readings attended (own + 49 before): trained and deployed alike, so the
+                             # cache is bounded; 0 = the whole history (grows without limit). Training
+                             # without a window setting picks it from the data (`window_for`)
     positions: str = "none"  # "none" (shift-invariant, for endless streams) or "sinusoid"
 
     def __post_init__(self):
@@ -52,6 +58,13 @@ class TransformerConfig:
             raise ValueError(f"window must be a whole number of readings, got {self.window!r}")
         if self.window < 0:
             raise ValueError("window must be 0 (unbounded) or a number of readings")
+
+
+def window_for(lengths) -> int:
+    """The default window for training on sequences of `lengths` (N,): WINDOW_LENGTHS times their
+    median length, rounded down, at least 1 and at most WINDOW (100-reading BasicMotions: 50;
+    spoken digits of median 17 readings: 17)."""
+    return int(min(WINDOW, max(1, np.floor(float(np.median(lengths)) * WINDOW_LENGTHS))))
 
 
 def sinusoid(position: torch.Tensor, d_model: int) -> torch.Tensor:

@@ -7,7 +7,7 @@
 - continuous (never reset): the test sequences joined end to end in `ORDERS` fixed seeded
   orders, each one stream that is never reset, as a device sees them. Scored per reading
   (leaving out a grace period after each change of label and at the stream's start:
-  `grace_for`, a fifth of the median sequence length, 1 to `GRACE` readings; `scored_share`
+  `grace_for`, a quarter of the median sequence length, 1 to `GRACE` readings; `scored_share`
   says what share of the readings that leaves), at each sequence's last reading, and by the
   readings the prediction takes to follow a change of label (the first reading from which it
   names the new label for `HOLD` readings in a row, or to the sequence's end).
@@ -28,8 +28,9 @@ STREAM_READINGS = 500         # readings per stream when two models are compared
 ORDERS = 3                    # continuous protocol: seeded orders of the test split, one stream each
 GRACE = 20                    # readings after a change of label that are not scored, at most (training leaves
                               # this many out of its stream loss)
-GRACE_FRACTION = 0.2          # continuous protocol: the grace is this share of the median sequence length (a
-                              # change is called once a fifth of a typical activity is seen), within 1..GRACE
+GRACE_FRACTION = 0.25         # continuous protocol: the grace is this share of the median sequence length (a
+                              # change is called once a quarter of a typical activity is seen, where
+                              # training's per-sequence aux loss starts too), within 1..GRACE
 HOLD = 10                     # a change is followed once the prediction holds the new label this many readings
 
 
