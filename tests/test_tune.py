@@ -196,3 +196,33 @@ def test_space_and_seeds():
         check_space({"arch": ["transformer"], "window": [0]})
     assert worker_seed(7, 0, 0) == 7                                   # one worker, new study: the seed itself
     assert len({worker_seed(7, 0, 1), worker_seed(7, 3, 0), worker_seed(7, 3, 1)}) == 3
+
+
+def test_a_window_the_data_gave_a_trial_is_the_retrained_models(tmp_path, monkeypatch):
+    """A space without `window`: each trial's Transformer takes `window_for` its fit split, whose
+    median length differs here from the whole training split's; the chosen trial's window is
+    kept with its settings and the model retrained on the whole split has the same."""
+    from edgeseq.data import load_dataset
+    from edgeseq.models.transformer import window_for
+    from edgeseq.train import load_checkpoint
+    from edgeseq.tune import validation_mask
+
+    rng = np.random.default_rng(0)
+    n, T, F = 40, 30, 2
+    lengths = np.array([6 + 2 * (i % 10) for i in range(n)])            # group g{i % 10}: its own length
+    X = rng.standard_normal((n, T, F)).astype(np.float32)
+    y = np.arange(n) % 2
+    X[y == 1] += 1.5
+    path = tmp_path / "short.npz"
+    np.savez(path, X=X, y=y, lengths=lengths, groups=np.array([f"g{i % 10}" for i in range(n)]), X_test=X[:8],
+             y_test=y[:8], lengths_test=lengths[:8])
+    train = load_dataset(str(path)).train
+    mask = validation_mask(train)
+    fit, full = window_for(train.lengths[~mask]), window_for(train.lengths)
+    assert fit != full                                                   # the case this test is about
+    monkeypatch.chdir(tmp_path)
+    space = {"arch": ["transformer"], "d_model": [8], "layers": [1], "lr": {"low": 5e-3, "high": 1e-2},
+             "epochs": {"low": 1, "high": 1}}
+    r = tune("w", data=str(path), trials=1, seed=0, space=space, progress=False)
+    assert r["chosen"] is not None and r["chosen"]["settings"]["window"] == fit
+    assert load_checkpoint(r["chosen"]["files"]["checkpoint"])["config"]["window"] == fit
