@@ -5,11 +5,16 @@
 typedef float es_s_v __attribute__((vector_size(4 * ES_S_L)));
 typedef int32_t es_s_vi __attribute__((vector_size(4 * ES_S_L)));
 
-/* x in every lane (as a shuffle of lane 0: gcc builds a vector of sixteen copies lane by lane) */
+/* x in every lane (gcc: as a shuffle of lane 0, where it builds a vector of copies lane by lane;
+   clang, which has no __builtin_shuffle: a vector plus a scalar) */
 ES_F_INLINE es_s_v es_s_splat(float x) {
+#if defined(__clang__)
+  return (es_s_v){0} + x;
+#else
   es_s_v v = {0};
   v[0] = x;
   return __builtin_shuffle(v, (es_s_vi){0});
+#endif
 }
 ES_F_INLINE es_s_v es_s_vload(const float *p) {
   es_s_v v;
@@ -179,41 +184,55 @@ ES_F_INLINE void es_s_lproj(const es_s_proj_t *p, es_s_v *const *a, es_s_v *cons
 /* an ES_S_L x ES_S_L block transposed in place: its off-diagonal blocks of ES_S_L / 2, then down
    to 1, swapped */
 #if ES_S_L == 16
-static const es_s_vi es_s_t8lo = {0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23};
-static const es_s_vi es_s_t8hi = {8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31};
-static const es_s_vi es_s_t4lo = {0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27};
-static const es_s_vi es_s_t4hi = {4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31};
-static const es_s_vi es_s_t2lo = {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29};
-static const es_s_vi es_s_t2hi = {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31};
-static const es_s_vi es_s_t1lo = {0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30};
-static const es_s_vi es_s_t1hi = {1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31};
+#define ES_S_T8LO 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23
+#define ES_S_T8HI 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31
+#define ES_S_T4LO 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27
+#define ES_S_T4HI 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31
+#define ES_S_T2LO 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29
+#define ES_S_T2HI 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31
+#define ES_S_T1LO 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30
+#define ES_S_T1HI 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31
 #elif ES_S_L == 8
-static const es_s_vi es_s_t4lo = {0, 1, 2, 3, 8, 9, 10, 11};
-static const es_s_vi es_s_t4hi = {4, 5, 6, 7, 12, 13, 14, 15};
-static const es_s_vi es_s_t2lo = {0, 1, 8, 9, 4, 5, 12, 13};
-static const es_s_vi es_s_t2hi = {2, 3, 10, 11, 6, 7, 14, 15};
-static const es_s_vi es_s_t1lo = {0, 8, 2, 10, 4, 12, 6, 14};
-static const es_s_vi es_s_t1hi = {1, 9, 3, 11, 5, 13, 7, 15};
+#define ES_S_T4LO 0, 1, 2, 3, 8, 9, 10, 11
+#define ES_S_T4HI 4, 5, 6, 7, 12, 13, 14, 15
+#define ES_S_T2LO 0, 1, 8, 9, 4, 5, 12, 13
+#define ES_S_T2HI 2, 3, 10, 11, 6, 7, 14, 15
+#define ES_S_T1LO 0, 8, 2, 10, 4, 12, 6, 14
+#define ES_S_T1HI 1, 9, 3, 11, 5, 13, 7, 15
 #else
 #error "es_ssm_lanes.h: ES_S_L must be 16 or 8"
+#endif
+#if defined(__clang__)
+#define ES_S_SHUFFLE2(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define ES_S_SHUFFLE2(a, b, ...) __builtin_shuffle(a, b, (es_s_vi){__VA_ARGS__})
 #endif
 #define ES_S_TSTAGE(d, lo, hi)                                                                   \
   for (i = 0; i < ES_S_L; i++)                                                                  \
     if (!(i & (d))) {                                                                           \
       es_s_v a = r[i], b = r[i + (d)];                                                          \
-      r[i] = __builtin_shuffle(a, b, lo);                                                       \
-      r[i + (d)] = __builtin_shuffle(a, b, hi);                                                 \
+      r[i] = ES_S_SHUFFLE2(a, b, lo);                                                           \
+      r[i + (d)] = ES_S_SHUFFLE2(a, b, hi);                                                     \
     }
 ES_F_INLINE void es_s_transpose(es_s_v *r) {
   int i;
 #if ES_S_L == 16
-  ES_S_TSTAGE(8, es_s_t8lo, es_s_t8hi)
+  ES_S_TSTAGE(8, ES_S_T8LO, ES_S_T8HI)
 #endif
-  ES_S_TSTAGE(4, es_s_t4lo, es_s_t4hi)
-  ES_S_TSTAGE(2, es_s_t2lo, es_s_t2hi)
-  ES_S_TSTAGE(1, es_s_t1lo, es_s_t1hi)
+  ES_S_TSTAGE(4, ES_S_T4LO, ES_S_T4HI)
+  ES_S_TSTAGE(2, ES_S_T2LO, ES_S_T2HI)
+  ES_S_TSTAGE(1, ES_S_T1LO, ES_S_T1HI)
 }
 #undef ES_S_TSTAGE
+#undef ES_S_SHUFFLE2
+#undef ES_S_T8LO
+#undef ES_S_T8HI
+#undef ES_S_T4LO
+#undef ES_S_T4HI
+#undef ES_S_T2LO
+#undef ES_S_T2HI
+#undef ES_S_T1LO
+#undef ES_S_T1HI
 
 /* rows [ES_S_L][ld] -> lanes [n][ES_S_L], and back */
 ES_F_INLINE void es_s_to_lanes(const float *ES_F_RESTRICT x, size_t ld, int n, es_s_v *ES_F_RESTRICT out) {
