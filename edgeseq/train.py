@@ -334,6 +334,7 @@ def _train(arch, dataset, tc, model_overrides, progress=True):
     }
     if dataset.group_split() is not None:          # which groups trained and which were held out
         metrics["groups"] = dataset.group_split()
+    metrics["stream_grace"] = grace          # the grace the stream loss used (TrainConfig.grace None: the data's)
     return {
         "edgeseq_version": edgeseq.__version__,
         "arch": arch,

@@ -359,7 +359,7 @@ def _workers(search, url, storage, study_name, trials, jobs, before):
 def _settings(stored: dict | None, given: dict, dataset_sha: str | None) -> dict:
     """The study's settings: those it stored (a given value must agree) or, for a new study,
     the given ones with defaults."""
-    from firmware_sim.targets import BUILTIN, load_targets
+    from firmware_sim.targets import BUILTIN, PLAN_FIELDS, load_targets
 
     defaults = {"target": "nrf52840", "sampler": "nsga2", "seed": 0, "space": SPACE,
                 "limits": {"max_latency_ms": None, "max_ram_kb": None, "max_flash_kb": None}}
@@ -382,8 +382,10 @@ def _settings(stored: dict | None, given: dict, dataset_sha: str | None) -> dict
                              + (f"{flag} {old:g}" if old is not None else f"no {flag}")
                              + "; resume it with the same limits (or leave them out), or start a new --study")
     name, kept = stored["target"], stored.get("target_profile")
-    if name not in BUILTIN and name in profiles and kept is not None and profiles[name].to_json() != kept:
-        key = next(k for k, v in profiles[name].to_json().items() if kept.get(k) != v)
+    filed = profiles[name].to_json() if name not in BUILTIN and name in profiles and kept is not None else {}
+    changed = [k for k in PLAN_FIELDS if k in filed and filed[k] != kept.get(k)]    # not text: part, source, note
+    if changed:
+        key = changed[0]
         was, now = repr(kept.get(key))[:40], repr(getattr(profiles[name], key))[:40]
         raise UsageError(f"study '{given['study']}' was run on target '{name}' with {key} {was}, which "
                          f"{given['targets_file']} now gives as {now}; resume it with the profile it was run with "

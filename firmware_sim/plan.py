@@ -229,15 +229,17 @@ def check_model(path, target, history: int | None = None, cycles_per_mac: float 
     _check_supported(source, path)
     cfg = meta.config or {}
     window = _window(meta)
-    asked = None
+    asked = exported = None
     if history is not None and window and history > window:     # older rows are never read: the steady state
         asked, history = history, window                        # is the window's
     H = history or ((meta.max_history or 16) if growing else 1)     # the window the model attends to
+    if history is None and window and H > window:               # exported with --max-history past the window
+        exported, H = H, window
     per = sum(s.bytes_per_reading() for s in meta.state if s.kind == "growing")
     avail = target.sram_kb * 1024
     ringed = (bool(window) and cfg.get("positions", "none") == "none"                # the integer step's KV ring
               and bool(meta.quantization) and meta.quantization.get("scheme") == "static")
-    ring = ringed and history is None                                       # (--history plans the graph)
+    ring = ringed and (history is None or history >= window)   # the ring (a shorter --history plans the graph)
     if growing and per * H > avail and not ring:       # the ring's int16 cache is planned below, not the graph's
         # The cache alone overflows RAM: no need to build (and allocate) the graph at that size.
         longest = longest_history(source, target, meta, {"ram": {"io": _io_bytes(source)}})
@@ -332,11 +334,11 @@ def check_model(path, target, history: int | None = None, cycles_per_mac: float 
                             else "estimated from the core's instruction timings")},
     }
     r["fits"] = r["flash"]["margin"] >= 0 and r["ram"]["margin"] >= 0
-    if asked is not None:
-        r["history_asked"] = asked
-        r["history_note"] = (f"--history {asked:,} is past the model's window of {window:,} readings, the most it "
-                             f"reads: planned at {window:,} (the cache at steady state)"
-                             + ("; leave --history out for the integer step's int16 ring" if ringed else ""))
+    if asked is not None or exported is not None:
+        r["history_asked"] = asked if asked is not None else exported
+        what = f"--history {asked:,}" if asked is not None else f"the model's max_history {exported:,}"
+        r["history_note"] = (f"{what} is past the model's window of {window:,} readings, the most it reads: "
+                             f"planned at {window:,} (the cache at steady state)")
     if target.xip_cache_kb and flash_total - sum(v for k, v in flash.items() if k.startswith("code")) > target.xip_cache_kb * 1024:
         r["note"] = (f"weights and tables ({flash_total:,} B with code) exceed the {target.xip_cache_kb} KB XIP cache: "
                      "reads miss to external flash; expect a slower step than the figure above (copy hot weights to SRAM)")

@@ -15,10 +15,11 @@ timings, not measurements. Override them with `--cycles-per-mac` or in a profile
 - Xtensa LX7 (ESP32-S3): 128-bit PIE SIMD, used by Espressif's ESP-NN; about 0.5 cycle per
   MAC for these small matrices.
 
-User profiles: a JSON file with a list (or a name -> profile mapping) of objects carrying the
-fields of `Target`; `--targets-file` adds them to the built-in ones. A file never replaces a
-built-in profile: an entry named like one (or like an earlier entry) is refused, so a name means
-one part wherever it is used; give your variant a name of its own.
+User profiles: a JSON file with a list of objects carrying the fields of `Target`, one such
+object alone, or a name -> profile mapping; `--targets-file` adds them to the built-in ones. A
+file never replaces a built-in profile: an entry named like one (or like an earlier entry), also
+up to case, is refused, so a name means one part wherever it is used; give your variant a name of
+its own. Names are matched exactly (case and all) when a command looks one up.
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ BUILTIN = {t.name: t for t in [
 
 
 TEXT_FIELDS = ("name", "part", "core", "source", "note")
+DESCRIPTIVE = ("part", "source", "note")                 # text for people: no estimate reads it
+PLAN_FIELDS = tuple(k for k in Target.__dataclass_fields__ if k not in ("name", *DESCRIPTIVE))  # what a plan uses
 MAX_TEXT = 1000                                          # characters of a text field
 MAX_KB = 1 << 20                                         # 1 GB: beyond any microcontroller
 INT_FIELDS = {"flash_kb": (1, MAX_KB), "sram_kb": (1, MAX_KB), "xip_cache_kb": (0, MAX_KB)}   # whole kilobytes
@@ -90,6 +93,8 @@ def _check_entry(item, where: str) -> Target:
             raise DataError(f"{where}: {k} has {len(item[k]):,} characters; at most {MAX_TEXT:,}")
     if not item["name"].strip():
         raise DataError(f"{where}: name must not be empty")
+    if item["name"] != item["name"].strip():
+        raise DataError(f"{where}: name {_show(item['name'])} starts or ends with white space; give it without")
     for k, (lo, hi) in INT_FIELDS.items():
         v = item.get(k, 0)
         if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
@@ -204,9 +209,10 @@ def emulated_core(target: "Target") -> str | None:
 
 
 def load_targets(path=None) -> dict:
-    """{name: Target}: the built-in profiles, plus those of a JSON file (a list of objects, or
-    name -> object). DataError names the file, the entry and the field that cannot be used, and
-    refuses an entry named like a built-in profile or an earlier entry (a file adds, never replaces)."""
+    """{name: Target}: the built-in profiles, plus those of a JSON file (a list of objects, one
+    object with a "name", or name -> object). DataError names the file, the entry and the field that
+    cannot be used, and refuses an entry named like a built-in profile or an earlier entry, also up
+    to case (a file adds, never replaces)."""
     targets = dict(BUILTIN)
     if path is None:
         return targets
@@ -227,19 +233,26 @@ def load_targets(path=None) -> dict:
     except RecursionError:
         raise DataError(f"targets file '{path}' nests lists or objects too deeply; it should hold a list of "
                         "profiles") from None
-    if isinstance(data, dict):
+    if isinstance(data, dict) and "name" in data and not isinstance(data["name"], dict):
+        items = [data]                                   # one profile, not wrapped in a list
+    elif isinstance(data, dict):
         items = [({"name": k, **v} if isinstance(v, dict) else v) for k, v in data.items()]
     elif isinstance(data, list):
         items = data
     else:
-        raise DataError(f"targets file '{path}' must hold a list of profiles or a name -> profile object")
+        raise DataError(f"targets file '{path}' must hold a list of profiles, one profile or a name -> profile "
+                        "object")
+    folded = {n.casefold(): n for n in targets}
     for i, item in enumerate(items):
         t = _check_entry(item, f"targets file '{path}' entry {i + 1}")
-        if t.name in targets:
-            what = "a built-in target" if t.name in BUILTIN else "an earlier entry"
-            raise DataError(f"targets file '{path}' entry {i + 1}: name {_show(t.name)} is already {what}; give "
-                            "this profile a name of its own")
+        same = folded.get(t.name.casefold())
+        if same is not None:
+            what = "a built-in target" if same in BUILTIN else "an earlier entry"
+            also = "" if same == t.name else f" (as {_show(same)}: names differing only in case are one name)"
+            raise DataError(f"targets file '{path}' entry {i + 1}: name {_show(t.name)} is already {what}{also}; "
+                            "give this profile a name of its own")
         targets[t.name] = t
+        folded[t.name.casefold()] = t.name
     return targets
 
 
@@ -254,6 +267,13 @@ def get_target(name: str, path=None) -> Target:
     name, DataError for a file `load_targets` refuses."""
     targets = load_targets(path)
     if name not in targets:
-        raise UsageError(f"unknown target '{name}'; built in: {', '.join(sorted(targets))} "
-                         "(see `edgeseq firmware targets`, or add one with --targets-file)")
+        close = [n for n in targets if n.casefold() == name.casefold()]
+        hint = f"; did you mean '{close[0]}'? names are matched with their case" if close else ""
+        if path is None:
+            raise UsageError(f"unknown target {_show(name)}{hint}; built in: {', '.join(sorted(BUILTIN))} "
+                             "(see `edgeseq firmware targets`, or add one with --targets-file)")
+        added = sorted(set(targets) - set(BUILTIN))
+        raise UsageError(f"unknown target {_show(name)}{hint}; built in: {', '.join(sorted(BUILTIN))}; from "
+                         f"'{path}': {', '.join(added) or 'none'} (check the names in the file: "
+                         f"`edgeseq firmware targets --targets-file {path}`)")
     return targets[name]

@@ -337,7 +337,7 @@ def test_the_embedded_speaker_set_loads_with_its_lengths():
 
 def test_the_stream_loss_grace_follows_the_data(monkeypatch):
     """TrainConfig.grace None: the training streams leave out grace_for(training lengths) readings
-    after each change of label (3 on the vowels); a number sets it."""
+    after each change of label (3 on the vowels); a number sets it. The metrics record it."""
     import edgeseq.train as T
     seen, real = [], T.training_streams
 
@@ -345,11 +345,11 @@ def test_the_stream_loss_grace_follows_the_data(monkeypatch):
         seen.append(grace)
         return real(split, streams, grace, *args, **kwargs)
     monkeypatch.setattr(T, "training_streams", spy)
-    T.train("gru", "japanesevowels", T.TrainConfig(epochs=1), {"hidden": 8}, progress=False)
-    assert seen and set(seen) == {3}
+    ckpt = T.train("gru", "japanesevowels", T.TrainConfig(epochs=1), {"hidden": 8}, progress=False)
+    assert seen and set(seen) == {3} and ckpt["metrics"]["stream_grace"] == 3      # recorded, as used
     seen.clear()
-    T.train("gru", "japanesevowels", T.TrainConfig(epochs=1, grace=5), {"hidden": 8}, progress=False)
-    assert seen and set(seen) == {5}
+    ckpt = T.train("gru", "japanesevowels", T.TrainConfig(epochs=1, grace=5), {"hidden": 8}, progress=False)
+    assert seen and set(seen) == {5} and ckpt["metrics"]["stream_grace"] == 5
 
 
 def _npz_of_length(path, length: int, n: int = 12, seed: int = 0) -> str:

@@ -1,6 +1,7 @@
 """Firmware simulator: the planner's properties and a plan checked by hand, integer-only accuracy,
 C code bit-exact with the simulator, fit checks, and the CLI's errors."""
 
+import json
 import re
 import shutil
 import subprocess
@@ -232,20 +233,50 @@ def test_targets_file(tmp_path):
         load_targets(p)
 
 
-@pytest.mark.parametrize("body, entry, what", [
-    ('[{"name": "nrf52840", %s}]', 1, "a built-in target"),
-    ('{"nrf52840": {%s}}', 1, "a built-in target"),
-    ('[{"name": "mypart", %s}, {"name": "mypart", %s}]', 2, "an earlier entry"),
+def test_targets_file_forms_and_names(tmp_path):
+    """A file holds a list, one profile alone or a name -> profile map; a name with white space
+    around it is refused, names are looked up with their case, and an unknown one is told apart
+    from the built-in ones."""
+    fields = {"part": "X", "core": "Cortex-M4", "clock_mhz": 16, "flash_kb": 64, "sram_kb": 16,
+              "cycles_per_mac": 2.0, "cycles_per_op": 4.0, "source": "my datasheet"}
+    p = tmp_path / "t.json"
+    for body in ([{"name": "mypart", **fields}], {"name": "mypart", **fields}, {"mypart": fields}):
+        p.write_text(json.dumps(body))
+        assert set(load_targets(p)) - set(load_targets()) == {"mypart"} and get_target("mypart", p).sram_kb == 16
+    for name, message in ((" nrf52840", "entry 1: name ' nrf52840' starts or ends with white space"),
+                          ("part ", "entry 1: name 'part ' starts or ends with white space"),
+                          (" ", "entry 1: name must not be empty")):
+        p.write_text(json.dumps([{"name": name, **fields}]))
+        with pytest.raises(DataError, match=re.escape(message)):
+            load_targets(p)
+    p.write_text(json.dumps([{"name": "mypart", **fields}]))
+    with pytest.raises(UsageError) as e:
+        get_target("other", p)
+    assert (f"unknown target 'other'; built in: esp32s3, nrf52840, rp2040, stm32f446, stm32h743; from '{p}': "
+            "mypart (check the names in the file") in str(e.value)
+    with pytest.raises(UsageError, match="unknown target 'MyPart'; did you mean 'mypart'"):
+        get_target("MyPart", p)
+    with pytest.raises(UsageError, match="unknown target 'x'; built in: esp32s3, nrf52840, rp2040, stm32f446, "
+                                         r"stm32h743 \(see"):
+        get_target("x")
+
+
+@pytest.mark.parametrize("body, entry, name, what", [
+    ('[{"name": "nrf52840", %s}]', 1, "nrf52840", "a built-in target; give this profile a name of its own"),
+    ('{"nrf52840": {%s}}', 1, "nrf52840", "a built-in target; give this profile a name of its own"),
+    ('[{"name": "mypart", %s}, {"name": "mypart", %s}]', 2, "mypart", "an earlier entry; give this profile"),
+    ('[{"name": "NRF52840", %s}]', 1, "NRF52840", "a built-in target (as 'nrf52840'"),
+    ('{"Nrf52840": {%s}}', 1, "Nrf52840", "a built-in target (as 'nrf52840'"),
+    ('[{"name": "mypart", %s}, {"name": "MyPart", %s}]', 2, "MyPart", "an earlier entry (as 'mypart'"),
 ])
-def test_a_targets_file_never_replaces_a_profile(tmp_path, monkeypatch, body, entry, what):
-    """A file adds profiles: one named like a built-in (or an earlier entry) is refused in one line,
-    by every command that reads the file, and the built-in stays as it was."""
+def test_a_targets_file_never_replaces_a_profile(tmp_path, monkeypatch, body, entry, name, what):
+    """A file adds profiles: one named like a built-in (or an earlier entry), also up to case, is
+    refused in one line, by every command that reads the file, and the built-in stays as it was."""
     fields = ('"part": "X", "core": "Cortex-M4", "clock_mhz": 16, "flash_kb": 64, "sram_kb": 16, '
               '"cycles_per_mac": 2.0, "cycles_per_op": 4.0, "source": "my datasheet"')
     p = tmp_path / "t.json"
     p.write_text(body.replace("%s", fields))
-    name = "mypart" if entry == 2 else "nrf52840"
-    message = f"targets file '{p}' entry {entry}: name '{name}' is already {what}; give this profile a name of its own"
+    message = f"targets file '{p}' entry {entry}: name '{name}' is already {what}"
     with pytest.raises(DataError, match=re.escape(message)):
         load_targets(p)
     with pytest.raises(DataError, match=re.escape(message)):

@@ -295,24 +295,39 @@ def test_an_unbounded_window_is_refused_in_one_line(tmp_path):
 
 def test_a_history_past_the_window_is_planned_at_the_window(tmp_path):
     """The model reads no row older than its window, so a longer --history (here 200 and 10^8 for
-    a window of 6) is planned at the window, as the cache is at steady state, and says so; one
-    within the window is planned as asked. The longest history that fits is the whole window."""
+    a window of 6), or a max_history exported past it, is planned at the window, as the cache is
+    at steady state, and says so. For this static int8 model that is the integer step's int16
+    ring, as with no --history or --history 6; a shorter history plans the graph at that history,
+    and the longest history that fits is the whole window."""
+    import onnx
+
     from firmware_sim.plan import check_model
     from firmware_sim.targets import get_target
     path = _tiny(tmp_path, 8, 2, 6, layers=1)
     nrf = get_target("nrf52840")
+    base = check_model(path, nrf)
     at = check_model(path, nrf, history=6)
-    per = at["ram"]["state"] // 6
+    assert "int16 KV ring of 6 rows" in base["plan_of"] and "history_asked" not in at
+    assert (at["history"], at["ram"], at["cost"], at["plan_of"]) == (6, base["ram"], base["cost"], base["plan_of"])
     for asked in (200, 100_000_000):
         r = check_model(path, nrf, history=asked)
         assert (r["history"], r["history_asked"], r["window"]) == (6, asked, 6)
         assert f"--history {asked:,} is past the model's window of 6 readings" in r["history_note"]
-        assert "leave --history out for the integer step's int16 ring" in r["history_note"]
-        assert r["ram"] == at["ram"] and r["cost"] == at["cost"] and r["longest_history"] == 6
-    assert "history_asked" not in at and at["ram"]["state"] == 6 * per
+        assert r["ram"] == at["ram"] and r["cost"] == at["cost"] and r["plan_of"] == at["plan_of"]
     r = check_model(path, nrf, history=4)
-    assert r["history"] == 4 and r["ram"]["state"] == 4 * per and "history_note" not in r
+    assert r["history"] == 4 and "history_note" not in r and "graph as exported" in r["plan_of"]
+    assert r["longest_history"] == 6
+    proto = onnx.load(str(path))                               # as `export --max-history 100` records it
+    for p in proto.metadata_props:
+        if p.key == "edgeseq.max_history":
+            p.value = "100"
+    wide = tmp_path / "max-history-100.onnx"
+    onnx.save(proto, str(wide))
+    r = check_model(wide, nrf)
+    assert (r["history"], r["history_asked"], r["ram"], r["cost"]) == (6, 100, at["ram"], at["cost"])
+    assert "the model's max_history 100 is past the model's window of 6 readings" in r["history_note"]
     res = CliRunner().invoke(cli, ["firmware", "check", str(path), "--target", "nrf52840", "--history", "200"])
     assert res.exit_code == 0 and "fits: yes" in res.output, res.output
     assert ", history 6\n" in res.output and "history: --history 200 is past the model's window of 6" in res.output
+    res = CliRunner().invoke(cli, ["firmware", "check", str(path), "--target", "nrf52840", "--history", "4"])
     assert "longest history that fits in RAM: 6 readings (the whole window" in res.output, res.output

@@ -134,7 +134,8 @@ MYPART = {"name": "mypart", "part": "My board", "core": "Cortex-M4", "clock_mhz"
 def test_a_part_of_a_targets_file_reaches_every_worker_and_stays_with_the_study(grouped, runner):
     """A part of one's own (`--targets-file`, flash too small for any model, so no trial is
     chosen and nothing is retrained): both workers plan on it, the study keeps its profile, a
-    resumed run needs no file, and one whose file gives the part other figures is refused."""
+    resumed run needs no file, one whose file only words the part otherwise goes on, and one whose
+    file gives the part other figures is refused."""
     import optuna
     Path("parts.json").write_text(json.dumps([MYPART]))
     res = runner.invoke(cli, ["tune", "--data", str(grouped), "--quick", "--trials", "2", "--jobs", "2", "--quiet",
@@ -150,6 +151,10 @@ def test_a_part_of_a_targets_file_reaches_every_worker_and_stays_with_the_study(
     for args in ([], ["--target", "mypart"]):                   # the study's own profile: no file needed
         res = runner.invoke(cli, ["tune", "--out", "m", "--study", "tune", "--trials", "0", *args])
         assert "meets the part on mypart (16 KB RAM, 1 KB flash)" in one_error_line(res, 1)
+    Path("parts.json").write_text(json.dumps({**MYPART, "part": "My board, rev B", "source": "datasheet v2",
+                                              "note": "new text"}))           # one profile alone, text changed
+    res = runner.invoke(cli, ["tune", "--out", "m", "--study", "tune", "--trials", "0", "--targets-file", "parts.json"])
+    assert "meets the part on mypart (16 KB RAM, 1 KB flash)" in one_error_line(res, 1)
     Path("parts.json").write_text(json.dumps([{**MYPART, "sram_kb": 32}]))
     res = runner.invoke(cli, ["tune", "--out", "m", "--study", "tune", "--trials", "0", "--targets-file", "parts.json"])
     assert ("study 'tune' was run on target 'mypart' with sram_kb 16, which parts.json now gives as 32; resume it "
@@ -167,12 +172,19 @@ def test_a_part_of_a_targets_file_reaches_every_worker_and_stays_with_the_study(
     (["--out", "n", "--target", "mypart"], 2, "unknown target 'mypart'"),
     (["--out", "n", "--targets-file", "nrf.json"], 1, "entry 1: name 'nrf52840' is already a built-in target"),
     (["--out", "n", "--targets-file", "none.json"], 1, "targets file 'none.json' not found"),
+    (["--out", "n", "--targets-file", "nrf1.json"], 1, "entry 1: name 'NRF52840' is already a built-in target (as "
+                                                        "'nrf52840'"),
+    (["--out", "n", "--target", "mypart", "--targets-file", "other.json"], 2,
+     "unknown target 'mypart'; built in: esp32s3, nrf52840, rp2040, stm32f446, stm32h743; from 'other.json': "
+     "otherpart (check the names in the file"),
     (["--out", "n", "--max-ram-kb", "-1"], 2, "-1 is not > 0"),
     (["--out", "n", "--jobs", "0"], 2, "--jobs"),
 ])
 def test_bad_options_are_one_line_and_write_nothing(runner, args, code, message):
     Path("f.txt").write_text("x")
     Path("nrf.json").write_text(json.dumps([{**MYPART, "name": "nrf52840"}]))
+    Path("nrf1.json").write_text(json.dumps({**MYPART, "name": "NRF52840"}))
+    Path("other.json").write_text(json.dumps([{**MYPART, "name": "otherpart"}]))
     res = runner.invoke(cli, ["tune", *args])
     assert message in one_error_line(res, code)
     assert not Path("n").exists()

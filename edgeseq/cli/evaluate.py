@@ -84,7 +84,7 @@ def eval_cmd(model, data, split, provider, backend, as_json):
     c = r["continuous"]
     if c:
         follow = "never" if c["median_readings_to_follow"] is None else f"{c['median_readings_to_follow']:.0f}"
-        per = (f"{c['reading_accuracy']:.3f} (past {c['grace']} readings after each change; "
+        per = (f"{c['reading_accuracy']:.3f} (past {c['grace']} reading{'' if c['grace'] == 1 else 's'} after each change; "
                f"{c['scored_share']:.0%} of readings scored)" if c["scored_readings"]
                else f"n/a (no reading lies {c['grace']} reading{'s' if c['grace'] > 1 else ''} past a change: the "
                     "label changes too often)")

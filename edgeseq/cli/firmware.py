@@ -68,7 +68,7 @@ def _fmt_check(r):
               if not c['cycles_per_op'] else
               f"  cost per reading: {c['macs']:,} MACs x {c['cycles_per_mac']:g} + {c['other_ops']:,} other ops x "
               f"{c['cycles_per_op']:g} = {c['cycles']:,} cycles")
-             + f" = {c['us_per_reading']:.0f} us; highest sample rate about {c['max_rate_hz']:,.0f} Hz ({c['source']})",
+             + f" = {c['us_per_reading']:,.0f} us; highest sample rate about {c['max_rate_hz']:,.0f} Hz ({c['source']})",
              f"  fits: {'yes' if r['fits'] else 'NO'}"]
     if r.get("note"):
         lines.append(f"  note: {r['note']}")
