@@ -343,8 +343,9 @@ ES_CLONES static int ssm_run(SsmObject *s) {
 #else
   int32_t *u8 = NULL;
 #endif
-  int r0 = 0, l, bad = -1, sh, nch;
+  int r0 = 0, l, bad = -1, sh;
 #if ES_S_LANES
+  int nch;
 #if ES_S_HAVE16
   if (s->l16)
     for (; r0 + 16 <= B; r0 += nch * 16) {      /* two chunks where two are left, else one */
