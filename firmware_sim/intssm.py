@@ -163,12 +163,12 @@ def mul_q15(a, q) -> np.ndarray:
     return (np.asarray(a, np.int64) * np.asarray(q, np.int64)) >> 15
 
 
-@dataclass
-class SSMIntModel:
-    kind: str                # "ssm"
-    selective: bool
+@dataclass(kw_only=True)
+class LayeredIntModel:
+    """What the integer SSM and Transformer steps share: the reading's fixed-point input and
+    int8 quantization, the embedding (Q12), the layers' cells, the final LayerNorm and the head."""
+    kind: str
     d_model: int
-    d_state: int
     layers: int
     labels: list
     feat_m: np.ndarray
@@ -194,24 +194,32 @@ class SSMIntModel:
     def n_features(self) -> int:
         return len(self.mean_fx)
 
-    def init_state(self, B: int = 1) -> list:
-        return [np.zeros((B, self.d_state), np.int64) for _ in range(self.layers)]
-
     def to_fixed(self, readings) -> np.ndarray:
         """Float readings [..., F] -> int32 fixed point (value x 2^in_frac, rounded, saturated)."""
         x = np.round(np.asarray(readings, np.float64) * np.exp2(self.in_frac.astype(np.float64)))
         return np.clip(x, -(1 << 31), (1 << 31) - 1).astype(np.int64)
 
     def input_range(self) -> tuple:
-        """(low, high) float64 [F]: the raw readings the encoder's int8 input covers."""
+        """(low, high) float64 [F]: the raw readings the embedding's int8 input covers."""
         real = self.feat_m.astype(np.float64) / np.exp2(self.feat_s.astype(np.float64))
         step = 1.0 / (real * np.exp2(self.in_frac.astype(np.float64)))
         mean = self.mean_fx / np.exp2(self.in_frac.astype(np.float64))
         return mean + step * (-128 - self.enc.in_zp), mean + step * (127 - self.enc.in_zp)
 
     def quantize_reading(self, x_fx: np.ndarray) -> np.ndarray:
+        """Fixed-point readings int [B, F] -> the embedding's int8 input, int64 [B, F]."""
         d = np.clip(np.asarray(x_fx, np.int64), -IN_LIMIT, IN_LIMIT) - self.mean_fx
         return np.clip(requant(d, self.feat_m, self.feat_s) + self.enc.in_zp, -128, 127)
+
+
+@dataclass(kw_only=True)
+class SSMIntModel(LayeredIntModel):
+    """kind "ssm"."""
+    selective: bool
+    d_state: int
+
+    def init_state(self, B: int = 1) -> list:
+        return [np.zeros((B, self.d_state), np.int64) for _ in range(self.layers)]
 
     def step(self, x_fx: np.ndarray, state: list):
         """x_fx int [B, F] (readings in fixed point, `to_fixed`) -> (logits Q12 int [B, C], new

@@ -31,15 +31,15 @@ window, and the step holds no position signal.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
 from edgeseq.errors import DataError, ModelFileError
 from firmware_sim.intcheck import _fits, _multiplier, _reach, _requant_ok
 from firmware_sim.intmath import IN_LIMIT, LUT_SHIFT, LUT_SIZE, ONE_Q15, Q, lut, requant
-from firmware_sim.intssm import (HEADROOM, LayerNormQ, _Graph, _int8_range, _lut_table, _mm, _qfrac, mul_q15,
-                                 quantize)
+from firmware_sim.intssm import (HEADROOM, LayeredIntModel, LayerNormQ, _Graph, _int8_range, _lut_table, _mm, _qfrac,
+                                 mul_q15, quantize)
 
 WINDOW_MAX = 4096            # rows of the ring: beyond it the weights' sum could leave int32
 EXP_SPAN = 16 << Q           # exp is read over [-16, 0] (Q12); below it a weight is 0
@@ -81,41 +81,16 @@ def softmax_q15(scores, n, j: int) -> np.ndarray:
     return np.minimum((e * r + (1 << 14)) >> 15, ONE_Q15 - 1)
 
 
-@dataclass
-class XFIntModel:
-    kind: str                # "transformer"
-    d_model: int
+@dataclass(kw_only=True)
+class XFIntModel(LayeredIntModel):
+    """kind "transformer"."""
     heads: int
     d_ff: int
     window: int
-    layers: int
-    labels: list
-    feat_m: np.ndarray
-    feat_s: np.ndarray
-    mean_fx: np.ndarray
-    in_frac: np.ndarray
-    enc: object              # MatMulQ, Q12
-    enc_b: np.ndarray
-    cells: list              # per layer: dict (see `from_parts`)
-    ln_f: LayerNormQ
-    head: object
-    head_hq: tuple           # Q12 -> head's int8 input (m, s)
-    head_b: np.ndarray
-    u_lim: int
-    logit_scale: float = 1.0 / (1 << Q)
-    meta: dict = field(default_factory=dict)
-
-    @property
-    def hidden(self) -> int:
-        return self.d_model
 
     @property
     def head_dim(self) -> int:
         return self.d_model // self.heads
-
-    @property
-    def n_features(self) -> int:
-        return len(self.mean_fx)
 
     def init_state(self, B: int = 1) -> dict:
         """The state of B streams after a reset: slot, n int [B]; per layer k, v int [B, window, D]."""
@@ -123,22 +98,6 @@ class XFIntModel:
         return {"slot": np.zeros(B, np.int64), "n": np.zeros(B, np.int64),
                 "k": [np.zeros((B, W, D), np.int64) for _ in range(self.layers)],
                 "v": [np.zeros((B, W, D), np.int64) for _ in range(self.layers)]}
-
-    def to_fixed(self, readings) -> np.ndarray:
-        """Float readings [..., F] -> int32 fixed point (value x 2^in_frac, rounded, saturated)."""
-        x = np.round(np.asarray(readings, np.float64) * np.exp2(self.in_frac.astype(np.float64)))
-        return np.clip(x, -(1 << 31), (1 << 31) - 1).astype(np.int64)
-
-    def input_range(self) -> tuple:
-        """(low, high) float64 [F]: the raw readings the embedding's int8 input covers."""
-        real = self.feat_m.astype(np.float64) / np.exp2(self.feat_s.astype(np.float64))
-        step = 1.0 / (real * np.exp2(self.in_frac.astype(np.float64)))
-        mean = self.mean_fx / np.exp2(self.in_frac.astype(np.float64))
-        return mean + step * (-128 - self.enc.in_zp), mean + step * (127 - self.enc.in_zp)
-
-    def quantize_reading(self, x_fx: np.ndarray) -> np.ndarray:
-        d = np.clip(np.asarray(x_fx, np.int64), -IN_LIMIT, IN_LIMIT) - self.mean_fx
-        return np.clip(requant(d, self.feat_m, self.feat_s) + self.enc.in_zp, -128, 127)
 
     def step(self, x_fx: np.ndarray, state: dict):
         """x_fx int [B, F] (readings in fixed point, `to_fixed`) -> (logits Q12 int [B, C], new

@@ -253,7 +253,8 @@ def train_in_process(arch: str, run: Path, args) -> dict:
 
     tc = DEFAULTS[arch]
     overrides, augment = parse_settings(parse_overrides(args.set), base=tc.augment)
-    fields = {k: type(getattr(tc, k))(v) for k, _, v in (f.partition("=") for f in args.train_set)}
+    fields = {k: (int if getattr(tc, k) is None else type(getattr(tc, k)))(v)     # grace: None or a count
+              for k, _, v in (f.partition("=") for f in args.train_set)}
     tc = replace(tc, seed=args.seed, augment=augment, **({"epochs": args.epochs} if args.epochs else {}), **fields)
     ckpt = train(arch, load_dataset(args.data), tc, overrides, progress=False)
     save_checkpoint(ckpt, run)
