@@ -44,6 +44,7 @@ import numpy as np
 
 from edgeseq.errors import DataError, EdgeseqError, UsageError
 from edgeseq.tune_storage import _optuna, close_storage, open_storage, redact
+from edgeseq.tune_figures import int8_figures, untrained_figures
 from edgeseq.tune_space import APPLIES, QUICK_SPACE, SCHEDULE, SPACE, check_space, describe, suggest  # noqa: F401
 
 DEFAULT_STUDY = "tune"
@@ -151,18 +152,6 @@ def constraints(trial) -> list:
 
 # --- one trial -------------------------------------------------------------------------------
 
-def int8_figures(model: str, split, dataset, target) -> dict:
-    """Both protocols of `model` on `split` and its firmware check on `target`."""
-    from edgeseq.runtime.evaluate import evaluate
-    from firmware_sim.plan import check_model
-
-    ev = evaluate(model, split, dataset.labels, features=dataset.features)
-    fw = check_model(model, target)
-    return {"never_reset_accuracy": ev["continuous"]["reading_accuracy"], "per_sequence_accuracy": ev["accuracy"],
-            "latency_us": fw["cost"]["us_per_reading"], "flash_kb": fw["flash"]["total"] / 1024,
-            "ram_kb": fw["ram"]["total"] / 1024, "cost_source": fw["cost"]["source"], "fits_part": fw["fits"]}
-
-
 def objective(trial, search: Search) -> list:
     """Train on the fit split, export static int8, score on the validation split, check on the target."""
     from dataclasses import replace
@@ -174,8 +163,14 @@ def objective(trial, search: Search) -> list:
     trial.set_user_attr("arch", arch)
     trial.set_user_attr("settings", settings)
     trial.set_user_attr("schedule", schedule)
+    caps = search.caps()
     try:
         tc = replace(DEFAULTS[arch], seed=search.settings["seed"], **schedule)
+        if any(v is not None for v in search.settings["limits"].values()):
+            m = untrained_figures(arch, settings, tc, search)
+            if m is not None and over_limits(m, caps):             # not trained: no accuracy to report
+                return _record(trial, {**m, "never_reset_accuracy": None, "per_sequence_accuracy": None,
+                                       "trained": False}, caps)
         ckpt = train(arch, search.data, tc, settings, progress=False)
         if arch == "transformer" and "window" not in settings:      # the window the data gave it, kept so
             settings = {**settings, "window": ckpt["config"]["window"]}     # the retrain on all the training
@@ -189,12 +184,17 @@ def objective(trial, search: Search) -> list:
         raise
     m["int8_within_bounds"] = q["within_bounds"]
     m["train_seconds"] = ckpt["metrics"]["train_seconds"]
-    caps = search.caps()
+    return _record(trial, m, caps)
+
+
+def _record(trial, m: dict, caps: dict) -> list:
+    """Store a trial's figures and broken limits; its values for Optuna (an untrained trial's
+    accuracies count as 0: it is infeasible, so never on the front)."""
     trial.set_user_attr("measures", m)
     trial.set_user_attr("constraints", [
         m["latency_us"] / 1000 - caps["latency_ms"] if caps["latency_ms"] is not None else -1.0,
         m["ram_kb"] - caps["ram_kb"], m["flash_kb"] - caps["flash_kb"]])
-    return [m[k] for k, *_ in OBJECTIVES]
+    return [m[k] or 0.0 for k, *_ in OBJECTIVES]
 
 
 def _say(search, text):
@@ -211,6 +211,9 @@ def progress_line(t, caps) -> str:
         return f"trial {t.number}: {what}: failed: {a.get('error', t.state.name.lower())}{secs}"
     m = a["measures"]
     broken = over_limits(m, caps)
+    if m.get("trained") is False:
+        return (f"trial {t.number}: {what}: not trained, over a limit before training: {', '.join(broken)} "
+                f"({m['latency_us']:,.0f} us/reading, flash {m['flash_kb']:.1f} KB, RAM {m['ram_kb']:.1f} KB){secs}")
     return (f"trial {t.number}: {what}: never reset {m['never_reset_accuracy']:.3f}, per sequence "
             f"{m['per_sequence_accuracy']:.3f}, {m['latency_us']:,.0f} us/reading, flash {m['flash_kb']:.1f} KB, "
             f"RAM {m['ram_kb']:.1f} KB" + (f"; infeasible: {', '.join(broken)}" if broken else "") + secs)

@@ -107,6 +107,9 @@ def test_limits_nothing_meets_is_one_error_and_no_model(tuned, grouped, runner):
     saved = json.loads(Path("b/pareto.json").read_text())
     assert saved["chosen"] is None and saved["front"] == [] and not Path("b/model").exists()
     assert all(t["over"] and not t["feasible"] for t in saved["all_trials"])
+    # over the limit before training: not trained, no accuracy claimed
+    assert all(t["trained"] is False and t["never_reset_accuracy"] is None and "train_seconds" not in t
+               for t in saved["all_trials"])
     # seeded: the same seed draws the same parameters (here, whatever the limits)
     params = [(t["arch"], t["settings"], t["schedule"]) for t in saved["all_trials"]]
     assert params == [(t["arch"], t["settings"], t["schedule"]) for t in r["all_trials"][:2]]
@@ -238,3 +241,30 @@ def test_a_window_the_data_gave_a_trial_is_the_retrained_models(tmp_path, monkey
     r = tune("w", data=str(path), trials=1, seed=0, space=space, progress=False)
     assert r["chosen"] is not None and r["chosen"]["settings"]["window"] == fit
     assert load_checkpoint(r["chosen"]["files"]["checkpoint"])["config"]["window"] == fit
+
+
+@pytest.mark.parametrize("arch, settings", [
+    ("rnn", {"hidden": 8}), ("gru", {"hidden": 8, "layers": 2}), ("lstm", {"hidden": 8}),
+    ("ssm", {"d_model": 8, "d_state": 4, "layers": 1, "selective": True}),
+    ("transformer", {"d_model": 8, "layers": 1, "heads": 2, "window": 6})])
+def test_untrained_firmware_figures_are_the_trained_models(arch, settings, tmp_path):
+    """What lets tune skip training a trial over a limit: latency, flash and RAM on the target
+    follow the architecture and its sizes, not what the weights learnt."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from edgeseq.data import load_dataset
+    from edgeseq.train import DEFAULTS, train
+    from edgeseq.tune_figures import firmware_figures, untrained_figures
+    from export import export_int8
+    from firmware_sim.targets import get_target
+
+    ds = load_dataset("basicmotions")
+    search = SimpleNamespace(data=ds, out=tmp_path, target=get_target("nrf52840"))
+    tc = replace(DEFAULTS[arch], epochs=3, seed=0)
+    before = untrained_figures(arch, settings, tc, search)
+    path = tmp_path / "trained.onnx"
+    export_int8(train(arch, ds, tc, settings, progress=False), path, "static", data=ds, keep_anyway=True)
+    after = firmware_figures(str(path), search.target)
+    assert before == after and after["latency_us"] > 0
+    assert list(tmp_path.iterdir()) == [path]                  # the untrained model's files are gone

@@ -136,7 +136,7 @@ def _png(result: dict) -> bytes:
         raise EdgeseqError('edgeseq tune plots with matplotlib: pip install "edgeseq[tune]"') from None
     fig = Figure(figsize=(10, 4.2))
     FigureCanvasAgg(fig)
-    done = [r for r in result["all_trials"] if "latency_us" in r]
+    done = [r for r in result["all_trials"] if r.get("never_reset_accuracy") is not None]   # trained ones
     on_front = {r["trial"] for r in result["front"]}
     chosen = (result["chosen"] or {}).get("trial")
     for ax, key, xlabel in zip(fig.subplots(1, 2), ("latency_us", "flash_kb"),
@@ -167,7 +167,8 @@ def _png(result: dict) -> bytes:
         ax.set_xlabel(xlabel)
         ax.set_ylabel("never-reset accuracy (validation)")
         ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    if ax.get_legend_handles_labels()[0]:                  # no trained trial: nothing to name
+        ax.legend(fontsize=8, loc="lower right")
     fig.suptitle(f"edgeseq tune, study '{result['study']}': {result['trials']['finished']} trials "
                  f"(ringed: Pareto front; x: over a limit)", fontsize=10)
     fig.tight_layout()
