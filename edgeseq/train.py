@@ -51,7 +51,7 @@ from torch import nn
 
 import edgeseq
 from edgeseq.data import Dataset, Normalization, Split, load_dataset, since_change
-from edgeseq.data.augment import DEFAULT as AUGMENT, NONE, Augment, Augmenter, check_augment
+from edgeseq.data.augment import DEFAULT as AUGMENT, NONE, Augment, Augmenter, check_augment, resolve_triples
 from edgeseq.errors import DataError, ModelFileError, UsageError
 from edgeseq.models import build_model, check_arch, config_dict, make_config
 from edgeseq.models.transformer import window_for
@@ -233,6 +233,7 @@ def _train(arch, dataset, tc, model_overrides, progress=True):
 
     tr = dataset.train
     augment = Augmenter(tc.augment, dataset.features, norm.std, norm.constant, tc.seed) if tc.augment.active else None
+    resolve_triples(tc.augment, dataset.features)              # channels named that the data lacks: refused, always
     streaming = tc.stream_weight > 0 and hasattr(model, "forward_stream")
     plan = plan_epoch(tr.lengths, tc, streaming, chunked(model))
     grace = tc.grace if tc.grace is not None else grace_for(tr.lengths)

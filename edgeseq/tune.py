@@ -451,6 +451,7 @@ def tune(out, data: str | None = None, target: str | None = None, trials: int = 
     profiles = load_targets(targets_file)                # DataError for a file that cannot be used
 
     url = storage or f"sqlite:///{(out / 'study.db').resolve()}"
+    _check_out_is_this_studys(out, study or DEFAULT_STUDY, redact(url))
     verbosity = optuna.logging.get_verbosity()
     optuna.logging.set_verbosity(optuna.logging.ERROR)      # our progress line says what a trial did
     st = None
@@ -521,6 +522,20 @@ def tune(out, data: str | None = None, target: str | None = None, trials: int = 
     finally:
         close_storage(st)
         optuna.logging.set_verbosity(verbosity)
+
+
+def _check_out_is_this_studys(out: Path, name: str, url: str) -> None:
+    """UsageError where `out` holds the front and model of another study (or storage): a run
+    writes its own over them, so another study takes its own --out."""
+    try:
+        prev = json.loads((out / "pareto.json").read_text())
+        prev = (str(prev["study"]), str(prev["storage"])) if isinstance(prev, dict) else None
+    except (OSError, ValueError, KeyError):
+        return                                              # none, or not one tune wrote: nothing of a study's
+    default = [u.startswith("sqlite:///") and u.endswith("/study.db") for u in (prev[1], url)] if prev else []
+    if prev is not None and (prev[0] != name or (prev[1] != url and not all(default))):   # a moved --out keeps its study.db
+        raise UsageError(f"--out '{out}' holds the front and chosen model of study '{prev[0]}' in {prev[1]}; give "
+                         f"study '{name}' its own --out (or pass --study {prev[0]} to add trials to that one)")
 
 
 # --- the chosen model ------------------------------------------------------------------------

@@ -73,6 +73,9 @@ def open_storage(url: str):
     optuna = _optuna()
     import sqlalchemy.exc
 
+    if re.fullmatch(r"sqlite(\+\w+)?:///?(:memory:)?(\?.*)?", url.strip()):
+        raise UsageError(f"--storage {url} is a database in memory: its trials would be lost when the run ends and "
+                         "no worker could share them; give a file, sqlite:///path/study.db")
     engine_url, postgres = _postgres(url)
     kwargs = {"connect_args": {"timeout": 60}} if url.startswith("sqlite:") else {}   # workers wait for each other
     if postgres:
@@ -90,6 +93,7 @@ def open_storage(url: str):
                 need, pip = "a PostgreSQL driver", PG_DRIVERS[0][1]
             else:
                 need, pip = f"the Python module {module}", dict(PG_DRIVERS).get(module, module)
+            pip = {"MySQLdb": "mysqlclient", "pymysql": "PyMySQL"}.get(pip, pip)        # module -> package
             raise UsageError(f"--storage {redact(url)} needs {need}; pip install {pip}") from None
         except Exception as e:
             # Two machines creating Optuna's tables in one new database at once: the later one finds them made.

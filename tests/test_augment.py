@@ -182,6 +182,8 @@ def test_settings_parse_from_set_and_name_what_is_wrong():
         (("augment.join", True),): "augment.join",
         (("augment.triples", "acc_x,acc_y"),): "augment.triples must be auto, none or channel names in threes",
         (("augment.triples", "a,b,c;c,d,e"),): "augment.triples names channel 'c' more than once",
+        (("augment.triples", ""),): "augment.triples is empty; give auto",
+        (("augment.triples", " ; "),): "augment.triples is empty; give auto",
     }
     for items, msg in bad.items():
         with pytest.raises(UsageError) as e:
@@ -191,6 +193,11 @@ def test_settings_parse_from_set_and_name_what_is_wrong():
         check_augment(asdict(replace(DEFAULT, timewarp=float("nan"))))
     with pytest.raises(DataError, match="augment.triples names channel 'gx', which the data lacks"):
         Augmenter(Augment(rotate=10, triples=[["gx", "gy", "gz"]]), FEATURES)
+    from edgeseq.train import TrainConfig, train
+    for off in ({"augment": "none"}, {"augment.rotate": 0}):      # a misspelt channel is refused, rotated or not
+        _, aug = parse_settings({**off, "augment.triples": "ax,ay,az"})
+        with pytest.raises(DataError, match="augment.triples names channel 'ax', which the data lacks"):
+            train("gru", _tiny(), TrainConfig(epochs=1, augment=aug), {"hidden": 4}, progress=False)
 
 
 def _tiny(per_reading=False):

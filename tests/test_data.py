@@ -268,6 +268,12 @@ Y8 = np.array([0, 1] * 4)
     ({"X": X8[:, :, :0], "y": Y8}, r"X must be \[N, T, F\] with at least one of each, got shape \[8, 5, 0\]"),
     ({"X": X8.astype(np.complex64), "y": Y8}, r"X must be real numbers, got dtype complex64"),
     ({"X": np.full((8, 5, 2), 1e39), "y": Y8}, r"X holds NaN or Inf inside the valid lengths \(or a value beyond"),
+    # keys edgeseq would ignore that look meant for it
+    ({"X": X8, "y": Y8, "group": Y8}, r"has an array 'group', which edgeseq does not read; did you mean 'groups'\?"),
+    ({"X": X8, "y": Y8, "Groups": Y8}, r"did you mean 'groups'\?"),
+    ({"X": X8, "y": Y8, "lenghts": np.full(8, 5)}, r"did you mean 'lengths'\?"),
+    ({"X": X8, "y": Y8, "groups_train": Y8}, r"has groups_train beside X/y, where it would be ignored; name it groups"),
+    ({"X": X8, "y": Y8, "lengths_train": np.full(8, 5)}, r"has lengths_train beside X/y"),
 ])
 def test_npz_layout_errors_are_one_line(tmp_path, arrays, match):
     with pytest.raises(DataError, match=match) as e:
@@ -380,3 +386,10 @@ def test_the_default_transformer_window_follows_the_data(tmp_path):
     assert train("transformer", long, tc, tiny, progress=False)["config"]["window"] == 50
     for window in (7, 0):
         assert train("transformer", short, tc, {**tiny, "window": window}, progress=False)["config"]["window"] == window
+
+
+def test_npz_keys_of_ones_own_are_left_alone(tmp_path):
+    """Metadata of the user's own, and a near miss beside the key it resembles, load as before."""
+    ds = load_dataset(_npz(tmp_path, X=X8, y=Y8, sample_rate=np.array(50.0), groups=np.arange(8) % 4,
+                           group=np.zeros(8), notes=np.array("x")))
+    assert ds.train.groups is not None and len(ds.train) + len(ds.test) == 8

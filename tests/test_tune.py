@@ -128,6 +128,18 @@ def test_resume_adds_trials_on_two_workers(tuned, runner, tmp_path):
     r = json.loads(res.stdout)
     assert r["trials"]["this_run"] == 2 and [t["trial"] for t in r["all_trials"]] == [0, 1, 2, 3, 4]
     assert r["space"] == QUICK_SPACE and r["chosen"] is not None          # the study's settings, kept
+    # another study (or one in another storage) in the same --out would write over this one's front and model
+    before = {p.name: p.read_bytes() for p in Path("c").iterdir() if p.is_file()}
+    for other in (["--study", "s2"], ["--study", "tune", "--storage", "sqlite:///elsewhere.db"]):
+        res = runner.invoke(cli, ["tune", "--out", "c", *other, "--quick", "--trials", "1"])
+        assert ("--out 'c' holds the front and chosen model of study 'tune' in sqlite:///" in one_error_line(res, 2)
+                and "its own --out" in res.output)
+    assert before == {p.name: p.read_bytes() for p in Path("c").iterdir() if p.is_file()}
+    assert not Path("elsewhere.db").exists()
+    # a moved --out keeps its study: resumed from its new place
+    shutil.move("c", "moved")
+    res = runner.invoke(cli, ["tune", "--out", "moved", "--study", "tune", "--trials", "0", "--quiet"])
+    assert res.exit_code == 0, res.output
 
 
 MYPART = {"name": "mypart", "part": "My board", "core": "Cortex-M4", "clock_mhz": 16, "flash_kb": 1, "sram_kb": 16,
@@ -182,6 +194,8 @@ def test_a_part_of_a_targets_file_reaches_every_worker_and_stays_with_the_study(
      "otherpart (check the names in the file"),
     (["--out", "n", "--max-ram-kb", "-1"], 2, "-1 is not > 0"),
     (["--out", "n", "--jobs", "0"], 2, "--jobs"),
+    (["--out", "n", "--storage", "sqlite://"], 2, "--storage sqlite:// is a database in memory"),
+    (["--out", "n", "--storage", "sqlite:///:memory:"], 2, "is a database in memory"),
 ])
 def test_bad_options_are_one_line_and_write_nothing(runner, args, code, message):
     Path("f.txt").write_text("x")

@@ -102,6 +102,9 @@ def _check_triples(t):
         return t
     if isinstance(t, str):                    # "acc_x,acc_y,acc_z;gyr_x,gyr_y,gyr_z"
         t = [[c.strip() for c in part.split(",")] for part in t.split(";") if part.strip()]
+    if isinstance(t, (list, tuple)) and not t:
+        raise UsageError("augment.triples is empty; give auto (found from the channel names), none, or channel names "
+                         "in threes (acc_x,acc_y,acc_z;gyr_x,gyr_y,gyr_z)")
     ok = isinstance(t, (list, tuple)) and all(
         isinstance(g, (list, tuple)) and len(g) == 3 and all(isinstance(c, str) and c for c in g) for g in t)
     if not ok:
@@ -165,20 +168,21 @@ def find_triples(features) -> list:
 def resolve_triples(aug: Augment, features, constant=None) -> list:
     """Index triples (lists of 3 ints) that `aug` rotates on data with channels `features`:
     `find_triples` for 'auto' (skipping any triple with a constant channel), none for 'none'
-    or a zero `rotate`, else the named ones. DataError (one line) names a channel the data lacks."""
-    if not aug.rotate or aug.triples == "none":
-        return []
+    or a zero `rotate`, else the named ones. DataError (one line) names a channel the data lacks,
+    rotated or not."""
     names = [str(f) for f in features]
-    if aug.triples == "auto":
-        skip = set(np.flatnonzero(constant).tolist()) if constant is not None else set()
-        return [t for t in find_triples(names) if not skip & set(t)]
     out = []
-    for g in aug.triples:
+    for g in aug.triples if isinstance(aug.triples, list) else ():
         missing = [c for c in g if c not in names]
         if missing:
             raise DataError(f"augment.triples names channel '{missing[0]}', which the data lacks (it has "
                             f"{', '.join(names)}); name three of its channels, or set augment.triples=auto")
         out.append([names.index(c) for c in g])
+    if not aug.rotate or aug.triples == "none":
+        return []
+    if aug.triples == "auto":
+        skip = set(np.flatnonzero(constant).tolist()) if constant is not None else set()
+        return [t for t in find_triples(names) if not skip & set(t)]
     return out
 
 

@@ -41,6 +41,7 @@ def _load_npz(path: Path, name: str) -> Dataset:
     if "groups_test" in keys and "X_test" not in keys:
         raise DataError(f"'{path}' has groups_test but no X_test/y_test; "
                         "save the whole test split or drop groups_test")
+    _check_keys(keys, train_keys[0] == "X_train", path)
     gkey = "groups"
     if train_keys[0] == "X_train" and "groups_train" in keys:
         if "groups" in keys:
@@ -73,6 +74,27 @@ def _load_npz(path: Path, name: str) -> Dataset:
         held_out = "class" if Gtr is None else "group"
     features = features or [f"f{i}" for i in range(Xtr.shape[2])]
     return Dataset(name, train, test, labels, features, held_out=held_out)
+
+
+NPZ_KEYS = ("X", "y", "lengths", "groups", "X_test", "y_test", "lengths_test", "groups_test", "labels", "features")
+TRAIN_SUFFIXED = ("X_train", "y_train", "lengths_train", "groups_train")
+
+
+def _check_keys(keys, suffixed: bool, path) -> None:
+    """DataError for a key edgeseq would ignore that looks meant for it: one of the other layout
+    (lengths_train beside X) or a near miss of a known key ('group', 'Groups', 'lenghts'). Other
+    keys (a user's own metadata, or a near miss beside the key it resembles) are left alone."""
+    import difflib
+
+    known = NPZ_KEYS + (TRAIN_SUFFIXED if suffixed else ())
+    for k in sorted(keys - set(known)):
+        if not suffixed and k in TRAIN_SUFFIXED:
+            raise DataError(f"'{path}' has {k} beside X/y, where it would be ignored; name it {k[:-6]} (or save "
+                            "the X_train/y_train layout)")
+        near = [m for m in known if m.lower() == k.lower()] or difflib.get_close_matches(k, known, 1, 0.75)
+        if near and near[0] not in keys:                   # beside the real one it is the user's own
+            raise DataError(f"'{path}' has an array '{k}', which edgeseq does not read; did you mean '{near[0]}'? "
+                            "(rename it, or it is ignored)")
 
 
 def _pair(keys, pair, path, what):
