@@ -393,4 +393,14 @@ def test_eval_says_n_a_when_no_reading_lies_past_the_grace(runner, exported, bas
     assert "per reading n/a (no reading lies 1 reading past a change: the label changes too often)" in r.output, \
         r.output
     r = runner.invoke(cli, ["eval", str(exported("gru")[0]), "--data", str(short), "--json"])
-    assert json.loads(r.output)["continuous"]["scored_readings"] == 0
+    c = json.loads(r.output)["continuous"]
+    assert c["scored_readings"] == 0 and c["reading_accuracy"] is None and c["changes"] > 0
+    # one test sequence: no change of label to follow, said in words and null in JSON
+    one = tmp_path / "one.npz"
+    np.savez(one, X=ds.test.X, y=ds.test.y, labels=np.asarray(ds.labels), features=np.asarray(ds.features),
+             X_test=ds.test.X[:1], y_test=ds.test.y[:1])
+    r = runner.invoke(cli, ["eval", str(exported("gru")[0]), "--data", str(one)])
+    assert r.exit_code == 0 and "follow a change: none (no change of label in these streams" in r.output, r.output
+    r = runner.invoke(cli, ["eval", str(exported("gru")[0]), "--data", str(one), "--json"])
+    c = json.loads(r.output)["continuous"]
+    assert c["changes"] == 0 and c["followed"] is None and c["reading_accuracy"] is not None

@@ -203,8 +203,13 @@ def test_eval_scores_each_group_and_names_the_worst(people, runner):
     r = runner.invoke(cli, ["eval", str(model)])
     assert r.exit_code == 0, r.output
     line = next(line for line in r.output.splitlines() if "per group" in line)
-    assert line == ("  per group: worst " + f"'{worst['group']}' {worst['accuracy']:.3f} ({worst['n']} sequences); "
-                    + ", ".join(f"{k} {v['accuracy']:.3f} ({v['n']})" for k, v in per.items()))
+    ranked = sorted(per.items(), key=lambda kv: (kv[1]["accuracy"], -kv[1]["n"], kv[0]))   # worst first
+    tied = sum(v["accuracy"] == worst["accuracy"] for v in per.values()) - 1
+    assert len(per) <= 12 and ranked[0][0] == worst["group"]
+    assert line == ("  per group: worst " + f"'{worst['group']}' {worst['accuracy']:.3f} ({worst['n']} sequence"
+                    + ("s" if worst["n"] != 1 else "") + (f"; {tied} more group{'s' if tied > 1 else ''} at "
+                                                            f"{worst['accuracy']:.3f}" if tied else "") + "); "
+                    + "; ".join(f"'{k}' {v['accuracy']:.3f} ({v['n']})" for k, v in ranked))
     assert f"{res['continuous']['scored_share']:.0%} of readings scored" in r.output
     r = runner.invoke(cli, ["eval", str(model), "--split", "train", "--json"])
     assert list(json.loads(r.output)["groups"]["per_group"]) == ds.group_split()["train"]

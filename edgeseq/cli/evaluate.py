@@ -37,6 +37,13 @@ def compare(models, data, readings, rounds, backend, as_json):
     click.echo(json.dumps(r, indent=2) if as_json else format_compare(r))
 
 
+GROUPS_SHOWN = 12                  # groups named on the text line, worst first (--json has them all)
+
+
+def _n(k: int, what: str) -> str:
+    return f"{k} {what}{'' if k == 1 else 's'}"
+
+
 @click.command(name="eval")
 @click.argument("model", type=click.Path())
 @click.option("--data", help=_DATA_HELP)
@@ -68,6 +75,11 @@ def eval_cmd(model, data, split, provider, backend, as_json):
     r["data"], r["split"] = ds.name, split
     if r.get("backend_note"):
         click.echo(f"note: onnxruntime backend, not native: {r['backend_note']}", err=True)
+    c = r["continuous"]
+    if c and not c["scored_readings"]:                    # nothing to score: no figure, rather than 0
+        c["reading_accuracy"] = None
+    if c and not c["changes"]:
+        c["followed"] = None
     if as_json:
         _echo_json(r)
         return
@@ -79,9 +91,12 @@ def eval_cmd(model, data, split, provider, backend, as_json):
         click.echo(f"  running prediction after {parts} of each sequence")
     if r.get("groups"):
         g, w = r["groups"]["per_group"], r["groups"]["worst"]
-        click.echo(f"  per group: worst '{w['group']}' {w['accuracy']:.3f} ({w['n']} sequences); "
-                   + ", ".join(f"{k} {v['accuracy']:.3f} ({v['n']})" for k, v in g.items()))
-    c = r["continuous"]
+        tied = sum(v["accuracy"] == w["accuracy"] for v in g.values()) - 1
+        shown = sorted(g.items(), key=lambda kv: (kv[1]["accuracy"], -kv[1]["n"], str(kv[0])))[:GROUPS_SHOWN]
+        more = f"; {len(g) - len(shown)} more in --json" if len(g) > len(shown) else ""
+        click.echo(f"  per group: worst '{w['group']}' {w['accuracy']:.3f} ({_n(w['n'], 'sequence')}"
+                   + (f"; {tied} more group{'s' if tied > 1 else ''} at {w['accuracy']:.3f}" if tied else "") + "); "
+                   + "; ".join(f"'{k}' {v['accuracy']:.3f} ({v['n']})" for k, v in shown) + more)
     if c:
         follow = "never" if c["median_readings_to_follow"] is None else f"{c['median_readings_to_follow']:.0f}"
         per = (f"{c['reading_accuracy']:.3f} (past {c['grace']} reading{'' if c['grace'] == 1 else 's'} after each change; "
@@ -91,4 +106,5 @@ def eval_cmd(model, data, split, provider, backend, as_json):
         click.echo(f"continuous (never reset, {c['orders']} orders x {c['readings_per_stream']:,} readings): "
                    f"per reading {per}, "
                    f"at each sequence's last reading {c['last_reading_accuracy']:.3f}; median readings to follow "
-                   f"a change {follow} ({c['followed']:.0%} of {c['changes']} changes followed)")
+                   + (f"a change {follow} ({c['followed']:.0%} of {_n(c['changes'], 'change')} followed)" if c["changes"]
+                      else "a change: none (no change of label in these streams: one sequence, or one class)"))
