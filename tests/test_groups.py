@@ -50,7 +50,12 @@ def test_a_hold_out_never_splits_a_group(n_groups, n_classes, seed, data):
     y = np.array(data.draw(st.lists(st.integers(0, n_classes - 1), min_size=N, max_size=N)), np.int64)
     X = np.arange(N, dtype=np.float32)[:, None, None] * np.ones((1, 3, 2), np.float32)   # X[i] names sequence i
     split = Split(X, y, np.full(N, 3), groups=groups)
-    rest, held = holdout(split, seed=seed)
+    try:
+        rest, held = holdout(split, seed=seed)
+    except DataError as e:                      # no draw leaves the rest every class: refused, never returned
+        assert "no hold-out of whole groups for a test split keeps every class in the rest" in str(e)
+        return
+    assert set(rest.y.tolist()) == set(y.tolist())
     a, b = set(rest.groups.tolist()), set(held.groups.tolist())
     assert a and b and not a & b and a | b == set(groups.tolist())
     assert sorted(np.r_[rest.X[:, 0, 0], held.X[:, 0, 0]].tolist()) == list(range(N))     # every sequence, once
@@ -130,6 +135,9 @@ def test_a_csv_group_column(tmp_path):
     (np.array([""] + ["a"] * 23), "groups holds an empty name; name the group of every sequence"),
     (np.array(["a"] * 24), r"names one group \('a'\) and a test split takes whole groups, so it needs at least 2; "
                            "add sequences from another subject, device or session, or add X_test/y_test"),
+    (np.array(["rest", "walk"])[np.arange(24) % 2], r"no hold-out of whole groups for a test split keeps every class "
+     r"in the rest \(2 of the 2 groups hold a single class\), and training needs every class; add groups that hold "
+     "several classes, or add X_test/y_test"),                                     # each group: one class
 ])
 def test_bad_npz_groups_are_refused(tmp_path, groups, message):
     path = _people(tmp_path / "bad.npz", named=False, groups=groups)

@@ -310,8 +310,9 @@ def holdout(split: Split, fraction: float = 0.25, seed: int = HOLDOUT_SEED, wher
     groups (`split.groups`): whole groups, never one on both sides, drawn in a seeded order
     (numpy's default_rng(seed)) and taken until they hold `fraction` of the sequences, at
     least one group and never all; the first of up to REDRAWS orders whose rest keeps every
-    class is used (else the first). Raises DataError, one line that names `where` and says
-    `remedy`, when too few sequences or fewer than 2 groups leave nothing to hold out."""
+    class is used. Raises DataError, one line that names `where` and says `remedy`, when too
+    few sequences or fewer than 2 groups leave nothing to hold out, or when no draw leaves the
+    rest every class (groups of a single class each)."""
     if split.groups is not None:
         return _group_holdout(split, fraction, seed, where, what, remedy)
     test = np.zeros(len(split), bool)
@@ -346,4 +347,9 @@ def _group_holdout(split, fraction, seed, where, what, remedy):
         if set(np.unique(split.y[~test]).tolist()) == classes:
             first = test
             break
+    else:
+        lone = [str(g) for g in names if len(np.unique(split.y[split.groups == g])) == 1]
+        raise DataError(f"{where}: no hold-out of whole groups for {what} keeps every class in the rest ({len(lone)} "
+                        f"of the {len(names)} groups hold a single class), and training needs every class; add "
+                        f"groups that hold several classes, or {remedy}")
     return split.take(~first), split.take(first)
