@@ -104,7 +104,21 @@ def test_a_given_test_split_keeps_its_groups(tmp_path):
     ds = load_dataset(str(path))
     assert ds.held_out == "file" and len(ds.train) == 24
     assert ds.group_split()["test"] == ["7", "8"] and ds.group_split()["test_split"] == "given by the file"
-    assert ds.train.groups.tolist()[:5] == ["p0", "p0", "p0", "p0", "p1"]
+    assert ds.train.groups.tolist()[:5] == ["p0", "p0", "p0", "p0", "p1"] and ds.group_split()["shared"] == []
+
+
+def test_a_given_test_split_sharing_groups_with_training_is_said(tmp_path, runner):
+    """The file's own test split is used as it is, but a test group that also trained is named:
+    its accuracy is not on unseen people."""
+    path = _people(tmp_path / "shared.npz")
+    z = dict(np.load(path))
+    np.savez(path, **z, X_test=z["X"][:4], y_test=z["y"][:4], groups_test=np.array(["p0", "p0", "q", "q"]))
+    assert load_dataset(str(path)).group_split()["shared"] == ["p0"]
+    r = runner.invoke(cli, ["train", "--arch", "gru", "--data", str(path), "--out", str(tmp_path / "r"), "--epochs",
+                            "1", "--set", "hidden=4"])
+    assert r.exit_code == 0, r.output
+    assert ("note: 1 group(s) are in both splits ('p0'): the test accuracy is not on unseen groups; give groups_test "
+            "names the training split does not hold to measure that") in r.stderr
 
 
 def test_a_csv_group_column(tmp_path):

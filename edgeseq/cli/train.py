@@ -63,3 +63,8 @@ def train(arch, data, out, epochs, lr, seed, settings, as_json, quiet):
         if m.get("groups"):
             click.echo(f"groups: {len(m['groups']['train'] or [])} in training, {len(m['groups']['test'] or [])} "
                        f"in the test split ({m['groups']['test_split']})")
+            shared = m["groups"].get("shared") or []
+            if shared:
+                click.echo(f"note: {len(shared)} group(s) are in both splits ({', '.join(repr(g) for g in shared[:5])}"
+                           f"{', ...' if len(shared) > 5 else ''}): the test accuracy is not on unseen groups; give "
+                           "groups_test names the training split does not hold to measure that", err=True)

@@ -92,14 +92,16 @@ class Dataset:
 
     def group_split(self) -> dict | None:
         """Which groups each split holds, {'train': [names], 'test': [names], 'test_split': how
-        it was set}, for metrics and JSON; None where the data names no groups."""
+        it was set, 'shared': [names in both] (only where the file gives the test split)}, for
+        metrics and JSON; None where the data names no groups."""
         if self.train.groups is None and self.test.groups is None:
             return None
         n_test, n_all = len(self.test), len(self.train) + len(self.test)
         how = {"file": "given by the file", "class": "the last quarter of each class",
                "group": f"whole groups: {n_test} of {n_all} sequences ({n_test / max(n_all, 1):.0%}), "
                         f"seed {HOLDOUT_SEED}"}[self.held_out]
-        return {"train": _group_names(self.train), "test": _group_names(self.test), "test_split": how}
+        train, test = _group_names(self.train), _group_names(self.test)
+        return {"train": train, "test": test, "test_split": how, "shared": sorted(set(train or ()) & set(test or ()))}
 
     @property
     def n_features(self):
