@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -60,6 +61,7 @@ META_QUANT = "edgeseq.quantization"
 META_VERSION = "edgeseq.version"
 META_CONFIG = "edgeseq.config"
 META_VALIDATION = "edgeseq.validation"
+META_DATA_SHA = "edgeseq.data_sha256"     # that data file's sha256 when it trained (eval checks it)
 META_DATA = "edgeseq.data"               # what the model was trained on: an embedded data set's name
                                          # ("basicmotions") or a data file's absolute path; null when it
                                          # cannot be reopened (data built in memory). Absent in older
@@ -263,6 +265,7 @@ class ModelMeta:
     config: dict | None = None
     validation: dict | None = None      # figures the export measured (read-only here: export writes it)
     data: str | None = None             # the training data (META_DATA); None: unknown or an older file
+    data_sha256: str | None = None      # that file's sha256 (META_DATA_SHA); None: embedded, unknown or older
 
     def to_props(self) -> dict:
         """The metadata as ONNX metadata_props: compact JSON per key (a small model's file is
@@ -280,6 +283,7 @@ class ModelMeta:
             META_NORM: _compact(self.normalization),
             META_CONFIG: _compact(self.config),
             META_DATA: _compact(self.data),
+            META_DATA_SHA: _compact(self.data_sha256),
         }
 
     @property
@@ -298,7 +302,7 @@ class ModelMeta:
         name/output/shape/kind/dtype; max_history: null or an int >= 1; format: an int this
         runtime reads; normalization: mean/std lists of finite values, std > 0;
         quantization/config/validation: null or an object; data: null or a non-empty name or
-        path). Never TypeError/KeyError."""
+        path; data_sha256: null or 64 hex digits). Never TypeError/KeyError."""
         if not isinstance(props, dict):
             raise MetadataError("", "metadata is not a key -> JSON text map; export it again")
         missing = [k for k in REQUIRED_KEYS if k not in props]
@@ -345,6 +349,10 @@ class ModelMeta:
         extra["data"] = get(META_DATA)
         if extra["data"] is not None and not (isinstance(extra["data"], str) and extra["data"].strip()):
             _fail(META_DATA, f"must be null or the name or path of the training data, got {_show(extra['data'])}")
+        extra["data_sha256"] = get(META_DATA_SHA)
+        if extra["data_sha256"] is not None and not (isinstance(extra["data_sha256"], str)
+                                                     and re.fullmatch(r"[0-9a-f]{64}", extra["data_sha256"])):
+            _fail(META_DATA_SHA, f"must be null or a sha256 in hex, got {_show(extra['data_sha256'])}")
         return cls(arch=arch, mode=mode, features=features, labels=labels, state=state, max_history=max_history,
                    quantization=quantization, version=version, format=fmt,
                    normalization=_normalization(get(META_NORM)), **extra)

@@ -348,6 +348,7 @@ def _train(arch, dataset, tc, model_overrides, progress=True):
         "dataset": dataset.name,                 # for display
         "data_path": dataset.source if dataset.source and Path(dataset.source).is_absolute() else None,
                                                  # a data file's absolute path: int8 export reopens it
+        "data_sha256": dataset.sha256,           # and its bytes' sha256: eval refuses the file changed since
         "metrics": metrics,
         "loss_history": history,
     }

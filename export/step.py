@@ -223,8 +223,15 @@ def meta_for(ckpt: dict, model, mode: str, max_history=None, quantization=None) 
         arch=ckpt["arch"], mode=mode, features=list(ckpt["features"]), labels=list(ckpt["labels"]),
         state=state, max_history=max_history, quantization=quantization,
         version=edgeseq.__version__, normalization=ckpt["normalization"], config=ckpt["config"],
-        data=trained_on(ckpt),
+        data=trained_on(ckpt), data_sha256=_sha256_of(ckpt),
     )
+
+
+def _sha256_of(ckpt: dict) -> str | None:
+    """The checkpoint's data file sha256 (64 hex digits), where it names a file; else None."""
+    sha = ckpt.get("data_sha256")
+    ok = ckpt.get("data_path") and isinstance(sha, str) and len(sha) == 64 and all(c in "0123456789abcdef" for c in sha)
+    return sha if ok else None
 
 
 def _trace(module, args, input_names, output_names, dynamic_shapes):

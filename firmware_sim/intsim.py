@@ -528,7 +528,7 @@ def from_parts(meta, initializers: dict, nodes, path="<model>") -> IntModel:
                                                         f"scale {head.in_name} (Q15 state in)", path),
                          head_b=q12(path, head_b_name, head_b), head_b_name=head_b_name,
                          meta={"arch": meta.arch, "features": meta.features, "quantization": meta.quantization,
-                               "data": meta.data})
+                               "data": meta.data, "data_sha256": meta.data_sha256})
     except (KeyError, IndexError, ValueError, TypeError, StopIteration, ArithmeticError) as e:
         raise ModelFileError(f"'{path}' is not laid out as edgeseq's int8 export writes it ({type(e).__name__}: "
                              f"{str(e)[:80]}); export it again with --int8") from None

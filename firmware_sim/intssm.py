@@ -417,7 +417,7 @@ def from_parts(meta, initializers: dict, nodes, path="<model>") -> SSMIntModel:
             head_b=_qfrac(path, "model.head.bias", gemm_bias["model.head.weight"], Q),
             u_lim=min(1 << 26, ((1 << 30) - 1) // D),
             meta={"arch": "ssm", "features": meta.features, "quantization": meta.quantization, "data": meta.data,
-                  "selective": selective})
+                  "data_sha256": meta.data_sha256, "selective": selective})
     except (KeyError, IndexError, ValueError, TypeError, StopIteration, ArithmeticError) as e:
         raise ModelFileError(f"'{path}' is not laid out as edgeseq's int8 ssm export writes it ({type(e).__name__}: "
                              f"{str(e)[:80]}); export it again with --int8") from None

@@ -289,7 +289,7 @@ def from_parts(meta, initializers: dict, nodes, path="<model>") -> XFIntModel:
             head=head, head_hq=q_to_int8(Q, head, "final LayerNorm out"),
             head_b=_qfrac(path, "model.head.bias", prods[-1][7], Q), u_lim=min(1 << 26, ((1 << 30) - 1) // D),
             meta={"arch": "transformer", "features": meta.features, "quantization": meta.quantization,
-                  "data": meta.data, "window": W})
+                  "data": meta.data, "data_sha256": meta.data_sha256, "window": W})
     except (KeyError, IndexError, ValueError, TypeError, StopIteration, ArithmeticError) as e:
         raise ModelFileError(f"'{path}' is not laid out as edgeseq's int8 transformer export writes it "
                              f"({type(e).__name__}: {str(e)[:80]}); export it again with --int8") from None

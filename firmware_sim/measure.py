@@ -105,7 +105,8 @@ def readings_for(m, data: str | None, n: int, model=None) -> tuple:
 
     recorded = m.meta.get("data")
     try:
-        ds = data_for_model(data, m.meta["features"], trained=recorded, model=None if model is None else str(model))
+        ds = data_for_model(data, m.meta["features"], trained=recorded, model=None if model is None else str(model),
+                            trained_sha256=m.meta.get("data_sha256"))
     except DataError:
         if data is not None or recorded is not None:
             raise

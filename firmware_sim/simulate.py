@@ -18,7 +18,7 @@ def simulate(model, data: str | None = None, float_model=None, readings: int = 1
     `never_reset` (the split joined end to end in `edgeseq.runtime.evaluate.ORDERS` seeded
     orders, one stream each, scored per reading past the grace period: `score_continuous`)."""
     m, qsess, qmeta = load_int_model(model)
-    ds = data_for_model(data, m.meta["features"], m.labels, m.meta.get("data"), str(model))
+    ds = data_for_model(data, m.meta["features"], m.labels, m.meta.get("data"), str(model), m.meta.get("data_sha256"))
     split = ds.test
     logits_int = run_stream(m, m.to_fixed(split.X)).astype(np.float64) / (1 << Q)
     for t in range(split.X.shape[1]):                       # past a sequence's end: not scored

@@ -16,7 +16,7 @@ from helpers import one_error_line as _err
 
 from edgeseq import contract
 from edgeseq.cli import cli
-from edgeseq.data import load_dataset, trained_on
+from edgeseq.data import file_sha256, load_dataset, trained_on
 from edgeseq.errors import DataError
 
 BM = "acc_x, acc_y, acc_z, gyr_x, gyr_y, gyr_z"
@@ -239,3 +239,27 @@ def test_a_report_that_fails_midway_leaves_out_as_it_was(own, runner, tmp_path, 
     assert _err(r) == "Error: int8 export broke; try again"
     assert (_snapshot(out) == before) if existing else not out.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == (["rep"] if existing else [])
+
+
+def test_a_recorded_data_file_that_changed_since_training_is_refused(own, runner):
+    """The model records its data file's sha256: a file changed since (its test split carved
+    anew could hold training sequences) is refused in one line; --data scores it as it is now,
+    and the file restored is read again."""
+    from edgeseq.runtime.model import open_model
+    root, data, f, _, _ = own
+    assert open_model(f)[1].data_sha256 == file_sha256(data)
+    copy = root / "copy" / "walk.npz"
+    copy.parent.mkdir()
+    shutil.copy(data, copy)
+    model = _recording(f, root / "copied.onnx", json.dumps(str(copy)))
+    assert runner.invoke(cli, ["eval", model]).exit_code == 0          # the same bytes elsewhere: read
+    with np.load(copy) as z:
+        np.savez(copy, **{k: z[k] for k in z.files}, notes=np.array("changed"))
+    assert _err(runner.invoke(cli, ["eval", model])) == (
+        f"Error: model '{model}' was trained on '{copy}', which has changed since (its sha256 is not the one the "
+        "model records), so its test split may now hold sequences the model trained on; pass --data "
+        f"'{copy}' to score on the file as it is now, or restore it")
+    r = runner.invoke(cli, ["eval", model, "--data", str(copy), "--json"])
+    assert r.exit_code == 0, r.output
+    shutil.copy(data, copy)
+    assert runner.invoke(cli, ["eval", model]).exit_code == 0

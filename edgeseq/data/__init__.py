@@ -36,6 +36,7 @@ checks are in `edgeseq.data.files`.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,6 +90,7 @@ class Dataset:
     source: str | None = None   # what load_dataset reopens: 'basicmotions' or the file's absolute path
                                 # (None: built in memory)
     held_out: str = "file"      # how the test split was set: 'file' (given), 'class' or 'group' (`holdout`)
+    sha256: str | None = None   # a data file's sha256 as loaded (None: embedded or built in memory)
 
     def group_split(self) -> dict | None:
         """Which groups each split holds, {'train': [names], 'test': [names], 'test_split': how
@@ -113,7 +115,7 @@ class Dataset:
         if order is None:
             return self
         return Dataset(self.name, self.train.channels(order), self.test.channels(order), self.labels,
-                       list(model_features), self.source, self.held_out)
+                       list(model_features), self.source, self.held_out, self.sha256)
 
 
 def _group_names(split: Split) -> list | None:
@@ -168,7 +170,7 @@ def trained_on(ckpt: dict) -> str | None:
 
 
 def data_for_model(data: str | None, features, labels=None, trained: str | None = None,
-                   model: str | None = None) -> Dataset:
+                   model: str | None = None, trained_sha256: str | None = None) -> Dataset:
     """The data a model is evaluated on, its channels in the model's order: what `eval`,
     `compare`, `report` and `firmware simulate`/`measure` read.
 
@@ -176,14 +178,20 @@ def data_for_model(data: str | None, features, labels=None, trained: str | None 
     `trained` (the model file's `edgeseq.data` metadata or `trained_on(checkpoint)`: an
     embedded name or a file's absolute path); a model that records none (a file exported
     before that key) is read against the embedded basicmotions. features, labels: the model's
-    channel and class names (labels None: not checked); `model` names it in messages.
+    channel and class names (labels None: not checked); `model` names it in messages;
+    trained_sha256: the recorded file's sha256 when it was trained (None: not checked).
     Raises DataError, one line that says to pass --data: the recorded file no longer exists
-    (naming it), the data's channels are not the model's (naming both, `align_features`),
-    or its labels are not the model's."""
+    (naming it) or has changed since (its test split, carved anew, could hold sequences the
+    model trained on), the data's channels are not the model's (naming both,
+    `align_features`), or its labels are not the model's."""
     who = f"model '{model}'" if model else "the model"
     if data is None and trained is not None and trained not in EMBEDDED and not Path(trained).is_file():
         raise DataError(f"{who} was trained on '{trained}', which no longer exists; pass --data with that data "
                         "(or other data with the model's channels)")
+    if data is None and trained not in (None, *EMBEDDED) and trained_sha256 and file_sha256(trained) != trained_sha256:
+        raise DataError(f"{who} was trained on '{trained}', which has changed since (its sha256 is not the one the "
+                        "model records), so its test split may now hold sequences the model trained on; pass --data "
+                        f"'{trained}' to score on the file as it is now, or restore it")
     ds = load_dataset(data or trained or "basicmotions")
     ds = ds.for_model(features, f"data '{ds.name}'", DATA_REMEDY)
     if labels is not None and list(ds.labels) != list(labels):
@@ -297,7 +305,17 @@ def load_dataset(spec: str) -> Dataset:
     else:
         raise DataError(f"data file '{spec}' must end in .npz or .csv")
     ds.source = str(path.resolve())
+    ds.sha256 = file_sha256(path)
     return ds
+
+
+def file_sha256(path) -> str:
+    """The sha256 of a file's bytes, hex."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 HOLDOUT_SEED = 0   # the test split a file without one gets: fixed, so every command reads the same split

@@ -59,7 +59,7 @@ def compare_models(paths: list, data: str | None = None, readings: int = STREAM_
         if list(s.meta.features) != list(first.features) or list(s.meta.labels) != list(first.labels):
             raise DataError(f"'{p}' reads other features or predicts other labels than '{paths[0]}'; "
                             "compare models of one task")
-    ds = data_for_model(data, first.features, first.labels, first.data, str(paths[0]))
+    ds = data_for_model(data, first.features, first.labels, first.data, str(paths[0]), first.data_sha256)
 
     keys = [twin_key(s.meta) for s in sessions]
     twin = [next((j for j in range(i) if keys[j] == keys[i]), None) for i in range(len(paths))]

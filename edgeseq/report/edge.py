@@ -352,7 +352,8 @@ def report_data(runs, data: str | None = None):
         if list(c["features"]) != list(ckpt["features"]) or list(c["labels"]) != list(ckpt["labels"]):
             raise UsageError(f"--runs '{runs}': {a} reads other channels or predicts other labels than {first}; "
                              "a report compares models of one task")
-    return data_for_model(data, ckpt["features"], ckpt["labels"], specs[first], str(run)), reused
+    return data_for_model(data, ckpt["features"], ckpt["labels"], specs[first], str(run),
+                          ckpt.get("data_sha256") if ckpt.get("data_path") else None), reused
 
 
 def build_report(out, quick: bool = False, runs=None, progress: bool = True, data: str | None = None) -> dict:

@@ -49,6 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from edgeseq import contract
+from edgeseq.data import file_sha256
 from edgeseq.errors import EdgeseqError, UsageError
 
 try:
@@ -118,11 +119,8 @@ def _same_file(a, b) -> bool:
 
 
 def model_sha256(path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    """The sha256 of a model file's bytes, hex."""
+    return file_sha256(path)
 
 
 def session_sha256(sess) -> str:
