@@ -351,8 +351,10 @@ class ModelMeta:
             _fail(META_DATA, f"must be null or the name or path of the training data, got {_show(extra['data'])}")
         extra["data_sha256"] = get(META_DATA_SHA)
         if extra["data_sha256"] is not None and not (isinstance(extra["data_sha256"], str)
-                                                     and re.fullmatch(r"[0-9a-f]{64}", extra["data_sha256"])):
-            _fail(META_DATA_SHA, f"must be null or a sha256 in hex, got {_show(extra['data_sha256'])}")
+                                                     and re.fullmatch(r"[0-9a-fA-F]{64}", extra["data_sha256"])):
+            _fail(META_DATA_SHA, f"must be null or a sha256 (64 hex digits), got {_show(extra['data_sha256'])}")
+        if extra["data_sha256"] is not None:
+            extra["data_sha256"] = extra["data_sha256"].lower()
         return cls(arch=arch, mode=mode, features=features, labels=labels, state=state, max_history=max_history,
                    quantization=quantization, version=version, format=fmt,
                    normalization=_normalization(get(META_NORM)), **extra)

@@ -533,7 +533,11 @@ def _check_out_is_this_studys(out: Path, name: str, url: str) -> None:
     except (OSError, ValueError, KeyError):
         return                                              # none, or not one tune wrote: nothing of a study's
     default = [u.startswith("sqlite:///") and u.endswith("/study.db") for u in (prev[1], url)] if prev else []
-    if prev is not None and (prev[0] != name or (prev[1] != url and not all(default))):   # a moved --out keeps its study.db
+    if prev is not None and prev[0] == name and prev[1] != url and not all(default):
+        raise UsageError(f"--out '{out}' holds the front and chosen model of study '{name}' in {prev[1]}, not in "
+                         f"{url}; resume it with --storage {prev[1]} (or without --storage where it is this folder's "
+                         "study.db), or give the study in this storage its own --out")
+    if prev is not None and prev[0] != name:                 # a moved --out keeps its study.db
         raise UsageError(f"--out '{out}' holds the front and chosen model of study '{prev[0]}' in {prev[1]}; give "
                          f"study '{name}' its own --out (or pass --study {prev[0]} to add trials to that one)")
 

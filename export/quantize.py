@@ -270,6 +270,11 @@ def dataset_for(ckpt: dict, data: str | Dataset | None) -> Dataset:
                 why = f"this checkpoint names its training data only as '{spec}', which is not a data set or file"
             raise DataError(f"int8 export needs the training data for calibration and checks, but {why}; "
                             "pass it with --data") from None
+        sha = ckpt.get("data_sha256")
+        if not data and ckpt.get("data_path") and isinstance(sha, str) and ds.sha256 and ds.sha256 != sha.lower():
+            raise DataError(f"int8 export calibrates and checks on the run's training data '{spec}', which has changed "
+                            "since training (its sha256 is not the one the checkpoint records), so its test split may "
+                            f"now hold training sequences; pass --data '{spec}' to use it as it is now, or restore it")
     ds = ds.for_model(ckpt["features"], f"data '{ds.name}'", DATA_REMEDY)
     if list(ds.labels) != list(ckpt["labels"]):
         raise DataError(f"data '{ds.name}' has labels {ds.labels}, the model predicts {ckpt['labels']}; "

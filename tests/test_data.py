@@ -274,6 +274,11 @@ Y8 = np.array([0, 1] * 4)
     ({"X": X8, "y": Y8, "lenghts": np.full(8, 5)}, r"did you mean 'lengths'\?"),
     ({"X": X8, "y": Y8, "groups_train": Y8}, r"has groups_train beside X/y, where it would be ignored; name it groups"),
     ({"X": X8, "y": Y8, "lengths_train": np.full(8, 5)}, r"has lengths_train beside X/y"),
+    ({"X_train": X8, "y_train": Y8, "lengths": np.full(8, 5)}, r"has lengths beside X_train/y_train, where it would "
+                                                               r"be ignored; name it lengths_train"),
+    ({"X_train": X8, "y_train": Y8, "lenghts": np.full(8, 5)}, r"did you mean 'lengths_train'\?"),
+    ({"X": X8, "y": Y8, "sequence_lengths": np.full(8, 5)}, r"did you mean 'lengths'\?"),
+    ({"X": X8, "y": Y8, "X_test": X8, "y_test": Y8, "test_groups": Y8}, r"did you mean 'groups_test'\?"),
 ])
 def test_npz_layout_errors_are_one_line(tmp_path, arrays, match):
     with pytest.raises(DataError, match=match) as e:
@@ -391,5 +396,6 @@ def test_the_default_transformer_window_follows_the_data(tmp_path):
 def test_npz_keys_of_ones_own_are_left_alone(tmp_path):
     """Metadata of the user's own, and a near miss beside the key it resembles, load as before."""
     ds = load_dataset(_npz(tmp_path, X=X8, y=Y8, sample_rate=np.array(50.0), groups=np.arange(8) % 4,
-                           group=np.zeros(8), notes=np.array("x")))
+                           group=np.zeros(8), notes=np.array("x"), feature_units=np.array(["g", "g"]),
+                           lengths_raw=np.full(8, 5)))
     assert ds.train.groups is not None and len(ds.train) + len(ds.test) == 8

@@ -261,5 +261,35 @@ def test_a_recorded_data_file_that_changed_since_training_is_refused(own, runner
         f"'{copy}' to score on the file as it is now, or restore it")
     r = runner.invoke(cli, ["eval", model, "--data", str(copy), "--json"])
     assert r.exit_code == 0, r.output
+    # compare: a second model of that file is checked too, not only the first (which trained on it as it is now)
+    other = onnx.load(_recording(f, root / "other.onnx", json.dumps(str(copy))))
+    for p in other.metadata_props:
+        if p.key == contract.META_DATA_SHA:
+            p.value = json.dumps(file_sha256(copy))
+    onnx.save(other, str(root / "other.onnx"))
+    other = str(root / "other.onnx")
+    assert runner.invoke(cli, ["eval", other]).exit_code == 0
+    line = _err(runner.invoke(cli, ["compare", other, model, "--rounds", "1"]))
+    assert line.startswith(f"Error: model '{model}' was trained on '{copy}', which has changed since"), line
     shutil.copy(data, copy)
     assert runner.invoke(cli, ["eval", model]).exit_code == 0
+
+
+def test_int8_export_of_a_run_whose_data_file_changed_is_refused(own, tmp_path):
+    """int8 export reopens the run's training data: changed since, it is refused (--data wins)."""
+    import shutil
+
+    from edgeseq.train import load_checkpoint
+    from export import export_int8
+    root, data, _, _, runs = own
+    ckpt = load_checkpoint(runs / "gru")
+    copy = tmp_path / "walk.npz"
+    shutil.copy(data, copy)
+    ckpt = {**ckpt, "data_path": str(copy)}
+    with np.load(copy) as z:
+        np.savez(copy, **{k: z[k] for k in z.files}, notes=np.array("changed"))
+    with pytest.raises(DataError, match=r"int8 export calibrates and checks on the run's training data '.*walk.npz', "
+                                        r"which has changed since training .* pass --data"):
+        export_int8(ckpt, tmp_path / "g8.onnx", "static", keep_anyway=True)
+    assert not (tmp_path / "g8.onnx").exists()
+    export_int8(ckpt, tmp_path / "g8.onnx", "static", data=str(copy), keep_anyway=True)

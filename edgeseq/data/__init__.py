@@ -188,10 +188,8 @@ def data_for_model(data: str | None, features, labels=None, trained: str | None 
     if data is None and trained is not None and trained not in EMBEDDED and not Path(trained).is_file():
         raise DataError(f"{who} was trained on '{trained}', which no longer exists; pass --data with that data "
                         "(or other data with the model's channels)")
-    if data is None and trained not in (None, *EMBEDDED) and trained_sha256 and file_sha256(trained) != trained_sha256:
-        raise DataError(f"{who} was trained on '{trained}', which has changed since (its sha256 is not the one the "
-                        "model records), so its test split may now hold sequences the model trained on; pass --data "
-                        f"'{trained}' to score on the file as it is now, or restore it")
+    if data is None:
+        check_unchanged(trained, trained_sha256, who)
     ds = load_dataset(data or trained or "basicmotions")
     ds = ds.for_model(features, f"data '{ds.name}'", DATA_REMEDY)
     if labels is not None and list(ds.labels) != list(labels):
@@ -307,6 +305,15 @@ def load_dataset(spec: str) -> Dataset:
     ds.source = str(path.resolve())
     ds.sha256 = file_sha256(path)
     return ds
+
+
+def check_unchanged(trained: str | None, sha256: str | None, who: str = "the model") -> None:
+    """DataError (one line, says to pass --data) where `trained`, a data file a model recorded
+    with its `sha256`, has other bytes now; nothing where either is None or the data is embedded."""
+    if trained not in (None, *EMBEDDED) and sha256 and Path(trained).is_file() and file_sha256(trained) != sha256.lower():
+        raise DataError(f"{who} was trained on '{trained}', which has changed since (its sha256 is not the one the "
+                        "model records), so its test split may now hold sequences the model trained on; pass --data "
+                        f"'{trained}' to score on the file as it is now, or restore it")
 
 
 def file_sha256(path) -> str:

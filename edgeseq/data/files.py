@@ -78,6 +78,9 @@ def _load_npz(path: Path, name: str) -> Dataset:
 
 NPZ_KEYS = ("X", "y", "lengths", "groups", "X_test", "y_test", "lengths_test", "groups_test", "labels", "features")
 TRAIN_SUFFIXED = ("X_train", "y_train", "lengths_train", "groups_train")
+# names other tools give these arrays -> edgeseq's
+KEY_ALIASES = {"test_groups": "groups_test", "label_names": "labels", "class_names": "labels",
+               "feature_names": "features", "sequence_lengths": "lengths", "seq_lengths": "lengths"}
 
 
 def _check_keys(keys, suffixed: bool, path) -> None:
@@ -86,12 +89,19 @@ def _check_keys(keys, suffixed: bool, path) -> None:
     keys (a user's own metadata, or a near miss beside the key it resembles) are left alone."""
     import difflib
 
-    known = NPZ_KEYS + (TRAIN_SUFFIXED if suffixed else ())
+    known = NPZ_KEYS[3:] + TRAIN_SUFFIXED if suffixed else NPZ_KEYS       # groups: either layout
     for k in sorted(keys - set(known)):
         if not suffixed and k in TRAIN_SUFFIXED:
             raise DataError(f"'{path}' has {k} beside X/y, where it would be ignored; name it {k[:-6]} (or save "
                             "the X_train/y_train layout)")
-        near = [m for m in known if m.lower() == k.lower()] or difflib.get_close_matches(k, known, 1, 0.75)
+        if suffixed and k in ("X", "y", "lengths"):
+            raise DataError(f"'{path}' has {k} beside X_train/y_train, where it would be ignored; name it {k}_train "
+                            "(or save the X/y layout)")
+        alias = KEY_ALIASES.get(k)
+        alias = (alias + "_train" if suffixed and alias == "lengths" else alias) if alias else None
+        bases = {m[:-6]: m for m in TRAIN_SUFFIXED} if suffixed else {}     # 'lenghts' -> lengths_train there
+        near = ([alias] if alias else [m for m in known if m.lower() == k.lower()]
+                or [bases.get(m, m) for m in difflib.get_close_matches(k, [*known, *bases], 1, 0.85)])
         if near and near[0] not in keys:                   # beside the real one it is the user's own
             raise DataError(f"'{path}' has an array '{k}', which edgeseq does not read; did you mean '{near[0]}'? "
                             "(rename it, or it is ignored)")

@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from edgeseq.data import data_for_model
+from edgeseq.data import check_unchanged, data_for_model
 from edgeseq.errors import DataError, UsageError
 from edgeseq.runtime.evaluate import STREAM_READINGS, evaluate, long_streams, output_error
 from edgeseq.runtime.session import StreamSession
@@ -60,6 +60,10 @@ def compare_models(paths: list, data: str | None = None, readings: int = STREAM_
             raise DataError(f"'{p}' reads other features or predicts other labels than '{paths[0]}'; "
                             "compare models of one task")
     ds = data_for_model(data, first.features, first.labels, first.data, str(paths[0]), first.data_sha256)
+    if data is None:                                 # the others that trained on that file, as it was then
+        for p, s in zip(paths[1:], sessions[1:]):
+            if s.meta.data == first.data:
+                check_unchanged(s.meta.data, s.meta.data_sha256, f"model '{p}'")
 
     keys = [twin_key(s.meta) for s in sessions]
     twin = [next((j for j in range(i) if keys[j] == keys[i]), None) for i in range(len(paths))]

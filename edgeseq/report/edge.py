@@ -327,7 +327,7 @@ def report_data(runs, data: str | None = None):
     trained or written: every reused run must read the data's channels and predict its labels
     (DataError saying to pass --data), and the runs must be of one task. Raises UsageError for
     a `runs` that is not a directory of runs, or runs trained on different data without --data."""
-    from edgeseq.data import data_for_model, load_dataset, trained_on
+    from edgeseq.data import check_unchanged, data_for_model, load_dataset, trained_on
     from edgeseq.train import load_checkpoint
 
     reused = {}
@@ -352,8 +352,10 @@ def report_data(runs, data: str | None = None):
         if list(c["features"]) != list(ckpt["features"]) or list(c["labels"]) != list(ckpt["labels"]):
             raise UsageError(f"--runs '{runs}': {a} reads other channels or predicts other labels than {first}; "
                              "a report compares models of one task")
-    return data_for_model(data, ckpt["features"], ckpt["labels"], specs[first], str(run),
-                          ckpt.get("data_sha256") if ckpt.get("data_path") else None), reused
+    if data is None:                                 # every run reused, as its data file was when it trained
+        for a, (r, c) in reused.items():
+            check_unchanged(specs[a], c.get("data_sha256") if c.get("data_path") else None, f"run '{r}'")
+    return data_for_model(data, ckpt["features"], ckpt["labels"], specs[first], str(run)), reused
 
 
 def build_report(out, quick: bool = False, runs=None, progress: bool = True, data: str | None = None) -> dict:
