@@ -361,7 +361,6 @@ def _group_holdout(split, fraction, seed, where, what, remedy):
     rng = np.random.default_rng(seed)
     target = max(1, round(len(split) * fraction))
     classes = set(np.unique(split.y).tolist())
-    first = None
     for _ in range(REDRAWS):
         held, n = np.zeros(len(names), bool), 0
         for g in rng.permutation(len(names))[:-1]:         # one group at least stays
@@ -369,14 +368,11 @@ def _group_holdout(split, fraction, seed, where, what, remedy):
             if n >= target:
                 break
         test = held[index]
-        if first is None:
-            first = test
         if set(np.unique(split.y[~test]).tolist()) == classes:
-            first = test
             break
     else:
         lone = [str(g) for g in names if len(np.unique(split.y[split.groups == g])) == 1]
         raise DataError(f"{where}: no hold-out of whole groups for {what} keeps every class in the rest ({len(lone)} "
                         f"of the {len(names)} groups hold a single class), and training needs every class; add "
                         f"groups that hold several classes, or {remedy}")
-    return split.take(~first), split.take(first)
+    return split.take(~test), split.take(test)
