@@ -54,7 +54,7 @@ from edgeseq.data import Dataset, Normalization, Split, load_dataset, since_chan
 from edgeseq.data.augment import DEFAULT as AUGMENT, NONE, Augment, Augmenter, check_augment, resolve_triples
 from edgeseq.errors import DataError, ModelFileError, UsageError
 from edgeseq.models import build_model, check_arch, config_dict, make_config
-from edgeseq.models.transformer import window_for
+from edgeseq.models.transformer import SHIFT_INVARIANT, TransformerConfig, window_for
 from edgeseq.runtime.evaluate import GRACE, grace_for
 
 # the epoch plan and progress are part of edgeseq.train's interface too, hence names unused here
@@ -211,12 +211,17 @@ def train(arch: str, dataset: Dataset | str = "basicmotions", train_config: Trai
         torch.set_num_threads(threads)
 
 
+POSITIONS = TransformerConfig.positions      # the Transformer's default position scheme
+
+
 def data_settings(arch: str, overrides: dict | None, split: Split) -> dict:
     """The model settings to train with: `overrides`, plus those that follow the training data
-    where they are not given. A Transformer without a `window` setting gets `window_for` the
-    training sequences' lengths (50 on BasicMotions); a given window, 0 included, is kept."""
+    where they are not given. A Transformer with positions "none" or "sinusoid" and no `window`
+    setting gets `window_for` the training sequences' lengths (50 on BasicMotions, 17 on spoken
+    digits); with ALiBi (the default) its recency bias does what the short window did, and the
+    window stays WINDOW (docs/measured.md); a given window, 0 included, is kept."""
     settings = dict(overrides or {})
-    if arch == "transformer" and "window" not in settings:
+    if arch == "transformer" and "window" not in settings and settings.get("positions", POSITIONS) != "alibi":
         settings["window"] = window_for(split.lengths)
     return settings
 
@@ -369,9 +374,9 @@ def ignore_constant_channels(model, norm) -> list:
 
 def chunked(model) -> bool:
     """Whether the model runs a sequence in chunks with its state carried: not bidirectional
-    models (no `forward_stream`), nor a Transformer with positions (a chunk would restart
-    them at 0)."""
-    return hasattr(model, "forward_stream") and getattr(model.config, "positions", "none") == "none"
+    models (no `forward_stream`), nor a Transformer with sinusoidal positions (a chunk would
+    restart them at 0)."""
+    return hasattr(model, "forward_stream") and getattr(model.config, "positions", "none") in SHIFT_INVARIANT
 
 
 def _time_update(model, opt, sched, update, plan, n_features, streaming, repeats: int = 3) -> float:

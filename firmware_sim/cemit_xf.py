@@ -83,6 +83,9 @@ def source(m: XFIntModel, p: str) -> str:
         g.append(_ln(p, f"lna{i}", c["ln1"]) + _matrix(p, f"qkv{i}", c["qkv"], c["bqkv"])
                  + _matrix(p, f"proj{i}", c["proj"], c["bproj"]) + _ln(p, f"lnb{i}", c["ln2"])
                  + _matrix(p, f"fca{i}", c["fc1"], c["bfc1"]) + _matrix(p, f"fcb{i}", c["fc2"], c["bfc2"]))
+    for i, c in enumerate(m.cells):
+        if c["alibi"] is not None:                 # ALiBi: each head's integer slope and the distance it caps at
+            g.append(_arr("int32_t", f"{p}_alibi{i}_slope", c["alibi"][0]) + _arr("int32_t", f"{p}_alibi{i}_dcap", c["alibi"][1]))
     g.append(_ln(p, "lnf", m.ln_f) + _matrix(p, "head", m.head, m.head_b))
     g.append(f"""void {p}_reset({p}_state_t *st) {{
   int l, r, c;
@@ -126,7 +129,7 @@ int {p}_argmax(const int32_t logits_q12[{P}_CLASSES]) {{
               f"st->k[{i}][slot], &st->v[{i}][0][0], {w_p}, slot);",
               f"  for (hh = 0; hh < {H}; hh++)",
               f"    es_k_xf_head(q16 + hh * {hs_p}, &st->k[{i}][0][hh * {hs_p}], {H * hs_p}, &st->v[{i}][hh * {hs}][0], "
-              f"{w_p}, n, {hs}, {hs_p}, {c['j']}, sc, pw, y + hh * {hs});",
+              f"{w_p}, n, {hs}, {hs_p}, {c['j']}, {_alibi_args(p, i, c, W)}, sc, pw, y + hh * {hs});",
               f"  es_k_quantize32(y, {D}, {pad4(D)}, {c['y_q'][0]}, {c['y_q'][1]}, {proj.in_zp}, a);",
               f"  es_k_matvec(a, xb, {p}_proj{i}_w, {p}_proj{i}_q, {pad4(D)}, {D}, {rq_mode(proj.s)}, v);",
               f"  es_k_residual(u, v, {D}, {m.u_lim});",
@@ -144,6 +147,13 @@ int {p}_argmax(const int32_t logits_q12[{P}_CLASSES]) {{
           "}"]
     g.append("\n".join(L) + "\n")
     return "\n".join(g)
+
+
+def _alibi_args(p: str, i: int, c: dict, W: int) -> str:
+    """es_k_xf_head's slope, dcap, slot and ring length for layer i (slope 0: no recency bias)."""
+    if c["alibi"] is None:
+        return f"0, 0, slot, {W}"
+    return f"{p}_alibi{i}_slope[hh], {p}_alibi{i}_dcap[hh], slot, {W}"
 
 
 def matrices(m: XFIntModel) -> list:
@@ -167,15 +177,20 @@ def macs(m: XFIntModel) -> int:
     return int(sum(x.w.size for x in matrices(m))) + attention_macs(m)
 
 
+ALIBI_VALUES = 0.5   # ALiBi's bias of one softmax entry, in element-wise values: 18.5-19.4 cycles an entry measured
+                    # on the emulated M4 at -O2 (windows 16, 50, 256; an element-wise value is fitted at 37 there)
+
+
 def cost_features(m: XFIntModel) -> list:
     """What a step at a full window costs, for `firmware check`'s fitted cost: [MACs as
     es_k_matvec runs them, attention MACs as the head kernel runs them (padded head and window),
     softmax entries (layers x heads x window), element-wise values (LayerNorms, requantized
-    values, GELU, residuals), 1]."""
+    values, GELU, residuals, and ALiBi's bias: ALIBI_VALUES per softmax entry), 1]."""
     D, L, W, H = m.d_model, m.layers, m.window, m.heads
     attn = L * (W * H * pad2(m.head_dim) + D * pad2(W))
     outputs = sum(x.w.shape[1] for x in matrices(m))
     elementwise = outputs + m.n_features + L * (8 * D + m.d_ff) + 2 * D
+    elementwise += ALIBI_VALUES * sum(W * int((c["alibi"][0] > 0).sum()) for c in m.cells if c["alibi"] is not None)
     return [float(kernel_macs(m)), float(attn), float(L * H * W), float(elementwise), 1.0]
 
 

@@ -17,6 +17,9 @@ QuantizeLinear), and the float constants (LayerNorm weights, biases). Formats:
   bits, clamped to +-`qlim` so a head's dot product stays within +-2^30. A stream's `n` counts the
   rows written since its reset (at most `window`), `slot` is the row the next reading writes:
   the first readings after a reset attend only to the rows that exist;
+- with positions "alibi", a head's score of the row d readings back loses ALiBi's recency
+  bias slope_q x d (slope_q = round(slope x 2^(12 + j)); 2^30 where d > dcap = 2^30 // slope_q),
+  the biased score clamped to -2^30: int32 throughout;
 - softmax per head: scores q.k in int32, minus the row maximum, >> j to Q12, exp from a
   2049-knot Q15 table over [-16, 0] (`EXP`, interpolated; below -16 it is 0), summed in int32, the
   reciprocal R = floor(2^30 / sum) by integer division, weights p = (e R + 2^14) >> 15 (Q15,
@@ -26,7 +29,7 @@ QuantizeLinear), and the float constants (LayerNorm weights, biases). Formats:
 - the head gives Q12 logits, as the RNNs' do.
 
 An unbounded window (0) and sinusoidal positions are refused in one line: a static ring needs a
-window, and the step holds no position signal.
+window, and the step holds no position signal (ALiBi needs none: only distances).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from firmware_sim.intssm import (HEADROOM, LayeredIntModel, LayerNormQ, _Graph, 
 
 WINDOW_MAX = 4096            # rows of the ring: beyond it the weights' sum could leave int32
 EXP_SPAN = 16 << Q           # exp is read over [-16, 0] (Q12); below it a weight is 0
+BIAS_CAP = 1 << 30           # ALiBi's integer bias at most, and a biased score at least its negative
 NO_WINDOW = ("an unbounded cache (window 0) cannot be a static ring buffer; train with a window "
              "(`edgeseq train --arch transformer --set window=N`) and export that")
 
@@ -123,6 +127,8 @@ class XFIntModel(LayeredIntModel):
             for h in range(H):
                 sl = slice(h * hs, (h + 1) * hs)
                 sc = np.einsum("bc,btc->bt", q16[:, sl], kc[:, :, sl])
+                if c["alibi"] is not None and c["alibi"][0][h] > 0:
+                    sc = np.maximum(sc - alibi_bias(c["alibi"][0][h], c["alibi"][1][h], slot, W), -BIAS_CAP)
                 p = softmax_q15(sc, n, c["j"])
                 y[:, sl] = np.einsum("bt,btc->bc", p, vc[:, :, sl])
             mp = c["proj"]
@@ -138,6 +144,45 @@ class XFIntModel(LayeredIntModel):
         return logits, new
 
 
+def alibi_bias(slope_q: int, dcap: int, slot, W: int) -> np.ndarray:
+    """int64 [B, W]: the integer recency bias of each ring row for streams at `slot` (int [B], the
+    row this reading wrote): slope_q x d for the row d = slot - t (mod W) readings back, BIAS_CAP
+    past d > dcap."""
+    d = (np.asarray(slot, np.int64)[:, None] - np.arange(W)) % W
+    return np.where(d > dcap, BIAS_CAP, int(slope_q) * d)
+
+
+def alibi_ints(slopes: np.ndarray, j: int) -> tuple:
+    """(slope_q int64 [H], dcap int64 [H]) of float slopes [H] for scores with 12 + j fractional
+    bits: slope_q = round(slope x 2^(12 + j)), dcap = 2^30 // slope_q (2^30 for a slope of 0)."""
+    sq = np.round(np.asarray(slopes, np.float64) * 2.0 ** (Q + j)).astype(np.int64)
+    return sq, np.where(sq > 0, BIAS_CAP // np.maximum(sq, 1), BIAS_CAP)
+
+
+def graph_slopes(initializers: dict, nodes, H: int, path) -> np.ndarray:
+    """ALiBi's slopes float [H] from the step graph: the constant of the Mul whose product the
+    attention mask subtracts. ModelFileError (one line) when there is not exactly one."""
+    producer = {o: n for n in nodes for o in n.output}
+    found = set()
+    for n in nodes:
+        if n.op_type != "Sub" or len(n.input) != 2 or n.input[1] not in producer:
+            continue
+        mul = producer[n.input[1]]
+        if mul.op_type != "Mul":
+            continue
+        for i in mul.input:
+            v = initializers.get(i)
+            if v is not None and np.asarray(v).dtype.kind == "f" and np.asarray(v).size == H:
+                found.add(tuple(np.asarray(v, np.float64).reshape(-1).tolist()))
+    if len(found) != 1:
+        raise ModelFileError(f"'{path}' says positions 'alibi' but has {len(found)} sets of {H} recency slopes "
+                             "in its attention mask; export it again with --int8")
+    slopes = np.array(found.pop())
+    if not np.isfinite(slopes).all() or (slopes < 0).any():
+        raise ModelFileError(f"'{path}' has recency slopes {slopes.tolist()}: finite, >= 0 expected; export it again")
+    return slopes
+
+
 def _qlim(hs: int) -> int:
     """The largest |q| (int16) such that a head's dot product with int16 keys stays within +-2^30."""
     return int(min(32767, (1 << 30) // (hs * 32768)))
@@ -151,9 +196,9 @@ def _shift_within(real_max: float, frac: int, top: int) -> int:
 
 def check_window(cfg: dict, path) -> int:
     """The window of a transformer's config, or DataError (one line) for one a static ring cannot hold."""
-    if cfg.get("positions", "none") != "none":
+    if cfg.get("positions", "none") not in ("none", "alibi"):
         raise DataError(f"'{path}' adds {cfg.get('positions')} positions; the integer step holds no position "
-                        "signal: train it with positions 'none'")
+                        "signal: train it with positions 'alibi' or 'none'")
     W = int(cfg.get("window", 0) or 0)
     if W <= 0:
         raise DataError(f"'{path}' attends to an unbounded window: {NO_WINDOW}")
@@ -242,6 +287,7 @@ def from_parts(meta, initializers: dict, nodes, path="<model>") -> XFIntModel:
                                  "export it again")
         hs = D // H
         qlim = _qlim(hs)
+        slopes = graph_slopes(init, proto.graph.node, H, path) if cfg.get("positions") == "alibi" else None
         cells = []
         for i in range(L):
             pq, pp, p1, p2 = prods[1 + 4 * i: 5 + 4 * i]
@@ -261,7 +307,7 @@ def from_parts(meta, initializers: dict, nodes, path="<model>") -> XFIntModel:
             cells.append({
                 "ln1": layernorm(pq, f"layer {i}'s first LayerNorm"), "ln2": layernorm(p1, f"layer {i}'s second LayerNorm"),
                 "qkv": qkv, "proj": proj, "fc1": fc1, "fc2": fc2, "kk": kk, "kv": kv, "qlim": qlim, "j": j,
-                "q_m": q_m, "q_s": q_s,
+                "q_m": q_m, "q_s": q_s, "alibi": None if slopes is None else alibi_ints(slopes, j),
                 "bqkv": _qfrac(path, f"layer {i}'s qkv bias", bqkv, Q),
                 "bproj": _qfrac(path, f"layer {i}'s proj bias", gr.bias_of(pp[1], D), Q),
                 "bfc1": _qfrac(path, f"layer {i}'s first MLP bias", gr.bias_of(p1[1], FF), Q),
@@ -323,6 +369,8 @@ def check_xf_model(m: XFIntModel, path="<model>") -> None:
         _requant_ok(path, f"layer {i}'s queries", c["q_m"], c["q_s"])
         _fits(path, f"layer {i}'s queries before requantization", int(q.max()) << max(16 - c["q_s"], 0))
         q8(f"layer {i}'s attention out", y_max, c["y_q"])
+        if c["alibi"] is not None:
+            _fits(path, f"layer {i}'s recency slopes", c["alibi"][0], 0, BIAS_CAP, "0 .. 2^30")
         o = _reach(path, c["proj"], c["bproj"], f"layer {i}'s proj bias")
         _fits(path, f"layer {i}'s residual sum", m.u_lim + o)
         q8(f"layer {i}'s second LayerNorm out", ln_ok(f"layer {i}'s second LayerNorm", c["ln2"]), c["fc1_q"])

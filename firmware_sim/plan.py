@@ -237,7 +237,7 @@ def check_model(path, target, history: int | None = None, cycles_per_mac: float 
         exported, H = H, window
     per = sum(s.bytes_per_reading() for s in meta.state if s.kind == "growing")
     avail = target.sram_kb * 1024
-    ringed = (bool(window) and cfg.get("positions", "none") == "none"                # the integer step's KV ring
+    ringed = (bool(window) and cfg.get("positions", "none") in ("none", "alibi")     # the integer step's KV ring
               and bool(meta.quantization) and meta.quantization.get("scheme") == "static")
     ring = ringed and (history is None or history >= window)   # the ring (a shorter --history plans the graph)
     if growing and per * H > avail and not ring:       # the ring's int16 cache is planned below, not the graph's

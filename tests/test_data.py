@@ -130,8 +130,8 @@ TRANSFORMER_ONLY = [
     ("d_ff=-1", "setting d_ff must be a whole number in 1..16384, got -1"),
     ("window=2.5", r"setting window must be a whole number in 0..100000, got 2.5"),
     ("window=-1", r"setting window must be a whole number in 0..100000, got -1"),
-    ("positions=x", "setting positions must be one of none, sinusoid, got 'x'"),
-    ("positions=true", "setting positions must be one of none, sinusoid, got True"),
+    ("positions=x", "setting positions must be one of none, sinusoid, alibi, got 'x'"),
+    ("positions=true", "setting positions must be one of none, sinusoid, alibi, got True"),
 ]
 CASES = [(a, item, m.replace("hidden", "d_model").replace("1..4096", "2..4096") if a == "transformer" else m)
          for a in ARCHS for item, m in BAD_SETTINGS]   # the Transformer's width is d_model (LayerNorm: 2 at least)
@@ -373,10 +373,11 @@ def _npz_of_length(path, length: int, n: int = 12, seed: int = 0) -> str:
 
 
 def test_the_default_transformer_window_follows_the_data(tmp_path):
-    """No window setting: the Transformer trains with window_for(training lengths), a multiple
-    of the median length, at most 50 (100-reading BasicMotions keeps 50); the checkpoint
-    carries it, so the model rebuilt from it (what export reads for the file's max_history)
-    has it. A window setting, 0 included, is kept."""
+    """No window setting: with ALiBi (the default) the Transformer keeps the 50-reading window;
+    with positions none it trains with window_for(training lengths), a multiple of the median
+    length, at most 50 (100-reading BasicMotions keeps 50); the checkpoint carries it, so the
+    model rebuilt from it (what export reads for the file's max_history) has it. A window
+    setting, 0 included, is kept."""
     from edgeseq.models.transformer import WINDOW, window_for
     from edgeseq.train import TrainConfig, model_from_checkpoint, train
 
@@ -384,6 +385,9 @@ def test_the_default_transformer_window_follows_the_data(tmp_path):
     assert window_for(np.array([16, 16, 17])) < window_for(np.array([30] * 3)) <= 50
     tiny, tc = {"d_model": 8, "heads": 2, "layers": 1, "d_ff": 8}, TrainConfig(epochs=1, augment="none")
     short = _npz_of_length(tmp_path / "short.npz", 12)
+    ckpt = train("transformer", short, tc, tiny, progress=False)
+    assert ckpt["config"]["positions"] == "alibi" and ckpt["config"]["window"] == WINDOW
+    tiny = {**tiny, "positions": "none"}
     ckpt = train("transformer", short, tc, tiny, progress=False)
     assert ckpt["config"]["window"] == window_for([12]) < 50
     assert model_from_checkpoint(ckpt).config.window == window_for([12])

@@ -1,7 +1,7 @@
 """The integer-only windowed Transformer step (firmware_sim.intxf, kernels/es_xf_int.h): the integer
 softmax against float, integer-only accuracy against float on both protocols, the emitted C
-bit-exact with the simulator on the host (window 1, one head, odd widths; through window wraps
-and a reset) and on emulated Cortex-M4 (SMLAD and portable paths) and M0+, `firmware check`
+bit-exact with the simulator on the host (window 1, one head, odd widths, with and without
+ALiBi; through window wraps and a reset) and on emulated Cortex-M4 (SMLAD and portable paths) and M0+, `firmware check`
 against what `measure` measures, the CLI, an unbounded window refused in one line, and a
 --history past the window planned at the window. The 3,000-reading emulated check is
 scripts/firmware_xf_check.py."""
@@ -73,11 +73,11 @@ def test_integer_only_accuracy_is_within_one_point_of_float_on_both_protocols(tr
     assert r["vs_float"]["mean_rel"] <= 0.01 and r["vs_float"]["argmax_agreement"] >= 0.97, r["vs_float"]
 
 
-def _tiny(tmp_path, d_model: int, heads: int, window: int, layers: int = 2):
+def _tiny(tmp_path, d_model: int, heads: int, window: int, layers: int = 2, positions: str = "none"):
     """An untrained, seeded Transformer on F channels, weights livelier than the default init,
     exported static int8 (calibrated on seeded readings)."""
     cfg = make_config("transformer", n_features=F, n_classes=C, d_model=d_model, heads=heads, d_ff=2 * d_model,
-                      layers=layers, window=window, dropout=0.0)
+                      layers=layers, window=window, dropout=0.0, positions=positions)
     torch.manual_seed(0)
     model = build_model("transformer", cfg)
     with torch.no_grad():
@@ -88,7 +88,8 @@ def _tiny(tmp_path, d_model: int, heads: int, window: int, layers: int = 2):
     ckpt = {"edgeseq_version": edgeseq.__version__, "arch": "transformer", "config": config_dict(cfg),
             "state_dict": model.state_dict(), "normalization": {"mean": mean.tolist(), "std": std.tolist()},
             "labels": [f"c{i}" for i in range(C)], "features": [f"f{i}" for i in range(F)]}
-    return export_step(ckpt, tmp_path / f"tiny-{d_model}-{heads}-{window}.onnx", "static", _readings(60, 4, seed=1))
+    return export_step(ckpt, tmp_path / f"tiny-{d_model}-{heads}-{window}-{positions}.onnx", "static",
+                       _readings(60, 4, seed=1))
 
 
 def _readings(n, streams, seed=0):
@@ -134,12 +135,14 @@ int main(void) {
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc on the host")
-@pytest.mark.parametrize("d_model,heads,window", [(10, 2, 7), (13, 1, 1), (8, 4, 5)])
-def test_emitted_c_is_bit_exact_with_the_simulator(tmp_path, d_model, heads, window):
-    """Odd head widths (5, 13), one head, window 1: 400 readings, the ring wrapping many times,
-    a reset at reading 150."""
-    m = from_onnx(_tiny(tmp_path, d_model, heads, window))
+@pytest.mark.parametrize("d_model,heads,window,positions", [(10, 2, 7, "none"), (13, 1, 1, "none"), (8, 4, 5, "none"),
+                                                             (10, 2, 7, "alibi"), (8, 4, 5, "alibi"), (13, 1, 1, "alibi")])
+def test_emitted_c_is_bit_exact_with_the_simulator(tmp_path, d_model, heads, window, positions):
+    """Odd head widths (5, 13), one head, window 1, with and without ALiBi's recency bias: 400
+    readings, the ring wrapping many times, a reset at reading 150."""
+    m = from_onnx(_tiny(tmp_path, d_model, heads, window, positions=positions))
     assert m.kind == "transformer" and m.window == window and m.heads == heads
+    assert all((c["alibi"] is not None) == (positions == "alibi") for c in m.cells)
     d = tmp_path / "c"
     report = emit(m, d, prefix="t")
     (d / "host.c").write_text(HOST)

@@ -62,3 +62,33 @@ def test_bidirectional_uses_both_directions():
         z = x.clone()
         z[1, 6:] = 100.0    # padding past length 6 must not matter
         assert_close(model(x, lengths).numpy(), model(z, lengths).numpy(), "bigru padding", atol=1e-6)
+
+
+def test_lstm_forget_gates_start_at_the_forget_bias():
+    """Each layer's forget-gate bias (b_if + b_hf) starts at FORGET_BIAS; the other gates keep
+    torch's draw (within +-2/sqrt(hidden))."""
+    from edgeseq.models.lstm import FORGET_BIAS
+    torch.manual_seed(0)
+    H = 16
+    model = build_model("lstm", make_config("lstm", hidden=H, layers=2))
+    for layer in range(2):
+        b = getattr(model.rnn, f"bias_ih_l{layer}") + getattr(model.rnn, f"bias_hh_l{layer}")
+        assert torch.equal(b[H:2 * H], torch.full((H,), FORGET_BIAS))
+        rest = torch.cat([b[:H], b[2 * H:]])
+        assert rest.abs().max() <= 2 / H ** 0.5 and rest.std() > 0
+
+
+@pytest.mark.parametrize("positions", ["alibi", "none"])
+def test_alibi_is_shift_invariant(positions):
+    """Without absolute positions a window gives the same logits wherever it sits in a stream:
+    the last reading of 30 depends only on the 2 x (4 - 1) readings before it (two layers of
+    window 4), with ALiBi's recency bias as without it. The slopes are Press et al.'s."""
+    from edgeseq.models.transformer import alibi_slopes
+    torch.manual_seed(0)
+    model = build_model("transformer", make_config("transformer", window=4, layers=2, positions=positions)).eval()
+    x = torch.randn(1, 30, 6)
+    with torch.no_grad():
+        late = model.forward_all(x)[0, -1]
+        alone = model.forward_all(x[:, -7:])[0, -1]           # 2 x (4 - 1) readings before the last reach it
+    assert_close(late.numpy(), alone.numpy(), f"{positions} shifted window", atol=1e-5)
+    assert torch.allclose(alibi_slopes(4), torch.tensor([2.0 ** -2, 2.0 ** -4, 2.0 ** -6, 2.0 ** -8]))

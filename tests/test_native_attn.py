@@ -1,9 +1,10 @@
 """The native Transformer step (edgeseq.runtime.native.attn, es_attn.h) on tiny seeded models:
 probabilities against onnxruntime over 1,000 never-reset readings (1 and 7 streams, a reset
-mid-way; a sliding window, a growing cache and max_history=0), static int8 against the QDQ
-graph and against the float twin, snapshots and state files moved between the backends, the
-corner cases (window 1, one head, d_model 6 and 12, a cache grown to 10,000 readings), edited
-files, threads, and a runtime free of torch and onnx."""
+mid-way; a sliding window, a growing cache and max_history=0; no positions, ALiBi and
+sinusoids), static int8 against the QDQ graph and against the float twin, snapshots and state
+files moved between the backends, the corner cases (window 1, one head, d_model 6 and 12, a
+cache grown to 10,000 readings), edited files (ALiBi's slopes and metadata included), threads,
+and a runtime free of torch and onnx."""
 
 import threading
 
@@ -26,10 +27,12 @@ F, C, T = 3, 4, 1000
 PROBS_ATOL = 1e-4
 # name -> TransformerConfig fields: widths, heads, windows and positions the step must cover
 MODELS = {
-    "w7": {"d_model": 8, "heads": 2, "layers": 2, "d_ff": 16, "window": 7},
-    "d12-h3-all": {"d_model": 12, "heads": 3, "layers": 1, "d_ff": 8, "window": 0},           # grows
+    "w7": {"d_model": 8, "heads": 2, "layers": 2, "d_ff": 16, "window": 7, "positions": "none"},
+    "d12-h3-all": {"d_model": 12, "heads": 3, "layers": 1, "d_ff": 8, "window": 0, "positions": "none"},  # grows
     "d6-h3-sin": {"d_model": 6, "heads": 3, "layers": 2, "d_ff": 10, "window": 7, "positions": "sinusoid"},
-    "w1-h1": {"d_model": 8, "heads": 1, "layers": 1, "d_ff": 8, "window": 1},
+    "w1-h1": {"d_model": 8, "heads": 1, "layers": 1, "d_ff": 8, "window": 1},      # ALiBi, the default
+    "w7-alibi": {"d_model": 8, "heads": 2, "layers": 2, "d_ff": 16, "window": 7, "positions": "alibi"},
+    "d12-h3-all-alibi": {"d_model": 12, "heads": 3, "layers": 1, "d_ff": 8, "window": 0, "positions": "alibi"},
 }
 
 
@@ -95,7 +98,8 @@ def run_pair(nat, ort_, X, reset_at=None):
 
 @pytest.mark.parametrize("streams", [1, 7])
 @pytest.mark.parametrize("name,max_history", [("w7", None), ("w7", 0), ("d12-h3-all", None), ("d6-h3-sin", None),
-                                              ("w1-h1", None), ("d6-h3-sin", 3)])
+                                              ("w1-h1", None), ("d6-h3-sin", 3), ("w7-alibi", None), ("w7-alibi", 3),
+                                              ("d12-h3-all-alibi", None)])
 def test_float_matches_onnxruntime(tiny, name, max_history, streams):
     """1,000 readings never reset but for the last stream mid-way: the window slides (w7, the
     sinusoid model at its window and at a history bound of 3 below it), the cache grows
@@ -126,12 +130,12 @@ def test_streams_do_not_depend_on_each_other(tiny):
 
 # -- int8 --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("streams", [1, 7])
-def test_int8_matches_the_qdq_graph(tiny, streams):
+@pytest.mark.parametrize("streams,name", [(1, "w7"), (7, "w7"), (7, "w7-alibi")])
+def test_int8_matches_the_qdq_graph(tiny, streams, name):
     """Static int8: the QDQ graph's arithmetic (int8 inputs, exact integer sums, requantized
     outputs) within the probe's int8 tolerance of onnxruntime's logits range; in practice
     the same numbers up to float32 rounding."""
-    path = tiny("w7", "static")
+    path = tiny(name, "static")
     nat, ort_ = both(path, streams)
     assert nat.backend == "native" and nat._native.int8 and "int8" in nat._native.kernel
     X = readings(T, streams)
@@ -175,7 +179,7 @@ def test_int8_within_the_export_bound_of_its_float_twin(exported, int8, basicmot
 
 @pytest.mark.parametrize("name,max_history,on_full", [("w7", None, None), ("d12-h3-all", None, None),
                                                       ("w7", 20, "error"), ("w7", 0, None),
-                                                      ("d6-h3-sin", None, None)])
+                                                      ("d6-h3-sin", None, None), ("w7-alibi", None, None)])
 def test_snapshots_move_between_backends(tiny, tmp_path, name, max_history, on_full):
     """A snapshot (and a state file) taken on one backend and restored on the other gives the
     same next outputs, the same positions and history, and the same HistoryFullError."""
@@ -301,13 +305,23 @@ def test_edited_files_fall_back_and_are_refused(tiny, tmp_path):
         a.reshape(-1)[0] = np.nan
         return a
 
-    cases = [("float", swap("Erf", "Tanh")), ("float", invert_mask),
-             ("float", const(lambda t: t.name.endswith("qkv.bias"), nan)),
-             ("float", const(lambda t: t.data_type == onnx.TensorProto.INT64 and list(t.dims) == [] and
-                             numpy_helper.to_array(t) == 7, lambda a: np.array(5, a.dtype))),        # the window
-             ("static", swap("Erf", "Sigmoid"))]
-    for i, (scheme, edit) in enumerate(cases):
-        path = _edit(tiny("w7", scheme), tmp_path / f"edited{i}.onnx", edit)
+    def config(**change):
+        def edit(m):
+            import json
+            p = next(p for p in m.metadata_props if p.key == "edgeseq.config")
+            p.value = json.dumps({**json.loads(p.value), **change})
+        return edit
+
+    slopes = const(lambda t: t.data_type == onnx.TensorProto.FLOAT and list(t.dims) == [1, 2, 1, 1], lambda a: -a)
+    cases = [("w7", "float", swap("Erf", "Tanh")), ("w7", "float", invert_mask),
+             ("w7", "float", const(lambda t: t.name.endswith("qkv.bias"), nan)),
+             ("w7", "float", const(lambda t: t.data_type == onnx.TensorProto.INT64 and list(t.dims) == [] and
+                                   numpy_helper.to_array(t) == 7, lambda a: np.array(5, a.dtype))),  # the window
+             ("w7", "static", swap("Erf", "Sigmoid")),
+             ("w7-alibi", "float", slopes), ("w7-alibi", "static", slopes),                 # ALiBi's slopes < 0
+             ("w7-alibi", "float", config(positions="none")), ("w7", "float", config(positions="alibi"))]
+    for i, (name, scheme, edit) in enumerate(cases):
+        path = _edit(tiny(name, scheme), tmp_path / f"edited{i}.onnx", edit)
         s = StreamSession(path, streams=2)
         assert s.backend == "onnxruntime", i
         with pytest.raises(UsageError, match=f"backend 'native' cannot run '{path}'"):

@@ -47,7 +47,7 @@ LIMITS = {
     "window": (int, 0, 100_000),
     "d_state": (int, 1, 4096),
     "selective": (bool,),
-    "positions": ("none", "sinusoid"),
+    "positions": ("none", "sinusoid", "alibi"),
     "cell": ("gru", "lstm"),
 }
 

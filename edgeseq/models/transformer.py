@@ -5,11 +5,17 @@ causal mask that reaches back `window` readings (each reading sees itself and th
 `window - 1` before it). `forward` runs a whole sequence; `step` takes one reading, the
 stream's position and the cache, and returns the cache grown by one row per layer.
 
-No position signal by default: a device's stream never ends, so an absolute position grows
-past anything seen in training, and a sliding window should look the same wherever it is in
-the stream. Causal attention still tells a reading from its predecessors. `positions =
+No absolute position: a device's stream never ends, so an absolute position grows past
+anything seen in training, and a sliding window should look the same wherever it is in the
+stream. Causal attention still tells a reading from its predecessors. `positions =
 "sinusoid"` adds sinusoidal positions from the reading's index (checkpoints written before
-this setting existed use it).
+this setting existed use it). `positions = "alibi"` adds no position to the readings but a
+recency bias to the attention scores (ALiBi, Press et al. 2022, arXiv:2108.12409): head h
+subtracts `slope_h * d` from the score of a key d readings back, slopes 2^(-8h/heads) for
+h = 1..heads, so some heads look at the last few readings and others across the window. It
+depends on distances only, so it stays shift-invariant like "none"; it is the default, since
+on a never-reset stream it keeps the readings of the last activity in view without cutting the
+window to one activity's length (docs/measured.md).
 
 Streams in one batch share the cache length T but may have seen different numbers of
 readings (a stream reset mid-batch starts again at position 0): each stream attends only to
@@ -30,6 +36,8 @@ from torch.nn import functional as F
 from edgeseq import contract
 from edgeseq.models.common import Normalize, last_valid
 
+POSITIONS = ("none", "sinusoid", "alibi")
+SHIFT_INVARIANT = ("none", "alibi")   # positions under which a window looks the same anywhere in a stream
 MASKED = -1e9  # added to scores of keys a query must not see
 WINDOW = 50               # the default window, and the most `window_for` picks: the KV cache stays bounded
 WINDOW_LENGTHS = 1.0      # `window_for`: this many median sequence lengths (chosen on validation splits of two
@@ -48,12 +56,12 @@ class TransformerConfig:
     dropout: float = 0.1     # on attention output, MLP output and head input
     window: int = WINDOW     # readings attended (own + 49 before): trained and deployed alike, so the
                              # cache is bounded; 0 = the whole history (grows without limit). Training
-                             # without a window setting picks it from the data (`window_for`)
-    positions: str = "none"  # "none" (shift-invariant, for endless streams) or "sinusoid"
+                             # without a window setting and without ALiBi picks it from the data (`window_for`)
+    positions: str = "alibi"  # "alibi" or "none" (shift-invariant, for endless streams) or "sinusoid"
 
     def __post_init__(self):
-        if self.positions not in ("none", "sinusoid"):
-            raise ValueError("positions must be 'none' or 'sinusoid'")
+        if self.positions not in POSITIONS:
+            raise ValueError(f"positions must be one of {', '.join(POSITIONS)}")
         if not isinstance(self.window, int) or isinstance(self.window, bool):
             raise ValueError(f"window must be a whole number of readings, got {self.window!r}")
         if self.window < 0:
@@ -73,6 +81,12 @@ def sinusoid(position: torch.Tensor, d_model: int) -> torch.Tensor:
     w = torch.exp(i * (-2.0 * math.log(10000.0) / d_model))   # (d/2,)
     angle = position.to(torch.float32).unsqueeze(-1) * w      # (..., d/2)
     return torch.cat([torch.sin(angle), torch.cos(angle)], dim=-1)
+
+
+def alibi_slopes(heads: int) -> torch.Tensor:
+    """(heads,) float32: ALiBi's per-head recency slopes 2^(-8h/heads), h = 1..heads (Press et
+    al. 2022, arXiv:2108.12409, section 3; their rule for any number of heads)."""
+    return torch.pow(2.0, -8.0 * torch.arange(1, heads + 1, dtype=torch.float32) / heads)
 
 
 class SelfAttention(nn.Module):
@@ -138,6 +152,8 @@ class Transformer(nn.Module):
         self.ln_f = nn.LayerNorm(config.d_model)
         self.drop = nn.Dropout(config.dropout)
         self.head = nn.Linear(config.d_model, config.n_classes)
+        if config.positions == "alibi":
+            self.register_buffer("slopes", alibi_slopes(config.heads), persistent=False)
 
     def _embed(self, x, position):
         h = self.embed(self.norm(x))
@@ -157,6 +173,9 @@ class Transformer(nn.Module):
         if hidden_keys is not None:
             seen = seen & ~hidden_keys[:, None, None, :]      # (B, 1, T, T)
         bias = torch.zeros(seen.shape, device=x.device).masked_fill(~seen, MASKED)  # (T, T) or (B, 1, T, T)
+        if self.config.positions == "alibi":
+            back = (i.unsqueeze(1) - i.unsqueeze(0)).clamp(min=0).to(torch.float32)       # (T, T): readings back
+            bias = bias - self.slopes.view(-1, 1, 1) * back                              # (nh, T, T) or (B, nh, T, T)
         for block in self.blocks:
             h = block(h, bias)
         return self.ln_f(h)                                   # (B, T, C)
@@ -218,6 +237,9 @@ class Transformer(nn.Module):
         if self.config.window:
             own &= (j > T - self.config.window).unsqueeze(0)
         bias = torch.where(own, 0.0, MASKED).view(-1, 1, 1, T + 1)  # (B, 1, 1, T+1)
+        if self.config.positions == "alibi":
+            back = (T - j).to(torch.float32)                  # (T+1,): readings back from this one
+            bias = bias - self.slopes.view(1, -1, 1, 1) * back.view(1, 1, 1, T + 1)  # (B, nh, 1, T+1)
         present = []
         for layer, block in enumerate(self.blocks):
             h, k, v = block.step(h, past[2 * layer], past[2 * layer + 1], bias)

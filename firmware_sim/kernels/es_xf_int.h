@@ -13,6 +13,7 @@ extern const int16_t es_exp_q15[2049];
 extern const int16_t es_phi_q15[2049];
 
 #define ES_EXP_SPAN 65536           /* 16 in Q12: exp is read over [-16, 0] */
+#define ES_XF_BIAS_CAP (1 << 30)    /* ALiBi's bias at most, and the biased score at least its negative */
 
 /* sum_k a[k] b[k] over n (even) int16 pairs; a and b 4-byte aligned */
 static inline int32_t es_k_dot16(const int16_t *a, const int16_t *b, int n) {
@@ -85,18 +86,25 @@ static inline void es_k_xf_write(const int32_t *qkv, int d, int heads, int hs, i
 }
 
 /* One head over the n rows 0..n-1 of the ring: scores q.k (k rows ldk apart, 12 + j fractional
-   bits), softmax (score minus the row maximum, >> j to Q12, exp by table, weights (e R + 2^14)
-   >> 15 with R = floor(2^30 / sum e)), then y[c] = sum_t p[t] vt[c][t] for the hs channels
-   (columns ldv apart). sc: n int32, p: n rounded up to even int16 (4-byte aligned) of scratch. */
+   bits), less ALiBi's recency bias where slope > 0 (the row d readings back, d = slot - t mod w:
+   slope x d, 2^30 past d > dcap; the biased score clamped to -2^30), softmax (score minus the
+   row maximum, >> j to Q12, exp by table, weights (e R + 2^14) >> 15 with R = floor(2^30 / sum
+   e)), then y[c] = sum_t p[t] vt[c][t] for the hs channels (columns ldv apart). sc: n int32, p:
+   n rounded up to even int16 (4-byte aligned) of scratch. */
 ES_INLINE void es_k_xf_head(const int16_t *q, const int16_t *k, int ldk, const int16_t *vt, int ldv, int n, int hs,
-                            int hs_p, int j, int32_t *sc, int16_t *p, int32_t *y) {
-  int32_t mx, total = 0, r;
+                            int hs_p, int j, int32_t slope, int32_t dcap, int slot, int w, int32_t *sc, int16_t *p,
+                            int32_t *y) {
+  int32_t mx = 0, total = 0, r;
   int t, c, n2 = (n + 1) & ~1;
-  mx = sc[0] = es_k_dot16(q, k, hs_p);
-  for (t = 1; t < n; t++) {
+  for (t = 0; t < n; t++) {
     int32_t a = es_k_dot16(q, k + t * ldk, hs_p);
+    if (slope > 0) {
+      int d = slot - t < 0 ? slot - t + w : slot - t;
+      int32_t b = d > dcap ? ES_XF_BIAS_CAP : slope * d;
+      a = a - b < -ES_XF_BIAS_CAP ? -ES_XF_BIAS_CAP : a - b;
+    }
     sc[t] = a;
-    if (a > mx) mx = a;
+    if (t == 0 || a > mx) mx = a;
   }
   for (t = 0; t < n; t++) {
     int32_t e = es_k_exp((sc[t] - mx) >> j);
@@ -105,8 +113,8 @@ ES_INLINE void es_k_xf_head(const int16_t *q, const int16_t *k, int ldk, const i
   }
   r = es_k_recip30((uint32_t)total);
   for (t = 0; t < n; t++) {
-    int32_t w = (sc[t] * r + (1 << 14)) >> 15;
-    p[t] = (int16_t)(w > 32767 ? 32767 : w);
+    int32_t wt = (sc[t] * r + (1 << 14)) >> 15;
+    p[t] = (int16_t)(wt > 32767 ? 32767 : wt);
   }
   if (n < n2) p[n] = 0;
   for (c = 0; c < hs; c++) y[c] = es_k_dot16(p, vt + c * ldv, n2);

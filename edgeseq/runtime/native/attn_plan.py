@@ -400,7 +400,7 @@ def plan(meta, graph: Graph, path) -> dict:
     if len(soft) > 1 or (soft and (soft[0].op_type != "Softmax" or soft[0].output != [contract.PROBS])):
         g.refuse(f"reads {contract.LOGITS} other than for {contract.PROBS}")
     g.seen |= {id(n) for n in soft}
-    window = _mask(g, mask, cfg)
+    window, slopes = _mask(g, mask, cfg, NH)
     rest = [n for n in graph.nodes if id(n) not in g.seen]
     if rest:
         g.refuse(f"has {len(rest)} node(s) the native transformer step does not account for "
@@ -410,12 +410,47 @@ def plan(meta, graph: Graph, path) -> dict:
         g.refuse(f"holds float constants the native step does not use ({', '.join(extra[:3])})")
     return {"F": F, "C": C, "D": D, "NH": NH, "HD": HD, "L": L, "mean": mean, "std": std, "embed": embed,
             "freq": freq, "layers": layers, "lnf": lnf, "head": head, "score_div": score_div, "gelu": gelu,
-            "window": window, "int8": embed["ws"] is not None}
+            "window": window, "slopes": slopes, "int8": embed["ws"] is not None}
 
 
-def _mask(g: _Walk, mask: str, cfg: dict) -> int:
-    """The window the graph's mask applies (0: none), checked: key j of T + 1 seen iff j >= T -
-    position (and j > T - window), masked scores a constant that exp() sends to 0."""
+def _alibi(g: _Walk, mask: str, NH: int) -> tuple:
+    """(the mask without its recency bias, slopes float32 [NH]) where the graph subtracts ALiBi's
+    `slope_h x (T - j)` from the mask (positions "alibi"), else (mask, None)."""
+    sub = g.producer.get(g.source(mask))
+    if sub is None or sub.op_type != "Sub":
+        return mask, None
+    mul = g.producer.get(g.source(sub.input[1]))
+    consts = [i for i in (mul.input if mul is not None and mul.op_type == "Mul" else []) if g.source(i) in g.init]
+    if len(consts) != 1:
+        g.refuse("subtracts something other than slope x readings back from its attention mask")
+    slopes = g.const(consts[0], "recency slopes").astype(np.float32).reshape(-1)
+    if slopes.size != NH or not np.isfinite(slopes).all() or (slopes < 0).any():
+        g.refuse(f"has {slopes.size} recency slopes for {NH} heads, not one finite slope >= 0 each")
+    back = g.producer.get(g.source(g.other(mul, consts[0])))
+    while back is not None and back.op_type in ("Reshape", "Unsqueeze"):
+        g.seen.add(id(back))
+        g.used |= {i for i in back.input if i in g.init}
+        back = g.producer.get(g.source(back.input[0]))
+    if back is not None and back.op_type == "Cast" and back.attrs.get("to") == 1:
+        g.seen.add(id(back))
+        back = g.producer.get(g.source(back.input[0]))
+    rng = g.producer.get(g.source(back.input[1])) if back is not None and back.op_type == "Sub" else None
+    if rng is None or rng.op_type != "Range":
+        g.refuse("does not count its keys' readings back as the cache length minus the key's index")
+    g.seen |= {id(sub), id(mul), id(back)}
+    g.ancestors(back.input[0])
+    g.ancestors(back.input[1])
+    return sub.input[0], slopes
+
+
+def _mask(g: _Walk, mask: str, cfg: dict, NH: int) -> tuple:
+    """(the window the graph's mask applies (0: none), ALiBi slopes float32 [NH] or None),
+    checked: key j of T + 1 seen iff j >= T - position (and j > T - window), masked scores a
+    constant that exp() sends to 0, a recency bias only where the metadata says alibi."""
+    mask, slopes = _alibi(g, mask, NH)
+    if (slopes is not None) != (cfg.get("positions") == "alibi"):
+        g.refuse(f"has {'a' if slopes is not None else 'no'} recency bias in its attention mask, its metadata "
+                 f"says positions {cfg.get('positions')!r}")
     nodes = g.ancestors(mask)
     where = [n for n in nodes if n.op_type == "Where"]
     if len(where) != 1:
@@ -437,4 +472,4 @@ def _mask(g: _Walk, mask: str, cfg: dict) -> int:
         g.refuse(f"masks a window of {window} readings, its metadata says {cfg.get('window')!r}")
     for n in nodes:
         g.used |= {i for i in n.input if i in g.init}
-    return window
+    return window, slopes

@@ -62,6 +62,7 @@ typedef struct {
   float gelu_div, gelu_one, gelu_half;   /* x * (half * (one + erf(x / div))) */
   const float *mean, *std;          /* the reading's normalisation, [F] */
   const float *freq;                /* sinusoid positions: [D / 2] angle per position, or NULL */
+  const float *slopes;              /* ALiBi: [NH] score subtracted per reading back, or NULL */
   es_a_linear_t embed, head;
   es_a_layer_t layer[ES_A_MAX_LAYERS];
   const float *lnf_w, *lnf_b;
@@ -213,7 +214,9 @@ ES_F_INLINE float es_a_max(const float *a, int64_t n) {
 /* One stream, one layer: q, k, v [D] (this reading's), the stream's rings K, V [D][R] (channel
    by channel: a head's scores and sums then run along rows, which vectorizes for any head
    size). Writes k and v into row `slot` and out [D] = softmax(q K^T / div) V per head over
-   rows slot - m .. slot (mod R), in time order. sc: NH (m + 1) floats of scratch. */
+   rows slot - m .. slot (mod R), in time order; with ALiBi slopes, a head's score of the row d
+   readings back less slope x d (the graph rounds the product first; a fused multiply-add here
+   differs by an ulp of it). sc: NH (m + 1) floats of scratch. */
 ES_F_INLINE void es_a_attend(const es_attn_t *a, const float *q, const float *k, const float *v, float *K, float *V,
                              int64_t slot, int64_t m, float *sc, float *ES_F_RESTRICT out) {
   const int D = a->D, NH = a->NH, HD = a->HD;
@@ -237,7 +240,14 @@ ES_F_INLINE void es_a_attend(const es_attn_t *a, const float *q, const float *k,
       for (i = 0; i < n1; i++) p[i] += qe * kr[start + i];
       for (i = n1; i < n; i++) p[i] += qe * kr[i - n1];
     }
-    for (i = 0; i < n; i++) p[i] = p[i] / div;
+    if (a->slopes) {                       /* int rows: AVX2 converts int32, not int64, to float in a vector */
+      const float sl = a->slopes[h];
+      const int nn = (int)n;
+      int ii;
+      for (ii = 0; ii < nn; ii++) p[ii] = p[ii] / div - sl * (float)(nn - 1 - ii);
+    } else {
+      for (i = 0; i < n; i++) p[i] = p[i] / div;
+    }
     mx = es_a_max(p, n);
     for (i = 0; i < n; i++) p[i] = es_f_exp(p[i] - mx);
     sum = 1.0f / es_a_sum(p, n);

@@ -6,7 +6,8 @@
      attn_step(sizes, bufs, consts, embed, layers, head) -> AttnStep
        sizes  (B, F, D, heads, L, d_ff, C, R, max_history, full_error, growable)
        bufs   (x, logits, probs, position int64 [B], history int64 [1], ring float32 [L][2][B][D][R])
-       consts (score_div, gelu_div, gelu_one, gelu_half, mean, std, freq | None, lnf_w, lnf_b, lnf_eps)
+       consts (score_div, gelu_div, gelu_one, gelu_half, mean, std, freq | None, lnf_w, lnf_b, lnf_eps,
+       slopes | None)
        layers [(ln1_w, ln1_b, ln1_eps, ln2_w, ln2_b, ln2_eps, qkv, proj, fc1, fc2)]
        a product: (w [K][np], b [np], np, quant, in_s, in_z, out_q, out_s, out_z, acc_bias | None,
                    mul | None, bias | None)   (see es_a_linear_t)
@@ -173,7 +174,7 @@ static PyObject *attn_step_new(PyObject *mod, PyObject *args) {
   int i, l;
   (void)mod;
   if (!PyArg_ParseTuple(args, "OOOOOO", &sizes, &bufs, &consts, &embed, &layers, &head)) return NULL;
-  if (check_tuple(sizes, 11, "sizes") < 0 || check_tuple(bufs, 6, "bufs") < 0 || check_tuple(consts, 10, "consts") < 0)
+  if (check_tuple(sizes, 11, "sizes") < 0 || check_tuple(bufs, 6, "bufs") < 0 || check_tuple(consts, 11, "consts") < 0)
     return NULL;
   {
     static const long lo[11] = {1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0};
@@ -219,6 +220,7 @@ static PyObject *attn_step_new(PyObject *mod, PyObject *args) {
   if (!(a->mean = attn_bind_item(s, consts, 4, a->F, 0, "mean")) ||
       !(a->std = attn_bind_item(s, consts, 5, a->F, 0, "std")) ||
       attn_bind_opt(s, consts, 6, a->D / 2, &a->freq, "freq") < 0 ||
+      attn_bind_opt(s, consts, 10, a->NH, &a->slopes, "slopes") < 0 ||
       !(a->lnf_w = attn_bind_item(s, consts, 7, a->D, 0, "lnf_w")) ||
       !(a->lnf_b = attn_bind_item(s, consts, 8, a->D, 0, "lnf_b")))
     goto fail;
