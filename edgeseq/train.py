@@ -18,7 +18,7 @@ training streams, plus one chunk of single sequences started from zero state:
   state carried inside a sequence. The loss is after each sequence's last reading and
   (weight `aux_weight`) after every reading past its first quarter, so the per-sequence
   protocol stays as good as the continuous one. Bidirectional models, and a Transformer with
-  positions, take whole sequences in minibatches of `batch_size` instead.
+  sinusoidal positions, take whole sequences in minibatches of `batch_size` instead.
 
 An epoch passes over every training reading once in a stream and once in its sequence's lane.
 Its number of updates is bounded by `updates`: longer data gets more parallel streams and

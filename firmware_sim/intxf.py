@@ -159,9 +159,11 @@ def alibi_ints(slopes: np.ndarray, j: int) -> tuple:
     return sq, np.where(sq > 0, BIAS_CAP // np.maximum(sq, 1), BIAS_CAP)
 
 
-def graph_slopes(initializers: dict, nodes, H: int, path) -> np.ndarray:
-    """ALiBi's slopes float [H] from the step graph: the constant of the Mul whose product the
-    attention mask subtracts. ModelFileError (one line) when there is not exactly one."""
+def graph_slopes(initializers: dict, nodes, H: int, path, positions) -> np.ndarray | None:
+    """ALiBi's slopes float [H] from the step graph, the constant of the Mul whose product the
+    attention mask subtracts, where the metadata's `positions` is "alibi"; None where the graph
+    has none and the metadata does not say alibi. ModelFileError (one line) when the graph and
+    the metadata disagree or the graph has more than one set."""
     producer = {o: n for n in nodes for o in n.output}
     found = set()
     for n in nodes:
@@ -174,6 +176,12 @@ def graph_slopes(initializers: dict, nodes, H: int, path) -> np.ndarray:
             v = initializers.get(i)
             if v is not None and np.asarray(v).dtype.kind == "f" and np.asarray(v).size == H:
                 found.add(tuple(np.asarray(v, np.float64).reshape(-1).tolist()))
+    if positions != "alibi":
+        if not found:
+            return None
+        says = f"says positions {positions!r}" if positions is not None else "names no positions"
+        raise ModelFileError(f"'{path}' has a recency bias (ALiBi's slopes) in its attention mask but its metadata "
+                             f"{says}; export it again with --int8")
     if len(found) != 1:
         raise ModelFileError(f"'{path}' says positions 'alibi' but has {len(found)} sets of {H} recency slopes "
                              "in its attention mask; export it again with --int8")
@@ -287,7 +295,7 @@ def from_parts(meta, initializers: dict, nodes, path="<model>") -> XFIntModel:
                                  "export it again")
         hs = D // H
         qlim = _qlim(hs)
-        slopes = graph_slopes(init, proto.graph.node, H, path) if cfg.get("positions") == "alibi" else None
+        slopes = graph_slopes(init, proto.graph.node, H, path, cfg.get("positions"))
         cells = []
         for i in range(L):
             pq, pp, p1, p2 = prods[1 + 4 * i: 5 + 4 * i]

@@ -296,6 +296,36 @@ def test_an_unbounded_window_is_refused_in_one_line(tmp_path):
     assert res.exit_code == 0 and "fits: yes" in res.output and "integer-only" not in res.output, res.output
 
 
+@pytest.mark.parametrize("positions", ["none", None])
+def test_alibi_in_the_graph_but_not_in_the_metadata_is_refused(tmp_path, positions):
+    """A file whose graph subtracts ALiBi's bias while its metadata says positions none (or
+    names none) is refused in one line rather than run without the bias; the metadata saying
+    alibi over a graph without it, too."""
+    import json
+
+    import onnx
+    from edgeseq.errors import ModelFileError
+
+    def edited(src, **change):
+        m = onnx.load(str(src))
+        p = next(p for p in m.metadata_props if p.key == "edgeseq.config")
+        cfg = {k: v for k, v in {**json.loads(p.value), **change}.items() if v is not None}
+        if change.get("positions", "x") is None:
+            cfg.pop("positions", None)
+        p.value = json.dumps(cfg)
+        out = tmp_path / f"edited-{positions}-{src.stem}.onnx"
+        onnx.save(m, str(out))
+        return out
+
+    src = _tiny(tmp_path, 8, 2, 5, layers=1, positions="alibi")
+    with pytest.raises(ModelFileError, match="has a recency bias") as e:
+        from_onnx(edited(src, positions=positions))
+    assert "\n" not in str(e.value) and ("names no positions" in str(e.value)) == (positions is None)
+    plain = _tiny(tmp_path, 8, 2, 5, layers=1, positions="none")
+    with pytest.raises(ModelFileError, match="says positions 'alibi' but has 0 sets"):
+        from_onnx(edited(plain, positions="alibi"))
+
+
 def test_a_history_past_the_window_is_planned_at_the_window(tmp_path):
     """The model reads no row older than its window, so a longer --history (here 200 and 10^8 for
     a window of 6), or a max_history exported past it, is planned at the window, as the cache is

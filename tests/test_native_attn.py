@@ -33,6 +33,7 @@ MODELS = {
     "w1-h1": {"d_model": 8, "heads": 1, "layers": 1, "d_ff": 8, "window": 1},      # ALiBi, the default
     "w7-alibi": {"d_model": 8, "heads": 2, "layers": 2, "d_ff": 16, "window": 7, "positions": "alibi"},
     "d12-h3-all-alibi": {"d_model": 12, "heads": 3, "layers": 1, "d_ff": 8, "window": 0, "positions": "alibi"},
+    "d4-h4": {"d_model": 4, "heads": 4, "layers": 2, "d_ff": 8, "window": 5},        # head_dim 1: no / sqrt(1)
 }
 
 
@@ -99,7 +100,7 @@ def run_pair(nat, ort_, X, reset_at=None):
 @pytest.mark.parametrize("streams", [1, 7])
 @pytest.mark.parametrize("name,max_history", [("w7", None), ("w7", 0), ("d12-h3-all", None), ("d6-h3-sin", None),
                                               ("w1-h1", None), ("d6-h3-sin", 3), ("w7-alibi", None), ("w7-alibi", 3),
-                                              ("d12-h3-all-alibi", None)])
+                                              ("d12-h3-all-alibi", None), ("d4-h4", None)])
 def test_float_matches_onnxruntime(tiny, name, max_history, streams):
     """1,000 readings never reset but for the last stream mid-way: the window slides (w7, the
     sinusoid model at its window and at a history bound of 3 below it), the cache grows

@@ -341,13 +341,20 @@ def plan(meta, graph: Graph, path) -> dict:
         scores = g.one(qh, "MatMul", f"layer {layer}'s scores")
         if scores.input != [qh, kt]:
             g.refuse(f"does not compute layer {layer}'s scores as q @ k^T")
-        div = g.one(scores.output[0], "Div", f"layer {layer}'s scaled scores")
-        c = g.scalar(g.other(div, scores.output[0]), "score scale")
-        if div.input[0] != scores.output[0] or not c > 0 or (score_div is not None and c != score_div):
-            g.refuse(f"does not divide layer {layer}'s scores by one positive constant")
+        scaled = scores.output[0]
+        if HD == 1 and not g.users(scaled, "Div"):             # / sqrt(1): the export leaves the division out
+            c = 1.0
+        else:
+            div = g.one(scaled, "Div", f"layer {layer}'s scaled scores")
+            c = g.scalar(g.other(div, scaled), "score scale")
+            if div.input[0] != scaled or not c > 0:
+                g.refuse(f"does not divide layer {layer}'s scores by one positive constant")
+            scaled = div.output[0]
+        if score_div is not None and c != score_div:
+            g.refuse("divides its layers' scores by different constants")
         score_div = c
-        add = g.one(div.output[0], "Add", f"layer {layer}'s masked scores")
-        m = g.other(add, div.output[0])
+        add = g.one(scaled, "Add", f"layer {layer}'s masked scores")
+        m = g.other(add, scaled)
         if mask is not None and m != mask:
             g.refuse("masks its layers' scores differently")
         mask = m
@@ -449,8 +456,8 @@ def _mask(g: _Walk, mask: str, cfg: dict, NH: int) -> tuple:
     constant that exp() sends to 0, a recency bias only where the metadata says alibi."""
     mask, slopes = _alibi(g, mask, NH)
     if (slopes is not None) != (cfg.get("positions") == "alibi"):
-        g.refuse(f"has {'a' if slopes is not None else 'no'} recency bias in its attention mask, its metadata "
-                 f"says positions {cfg.get('positions')!r}")
+        says = f"says positions {cfg['positions']!r}" if "positions" in cfg else "names no positions"
+        g.refuse(f"has {'a' if slopes is not None else 'no'} recency bias in its attention mask, its metadata {says}")
     nodes = g.ancestors(mask)
     where = [n for n in nodes if n.op_type == "Where"]
     if len(where) != 1:
