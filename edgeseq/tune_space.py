@@ -30,12 +30,13 @@ QUICK_SPACE = {
     "epochs": {"low": 1, "high": 2},
 }
 APPLIES = {"hidden": ("rnn", "gru", "lstm"), "layers": STREAM_ARCHS, "d_model": ("transformer", "ssm"),
-           "d_state": ("ssm",), "window": ("transformer",)}
+           "d_state": ("ssm",), "window": ("transformer",), "positions": ("transformer",)}
 SCHEDULE = ("lr", "epochs", "augment")
 # Entries a space may hold that the default one leaves out: augmentation presets
 # (edgeseq.data.augment.NAMED) to choose from, e.g. "augment": ["default", "none"]; without the
 # entry every trial trains with its architecture's default.
-OPTIONAL = {"augment": ["default", "none"]}
+# The Transformer's "positions" likewise, e.g. ["alibi", "none"]; without it, ALiBi (its default).
+OPTIONAL = {"augment": ["default", "none"], "positions": ["alibi", "none"]}
 
 
 def check_space(space: dict) -> dict:

@@ -228,11 +228,12 @@ def test_space_and_seeds():
 
 
 def test_a_window_the_data_gave_a_trial_is_the_retrained_models(tmp_path, monkeypatch):
-    """A space without `window`: each trial's Transformer takes `window_for` its fit split, whose
-    median length differs here from the whole training split's; the chosen trial's window is
-    kept with its settings and the model retrained on the whole split has the same."""
+    """A space without `window`, positions none: each trial's Transformer takes `window_for` its
+    fit split, whose median length differs here from the whole training split's; the chosen
+    trial's window is kept with its settings and the model retrained on the whole split has the
+    same. With ALiBi (the default) both keep the default window."""
     from edgeseq.data import load_dataset
-    from edgeseq.models.transformer import window_for
+    from edgeseq.models.transformer import WINDOW, window_for
     from edgeseq.train import load_checkpoint
     from edgeseq.tune import validation_mask
 
@@ -251,10 +252,15 @@ def test_a_window_the_data_gave_a_trial_is_the_retrained_models(tmp_path, monkey
     assert fit != full                                                   # the case this test is about
     monkeypatch.chdir(tmp_path)
     space = {"arch": ["transformer"], "d_model": [8], "layers": [1], "lr": {"low": 5e-3, "high": 1e-2},
-             "epochs": {"low": 1, "high": 1}}
+             "epochs": {"low": 1, "high": 1}, "positions": ["none"]}
     r = tune("w", data=str(path), trials=1, seed=0, space=space, progress=False)
     assert r["chosen"] is not None and r["chosen"]["settings"]["window"] == fit
     assert load_checkpoint(r["chosen"]["files"]["checkpoint"])["config"]["window"] == fit
+    del space["positions"]
+    r = tune("a", data=str(path), trials=1, seed=0, space=space, progress=False)
+    ckpt = load_checkpoint(r["chosen"]["files"]["checkpoint"])
+    assert r["chosen"]["settings"]["window"] == ckpt["config"]["window"] == WINDOW != fit
+    assert ckpt["config"]["positions"] == "alibi"
 
 
 @pytest.mark.parametrize("arch, settings", [
