@@ -181,6 +181,9 @@ def render_bench_archs(d: dict, source: str) -> str:
     ssm = _table(["SSM (d_model 32, d_state 32, 2 layers)", "native push, 1 stream", "C step alone", "floor, same rounds",
                   "push / floor", "onnxruntime push", "int8 / float push, same rounds",
                   f"native readings/s at {top:,} streams (of the GEMM bound)"], rows)
+    kernels = sorted({r["kernel"] for r in a["ssm"] if r.get("kernel") and r["model"] == "int8"})
+    if kernels:
+        ssm += f"\n\nThe native SSM step's int8 kernel here: {'; '.join(f'`{k}`' for k in kernels)}."
     w = a["transformer"]["window_full"]
     hist = a["transformer"]["history"]
     tr = _table(["Transformer (d 32, 4 heads, 2 layers), 1 stream", "native push", "onnxruntime push", "floor, same rounds",

@@ -349,7 +349,7 @@ def run_arch_steps(tmp: Path, repeats: int, warmup: int, floor_call) -> dict:
                 macs = macs_per_reading(sessions["native"].meta)
                 r_b = rate if B == 1 else GEMM_N ** 3 / t["gemm"] * 1e6
                 row = {"variant": variant, "model": kind, "streams": B, "macs_per_reading": macs,
-                       "gemm_bound_readings_per_s": r_b / macs}
+                       "gemm_bound_readings_per_s": r_b / macs, "kernel": sessions["native"]._native.kernel}
                 if B > 1:
                     row["gemm_macs_per_s_interleaved"] = r_b
                 for b in ("onnxruntime", "native"):
@@ -403,6 +403,9 @@ def format_arch_steps(a: dict) -> list:
                  if r["streams"] == 1 else "")
         lines.append(f"  {r['variant']:9s}  {r['model']:5s} {r['streams']:8d} {r['onnxruntime']['us_per_call']:16.2f} "
                      f"{nat['us_per_call']:11.2f} {nat['readings_per_s']:13,.0f} {nat['share_of_gemm_bound']:9.0%} {extra}")
+    kernels = sorted({r["kernel"] for r in a["ssm"] if r.get("kernel") and r["model"] == "int8"})
+    if kernels:
+        lines.append(f"  int8 products: {'; '.join(kernels)}")
     w = a["transformer"]["window_full"]
     lines.append(f"Transformer, window {w['window']} full, 1 stream: native push {w['native_us']:.2f} us = "
                  f"{w['over_floor']:.2f}x the IO-binding floor ({w['floor_iobinding_us']:.2f} us); onnxruntime "

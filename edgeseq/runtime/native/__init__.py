@@ -401,7 +401,10 @@ class NativeStep:
     below 2^24 for up to 1024 inputs); either way the integers are es_k_matvec's. vnni=False
     skips VNNI; reference=True (and any layer wider than 1024) runs the firmware's own
     es_k_matvec, stream by stream. `kernel` names the one that runs; tests check all three
-    against the simulator."""
+    against the simulator. The SSM's int8 products (onnxruntime's QLinearMatMul integers) run
+    packed where the host allows, with VNNI or as AVX2 int16 pairs (vpmaddwd: two int8 x int8
+    products into an int32 lane); vnni=False runs them as exact float32 sums instead (the same
+    floats, to the bit; tests check it)."""
 
     def __init__(self, path: str | os.PathLike, meta, streams: int = 1, reference: bool = False,
                  vnni: bool = True, graph: Graph | None = None):
@@ -424,7 +427,7 @@ class NativeStep:
         self.probs = np.zeros((B, C), np.float32)
         self._integer = self.int8 and meta.arch != "ssm"      # state held as integers (int8 RNN, GRU, LSTM)
         if meta.arch == "ssm":
-            self._bind_ssm(_ssm.ssm_plan(meta, graph, path), B, F, C)
+            self._bind_ssm(_ssm.ssm_plan(meta, graph, path), B, F, C, vnni)
         elif self.int8:
             try:
                 with np.errstate(all="ignore"):          # non-finite constants are refused below, not warned
@@ -448,13 +451,13 @@ class NativeStep:
                                      self._banks[0], self._banks[1],
                                      [(dense, ox, oh) for dense, ox, oh in plan["layers"]], plan["head"])
 
-    def _bind_ssm(self, plan, B, F, C):
+    def _bind_ssm(self, plan, B, F, C, packed=True):
         self.hidden, self.layers = plan["N"], plan["L"]
         self._banks = [[np.zeros((B, plan["N"]), np.float32) for _ in self.meta.state] for _ in range(2)]
         self._keep = plan                      # the weights the step points into
         self._step = _ext.ssm_step(B, F, plan["D"], plan["N"], C, plan["selective"], self.int8, self.x, self.logits,
                                    self.probs, plan["mean"], plan["std"], self._banks[0], self._banks[1], plan["enc"],
-                                   plan["layers"], plan["final"], plan["head"])
+                                   plan["layers"], plan["final"], plan["head"], packed)
 
     def _bind_int8(self, m, kind, B, F, C, reference, vnni):
         from firmware_sim.intsim import SIGMOID, TANH

@@ -524,6 +524,21 @@ static int vnni_supported(void) {
 static int vnni_supported(void) { return 0; }
 #endif
 
+/* int16 pair products with AVX2 (x86-64 with avx2, picked at run time): vpmaddwd adds two
+   int16 x int16 products into each int32 lane, exactly (the state-space step's int8 products,
+   es_ssm_step.h) */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(ES_NO_AVX2I)
+#include <immintrin.h>
+#define ES_HAVE_AVX2I 1
+#define ES_AVX2 __attribute__((target("avx2")))
+static int avx2_supported(void) {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2");
+}
+#else
+#define ES_HAVE_AVX2I 0
+#endif
+
 /* a reading -> unsigned inputs a + 128 of the first VNNI product, n >= F of them (q_reading, offset) */
 ES_INLINE void q_reading_u8(const StepObject *s, const float *x, int n, uint8_t *ES_F_RESTRICT out) {
   const int F = s->F;
@@ -1196,8 +1211,8 @@ static PyMethodDef module_methods[] = {
     {"attn_step", attn_step_new, METH_VARARGS, "attn_step(sizes, bufs, consts, embed, layers, head) -> AttnStep: the "
                                                "Transformer step with its KV cache ring (es_attn_step.h)"},
     {"ssm_step", ssm_step, METH_VARARGS, "ssm_step(B, F, D, N, C, selective, quant, x, logits, probs, mean, std, "
-                                         "bank0, bank1, enc, layers, final, head) -> SsmStep: the state-space step "
-                                         "(es_ssm_step.h)"},
+                                         "bank0, bank1, enc, layers, final, head[, packed]) -> SsmStep: the state-space "
+                                         "step (es_ssm_step.h); packed=False: int8 products as float32 sums"},
     {"lock", lock_new, METH_NOARGS, "lock() -> Lock: a native session's lock (es_push.h)"},
     {"pusher", pusher_new, METH_VARARGS, "pusher(step, lock, probs, count, slow, exact) -> Pusher: the session's push in one "
                                          "C call (es_push.h)"},

@@ -99,7 +99,7 @@ def main(argv=None) -> int:
         print(native.why_unavailable())
         return 1
     rate = gemm_rate()
-    print(f"native step: {native.simd()}, int8 products: {'AVX-512 VNNI' if native.vnni() else 'exact float32'}; "
+    print(f"native step: {native.simd()}{', AVX-512 VNNI' if native.vnni() else ''}; "
           f"onnxruntime {ort.__version__}, numpy {np.__version__}; single-thread GEMM {rate / 1e9:.1f} GMAC/s")
     for path in args:
         for B in streams:
@@ -113,7 +113,7 @@ def main(argv=None) -> int:
             print(f"{os.path.basename(str(path)):20s} {kind:5s} B={B:5d}  onnxruntime {t_ort * 1e6:9.2f} us "
                   f"{B / t_ort:12,.0f} rd/s ({B / t_ort / bound:4.0%}) | native {t_nat * 1e6:9.2f} us "
                   f"{B / t_nat:12,.0f} rd/s ({B / t_nat / bound:4.0%}; x{t_ort / t_nat:4.1f}) | GEMM bound "
-                  f"{bound:12,.0f} rd/s", flush=True)
+                  f"{bound:12,.0f} rd/s | {step.kernel}", flush=True)
     return 0
 
 

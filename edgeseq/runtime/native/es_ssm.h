@@ -45,6 +45,10 @@ typedef struct {
      (z + 128) x its weights' sum (the inputs run as unsigned q + 128); NULL otherwise */
   int32_t *vw, *vcorr;
   int k4;
+  /* the same where the host runs int16 pair products (AVX2's vpmaddwd): W in words of two
+     inputs' int16 weights [k2][np], input 2k in the low half; the inputs run signed, q - z */
+  int32_t *vw2;
+  int k2;
   int exact;                        /* ES_S_IN_INT, integer weights, no bias: integer sums, exact in float */
 } es_s_proj_t;
 

@@ -134,7 +134,7 @@ ES_S_LTILE2N(4)
    to ES_S_TO (the padding columns of W and bias are zero). */
 typedef struct {
   int wide;                         /* es_s_ltile2 for two chunks */
-  /* the int8 dot products of a projection with vw (see es_s_proj_t), or NULL: y[h] from the
+  /* the int8 dot products of a projection with vw (16 lanes) or vw2 (8), see es_s_proj_t, or NULL: y[h] from the
      quantized a[h], h < nch; u: scratch of 2 x k4 x ES_S_L words */
   void (*dot8)(const es_s_proj_t *p, es_s_v *const *a, es_s_v *const *y, int nch, int32_t *u);
   int32_t *u;
@@ -143,7 +143,11 @@ typedef struct {
 ES_F_INLINE void es_s_lproj_q(const es_s_proj_t *p, es_s_v *const *a, es_s_v *const *y, int nch,
                               const es_s_lctx_t *cx) {
   int o, h;
+#if ES_S_L == 16
   if (p->vw && cx->dot8) {
+#else
+  if (p->vw2 && cx->dot8) {
+#endif
     cx->dot8(p, a, y, nch, cx->u);
 #if ES_S_L == 8
   } else if (nch == 2) {            /* out rounded up to ES_S_TO: tiles of 6, the last 8 or 4 in tiles of 4 */

@@ -59,10 +59,17 @@ typedef struct {
 #if ES_S_LANES && ES_S_HAVE16
   void (*dot8)(const es_s_proj_t *, es_s_v16 *const *, es_s_v16 *const *, int, int32_t *);
 #endif
-#if ES_S_LANES && ES_HAVE_VNNI
-  int (*q8row)(const es_s_proj_t *, const float *, int32_t *);
-  void (*dot8row)(const es_s_proj_t *, const int32_t *, float *);
-  int32_t *u8row;                   /* in scratch: one row's bytes, kmax / 4 words */
+#if ES_S_LANES && ES_HAVE_AVX2I
+  /* the int8 products as int16 pairs (es_s_proj_t.vw2), for chunks of 8 streams */
+  void (*dot16)(const es_s_proj_t *, es_s_v8 *const *, es_s_v8 *const *, int, int32_t *);
+#endif
+#if ES_S_LANES && (ES_HAVE_VNNI || ES_HAVE_AVX2I)
+  /* single rows' packed int8 products: VNNI's (vw, k4 words a row, the output stage fused) or
+     AVX2's (vw2, k2 words a row, es_s_out after); NULL: float sums */
+  int (*qrow)(const es_s_proj_t *, const float *, int32_t *);
+  void (*dotrow)(const es_s_proj_t *, const int32_t *, float *);
+  int row_vnni;
+  int32_t *u8row;                   /* in scratch: ES_F_CHUNK rows' packed inputs, (kmax + 1) / 2 words each */
 #endif
   const float *hi, *lo;
 } SsmObject;
@@ -122,6 +129,24 @@ static int ssm_int8_weights(es_s_proj_t *p) {
 }
 #endif
 
+#if ES_S_LANES && ES_HAVE_AVX2I
+/* es_s_proj_t.vw2 of an exact product: the weights of inputs 2k and 2k + 1 as int16 in one word */
+static int ssm_int16_weights(es_s_proj_t *p) {
+  const int K = p->K, np = p->f.np, k2n = (K + 1) / 2;
+  int k, o;
+  if (!(p->vw2 = PyMem_Calloc((size_t)k2n * np, sizeof(int32_t)))) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  p->k2 = k2n;
+  for (k = 0; k < K; k++)
+    for (o = 0; o < np; o++)
+      p->vw2[(size_t)(k / 2) * np + o] |=
+          (int32_t)((uint32_t)(uint16_t)(int16_t)(int32_t)p->f.w[(size_t)k * np + o] << (16 * (k % 2)));
+  return 0;
+}
+#endif
+
 /* a projection: (W [K][np], bias [np], m [out] | None, post [out] | None, K, out, np,
    in_mode, in_s, in_z, out_q, out_d, out_z, out_s), np the chunk buffer's stride `ld` */
 static int ssm_bind_proj(SsmObject *s, es_s_proj_t *p, PyObject *t, int K, int out, int ld, const char *what) {
@@ -162,6 +187,9 @@ static int ssm_bind_proj(SsmObject *s, es_s_proj_t *p, PyObject *t, int K, int o
   }
 #if ES_S_LANES && ES_S_HAVE16
   if (s->dot8 && p->exact && ssm_int8_weights(p) < 0) return -1;
+#endif
+#if ES_S_LANES && ES_HAVE_AVX2I
+  if (s->dot16 && p->exact && ssm_int16_weights(p) < 0) return -1;
 #endif
   return 0;
 }
@@ -228,7 +256,7 @@ ES_VNNI static void ssm_dot8_vnni(const es_s_proj_t *p, es_s_v16 *const *a, es_s
 #endif
 
 #if ES_S_LANES && ES_HAVE_VNNI
-/* SsmObject.q8row with AVX-512: one stream's input row a[0 .. K) quantized as es_s_quantize does
+/* SsmObject.qrow with AVX-512 VNNI: one stream's input row a[0 .. K) quantized as es_s_quantize does
    (divide, saturate, round half to even: the conversion's default rounding, exact at these
    magnitudes), stored as unsigned bytes q + 128, four to a word in u[0 .. k4); returns nonzero
    when a holds a NaN (nothing to trust in u: the caller takes the float path, which keeps it) */
@@ -252,7 +280,7 @@ ES_VNNI static int ssm_q8row_vnni(const es_s_proj_t *p, const float *a, int32_t 
   return nan != 0;
 }
 
-/* SsmObject.dot8row: y[0 .. out) = P of one stream's bytes u (from q8row): the exact integer
+/* SsmObject.dotrow with VNNI: y[0 .. out) = P of one stream's bytes u (from q8row): the exact integer
    products with the projection's packed weights (es_s_proj_t.vw), the sums es_s_exact_row
    makes to the bit, then es_s_out's stage (m, OUT, post) on sixteen columns at a time, in its
    order and roundings (explicitly rounded operations, which are never fused into a
@@ -293,6 +321,116 @@ ES_VNNI static void ssm_dot8row_vnni(const es_s_proj_t *p, const int32_t *u, flo
 }
 #endif
 
+#if ES_S_LANES && ES_HAVE_AVX2I
+/* SsmObject.dot16 (es_s_lctx8_t.dot8) with AVX2: each stream's inputs q - z (exact integers in
+   float, |q - z| <= 255) as int16, two to a word; vpmaddwd adds two int16 x int16 products into
+   each lane's int32 sum. The sums are the float products' exactly (es_s_proj_t: exact while they
+   stay below 2^24), so the outputs are the same floats. Tiles of four outputs of both chunks. */
+#define SSM_W_TILE(NAME, NC)                                                                       \
+  ES_AVX2 static inline void NAME(const int32_t *u, int k2n, const int32_t *w, int np, float *y0, float *y1) { \
+    __m256i acc[NC][4], uv[NC], wv;                                                              \
+    int c, j, k2;                                                                                \
+    for (c = 0; c < (NC); c++)                                                                   \
+      for (j = 0; j < 4; j++) acc[c][j] = _mm256_setzero_si256();                                \
+    for (k2 = 0; k2 < k2n; k2++) {                                                               \
+      const int32_t *wk = w + (size_t)k2 * np;                                                   \
+      for (c = 0; c < (NC); c++) uv[c] = _mm256_loadu_si256((const __m256i *)(const void *)(u + ((size_t)c * k2n + k2) * 8)); \
+      for (j = 0; j < 4; j++) {                                                                  \
+        wv = _mm256_set1_epi32(wk[j]);                                                           \
+        for (c = 0; c < (NC); c++) acc[c][j] = _mm256_add_epi32(acc[c][j], _mm256_madd_epi16(uv[c], wv)); \
+      }                                                                                          \
+    }                                                                                            \
+    for (j = 0; j < 4; j++) {                                                                    \
+      _mm256_storeu_ps(y0 + j * 8, _mm256_cvtepi32_ps(acc[0][j]));                               \
+      if ((NC) == 2) _mm256_storeu_ps(y1 + j * 8, _mm256_cvtepi32_ps(acc[(NC) - 1][j]));         \
+    }                                                                                            \
+  }
+SSM_W_TILE(ssm_w_tile1, 1)
+SSM_W_TILE(ssm_w_tile2, 2)
+#undef SSM_W_TILE
+
+ES_AVX2 static void ssm_dot16_avx2(const es_s_proj_t *p, es_s_v8 *const *a, es_s_v8 *const *y, int nch, int32_t *u) {
+  const int K = p->K, k2n = p->k2, np = p->f.np;
+  const __m256i low = _mm256_set1_epi32(0xFFFF);
+  int h, k2, o;
+  for (h = 0; h < nch; h++) {
+    const float *ah = (const float *)(const void *)a[h];
+    int32_t *uh = u + (size_t)h * k2n * 8;
+    for (k2 = 0; k2 < k2n; k2++) {
+      const __m256i lo = _mm256_cvtps_epi32(_mm256_loadu_ps(ah + (size_t)(2 * k2) * 8));
+      const __m256i hi = 2 * k2 + 1 < K ? _mm256_cvtps_epi32(_mm256_loadu_ps(ah + (size_t)(2 * k2 + 1) * 8))
+                                        : _mm256_setzero_si256();
+      _mm256_storeu_si256((__m256i *)(void *)(uh + (size_t)k2 * 8),
+                          _mm256_or_si256(_mm256_and_si256(lo, low), _mm256_slli_epi32(hi, 16)));
+    }
+  }
+  for (o = 0; o < p->out; o += 4) {
+    float *y0 = (float *)(void *)(y[0] + o), *y1 = nch == 2 ? (float *)(void *)(y[1] + o) : NULL;
+    if (nch == 2)
+      ssm_w_tile2(u, k2n, p->vw2 + o, np, y0, y1);
+    else
+      ssm_w_tile1(u, k2n, p->vw2 + o, np, y0, y1);
+  }
+}
+
+/* SsmObject.qrow with AVX2: one stream's input row a[0 .. K) quantized as es_s_quantize does
+   (divide, saturate, round half to even), less the zero point, as int16 in u[0 .. (K + 1) / 2)
+   (an odd K's last half zero); returns nonzero when a holds a NaN (the caller takes the float
+   path, which keeps it) */
+ES_AVX2 static int ssm_q16row_avx2(const es_s_proj_t *p, const float *a, int32_t *u) {
+  const int K = p->K;
+  const float los = -128.0f - p->in_z, his = 127.0f - p->in_z;
+  const __m256 sc = _mm256_set1_ps(p->in_s), lo = _mm256_set1_ps(los), hi = _mm256_set1_ps(his);
+  int16_t *q = (int16_t *)(void *)u;
+  int k, nan = 0;
+  for (k = 0; k + 16 <= K; k += 16) {
+    __m256 v0 = _mm256_loadu_ps(a + k), v1 = _mm256_loadu_ps(a + k + 8);
+    nan |= _mm256_movemask_ps(_mm256_cmp_ps(v0, v1, _CMP_UNORD_Q));
+    v0 = _mm256_min_ps(_mm256_max_ps(_mm256_div_ps(v0, sc), lo), hi);
+    v1 = _mm256_min_ps(_mm256_max_ps(_mm256_div_ps(v1, sc), lo), hi);
+    _mm256_storeu_si256((__m256i *)(void *)(q + k),
+                        _mm256_permute4x64_epi64(_mm256_packs_epi32(_mm256_cvtps_epi32(v0), _mm256_cvtps_epi32(v1)), 0xD8));
+  }
+  for (; k < K; k++) {
+    float t = a[k];
+    if (t != t) return 1;
+    t = t / p->in_s;
+    t = t < los ? los : t;
+    t = t > his ? his : t;
+    q[k] = (int16_t)es_s_round(t);
+  }
+  if (K & 1) q[K] = 0;
+  return nan != 0;
+}
+
+/* SsmObject.dotrow with AVX2: y[0 .. np) = the exact integer products of one stream's int16 pairs u
+   (from q16row) with the packed weights (es_s_proj_t.vw2), as floats; the caller adds es_s_out's
+   stage. Two chains of vpmaddwd per sixteen columns. */
+ES_AVX2 static void ssm_dot16row_avx2(const es_s_proj_t *p, const int32_t *u, float *y) {
+  const int k2n = p->k2, np = p->f.np;
+  int o, k2;
+  for (o = 0; o < np; o += 16) {
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, b0 = a0, b1 = a0, u0, u1;
+    const int32_t *w = p->vw2 + o, *w0, *w1;
+    for (k2 = 0; k2 + 2 <= k2n; k2 += 2) {
+      u0 = _mm256_set1_epi32(u[k2]), u1 = _mm256_set1_epi32(u[k2 + 1]);
+      w0 = w + (size_t)k2 * np, w1 = w0 + np;
+      a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(u0, _mm256_loadu_si256((const __m256i *)(const void *)w0)));
+      b0 = _mm256_add_epi32(b0, _mm256_madd_epi16(u0, _mm256_loadu_si256((const __m256i *)(const void *)(w0 + 8))));
+      a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(u1, _mm256_loadu_si256((const __m256i *)(const void *)w1)));
+      b1 = _mm256_add_epi32(b1, _mm256_madd_epi16(u1, _mm256_loadu_si256((const __m256i *)(const void *)(w1 + 8))));
+    }
+    if (k2 < k2n) {
+      u0 = _mm256_set1_epi32(u[k2]), w0 = w + (size_t)k2 * np;
+      a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(u0, _mm256_loadu_si256((const __m256i *)(const void *)w0)));
+      b0 = _mm256_add_epi32(b0, _mm256_madd_epi16(u0, _mm256_loadu_si256((const __m256i *)(const void *)(w0 + 8))));
+    }
+    _mm256_storeu_ps(y + o, _mm256_cvtepi32_ps(_mm256_add_epi32(a0, a1)));
+    _mm256_storeu_ps(y + o + 8, _mm256_cvtepi32_ps(_mm256_add_epi32(b0, b1)));
+  }
+}
+#endif
+
 /* y[r] = P(a[r]) for rows r < rows, as es_s_proj; where the projection is an exact integer
    product and the host has int8 dot products, one row at a time from its bytes (u: rows x k4
    words). Projections that quantize their input alike (share: set after the first, which
@@ -300,22 +438,22 @@ ES_VNNI static void ssm_dot8row_vnni(const es_s_proj_t *p, const int32_t *u, flo
    (and returns 0, so the next of the group quantizes again). */
 ES_F_INLINE int ssm_proj(const SsmObject *s, const es_s_proj_t *p, const float *a, int lda, int rows, float *qa,
                          float *ap, float *y, int ldy, int32_t *u, int share) {
-#if ES_S_LANES && ES_HAVE_VNNI
-  if (s->q8row && p->vw) {
-    const int k4n = p->k4;
+#if ES_S_LANES && (ES_HAVE_VNNI || ES_HAVE_AVX2I)
+  if (s->qrow && (s->row_vnni ? p->vw != NULL : p->vw2 != NULL)) {
+    const int words = s->row_vnni ? p->k4 : p->k2;
     int r, nan = 0;
     if (!share)
-      for (r = 0; r < rows; r++) nan |= s->q8row(p, a + (size_t)r * lda, u + (size_t)r * k4n);
+      for (r = 0; r < rows; r++) nan |= s->qrow(p, a + (size_t)r * lda, u + (size_t)r * words);
     if (!nan) {
       for (r = 0; r < rows; r++) {
-        s->dot8row(p, u + (size_t)r * k4n, y + (size_t)r * ldy);
+        s->dotrow(p, u + (size_t)r * words, y + (size_t)r * ldy);
+        if (!s->row_vnni && (p->m || p->out_q || p->post)) es_s_out(p, y + (size_t)r * ldy);
       }
       return 1;
     }
   }
-#else
-  (void)s, (void)u, (void)share;
 #endif
+  (void)s, (void)u, (void)share;
   es_s_proj(p, a, lda, rows, qa, ap, y, ldy);
   return 0;
 }
@@ -338,7 +476,7 @@ ES_CLONES static int ssm_run(SsmObject *s) {
   float *xn = s->scratch, *u = xn + R * F, *v = u + R * ld, *go = v + R * ld, *ro = go + R * ld, *mm = ro + R * ld;
   float *oo = mm + R * ld, *xo = oo + R * ld, *dl = xo + R * ldn, *ho = dl + R * ldn, *qa = ho + R * s->ldc;
   float *ap = qa + R * s->kmax;
-#if ES_S_LANES && ES_HAVE_VNNI
+#if ES_S_LANES && (ES_HAVE_VNNI || ES_HAVE_AVX2I)
   int32_t *u8 = s->u8row;
 #else
   int32_t *u8 = NULL;
@@ -462,16 +600,26 @@ static PyObject *ssm_get_bank(SsmObject *s, void *closure) {
 
 static PyObject *ssm_get_kernel(SsmObject *s, void *closure) {
   (void)closure;
-  return PyUnicode_FromString(s->quant ? "ssm int8 QDQ (exact integer products)" : "ssm float32");
+  if (!s->quant) return PyUnicode_FromString("ssm float32");
+#if ES_S_LANES && ES_HAVE_VNNI
+  if (s->dot8) return PyUnicode_FromString("ssm int8 QDQ (exact integer products: AVX-512 VNNI)");
+#endif
+#if ES_S_LANES && ES_HAVE_AVX2I
+  if (s->dot16) return PyUnicode_FromString("ssm int8 QDQ (exact integer products: AVX2 int16 pairs)");
+#endif
+  return PyUnicode_FromString("ssm int8 QDQ (exact integer products: float32 sums)");
 }
 
 static void ssm_dealloc(SsmObject *s) {
   int i;
   PyMem_Free(s->enc.vw);
   PyMem_Free(s->head.vw);
+  PyMem_Free(s->enc.vw2);
+  PyMem_Free(s->head.vw2);
   for (i = 0; i < ES_S_MAX_LAYERS; i++) {
     es_s_layer_t *y = &s->layer[i];
     PyMem_Free(y->x.vw), PyMem_Free(y->g.vw), PyMem_Free(y->d.vw), PyMem_Free(y->r.vw), PyMem_Free(y->o.vw);
+    PyMem_Free(y->x.vw2), PyMem_Free(y->g.vw2), PyMem_Free(y->d.vw2), PyMem_Free(y->r.vw2), PyMem_Free(y->o.vw2);
   }
   for (i = 0; i < s->nviews; i++) PyBuffer_Release(&s->views[i]);
   PyMem_Free(s->scratch);
@@ -533,13 +681,13 @@ static int ssm_bind_layer(SsmObject *s, es_s_layer_t *y, PyObject *t) {
 }
 
 static PyObject *ssm_step(PyObject *mod, PyObject *args) {
-  int B, F, D, N, C, sel, quant, l;
+  int B, F, D, N, C, sel, quant, packed = 1, l;
   PyObject *x, *logits, *probs, *mean, *std, *bank0, *bank1, *enc, *layers, *final, *head;
   SsmObject *s;
   Py_ssize_t L;
   (void)mod;
-  if (!PyArg_ParseTuple(args, "iiiiippOOOOOOOOOOO", &B, &F, &D, &N, &C, &sel, &quant, &x, &logits, &probs, &mean,
-                        &std, &bank0, &bank1, &enc, &layers, &final, &head))
+  if (!PyArg_ParseTuple(args, "iiiiippOOOOOOOOOOO|p", &B, &F, &D, &N, &C, &sel, &quant, &x, &logits, &probs, &mean,
+                        &std, &bank0, &bank1, &enc, &layers, &final, &head, &packed))
     return NULL;
   if (B < 1 || F < 1 || D < 1 || N < 1 || C < 1 || F > (1 << 16) || D > (1 << 16) || N > (1 << 16) || C > (1 << 16)) {
     PyErr_SetString(PyExc_ValueError, "sizes out of range");
@@ -558,7 +706,14 @@ static PyObject *ssm_step(PyObject *mod, PyObject *args) {
   memset((char *)s + sizeof(PyObject), 0, sizeof(SsmObject) - sizeof(PyObject));
   s->B = B, s->F = F, s->D = D, s->N = N, s->C = C, s->L = (int)L, s->sel = sel, s->quant = quant;
 #if ES_S_LANES && ES_HAVE_VNNI
-  if (vnni_supported()) s->dot8 = ssm_dot8_vnni, s->q8row = ssm_q8row_vnni, s->dot8row = ssm_dot8row_vnni;
+  if (packed && vnni_supported())
+    s->dot8 = ssm_dot8_vnni, s->qrow = ssm_q8row_vnni, s->dotrow = ssm_dot8row_vnni, s->row_vnni = 1;
+#endif
+#if ES_S_LANES && ES_HAVE_AVX2I
+  if (packed && avx2_supported()) {
+    s->dot16 = ssm_dot16_avx2;
+    if (!s->qrow) s->qrow = ssm_q16row_avx2, s->dotrow = ssm_dot16row_avx2;
+  }
 #endif
   s->ld = (D + ES_F_NB - 1) / ES_F_NB * ES_F_NB;
   s->ldn = (N + ES_F_NB - 1) / ES_F_NB * ES_F_NB;
@@ -591,7 +746,7 @@ static PyObject *ssm_step(PyObject *mod, PyObject *args) {
     width[ES_S_XN] = F, width[ES_S_Q] = s->kmax, width[ES_S_H] = width[ES_S_P] = s->ldc;
     width[ES_S_U] = width[ES_S_V] = width[ES_S_G] = width[ES_S_R] = width[ES_S_M] = width[ES_S_O] = s->ld;
     width[ES_S_X] = width[ES_S_D] = width[ES_S_SO] = width[ES_S_SN] = s->ldn;
-    width[ES_S_U8] = (size_t)(s->kmax + 3) / 4 * 2;       /* both chunks' words, in the first chunk's span */
+    width[ES_S_U8] = (size_t)(s->kmax + 1) / 2 * 2;       /* both chunks' words, in the first chunk's span */
     for (s->lspan = 0, k = 0; k < ES_S_NBUF; k++) s->loff[k] = s->lspan, s->lspan += width[k];
     lanes = sizeof(float) * 16 * 2 * s->lspan;            /* room for chunks of 16 (of 8: the first half) */
 #if ES_HAVE_CLONES && ES_S_HAVE16
@@ -600,15 +755,15 @@ static PyObject *ssm_step(PyObject *mod, PyObject *args) {
 #else
     s->l16 = s->wide = 0;
 #endif
-#if ES_HAVE_VNNI
-    rows += sizeof(int32_t) * ES_F_CHUNK * (size_t)((s->kmax + 3) / 4);      /* u8row */
+#if ES_HAVE_VNNI || ES_HAVE_AVX2I
+    rows += sizeof(int32_t) * ES_F_CHUNK * (size_t)((s->kmax + 1) / 2);      /* u8row */
 #endif
     s->scratch = PyMem_Malloc(rows + lanes + 64);
     if (s->scratch)
       s->lanes = (float *)(void *)(((uintptr_t)((char *)s->scratch + rows) + 63) & ~(uintptr_t)63);
-#if ES_HAVE_VNNI
+#if ES_HAVE_VNNI || ES_HAVE_AVX2I
     if (s->scratch) s->u8row = (int32_t *)(void *)((char *)s->scratch + rows - sizeof(int32_t) * ES_F_CHUNK *
-                                                   (size_t)((s->kmax + 3) / 4));
+                                                   (size_t)((s->kmax + 1) / 2));
 #endif
 #else
     s->scratch = PyMem_Malloc(rows);

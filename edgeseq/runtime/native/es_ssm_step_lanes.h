@@ -13,7 +13,12 @@ ES_F_INLINE int ssm_lanes(SsmObject *s, int r0, int nch, int cur, int nxt) {
   #if ES_S_L == 16
   cx.wide = s->wide, cx.dot8 = s->dot8;
 #else
-  cx.wide = 0, cx.dot8 = NULL;       /* two chunks' tiles would take 19 of a 256-bit host's 16 registers */
+  cx.wide = 0;                       /* two chunks' tiles would take 19 of a 256-bit host's 16 registers */
+#if ES_HAVE_AVX2I
+  cx.dot8 = s->dot16;
+#else
+  cx.dot8 = NULL;
+#endif
 #endif
   cx.u = (int32_t *)(void *)b[ES_S_U8][0];
   for (h = 0; h < nch; h++) es_s_lnormalize(s->x + (size_t)(r0 + h * ES_S_L) * F, F, s->mean, s->std, b[ES_S_XN][h]);
