@@ -228,6 +228,22 @@ def test_int8_state_view_rounds_to_q15(tiny):
         step.set_state([v])
 
 
+@needs_ext
+@pytest.mark.parametrize("arch, scheme", [("lstm", "static"), ("gru", "float")])
+@pytest.mark.parametrize("bad", [np.nan, np.inf, 1e300])
+def test_a_state_that_is_not_finite_is_refused_whole(tiny, arch, scheme, bad):
+    path = tiny(arch, scheme)
+    _, meta = open_model(path)
+    step = native.NativeStep(path, meta, 2)
+    native_stream(step, readings(5, 2))
+    before = [a.copy() for a in step.state]
+    arrays = [np.full((2, step.hidden), 0.25) for _ in meta.state]
+    arrays[-1][1, 3] = bad                        # the last tensor: the ones before it would go in first
+    with pytest.raises(UsageError, match="NaN, Inf or a value beyond float32"):
+        step.set_state(arrays)
+    assert all(np.array_equal(a, b) for a, b in zip(step.state, before))
+
+
 # -- what does not run natively ------------------------------------------------------------
 
 @needs_ext

@@ -235,6 +235,27 @@ def test_a_nan_step_is_not_adopted(tiny, scheme, streams, bad):
 
 
 @needs_ext
+@pytest.mark.parametrize("streams, bad", [(3, 2), (20, 4), (20, 17)])
+@pytest.mark.parametrize("packed", [True, False])
+def test_a_nan_in_the_state_is_carried_not_read_as_a_number(tiny, packed, streams, bad):
+    """A NaN written into the live state (set_state refuses one) reaches the readout product:
+    the packed int8 products, which would read it as a number, leave it to the float sums, which
+    carry it to the logits, so the step is refused for that stream, in lanes (stream 4 of 20) and
+    by rows alike, with packed products and without."""
+    path = tiny("fixed", "static")
+    _, meta = open_model(path)
+    step = native.NativeStep(path, meta, streams, vnni=packed)
+    native_stream(step, readings(5, streams))
+    step.state[0][bad, 1] = np.nan
+    with pytest.raises(UsageError, match="NaN"):
+        step.set_state(step.state)
+    before = [a.copy() for a in step.state]
+    step.x[:] = readings(1, streams)[0]
+    assert step.run() == bad
+    assert all(np.array_equal(a, b, equal_nan=True) for a, b in zip(step.state, before))
+
+
+@needs_ext
 @pytest.mark.parametrize("scheme", ["float", "static"])
 def test_state_round_trips_and_resets_per_stream(tiny, scheme):
     path = tiny("selective", scheme)

@@ -496,8 +496,9 @@ class NativeStep:
         return self._int
 
     def set_state(self, arrays) -> None:
-        """Install `arrays` (one float array [B, H] per `meta.state` entry, finite; the session
-        checks them): see the class docstring for int8 rounding."""
+        """Install `arrays` (one real array [B, H] per `meta.state` entry, finite as float32):
+        see the class docstring for int8 rounding. Raises UsageError (nothing installed) for a
+        wrong count, shape or dtype, or a NaN, Inf or value beyond float32."""
         arrays = list(arrays)
         if len(arrays) != len(self.meta.state):
             raise UsageError(f"state holds {len(arrays)} tensors, this model has {len(self.meta.state)}")
@@ -508,6 +509,11 @@ class NativeStep:
             if a.shape != shape or a.dtype.kind not in "fiu":
                 raise UsageError(f"state '{spec.name}' must be real numbers of shape {list(shape)}, got "
                                  f"{a.dtype} {list(a.shape)}")
+            with np.errstate(over="ignore", invalid="ignore"):
+                finite = bool(np.isfinite(a.astype(np.float32, copy=False)).all())
+            if not finite:
+                raise UsageError(f"state '{spec.name}' holds NaN, Inf or a value beyond float32; give finite "
+                                 f"float32 values, as a snapshot holds")
             new.append(a)
         if not self._integer:
             for dst, a in zip(self.state, new):

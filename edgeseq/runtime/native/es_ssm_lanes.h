@@ -140,13 +140,25 @@ typedef struct {
   int32_t *u;
 } es_s_lctx_t;
 
+/* nonzero when a lane of a[h][0 .. K), h < nch, holds a NaN: the packed int8 products would
+   read it as a number, where the float products carry it to the logits (and the step is refused) */
+ES_F_INLINE int es_s_lnan(es_s_v *const *a, int K, int nch) {
+  es_s_vi m = {0};
+  int h, k, i;
+  for (h = 0; h < nch; h++)
+    for (k = 0; k < K; k++) m |= a[h][k] != a[h][k];
+  for (i = 0; i < ES_S_L; i++)
+    if (m[i]) return 1;
+  return 0;
+}
+
 ES_F_INLINE void es_s_lproj_q(const es_s_proj_t *p, es_s_v *const *a, es_s_v *const *y, int nch,
                               const es_s_lctx_t *cx) {
   int o, h;
 #if ES_S_L == 16
-  if (p->vw && cx->dot8) {
+  if (p->vw && cx->dot8 && !es_s_lnan(a, p->K, nch)) {
 #else
-  if (p->vw2 && cx->dot8) {
+  if (p->vw2 && cx->dot8 && !es_s_lnan(a, p->K, nch)) {
 #endif
     cx->dot8(p, a, y, nch, cx->u);
 #if ES_S_L == 8
