@@ -162,7 +162,7 @@ def render_bench_archs(d: dict, source: str) -> str:
     how = (f"`edgeseq bench --repeats {d['repeats']}`, {d.get('threads', 1)} thread; at one stream the float and "
            "int8 native pushes, their C steps alone and the floor interleaved in one loop, the onnxruntime push in "
            "rounds of its own; at many streams the share of the GEMM bound from the fastest push and the fastest "
-           "512 x 512 x 512 GEMM of the same interleaved rounds")
+           f"512 x 512 x 512 GEMM of the same {max(20, d['repeats'] // 5)} interleaved rounds")
     if not a.get("ssm"):
         return "\n\n".join([machine_line(d, source, how), f"Not timed: {a.get('native', 'no native step')}."])
     rows = []

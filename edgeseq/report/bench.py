@@ -295,8 +295,8 @@ def run_arch_steps(tmp: Path, repeats: int, warmup: int, floor_call) -> dict:
     own (a 15-100 us call between two floor calls would slow the floor). SSM at 1 and 1,024
     streams; at 1,024 the share of the GEMM bound comes from a 512 x 512 x 512 float32 GEMM
     (numpy, one BLAS thread) timed in the same interleaved rounds as the pushes, the fastest
-    call of each (a 2.6 ms GEMM is preempted on a busy machine far more often than a 0.3 ms
-    push, so medians would flatter the push). The Transformer with its default window (50) full, and with no window (`window=0`)
+    call of each in repeats / 5 rounds (a 2.6 ms GEMM is preempted on a busy machine far more
+    often than a 0.3 ms push, so medians would flatter the push). The Transformer with its default window (50) full, and with no window (`window=0`)
     at cached histories of 16, 50, 256 and 1,024 readings (max_history = the history,
     sliding), where its time grows with the history."""
     from edgeseq.runtime import StreamSession, native
@@ -343,7 +343,7 @@ def run_arch_steps(tmp: Path, repeats: int, warmup: int, floor_call) -> dict:
                     fns = {b: (lambda s=s: s.push(x)) for b, s in sessions.items()}
                     fns["gemm"] = lambda: ga @ gb          # the bound in the same rounds
                     t = _interleaved_us(fns, rounds_b, warm_b)
-                    fastest = _interleaved_us(fns, rounds_b, 1, stat=np.min)    # a 2.6 ms GEMM is preempted
+                    fastest = _interleaved_us(fns, max(rounds_b, repeats // 5), 1, stat=np.min)  # a 2.6 ms GEMM is preempted
                     t["gemm"], t["native_fastest"] = fastest["gemm"], fastest["native"]   # more often than a
                     #                                        0.3 ms push: the share compares quiet moments of each
                 macs = macs_per_reading(sessions["native"].meta)

@@ -264,6 +264,7 @@ ES_F_INLINE void es_s_residual(float *ES_F_RESTRICT u, const float *ES_F_RESTRIC
 #define es_s_lnan ES_S_LNAME(es_s_lnan)
 #define es_s_lquantize_in ES_S_LNAME(es_s_lquantize_in)
 #define es_s_lproj ES_S_LNAME(es_s_lproj)
+#define es_s_lproj_group ES_S_LNAME(es_s_lproj_group)
 #define es_s_transpose ES_S_LNAME(es_s_transpose)
 #define es_s_to_lanes ES_S_LNAME(es_s_to_lanes)
 #define es_s_to_rows ES_S_LNAME(es_s_to_rows)

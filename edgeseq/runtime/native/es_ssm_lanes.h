@@ -137,6 +137,11 @@ typedef struct {
   /* the int8 dot products of a projection with vw (16 lanes) or vw2 (8), see es_s_proj_t, or NULL: y[h] from the
      quantized a[h], h < nch; u: scratch of 2 x k4 x ES_S_L words */
   void (*dot8)(const es_s_proj_t *p, es_s_v *const *a, es_s_v *const *y, int nch, int32_t *u);
+  /* 8 lanes with AVX2's int16 pairs (vw2), or NULL: pack quantizes a projection's input a[h] into
+     u (2 x k2 x 8 words), nonzero where a holds a NaN (nothing packed); dotp runs the products
+     from u, with the output stage (es_s_lout) */
+  int (*pack)(const es_s_proj_t *p, es_s_v *const *a, int nch, int32_t *u);
+  void (*dotp)(const es_s_proj_t *p, es_s_v *const *y, int nch, const int32_t *u);
   int32_t *u;
 } es_s_lctx_t;
 
@@ -157,21 +162,19 @@ ES_F_INLINE void es_s_lproj_q(const es_s_proj_t *p, es_s_v *const *a, es_s_v *co
   int o, h;
 #if ES_S_L == 16
   if (p->vw && cx->dot8 && !es_s_lnan(a, p->K, nch)) {
-#else
-  if (p->vw2 && cx->dot8 && !es_s_lnan(a, p->K, nch)) {
-#endif
     cx->dot8(p, a, y, nch, cx->u);
-#if ES_S_L == 8
-  } else if (nch == 2) {            /* out rounded up to ES_S_TO: tiles of 6, the last 8 or 4 in tiles of 4 */
+  } else if (nch == 2 && cx->wide) {
+    for (o = 0; o < p->out; o += ES_S_TO)
+      es_s_ltile2(a[0], a[1], p->K, p->f.w + o, p->f.np, p->f.b + o, y[0] + o, y[1] + o);
+#else
+  (void)cx;
+  if (nch == 2) {                   /* out rounded up to ES_S_TO: tiles of 6, the last 8 or 4 in tiles of 4 */
     const int np = p->f.np, no = (p->out + ES_S_TO - 1) / ES_S_TO * ES_S_TO;
     for (o = 0; no - o >= 6 && no - o != 8; o += 6)
       es_s_ltile2_6(a[0], a[1], p->K, p->f.w + o, np, p->f.b + o, y[0] + o, y[1] + o);
     for (; o < no; o += 4)
       es_s_ltile2_4(a[0], a[1], p->K, p->f.w + o, np, p->f.b + o, y[0] + o, y[1] + o);
 #endif
-  } else if (nch == 2 && cx->wide) {
-    for (o = 0; o < p->out; o += ES_S_TO)
-      es_s_ltile2(a[0], a[1], p->K, p->f.w + o, p->f.np, p->f.b + o, y[0] + o, y[1] + o);
   } else {
     for (h = 0; h < nch; h++)
       for (o = 0; o < p->out; o += ES_S_TO) es_s_ltile(a[h], p->K, p->f.w + o, p->f.np, p->f.b + o, y[h] + o);
@@ -187,14 +190,36 @@ ES_F_INLINE void es_s_lquantize_in(const es_s_proj_t *p, es_s_v *const *a, es_s_
     es_s_lquantize(a[h], p->K, p->in_s, p->in_z, p->in_mode == ES_S_IN_FQ ? p->in_s : 1.0f, qa[h]);
 }
 
-/* es_s_proj, lane-wise; qa[h]: K vectors of scratch */
+/* es_s_proj, lane-wise, of n projections that quantize their input alike (a layer's x, g and δ:
+   share_q; or one projection), a[h] -> y[j][h]; qa[h]: K vectors of scratch. The input is quantized
+   once; with AVX2's int16 pairs (cx->pack) packed once, and a NaN among it takes the float sums,
+   which carry it to the logits. */
+ES_F_INLINE void es_s_lproj_group(const es_s_proj_t *const *p, int n, es_s_v *const *a, es_s_v *const *qa,
+                                  es_s_v *const *const *y, int nch, const es_s_lctx_t *cx) {
+  int j, packed = 0, quant = 0;
+  if (p[0]->in_mode == ES_S_IN_FLOAT) {
+    for (j = 0; j < n; j++) es_s_lproj_q(p[j], a, y[j], nch, cx);
+    return;
+  }
+  if (cx->pack)
+    for (j = 0; j < n; j++)
+      if (p[j]->vw2) {
+        packed = !cx->pack(p[j], a, nch, cx->u);
+        break;
+      }
+  for (j = 0; j < n; j++) {
+    if (packed && p[j]->vw2) {
+      cx->dotp(p[j], y[j], nch, cx->u);
+      continue;
+    }
+    if (!quant) es_s_lquantize_in(p[j], a, qa, nch), quant = 1;
+    es_s_lproj_q(p[j], qa, y[j], nch, cx);
+  }
+}
+
 ES_F_INLINE void es_s_lproj(const es_s_proj_t *p, es_s_v *const *a, es_s_v *const *qa, es_s_v *const *y, int nch,
                             const es_s_lctx_t *cx) {
-  if (p->in_mode != ES_S_IN_FLOAT) {
-    es_s_lquantize_in(p, a, qa, nch);
-    a = qa;
-  }
-  es_s_lproj_q(p, a, y, nch, cx);
+  es_s_lproj_group(&p, 1, a, qa, &y, nch, cx);
 }
 
 /* an ES_S_L x ES_S_L block transposed in place: its off-diagonal blocks of ES_S_L / 2, then down

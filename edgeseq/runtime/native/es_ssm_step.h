@@ -60,8 +60,10 @@ typedef struct {
   void (*dot8)(const es_s_proj_t *, es_s_v16 *const *, es_s_v16 *const *, int, int32_t *);
 #endif
 #if ES_S_LANES && ES_HAVE_AVX2I
-  /* the int8 products as int16 pairs (es_s_proj_t.vw2), for chunks of 8 streams */
-  void (*dot16)(const es_s_proj_t *, es_s_v8 *const *, es_s_v8 *const *, int, int32_t *);
+  /* the int8 products as int16 pairs (es_s_proj_t.vw2), for chunks of 8 streams: es_s_lctx8_t's
+     pack and dotp */
+  int (*lpack16)(const es_s_proj_t *, es_s_v8 *const *, int, int32_t *);
+  void (*ldot16)(const es_s_proj_t *, es_s_v8 *const *, int, const int32_t *);
 #endif
 #if ES_S_LANES && (ES_HAVE_VNNI || ES_HAVE_AVX2I)
   /* single rows' packed int8 products: VNNI's (vw, k4 words a row, the output stage fused) or
@@ -189,7 +191,7 @@ static int ssm_bind_proj(SsmObject *s, es_s_proj_t *p, PyObject *t, int K, int o
   if (s->dot8 && p->exact && ssm_int8_weights(p) < 0) return -1;
 #endif
 #if ES_S_LANES && ES_HAVE_AVX2I
-  if (s->dot16 && p->exact && ssm_int16_weights(p) < 0) return -1;
+  if (s->ldot16 && p->exact && ssm_int16_weights(p) < 0) return -1;
 #endif
   return 0;
 }
@@ -322,13 +324,57 @@ ES_VNNI static void ssm_dot8row_vnni(const es_s_proj_t *p, const int32_t *u, flo
 #endif
 
 #if ES_S_LANES && ES_HAVE_AVX2I
-/* SsmObject.dot16 (es_s_lctx8_t.dot8) with AVX2: each stream's inputs q - z (exact integers in
-   float, |q - z| <= 255) as int16, two to a word; vpmaddwd adds two int16 x int16 products into
-   each lane's int32 sum. The sums are the float products' exactly (es_s_proj_t: exact while they
-   stay below 2^24), so the outputs are the same floats. Tiles of four outputs of both chunks. */
+/* SsmObject.lpack16 (es_s_lctx8_t.pack) with AVX2: each stream's inputs a[h][k] quantized as
+   es_s_quantize does (divide, saturate, round half to even: the conversion's default rounding,
+   exact at these magnitudes), less the zero point (|q - z| <= 255), as int16, two inputs to a
+   word: u[h][k2][lane], input 2 k2 in the low half (an odd K's last high half zero). Returns
+   nonzero when an input holds a NaN: nothing to trust in u (a NaN converts to 0x80000000, whose
+   low half reads as 0); the caller takes the float sums, which carry it. */
+ES_AVX2 static int ssm_lpack16_avx2(const es_s_proj_t *p, es_s_v8 *const *a, int nch, int32_t *u) {
+  const int K = p->K, k2n = p->k2;
+  const __m256 sc = _mm256_set1_ps(p->in_s), lo = _mm256_set1_ps(-128.0f - p->in_z),
+               hi = _mm256_set1_ps(127.0f - p->in_z);
+  const __m256i low = _mm256_set1_epi32(0xFFFF);
+  __m256 nan = _mm256_setzero_ps();
+  int h, k2;
+  for (h = 0; h < nch; h++) {
+    const float *ah = (const float *)(const void *)a[h];
+    int32_t *uh = u + (size_t)h * k2n * 8;
+    for (k2 = 0; k2 < k2n; k2++) {
+      const __m256 v0 = _mm256_loadu_ps(ah + (size_t)(2 * k2) * 8);
+      const __m256 v1 = 2 * k2 + 1 < K ? _mm256_loadu_ps(ah + (size_t)(2 * k2 + 1) * 8) : _mm256_setzero_ps();
+      const __m256i q0 = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_div_ps(v0, sc), lo), hi));
+      const __m256i q1 = 2 * k2 + 1 < K
+                             ? _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_div_ps(v1, sc), lo), hi))
+                             : _mm256_setzero_si256();
+      nan = _mm256_or_ps(nan, _mm256_cmp_ps(v0, v1, _CMP_UNORD_Q));
+      _mm256_storeu_si256((__m256i *)(void *)(uh + (size_t)k2 * 8),
+                          _mm256_or_si256(_mm256_and_si256(q0, low), _mm256_slli_epi32(q1, 16)));
+    }
+  }
+  return _mm256_movemask_ps(nan) != 0;
+}
+
+/* es_s_lout's stage where it is m and OUT with out_d 1 (then post), for ssm_w_tile's columns as
+   they leave: the same operations in the same order, each rounded (the product rounded before
+   post is added, never fused into a multiply-add), min/max keeping a NaN as es_s_vclamp does */
+typedef struct {
+  const float *m, *post;            /* m NULL: no stage here (es_s_lout after, where there is one) */
+  int q;                            /* OUT */
+  __m256 lo, hi, sc;
+} ssm_lout_t;
+
+/* SsmObject.ldot16 (es_s_lctx8_t.dotp) with AVX2: y[h] = the projection of the pairs u packs
+   (ssm_lpack16_avx2) with its int16 weights, two to a word (es_s_proj_t.vw2): vpmaddwd adds two
+   int16 x int16 products into each lane's int32 sum. The sums are the float products' exactly
+   (es_s_proj_t: exact while they stay below 2^24), so the outputs are the same floats. Tiles of
+   four outputs (n of them real) of both chunks, with the output stage (ssm_lout_t). */
 #define SSM_W_TILE(NAME, NC)                                                                       \
-  ES_AVX2 static inline void NAME(const int32_t *u, int k2n, const int32_t *w, int np, float *y0, float *y1) { \
+  ES_AVX2 static inline void NAME(const int32_t *u, int k2n, const int32_t *w, int np, const ssm_lout_t *e, \
+                                  int n, float *y0, float *y1) {                                 \
+    const float *m = e->m, *post = e->post;                                                      \
     __m256i acc[NC][4], uv[NC], wv;                                                              \
+    __m256 t[NC], b;                                                                             \
     int c, j, k2;                                                                                \
     for (c = 0; c < (NC); c++)                                                                   \
       for (j = 0; j < 4; j++) acc[c][j] = _mm256_setzero_si256();                                \
@@ -341,36 +387,47 @@ ES_VNNI static void ssm_dot8row_vnni(const es_s_proj_t *p, const int32_t *u, flo
       }                                                                                          \
     }                                                                                            \
     for (j = 0; j < 4; j++) {                                                                    \
-      _mm256_storeu_ps(y0 + j * 8, _mm256_cvtepi32_ps(acc[0][j]));                               \
-      if ((NC) == 2) _mm256_storeu_ps(y1 + j * 8, _mm256_cvtepi32_ps(acc[(NC) - 1][j]));         \
+      for (c = 0; c < (NC); c++) t[c] = _mm256_cvtepi32_ps(acc[c][j]);                           \
+      if (m && j < n) {                                                                          \
+        b = _mm256_broadcast_ss(m + j);                                                          \
+        for (c = 0; c < (NC); c++) t[c] = _mm256_mul_ps(t[c], b);                                \
+        if (e->q)                                                                                \
+          for (c = 0; c < (NC); c++)                                                             \
+            t[c] = _mm256_mul_ps(_mm256_round_ps(_mm256_min_ps(e->hi, _mm256_max_ps(e->lo, t[c])),         \
+                                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), e->sc); \
+        if (post) {                                                                              \
+          b = _mm256_broadcast_ss(post + j);                                                     \
+          for (c = 0; c < (NC); c++) {                                                           \
+            __asm__("" : "+x"(t[c]));                                                            \
+            t[c] = _mm256_add_ps(t[c], b);                                                       \
+          }                                                                                      \
+        }                                                                                        \
+      }                                                                                          \
+      _mm256_storeu_ps(y0 + j * 8, t[0]);                                                        \
+      if ((NC) == 2) _mm256_storeu_ps(y1 + j * 8, t[(NC) - 1]);                                  \
     }                                                                                            \
   }
 SSM_W_TILE(ssm_w_tile1, 1)
 SSM_W_TILE(ssm_w_tile2, 2)
 #undef SSM_W_TILE
 
-ES_AVX2 static void ssm_dot16_avx2(const es_s_proj_t *p, es_s_v8 *const *a, es_s_v8 *const *y, int nch, int32_t *u) {
-  const int K = p->K, k2n = p->k2, np = p->f.np;
-  const __m256i low = _mm256_set1_epi32(0xFFFF);
-  int h, k2, o;
-  for (h = 0; h < nch; h++) {
-    const float *ah = (const float *)(const void *)a[h];
-    int32_t *uh = u + (size_t)h * k2n * 8;
-    for (k2 = 0; k2 < k2n; k2++) {
-      const __m256i lo = _mm256_cvtps_epi32(_mm256_loadu_ps(ah + (size_t)(2 * k2) * 8));
-      const __m256i hi = 2 * k2 + 1 < K ? _mm256_cvtps_epi32(_mm256_loadu_ps(ah + (size_t)(2 * k2 + 1) * 8))
-                                        : _mm256_setzero_si256();
-      _mm256_storeu_si256((__m256i *)(void *)(uh + (size_t)k2 * 8),
-                          _mm256_or_si256(_mm256_and_si256(lo, low), _mm256_slli_epi32(hi, 16)));
-    }
-  }
-  for (o = 0; o < p->out; o += 4) {
+ES_AVX2 static void ssm_ldot16_avx2(const es_s_proj_t *p, es_s_v8 *const *y, int nch, const int32_t *u) {
+  const int fused = p->m != NULL && (!p->out_q || p->out_d == 1.0f), k2n = p->k2, np = p->f.np, out = p->out;
+  ssm_lout_t e;
+  int h, o;
+  e.m = fused ? p->m : NULL, e.post = p->post, e.q = p->out_q;
+  e.lo = _mm256_set1_ps(-128.0f - p->out_z), e.hi = _mm256_set1_ps(127.0f - p->out_z), e.sc = _mm256_set1_ps(p->out_s);
+  for (o = 0; o < out; o += 4) {
     float *y0 = (float *)(void *)(y[0] + o), *y1 = nch == 2 ? (float *)(void *)(y[1] + o) : NULL;
+    ssm_lout_t eo = e;
+    if (fused) eo.m = p->m + o, eo.post = p->post ? p->post + o : NULL;
     if (nch == 2)
-      ssm_w_tile2(u, k2n, p->vw2 + o, np, y0, y1);
+      ssm_w_tile2(u, k2n, p->vw2 + o, np, &eo, out - o, y0, y1);
     else
-      ssm_w_tile1(u, k2n, p->vw2 + o, np, y0, y1);
+      ssm_w_tile1(u, k2n, p->vw2 + o, np, &eo, out - o, y0, y1);
   }
+  if (!fused && (p->m || p->out_q || p->post))
+    for (h = 0; h < nch; h++) es_s_lout8(p, y[h]);
 }
 
 /* SsmObject.qrow with AVX2: one stream's input row a[0 .. K) quantized as es_s_quantize does
@@ -605,7 +662,7 @@ static PyObject *ssm_get_kernel(SsmObject *s, void *closure) {
   if (s->dot8) return PyUnicode_FromString("ssm int8 QDQ (exact integer products: AVX-512 VNNI)");
 #endif
 #if ES_S_LANES && ES_HAVE_AVX2I
-  if (s->dot16) return PyUnicode_FromString("ssm int8 QDQ (exact integer products: AVX2 int16 pairs)");
+  if (s->ldot16) return PyUnicode_FromString("ssm int8 QDQ (exact integer products: AVX2 int16 pairs)");
 #endif
   return PyUnicode_FromString("ssm int8 QDQ (exact integer products: float32 sums)");
 }
@@ -711,7 +768,7 @@ static PyObject *ssm_step(PyObject *mod, PyObject *args) {
 #endif
 #if ES_S_LANES && ES_HAVE_AVX2I
   if (packed && avx2_supported()) {
-    s->dot16 = ssm_dot16_avx2;
+    s->lpack16 = ssm_lpack16_avx2, s->ldot16 = ssm_ldot16_avx2;
     if (!s->qrow) s->qrow = ssm_q16row_avx2, s->dotrow = ssm_dot16row_avx2;
   }
 #endif

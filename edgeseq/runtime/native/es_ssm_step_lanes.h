@@ -10,14 +10,15 @@ ES_F_INLINE int ssm_lanes(SsmObject *s, int r0, int nch, int cur, int nxt) {
   int l, i, c, h, k, bad = -1;
   for (h = 0; h < 2; h++)
     for (k = 0; k < ES_S_NBUF; k++) b[k][h] = (es_s_v *)(void *)(s->lanes + ((size_t)h * s->lspan + s->loff[k]) * ES_S_L);
-  #if ES_S_L == 16
-  cx.wide = s->wide, cx.dot8 = s->dot8;
+#if ES_S_L == 16
+  cx.wide = s->wide, cx.dot8 = s->dot8, cx.pack = NULL, cx.dotp = NULL;
 #else
   cx.wide = 0;                       /* two chunks' tiles would take 19 of a 256-bit host's 16 registers */
-#if ES_HAVE_AVX2I
-  cx.dot8 = s->dot16;
-#else
   cx.dot8 = NULL;
+#if ES_HAVE_AVX2I
+  cx.pack = s->lpack16, cx.dotp = s->ldot16;
+#else
+  cx.pack = NULL, cx.dotp = NULL;
 #endif
 #endif
   cx.u = (int32_t *)(void *)b[ES_S_U8][0];
@@ -26,11 +27,10 @@ ES_F_INLINE int ssm_lanes(SsmObject *s, int r0, int nch, int cur, int nxt) {
   for (l = 0; l < L; l++) {
     const es_s_layer_t *y = &s->layer[l];
     for (h = 0; h < nch; h++) es_s_llayernorm(b[ES_S_U][h], D, y->ln_g, y->ln_b, y->eps, b[ES_S_V][h]);
-    if (y->x.in_mode != ES_S_IN_FLOAT && y->share_q) {      /* x, g (and δ) quantize v alike: once */
-      es_s_lquantize_in(&y->x, b[ES_S_V], b[ES_S_Q], nch);
-      es_s_lproj_q(&y->x, b[ES_S_Q], b[ES_S_X], nch, &cx);
-      es_s_lproj_q(&y->g, b[ES_S_Q], b[ES_S_G], nch, &cx);
-      if (s->sel) es_s_lproj_q(&y->d, b[ES_S_Q], b[ES_S_D], nch, &cx);
+    if (y->share_q) {                /* x, g (and δ) quantize v alike: once */
+      const es_s_proj_t *grp[3] = {&y->x, &y->g, &y->d};
+      es_s_v *const *out[3] = {b[ES_S_X], b[ES_S_G], b[ES_S_D]};
+      es_s_lproj_group(grp, s->sel ? 3 : 2, b[ES_S_V], b[ES_S_Q], out, nch, &cx);
     } else {
       es_s_lproj(&y->x, b[ES_S_V], b[ES_S_Q], b[ES_S_X], nch, &cx);
       es_s_lproj(&y->g, b[ES_S_V], b[ES_S_Q], b[ES_S_G], nch, &cx);
