@@ -376,6 +376,36 @@ def test_an_edited_file_runs_its_graph(tiny, tmp_path):
 
 
 @needs_ext
+def test_the_packed_output_stage_rounds_a_small_negative_to_plus_zero(tiny, tmp_path):
+    """Round half to even of -0.4 is +0, as onnxruntime's QuantizeLinear and the float sums give
+    it, not -0: an edited file (layer 0's x output scale 1e30, so x quantizes to 0, its bias -0,
+    the decay -0.5) keeps layer 0's state +0 in every stream, in the lanes and by rows, the
+    packed products' bytes those of the float sums."""
+    def edit(m):
+        from onnx import numpy_helper
+        for t in m.graph.initializer:
+            a = numpy_helper.to_array(t).copy()
+            if t.name == "matmul_scale":               # the QDQ pair after layer 0's x product
+                a[...] = 1e30
+            elif t.name in ("ssm0_x_bias", "ssm0_decay"):
+                a[...] = -0.0 if t.name == "ssm0_x_bias" else -0.5
+            else:
+                continue
+            t.CopyFrom(numpy_helper.from_array(a, t.name))
+    path = _edit(tiny("fixed", "static"), tmp_path / "signed-zero.onnx", edit)
+    _, meta = open_model(path)
+    assert native.supports(meta, path) is None
+    X = readings(5, 9, seed=2)                          # streams 0-7 in a lane chunk, stream 8 by rows
+    packed, sums = native.NativeStep(path, meta, 9), native.NativeStep(path, meta, 9, vnni=False)
+    a, b = native_stream(packed, X), native_stream(sums, X)
+    assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+    for p, q in zip(packed.state, sums.state):
+        assert np.array_equal(p.view(np.uint32), q.view(np.uint32))
+    assert not packed.state[0].view(np.uint32).any()    # +0.0 everywhere, no sign bit
+    assert packed.state[1].any()
+
+
+@needs_ext
 def test_the_probe_catches_a_step_that_misreads_its_weights(tiny, monkeypatch):
     """The last safety net: a native step whose weights differ from the graph's (here: one
     decay read wrong) disagrees with onnxruntime on the probe readings; auto then runs the graph."""

@@ -291,7 +291,7 @@ ES_VNNI static void ssm_dot8row_vnni(const es_s_proj_t *p, const int32_t *u, flo
   const int k4n = p->k4, np = p->f.np, n = p->out;
   const int fused = p->m != NULL && (!p->out_q || p->out_d == 1.0f);
   const __m512 lo = _mm512_set1_ps(-128.0f - p->out_z), hi = _mm512_set1_ps(127.0f - p->out_z),
-               sc = _mm512_set1_ps(p->out_s);
+               sc = _mm512_set1_ps(p->out_s), rnd = _mm512_set1_ps(12582912.0f);
   int o, k4;
   for (o = 0; o < np; o += 16) {
     __m512i a0 = _mm512_setzero_si512(), a1 = _mm512_setzero_si512();
@@ -309,9 +309,8 @@ ES_VNNI static void ssm_dot8row_vnni(const es_s_proj_t *p, const int32_t *u, flo
       __m512 t = _mm512_mul_round_ps(_mm512_cvtepi32_ps(a0), _mm512_maskz_loadu_ps(m, p->m + o),
                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
       if (p->out_q)
-        t = _mm512_mul_round_ps(
-            _mm512_roundscale_ps(_mm512_min_ps(_mm512_max_ps(t, lo), hi), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC),
-            sc, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        t = _mm512_mul_round_ps(_mm512_sub_ps(_mm512_add_ps(_mm512_min_ps(_mm512_max_ps(t, lo), hi), rnd), rnd), sc,
+                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);      /* es_s_round: -0.4 -> +0 */
       if (p->post)
         t = _mm512_add_round_ps(t, _mm512_maskz_loadu_ps(m, p->post + o), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
       _mm512_mask_storeu_ps(y + o, m, t);
@@ -361,7 +360,7 @@ ES_AVX2 static int ssm_lpack16_avx2(const es_s_proj_t *p, es_s_v8 *const *a, int
 typedef struct {
   const float *m, *post;            /* m NULL: no stage here (es_s_lout after, where there is one) */
   int q;                            /* OUT */
-  __m256 lo, hi, sc;
+  __m256 lo, hi, sc, rnd;            /* rnd: es_s_round's 1.5 x 2^23 (+0 for -0.4, as the float path) */
 } ssm_lout_t;
 
 /* SsmObject.ldot16 (es_s_lctx8_t.dotp) with AVX2: y[h] = the projection of the pairs u packs
@@ -393,8 +392,8 @@ typedef struct {
         for (c = 0; c < (NC); c++) t[c] = _mm256_mul_ps(t[c], b);                                \
         if (e->q)                                                                                \
           for (c = 0; c < (NC); c++)                                                             \
-            t[c] = _mm256_mul_ps(_mm256_round_ps(_mm256_min_ps(e->hi, _mm256_max_ps(e->lo, t[c])),         \
-                                                 _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), e->sc); \
+            t[c] = _mm256_mul_ps(_mm256_sub_ps(_mm256_add_ps(_mm256_min_ps(e->hi, _mm256_max_ps(e->lo, t[c])), \
+                                                             e->rnd), e->rnd), e->sc);           \
         if (post) {                                                                              \
           b = _mm256_broadcast_ss(post + j);                                                     \
           for (c = 0; c < (NC); c++) {                                                           \
@@ -417,6 +416,7 @@ ES_AVX2 static void ssm_ldot16_avx2(const es_s_proj_t *p, es_s_v8 *const *y, int
   int h, o;
   e.m = fused ? p->m : NULL, e.post = p->post, e.q = p->out_q;
   e.lo = _mm256_set1_ps(-128.0f - p->out_z), e.hi = _mm256_set1_ps(127.0f - p->out_z), e.sc = _mm256_set1_ps(p->out_s);
+  e.rnd = _mm256_set1_ps(12582912.0f);
   for (o = 0; o < out; o += 4) {
     float *y0 = (float *)(void *)(y[0] + o), *y1 = nch == 2 ? (float *)(void *)(y[1] + o) : NULL;
     ssm_lout_t eo = e;
