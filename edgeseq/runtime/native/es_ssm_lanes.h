@@ -134,8 +134,8 @@ ES_S_LTILE2N(4)
    to ES_S_TO (the padding columns of W and bias are zero). */
 typedef struct {
   int wide;                         /* es_s_ltile2 for two chunks */
-  /* the int8 dot products of a projection with vw (16 lanes) or vw2 (8), see es_s_proj_t, or NULL: y[h] from the
-     quantized a[h], h < nch; u: scratch of 2 x k4 x ES_S_L words */
+  /* 16 lanes with AVX-512 VNNI: the int8 dot products of a projection with vw (es_s_proj_t), or
+     NULL: y[h] from the quantized a[h], h < nch; u: scratch of 2 x k4 x ES_S_L words */
   void (*dot8)(const es_s_proj_t *p, es_s_v *const *a, es_s_v *const *y, int nch, int32_t *u);
   /* 8 lanes with AVX2's int16 pairs (vw2), or NULL: pack quantizes a projection's input a[h] into
      u (2 x k2 x 8 words), nonzero where a holds a NaN (nothing packed); dotp runs the products
