@@ -245,9 +245,17 @@ def test_bench_times_both_backends_and_says_which_pushed():
         f, q = one[v, "float"]["native"], one[v, "int8"]["native"]
         assert f["int8_over_float"] == q["int8_over_float"] == pytest.approx(q["us_per_call"] / f["us_per_call"])
         assert one[v, "float"]["floor_iobinding_us"] == one[v, "int8"]["floor_iobinding_us"] > 0
+    many = [row for row in r["archs"]["ssm"] if row["streams"] == 1024]
+    assert {(row["variant"], row["model"]) for row in many} == set(one)
+    assert len({row["gemm_macs_per_s_interleaved"] for row in many}) == 1      # one GEMM, timed among every push
+    for row in many:                   # the push right after itself, and right after onnxruntime's push
+        n, per_s = row["native"], 1024e6 * row["macs_per_reading"] / row["gemm_macs_per_s_interleaved"]
+        assert n["share_of_gemm_bound"] == pytest.approx(per_s / n["fastest_us_per_call"])
+        assert n["share_of_gemm_bound_after_others"] == pytest.approx(per_s / n["fastest_after_others_us_per_call"])
     text = format_bench(r)
     assert "int8/float" in text
     assert "edgeseq StreamSession.push, native backend" in text and "GEMM" in text and "Python" in text
     assert "timed in the same interleaved rounds" in text and "the C step alone" in text
+    assert "right after a push" in text
     r = run_bench(repeats=20, warmup=2, cache_lengths=(4,), backends=("onnxruntime",))
     assert r["gru"]["edgeseq_push_backend"] == "onnxruntime" and "native" not in r["backends"]["rows"][0]

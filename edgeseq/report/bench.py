@@ -6,7 +6,8 @@
 - the Transformer step at cache lengths 16, 256, 1024 against recomputing the whole history
   (the same model's full-sequence graph on T + 1 readings);
 - the step backends (onnxruntime, native) on the GRU, float and static int8, at 1 to 1024
-  streams, against the GEMM bound of this core (`run_backends`).
+  streams, against the GEMM bound of this core (`run_backends`);
+- the SSM and the Transformer on the native step next to onnxruntime (`bench_archs`).
 
 - training time of each streaming architecture's default schedule on BasicMotions (`train=True`),
   against the target of well under a minute for the default GRU on 2 cores.
@@ -279,140 +280,9 @@ def run_bench(repeats: int = 2000, warmup: int = 200, cache_lengths=(16, 256, 10
         out["backends"] = run_backends(gru_ckpt, Path(tmp), repeats, warmup, lambda: floor.run_with_iobinding(b),
                                        backends=tuple(backends))
         if "native" in backends:
+            from edgeseq.report.bench_archs import run_arch_steps
             out["archs"] = run_arch_steps(Path(tmp), repeats, warmup, lambda: floor.run_with_iobinding(b))
     return out
-
-
-HISTORIES = (16, 50, 256, 1024)
-GEMM_N = 512                            # the single-thread GEMM the bound is measured on (n x n by n x n)
-
-
-def run_arch_steps(tmp: Path, repeats: int, warmup: int, floor_call) -> dict:
-    """The SSM (fixed and selective, float32 and static int8) and the Transformer on the native
-    step next to onnxruntime, untrained models of the default sizes, StreamSession.push per
-    call (median us). At one stream the native push, its C step alone and `floor_call`
-    (onnxruntime's per-call floor) run interleaved, and the onnxruntime push in rounds of its
-    own (a 15-100 us call between two floor calls would slow the floor). SSM at 1 and 1,024
-    streams; at 1,024 the share of the GEMM bound comes from a 512 x 512 x 512 float32 GEMM
-    (numpy, one BLAS thread) timed in the same interleaved rounds as the pushes, the fastest
-    call of each in repeats / 5 rounds (a 2.6 ms GEMM is preempted on a busy machine far more
-    often than a 0.3 ms push, so medians would flatter the push). The Transformer with its default window (50) full, and with no window (`window=0`)
-    at cached histories of 16, 50, 256 and 1,024 readings (max_history = the history,
-    sliding), where its time grows with the history."""
-    from edgeseq.runtime import StreamSession, native
-    from edgeseq.runtime.native.bench import gemm_rate, macs_per_reading
-    from export import export_int8, export_model
-
-    if not native.available():
-        return {"native": native.why_unavailable()}
-    rng = np.random.default_rng(0)
-    rate = gemm_rate()
-    ga, gb = rng.random((GEMM_N, GEMM_N), np.float32), rng.random((GEMM_N, GEMM_N), np.float32)
-    out = {"gemm_macs_per_s": rate, "ssm": [], "transformer": {}}
-    for variant in ("fixed", "selective"):
-        ckpt = _random_checkpoint("ssm", selective=variant == "selective")
-        paths = {"float": tmp / f"ssm-{variant}.onnx", "int8": tmp / f"ssm-{variant}-8.onnx"}
-        export_model(ckpt, paths["float"])
-        export_int8(ckpt, paths["int8"], "static", keep_anyway=True)
-        F = len(ckpt["features"])
-        one = {}                        # B=1: both models' native pushes, C steps and the floor in one loop
-        for kind, path in paths.items():
-            x = rng.standard_normal((1, F)).astype(np.float32)
-            one[kind] = {b: StreamSession(path, streams=1, backend=b) for b in ("onnxruntime", "native")}
-            one[kind]["native"]._native.x[:] = x
-            one[kind]["x"] = x
-        rounds, warm = max(20, repeats), max(5, warmup // 2)
-        fns = {"floor": floor_call}
-        for kind, o in one.items():
-            fns[f"native_{kind}"] = lambda o=o: o["native"].push(o["x"])
-            fns[f"c_step_{kind}"] = lambda n=o["native"]._native: n.run()     # called as the push is
-        t1 = _interleaved_us(fns, rounds, warm)
-        for kind, o in one.items():      # onnxruntime's push in rounds of its own: a long call between two
-            t1[f"onnxruntime_{kind}"] = _interleaved_us(                   # floor calls would slow the floor's
-                {"o": lambda o=o: o["onnxruntime"].push(o["x"])}, rounds, warm)["o"]
-        for kind, path in paths.items():
-            for B in (1, 1024):
-                if B == 1:
-                    sessions = one[kind]
-                    t = {"native": t1[f"native_{kind}"], "onnxruntime": t1[f"onnxruntime_{kind}"],
-                         "floor": t1["floor"], "c_step": t1[f"c_step_{kind}"]}
-                else:
-                    x = rng.standard_normal((B, F)).astype(np.float32)
-                    sessions = {b: StreamSession(path, streams=B, backend=b) for b in ("onnxruntime", "native")}
-                    rounds_b, warm_b = max(20, repeats * 4 // (B + 3)), max(5, warmup // (B + 1))
-                    fns = {b: (lambda s=s: s.push(x)) for b, s in sessions.items()}
-                    fns["gemm"] = lambda: ga @ gb          # the bound in the same rounds
-                    t = _interleaved_us(fns, rounds_b, warm_b)
-                    fastest = _interleaved_us(fns, max(rounds_b, repeats // 5), 1, stat=np.min)  # a 2.6 ms GEMM is preempted
-                    t["gemm"], t["native_fastest"] = fastest["gemm"], fastest["native"]   # more often than a
-                    #                                        0.3 ms push: the share compares quiet moments of each
-                macs = macs_per_reading(sessions["native"].meta)
-                r_b = rate if B == 1 else GEMM_N ** 3 / t["gemm"] * 1e6
-                row = {"variant": variant, "model": kind, "streams": B, "macs_per_reading": macs,
-                       "gemm_bound_readings_per_s": r_b / macs, "kernel": sessions["native"]._native.kernel}
-                if B > 1:
-                    row["gemm_macs_per_s_interleaved"] = r_b
-                for b in ("onnxruntime", "native"):
-                    rps = B / t[b] * 1e6
-                    row[b] = {"us_per_call": t[b], "readings_per_s": rps, "share_of_gemm_bound": rps * macs / r_b}
-                if B > 1:                        # fastest native call against the fastest GEMM of the same rounds
-                    row["native"]["fastest_us_per_call"] = t["native_fastest"]
-                    row["native"]["share_of_gemm_bound"] = B / t["native_fastest"] * 1e6 * macs / r_b
-                if B == 1:
-                    row["floor_iobinding_us"] = t["floor"]
-                    row["native"]["c_step_us"] = t["c_step"]
-                    row["native"]["over_floor"] = t["native"] / t["floor"]
-                    row["native"]["int8_over_float"] = t1["native_int8"] / t1["native_float"]
-                out["ssm"].append(row)
-    x = rng.standard_normal((1, 6)).astype(np.float32)
-    w50 = tmp / "tr-w50.onnx"
-    export_model(_random_checkpoint("transformer"), w50)
-    sessions = {b: StreamSession(w50, max_history=50, on_full="slide", backend=b) for b in ("onnxruntime", "native")}
-    for s in sessions.values():
-        for _ in range(60):
-            s.push(x)
-    t = _interleaved_us({"native": lambda: sessions["native"].push(x), "floor": floor_call}, repeats, warmup)
-    t["onnxruntime"] = _interleaved_us({"o": lambda: sessions["onnxruntime"].push(x)}, max(50, repeats // 4),
-                                       max(5, warmup // 4))["o"]
-    out["transformer"]["window_full"] = {"window": 50, "native_us": t["native"], "onnxruntime_us": t["onnxruntime"],
-                                         "floor_iobinding_us": t["floor"], "over_floor": t["native"] / t["floor"]}
-    w0 = tmp / "tr-w0.onnx"
-    export_model(_random_checkpoint("transformer", window=0), w0)
-    fns, held = {}, {}
-    for n in HISTORIES:
-        s = StreamSession(w0, max_history=n, on_full="slide", backend="native")
-        for _ in range(n):
-            s.push(x)
-        fns[n], held[n] = (lambda s=s: s.push(x)), s.state_nbytes()
-    t = _interleaved_us(fns, max(50, repeats // 4), max(5, warmup // 4))
-    out["transformer"]["history"] = [{"history": n, "native_us": t[n], "state_bytes": held[n]} for n in HISTORIES]
-    return out
-
-
-def format_arch_steps(a: dict) -> list:
-    if a.get("native"):
-        return [f"SSM and Transformer on the native step: not timed ({a['native']})"]
-    lines = ["SSM (d_model 32, d_state 32, 2 layers), StreamSession.push; at 1 stream the float and int8 pushes, "
-             "their C steps and the floor interleaved in one loop; at 1,024 the share of the GEMM bound from the fastest "
-             "push and GEMM of the same interleaved rounds:",
-             "  variant    model  streams   onnxruntime us   native us   native rd/s  of bound  vs floor  C step us"
-             "  int8/float"]
-    for r in a["ssm"]:
-        nat = r["native"]
-        extra = (f"{nat['over_floor']:8.2f}x {nat['c_step_us']:10.2f}  {nat['int8_over_float']:9.2f}x"
-                 if r["streams"] == 1 else "")
-        lines.append(f"  {r['variant']:9s}  {r['model']:5s} {r['streams']:8d} {r['onnxruntime']['us_per_call']:16.2f} "
-                     f"{nat['us_per_call']:11.2f} {nat['readings_per_s']:13,.0f} {nat['share_of_gemm_bound']:9.0%} {extra}")
-    kernels = sorted({r["kernel"] for r in a["ssm"] if r.get("kernel") and r["model"] == "int8"})
-    if kernels:
-        lines.append(f"  int8 products: {'; '.join(kernels)}")
-    w = a["transformer"]["window_full"]
-    lines.append(f"Transformer, window {w['window']} full, 1 stream: native push {w['native_us']:.2f} us = "
-                 f"{w['over_floor']:.2f}x the IO-binding floor ({w['floor_iobinding_us']:.2f} us); onnxruntime "
-                 f"{w['onnxruntime_us']:.1f} us")
-    lines.append("Transformer, no window, native push by cached history: " + ", ".join(
-        f"{h['history']}: {h['native_us']:.2f} us ({h['state_bytes'] // 1024} KiB)" for h in a["transformer"]["history"]))
-    return lines
 
 
 def _interleaved_us(fns: dict, rounds: int, warmup: int, stat=np.median) -> dict:
@@ -578,6 +448,7 @@ def format_bench(r: dict) -> str:
     elif b:
         lines.append(f"Step backends: {b['native']}")
     if "archs" in r:
+        from edgeseq.report.bench_archs import format_arch_steps
         lines.extend(format_arch_steps(r["archs"]))
     if "train" in r:
         t = r["train"]
