@@ -7,6 +7,7 @@ natively scores within the int8 bound of its float twin on both protocols."""
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 import torch
 
@@ -403,6 +404,38 @@ def test_the_packed_output_stage_rounds_a_small_negative_to_plus_zero(tiny, tmp_
         assert np.array_equal(p.view(np.uint32), q.view(np.uint32))
     assert not packed.state[0].view(np.uint32).any()    # +0.0 everywhere, no sign bit
     assert packed.state[1].any()
+
+
+@needs_ext
+@pytest.mark.parametrize("variant", ["fixed", "selective", "wide"])
+def test_saturated_gates_and_decays_agree_in_lanes_rows_and_onnxruntime(tiny, tmp_path, variant):
+    """Layer 0's input projection (x, gate and δ) scaled 60x in an edited file: the gate's SiLU
+    and the selective decay's softplus and exps run far past exp's clamps (88, -87) and the
+    softplus threshold, where the lanes (with AVX2's kernels where the host has them), the rows
+    and onnxruntime still agree, over 200 never-reset readings."""
+    from onnx import helper, numpy_helper
+
+    def edit(m):
+        for t in m.graph.initializer:
+            if t.name in ("ssm0_in", "ssm0_in_bias"):
+                t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * np.float32(60), t.name))
+    path = _edit(tiny(variant), tmp_path / f"{variant}-hot.onnx", edit)
+    _, meta = open_model(path)
+    assert native.supports(meta, path) is None
+    X = readings(200, 17, seed=3)                       # streams 0-15 in lanes, stream 16 by rows
+    lanes = native_stream(native.NativeStep(path, meta, 17), X)
+    ref, _, _ = ort_loop(path, X)
+    assert_close(lanes, ref, f"{variant} logits", atol=FLOAT_RTOL * max(1.0, float(np.abs(ref).max())))
+    alone = native_stream(native.NativeStep(path, meta, 1), X[:, 3:4])
+    assert_close(lanes[:, 3:4], alone, f"{variant} stream 3 in lanes and by rows",
+                 atol=1e-5 * max(1.0, float(np.abs(alone).max())))
+    m = onnx.load(str(path))                            # the projection's outputs: past the clamps
+    proj = next(n.output[0] for n in m.graph.node if "ssm0_in" in n.input)
+    m.graph.output.append(helper.make_tensor_value_info(proj, onnx.TensorProto.FLOAT, None))
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    state = {s.name: np.zeros((17, s.shape[1]), np.float32) for s in meta.state}
+    hot = np.concatenate([sess.run([proj], {contract.READING: x, **state})[0] for x in X[:20]])
+    assert np.abs(hot).max() > 100 and (hot < -100).any()
 
 
 @needs_ext

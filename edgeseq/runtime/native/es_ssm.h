@@ -258,6 +258,7 @@ ES_F_INLINE void es_s_residual(float *ES_F_RESTRICT u, const float *ES_F_RESTRIC
 #define es_s_lout ES_S_LNAME(es_s_lout)
 #define es_s_ltile2 ES_S_LNAME(es_s_ltile2)
 #define es_s_ltile2_6 ES_S_LNAME(es_s_ltile2_6)
+#define es_s_ltile2_5 ES_S_LNAME(es_s_ltile2_5)
 #define es_s_ltile2_4 ES_S_LNAME(es_s_ltile2_4)
 #define es_s_lctx_t ES_S_LNAME(es_s_lctx_t)
 #define es_s_lproj_q ES_S_LNAME(es_s_lproj_q)

@@ -105,8 +105,8 @@ ES_F_INLINE void es_s_ltile2(const es_s_v *ES_F_RESTRICT a0, const es_s_v *ES_F_
 }
 
 #if ES_S_L == 8
-/* es_s_ltile2 on hosts with 16 vector registers: NO (6 or 4) outputs of two chunks, 2 x NO
-   accumulators (12 hide the multiply-add's latency where 8 do not) */
+/* es_s_ltile2 on hosts with 16 vector registers: NO (6, 5 or 4) outputs of two chunks, 2 x NO
+   accumulators (10 or 12 hide the multiply-add's latency where 8 do not) */
 #define ES_S_LTILE2N(NO)                                                                          \
   ES_F_INLINE void es_s_ltile2_##NO(const es_s_v *ES_F_RESTRICT a0, const es_s_v *ES_F_RESTRICT a1, int K,  \
                                     const float *ES_F_RESTRICT w, int ldw, const float *ES_F_RESTRICT b, \
@@ -125,6 +125,7 @@ ES_F_INLINE void es_s_ltile2(const es_s_v *ES_F_RESTRICT a0, const es_s_v *ES_F_
     for (j = 0; j < (NO); j++) y0[j] = c[j], y1[j] = d[j];                                      \
   }
 ES_S_LTILE2N(6)
+ES_S_LTILE2N(5)
 ES_S_LTILE2N(4)
 #undef ES_S_LTILE2N
 #endif
@@ -168,12 +169,19 @@ ES_F_INLINE void es_s_lproj_q(const es_s_proj_t *p, es_s_v *const *a, es_s_v *co
       es_s_ltile2(a[0], a[1], p->K, p->f.w + o, p->f.np, p->f.b + o, y[0] + o, y[1] + o);
 #else
   (void)cx;
-  if (nch == 2) {                   /* out rounded up to ES_S_TO: tiles of 6, the last 8 or 4 in tiles of 4 */
-    const int np = p->f.np, no = (p->out + ES_S_TO - 1) / ES_S_TO * ES_S_TO;
-    for (o = 0; no - o >= 6 && no - o != 8; o += 6)
-      es_s_ltile2_6(a[0], a[1], p->K, p->f.w + o, np, p->f.b + o, y[0] + o, y[1] + o);
-    for (; o < no; o += 4)
-      es_s_ltile2_4(a[0], a[1], p->K, p->f.w + o, np, p->f.b + o, y[0] + o, y[1] + o);
+  if (nch == 2) {                   /* out rounded up to ES_S_TO (8), in the fewest tiles of at most 6, */
+    const int np = p->f.np, no = (p->out + ES_S_TO - 1) / ES_S_TO * ES_S_TO;   /* each 4 to 6 wide: */
+    if (no == 8) {                  /* 8 = 4 4; 16 = 5 5 6; 32 = 5 5 5 5 6 6 (t tiles, 6 t - no of them 5) */
+      es_s_ltile2_4(a[0], a[1], p->K, p->f.w, np, p->f.b, y[0], y[1]);
+      es_s_ltile2_4(a[0], a[1], p->K, p->f.w + 4, np, p->f.b + 4, y[0] + 4, y[1] + 4);
+    } else {
+      const int t = (no + 5) / 6;
+      int j;
+      for (o = 0, j = 6 * t - no; j > 0; j--, o += 5)
+        es_s_ltile2_5(a[0], a[1], p->K, p->f.w + o, np, p->f.b + o, y[0] + o, y[1] + o);
+      for (; o < no; o += 6)
+        es_s_ltile2_6(a[0], a[1], p->K, p->f.w + o, np, p->f.b + o, y[0] + o, y[1] + o);
+    }
 #endif
   } else {
     for (h = 0; h < nch; h++)

@@ -64,6 +64,9 @@ typedef struct {
      pack and dotp */
   int (*lpack16)(const es_s_proj_t *, es_s_v8 *const *, int, int32_t *);
   void (*ldot16)(const es_s_proj_t *, es_s_v8 *const *, int, const int32_t *);
+  /* es_s_lgate and es_s_lselective for chunks of 8 streams with AVX2 and FMA (es_ssm_avx2.h), or NULL */
+  void (*lgate8)(const es_s_v8 *, const float *, const es_s_v8 *, const es_s_v8 *, int, es_s_v8 *);
+  void (*lsel8)(const float *, float, const es_s_v8 *, const es_s_v8 *, const es_s_v8 *, int, es_s_v8 *);
 #endif
 #if ES_S_LANES && (ES_HAVE_VNNI || ES_HAVE_AVX2I)
   /* single rows' packed int8 products: VNNI's (vw, k4 words a row, the output stage fused) or
@@ -323,6 +326,8 @@ ES_VNNI static void ssm_dot8row_vnni(const es_s_proj_t *p, const int32_t *u, flo
 #endif
 
 #if ES_S_LANES && ES_HAVE_AVX2I
+#include "es_ssm_avx2.h"
+
 /* SsmObject.lpack16 (es_s_lctx8_t.pack) with AVX2: each stream's inputs a[h][k] quantized as
    es_s_quantize does (divide, saturate, round half to even: the conversion's default rounding,
    exact at these magnitudes), less the zero point (|q - z| <= 255), as int16, two inputs to a
@@ -767,6 +772,7 @@ static PyObject *ssm_step(PyObject *mod, PyObject *args) {
     s->dot8 = ssm_dot8_vnni, s->qrow = ssm_q8row_vnni, s->dotrow = ssm_dot8row_vnni, s->row_vnni = 1;
 #endif
 #if ES_S_LANES && ES_HAVE_AVX2I
+  if (avx2_supported() && __builtin_cpu_supports("fma")) s->lgate8 = ssm_lgate_avx2, s->lsel8 = ssm_lselective_avx2;
   if (packed && avx2_supported()) {
     s->lpack16 = ssm_lpack16_avx2, s->ldot16 = ssm_ldot16_avx2;
     if (!s->qrow) s->qrow = ssm_q16row_avx2, s->dotrow = ssm_dot16row_avx2;

@@ -39,14 +39,27 @@ ES_F_INLINE int ssm_lanes(SsmObject *s, int r0, int nch, int cur, int nxt) {
     for (h = 0; h < nch; h++) {
       const size_t r = (size_t)(r0 + h * ES_S_L) * N;
       es_s_to_lanes(s->s[cur][l] + r, N, N, b[ES_S_SO][h]);
-      if (s->sel)
-        es_s_lselective(y->nrate, y->thr, b[ES_S_D][h], b[ES_S_SO][h], b[ES_S_X][h], N, b[ES_S_SN][h]);
-      else
+      if (s->sel) {
+#if ES_S_L == 8 && ES_HAVE_AVX2I
+        if (s->lsel8)
+          s->lsel8(y->nrate, y->thr, b[ES_S_D][h], b[ES_S_SO][h], b[ES_S_X][h], N, b[ES_S_SN][h]);
+        else
+#endif
+          es_s_lselective(y->nrate, y->thr, b[ES_S_D][h], b[ES_S_SO][h], b[ES_S_X][h], N, b[ES_S_SN][h]);
+      } else
         es_s_lfixed(y->decay, b[ES_S_SO][h], b[ES_S_X][h], N, b[ES_S_SN][h]);
       es_s_to_rows(b[ES_S_SN][h], N, s->s[nxt][l] + r, N);
     }
     es_s_lproj(&y->r, b[ES_S_SN], b[ES_S_Q], b[ES_S_R], nch, &cx);
-    for (h = 0; h < nch; h++) es_s_lgate(b[ES_S_R][h], y->skip, b[ES_S_V][h], b[ES_S_G][h], D, b[ES_S_M][h]);
+    for (h = 0; h < nch; h++) {
+#if ES_S_L == 8 && ES_HAVE_AVX2I
+      if (s->lgate8) {
+        s->lgate8(b[ES_S_R][h], y->skip, b[ES_S_V][h], b[ES_S_G][h], D, b[ES_S_M][h]);
+        continue;
+      }
+#endif
+      es_s_lgate(b[ES_S_R][h], y->skip, b[ES_S_V][h], b[ES_S_G][h], D, b[ES_S_M][h]);
+    }
     es_s_lproj(&y->o, b[ES_S_M], b[ES_S_Q], b[ES_S_O], nch, &cx);
     for (h = 0; h < nch; h++) es_s_lresidual(b[ES_S_U][h], b[ES_S_O][h], y->ob, D);
   }
