@@ -357,12 +357,13 @@ def _set_constant(name_end, value):
 @needs_ext
 def test_an_edited_file_runs_its_graph(tiny, tmp_path):
     """A file whose graph computes something else than the export's step (an edited operation,
-    the 1 of 1 - a, a NaN in an int8 constant) runs on onnxruntime under auto and is refused
-    by name under native."""
+    the 1 of 1 - a, an infinite Softplus threshold, a NaN in an int8 constant) runs on
+    onnxruntime under auto and is refused by name under native."""
     one = next(t.name for t in onnx.load(str(tiny("selective"))).graph.initializer
                if t.name.startswith("scalar_tensor"))
     cases = [(tiny("fixed"), _swap("Sigmoid", "Tanh")), (tiny("selective"), _set_constant(one, 0.9)),
-             (tiny("selective"), _swap("Softplus", "Relu")), (tiny("fixed", "static"), _swap("Sigmoid", "Tanh")),
+             (tiny("selective"), _swap("Softplus", "Relu")), (tiny("selective"), _set_constant("threshold_cast", np.inf)),
+             (tiny("fixed", "static"), _swap("Sigmoid", "Tanh")),
              (tiny("fixed", "static"), _set_constant("ssm0_x_bias", np.nan))]
     for i, (src, edit) in enumerate(cases):
         path = _edit(src, tmp_path / f"edited{i}.onnx", edit)

@@ -351,6 +351,8 @@ def _layer(w: _Walk, u_out: str, i: int, meta, D: int, N: int, selective: bool) 
         gt = w.node(wh.input[0], "Greater")
         d_t = gt.input[0]
         thr = w.scalar(gt.input[1])
+        if not np.isfinite(thr):
+            w.refuse(f"layer {i}: its Softplus threshold ({thr}) is not a finite number")
         spn = w.node(wh.input[2], "Softplus")
         if wh.input[1] != d_t or spn.input[0] != d_t:
             w.refuse(f"layer {i}: the step size is not Where(δ > t, δ, Softplus(δ))")
