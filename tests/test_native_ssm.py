@@ -31,9 +31,9 @@ VARIANTS = {"fixed": (False, 12, 6), "selective": (True, 10, 5), "small": (True,
 FLOAT_RTOL = 1e-4
 
 
-def tiny_checkpoint(selective: bool, d_model: int, d_state: int) -> dict:
+def tiny_checkpoint(selective: bool, d_model: int, d_state: int, n_classes: int = C) -> dict:
     """Untrained and seeded, two layers (the layer-to-layer path), weights livelier than the default init."""
-    cfg = make_config("ssm", n_features=F, n_classes=C, d_model=d_model, d_state=d_state, layers=2,
+    cfg = make_config("ssm", n_features=F, n_classes=n_classes, d_model=d_model, d_state=d_state, layers=2,
                       selective=selective)
     torch.manual_seed(0)
     model = build_model("ssm", cfg)
@@ -45,7 +45,7 @@ def tiny_checkpoint(selective: bool, d_model: int, d_state: int) -> dict:
     model.norm.set(mean, std)
     return {"edgeseq_version": edgeseq.__version__, "arch": "ssm", "config": config_dict(cfg),
             "state_dict": model.state_dict(), "normalization": {"mean": mean.tolist(), "std": std.tolist()},
-            "labels": [f"c{i}" for i in range(C)], "features": [f"f{i}" for i in range(F)]}
+            "labels": [f"c{i}" for i in range(n_classes)], "features": [f"f{i}" for i in range(F)]}
 
 
 @pytest.fixture(scope="module")
@@ -437,6 +437,41 @@ def test_saturated_gates_and_decays_agree_in_lanes_rows_and_onnxruntime(tiny, tm
     state = {s.name: np.zeros((17, s.shape[1]), np.float32) for s in meta.state}
     hot = np.concatenate([sess.run([proj], {contract.READING: x, **state})[0] for x in X[:20]])
     assert np.abs(hot).max() > 100 and (hot < -100).any()
+
+
+@needs_ext
+@pytest.mark.parametrize("n_classes", [2, 3, 8, 11, 19])
+def test_every_class_count_leaves_the_lanes_row_by_row(tmp_path, n_classes):
+    """A chunk's logits and probabilities leave the lanes as rows of n_classes: under a register's
+    width as one padded block whose rows are stored whole, each over the next's start (the last
+    ones value by value), else in blocks with the rest value by value. Every stream's rows agree
+    with onnxruntime, in a pair of chunks, a chunk alone and the rows after them (24 + 5
+    streams); a NaN reading in one lane leaves the others' probabilities written and its own as
+    they were."""
+    path = tmp_path / f"c{n_classes}.onnx"
+    export_step(tiny_checkpoint(True, 10, 5, n_classes), path, "float", readings(60, 4, seed=1),
+                {"outputs": True})
+    _, meta = open_model(path)
+    X = readings(30, 29, seed=5)
+    ref, ref_probs, _ = ort_loop(path, X)
+    step = native.NativeStep(path, meta, 29)
+    got, got_probs = [], []
+    for x in X:
+        step.x[:] = x
+        assert step.run() == -1
+        got.append(step.logits.copy())
+        got_probs.append(step.probs.copy())
+    got, got_probs = np.stack(got), np.stack(got_probs)
+    assert got.shape == ref.shape == (30, 29, n_classes)
+    assert_close(got, ref, "logits", atol=FLOAT_RTOL * max(1.0, float(np.abs(ref).max())))
+    assert_close(got_probs, ref_probs, "probs", atol=FLOAT_RTOL)
+    before = step.probs.copy()
+    step.x[:] = X[0]
+    step.x[21, 0] = np.nan                              # the third chunk (16-23), lane 5
+    assert step.run() == 21
+    assert np.array_equal(step.probs[21], before[21])
+    assert not np.array_equal(step.probs[[16, 22]], before[[16, 22]])
+    assert np.allclose(step.probs[16:24].sum(-1)[[0, 1, 2, 3, 4, 6, 7]], 1.0, atol=1e-5)
 
 
 @needs_ext

@@ -269,6 +269,7 @@ ES_F_INLINE void es_s_residual(float *ES_F_RESTRICT u, const float *ES_F_RESTRIC
 #define es_s_transpose ES_S_LNAME(es_s_transpose)
 #define es_s_to_lanes ES_S_LNAME(es_s_to_lanes)
 #define es_s_to_rows ES_S_LNAME(es_s_to_rows)
+#define es_s_lrows ES_S_LNAME(es_s_lrows)
 #define es_s_lsum ES_S_LNAME(es_s_lsum)
 #define es_s_llayernorm ES_S_LNAME(es_s_llayernorm)
 #define es_s_lnormalize ES_S_LNAME(es_s_lnormalize)

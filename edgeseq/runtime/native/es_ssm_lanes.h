@@ -309,6 +309,26 @@ ES_F_INLINE void es_s_to_rows(const es_s_v *ES_F_RESTRICT x, int n, float *ES_F_
   }
 }
 
+/* lanes [n][ES_S_L] -> the rows of the chunk's streams, out [ES_S_L][n] (one block: es_s_to_rows
+   with ld n). Under ES_S_L values a row (a head's logits): the n vectors padded to a block of
+   ES_S_L and transposed, each row stored whole over the start of the next, in order, and the
+   rows whose store would run past the block's end value by value. */
+ES_F_INLINE void es_s_lrows(const es_s_v *ES_F_RESTRICT x, int n, float *ES_F_RESTRICT out) {
+  es_s_v t[ES_S_L];
+  int i, j;
+  if (n >= ES_S_L) {
+    es_s_to_rows(x, n, out, (size_t)n);
+    return;
+  }
+  for (i = 0; i < ES_S_L; i++) t[i] = i < n ? x[i] : es_s_splat(0.0f);
+  es_s_transpose(t);
+  for (i = 0; i < ES_S_L; i++)
+    if (i * n + ES_S_L <= ES_S_L * n)
+      memcpy(out + (size_t)i * n, &t[i], sizeof t[i]);
+    else
+      for (j = 0; j < n; j++) out[(size_t)i * n + j] = t[i][j];
+}
+
 /* es_s_sum, lane-wise (the same eight partial sums, k mod 8, added up in the same order) */
 ES_F_INLINE es_s_v es_s_lsum(const es_s_v *ES_F_RESTRICT x, int n, es_s_v c, int p) {
   es_s_v l0 = {0}, l1 = {0}, l2 = {0}, l3 = {0}, l4 = {0}, l5 = {0}, l6 = {0}, l7 = {0}, d;

@@ -68,14 +68,17 @@ ES_F_INLINE int ssm_lanes(SsmObject *s, int r0, int nch, int cur, int nxt) {
   for (h = 0; h < nch; h++) {
     const es_s_v *ho = b[ES_S_H][h], *pr = b[ES_S_P][h];
     const unsigned good = es_s_lsoftmax(ho, C, b[ES_S_P][h]);
-    for (i = 0; i < ES_S_L; i++) {
-      const size_t r = (size_t)(r0 + h * ES_S_L + i) * C;
-      for (c = 0; c < C; c++) s->logits[r + c] = ho[c][i];
+    const size_t r = (size_t)(r0 + h * ES_S_L) * C;
+    es_s_lrows(ho, C, s->logits + r);
+    if (good == (1u << ES_S_L) - 1) {
+      es_s_lrows(pr, C, s->probs + r);
+      continue;
+    }
+    for (i = 0; i < ES_S_L; i++)
       if (good >> i & 1)
-        for (c = 0; c < C; c++) s->probs[r + c] = pr[c][i];
+        for (c = 0; c < C; c++) s->probs[r + (size_t)i * C + c] = pr[c][i];
       else if (bad < 0)
         bad = r0 + h * ES_S_L + i;
-    }
   }
   return bad;
 }
