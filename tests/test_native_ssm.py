@@ -162,6 +162,44 @@ def test_packed_int8_products_are_the_float_sums_to_the_bit(tiny, variant, strea
     assert len(np.unique(a)) > 50                       # logits that move: the products do something
 
 
+@needs_ext
+@pytest.mark.parametrize("variant", ["fixed", "selective"])
+def test_int8_gate_and_decay_read_by_output_code_are_the_computed_ones_to_the_bit(tiny, tmp_path, variant):
+    """Where AVX2 runs the int8 products as pairs, the gate's SiLU and the selective decay of a
+    chunk of streams are read from a table by the g and δ products' int8 output codes (built at
+    bind by the same kernels from the value each code stands for). They give the floats the
+    kernels compute from the dequantized outputs: logits and state to the bit over 300
+    never-reset readings, 27 streams (24 in lanes, 3 by rows), as exported and with layer 0's g and
+    δ output scales cut 25x in an edited file, so that their codes saturate at both ends."""
+    from onnx import helper, numpy_helper
+
+    names = ("matmul_1_scale", "matmul_2_scale") if variant == "selective" else ("matmul_1_scale",)
+
+    def edit(m):
+        for t in m.graph.initializer:
+            if t.name in names:
+                t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) / np.float32(25), t.name))
+    X = readings(300, 27, seed=7)
+    for path in (tiny(variant, "static"), _edit(tiny(variant, "static"), tmp_path / "cut.onnx", edit)):
+        _, meta = open_model(path)
+        by_code, computed = native.NativeStep(path, meta, 27), native.NativeStep(path, meta, 27, vnni=False)
+        if native.simd().startswith("x86-64-v") and "VNNI" not in by_code.kernel:
+            assert by_code.kernel.endswith("read by output code)"), by_code.kernel
+        a, b = native_stream(by_code, X), native_stream(computed, X)
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+        assert all(np.array_equal(p.view(np.uint32), q.view(np.uint32)) for p, q in zip(by_code.state, computed.state))
+        assert len(np.unique(a)) > 50
+    m = onnx.load(str(path))                            # the edited file's codes: both ends of the grid
+    codes = [n.output[0] for n in m.graph.node if n.op_type == "QuantizeLinear" and n.input[1] in names]
+    assert len(codes) == len(names)
+    m.graph.output.extend(helper.make_tensor_value_info(c, onnx.TensorProto.INT8, None) for c in codes)
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    state = {s.name: np.zeros((27, s.shape[1]), np.float32) for s in meta.state}
+    for got in zip(*[sess.run(codes, {contract.READING: x, **state}) for x in X[:30]]):
+        got = np.concatenate(got)
+        assert got.min() == -128 and got.max() == 127
+
+
 # -- the step's contract -----------------------------------------------------------------------
 
 @needs_ext

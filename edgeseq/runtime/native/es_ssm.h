@@ -50,6 +50,10 @@ typedef struct {
   int32_t *vw2;
   int k2;
   int exact;                        /* ES_S_IN_INT, integer weights, no bias: integer sums, exact in float */
+  /* where its int8 output feeds the gate's SiLU or the selective decay and AVX2 runs the pairs: what
+     each of the output's 256 codes gives there, tab[o][code] (code = the rounded output less its
+     lowest value, -128 - out_z); the pairs' output stage then writes codes. NULL otherwise */
+  float *tab;
 } es_s_proj_t;
 
 /* round half to even for |v| <= 2^22 (the default rounding mode; no -ffast-math) */

@@ -1,14 +1,14 @@
 /* es_ssm_avx2.h: the state-space step's gate (SiLU) and selective decay (softplus, two exps) for
    chunks of 8 streams on hosts with AVX2 and FMA, picked at run time (SsmObject.lgate8, lsel8)
-   in place of es_ssm_lanes.h's generic loops. The same operations in the same order as
-   es_float.h's exp and sigmoid and es_ssm.h's gate and decay, on whole registers, with two
-   differences in form only: exp's clamps are one max and one min, which keep a NaN as the
-   generic compare and select do (max(lo, x) = lo > x ? lo : x, min(hi, x) = hi < x ? hi : x),
-   and each stage runs over all of a chunk's values before the next, two exps interleaved, so
-   that several of exp's long chains of dependent operations are in flight at once. Where the
-   compiler fuses a multiply and an add differently in the generic loops, a result can differ
-   from theirs by a float32 rounding, as the rows and the lanes may (es_ssm.h). Included by
-   es_ssm_step.h. */
+   in place of es_ssm_lanes.h's generic loops, and for int8 models their tables by output code
+   (ssm_code_table). The same operations in the same order as es_float.h's exp and sigmoid and
+   es_ssm.h's gate and decay, on whole registers, with two differences in form only: exp's
+   clamps are one max and one min, which keep a NaN as the generic compare and select do
+   (max(lo, x) = lo > x ? lo : x, min(hi, x) = hi < x ? hi : x), and each stage runs over all of
+   a chunk's values before the next, two exps interleaved, so that several of exp's long chains
+   of dependent operations are in flight at once. Where the compiler fuses a multiply and an add
+   differently in the generic loops, a result can differ from theirs by a float32 rounding, as
+   the rows and the lanes may (es_ssm.h). Included by es_ssm_step.h. */
 #define ES_AVX2F __attribute__((target("avx2,fma")))
 
 /* es_f_exp on 8 lanes */
@@ -116,6 +116,68 @@ ES_AVX2F static void ssm_lselective_avx2(const float *nrate, float thr, const es
     const __m256 a = ES_LD(out + k);
     ES_ST(out + k, _mm256_fmadd_ps(a, ES_LD(s + k), _mm256_mul_ps(_mm256_sub_ps(one, a), ES_LD(x + k))));
   }
+}
+/* the gate and the decay of an int8 model whose g and δ products leave as codes (es_s_proj_t.tab,
+   es_ssm_step.h): SiLU(g) and a read from the projection's table, built by the two kernels above
+   from the value each code stands for, so that the results are theirs to the bit; one gather of a
+   row of 256 floats a feature */
+ES_AVX2F static void ssm_lgate_tab_avx2(const es_s_v8 *r, const float *skip, const es_s_v8 *v, const float *tab,
+                                        const es_s_v8 *g, int n, es_s_v8 *out) {
+  int k;
+  for (k = 0; k < n; k++) {
+    const __m256i code = _mm256_loadu_si256((const __m256i *)(const void *)(g + k));
+    const __m256 a = _mm256_fmadd_ps(_mm256_set1_ps(skip[k]), ES_LD(v + k), ES_LD(r + k));
+    ES_ST(out + k, _mm256_mul_ps(a, _mm256_i32gather_ps(tab + (size_t)k * 256, code, 4)));
+  }
+}
+
+ES_AVX2F static void ssm_lselective_tab_avx2(const float *tab, const es_s_v8 *d, const es_s_v8 *s, const es_s_v8 *x,
+                                             int n, es_s_v8 *out) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  int k;
+  for (k = 0; k < n; k++) {
+    const __m256i code = _mm256_loadu_si256((const __m256i *)(const void *)(d + k));
+    const __m256 a = _mm256_i32gather_ps(tab + (size_t)k * 256, code, 4);
+    ES_ST(out + k, _mm256_fmadd_ps(a, ES_LD(s + k), _mm256_mul_ps(_mm256_sub_ps(one, a), ES_LD(x + k))));
+  }
+}
+
+/* es_s_proj_t.tab of p (out x 256 floats) for the gate (nrate NULL) or the decay: code c of output
+   o stands for (lo + c) x out_s (+ post[o], added after the product is rounded, as the output stage
+   does); its entry is that value through ssm_lgate_avx2 (r 1, skip 0: g sigmoid(g)) or
+   ssm_lselective_avx2 (s 1, x 0: a). 0: built; -1: out of memory (exception set) */
+ES_AVX2F static int ssm_code_table(es_s_proj_t *p, const float *nrate, float thr) {
+  es_s_v8 val[32], ones[32], zeros[32], res[32];
+  float rate[32], none[32];
+  const float lo = -128.0f - p->out_z;
+  int o, c;
+  if (!(p->tab = PyMem_Malloc(sizeof(float) * 256 * (size_t)p->out))) {
+    PyErr_NoMemory();
+    return -1;
+  }
+  for (c = 0; c < 32; c++) {
+    ES_ST(ones + c, _mm256_set1_ps(1.0f)), ES_ST(zeros + c, _mm256_setzero_ps());
+    none[c] = 0.0f;
+  }
+  for (o = 0; o < p->out; o++) {
+    for (c = 0; c < 32; c++) {
+      __m256 t = _mm256_add_ps(_mm256_set1_ps(lo), _mm256_setr_ps(8 * c, 8 * c + 1, 8 * c + 2, 8 * c + 3, 8 * c + 4,
+                                                                 8 * c + 5, 8 * c + 6, 8 * c + 7));
+      t = _mm256_mul_ps(t, _mm256_set1_ps(p->out_s));
+      if (p->post) {
+        __asm__("" : "+x"(t));
+        t = _mm256_add_ps(t, _mm256_set1_ps(p->post[o]));
+      }
+      ES_ST(val + c, t);
+      rate[c] = nrate ? nrate[o] : 0.0f;
+    }
+    if (nrate)
+      ssm_lselective_avx2(rate, thr, val, ones, zeros, 32, res);
+    else
+      ssm_lgate_avx2(ones, none, zeros, val, 32, res);
+    memcpy(p->tab + (size_t)o * 256, res, sizeof res);
+  }
+  return 0;
 }
 #undef ES_LD
 #undef ES_ST

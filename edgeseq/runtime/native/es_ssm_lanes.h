@@ -201,13 +201,14 @@ ES_F_INLINE void es_s_lquantize_in(const es_s_proj_t *p, es_s_v *const *a, es_s_
 /* es_s_proj, lane-wise, of n projections that quantize their input alike (a layer's x, g and δ:
    share_q; or one projection), a[h] -> y[j][h]; qa[h]: K vectors of scratch. The input is quantized
    once; with AVX2's int16 pairs (cx->pack) packed once, and a NaN among it takes the float sums,
-   which carry it to the logits. */
-ES_F_INLINE void es_s_lproj_group(const es_s_proj_t *const *p, int n, es_s_v *const *a, es_s_v *const *qa,
+   which carry it to the logits. Returns nonzero when the pairs ran (the outputs of a projection
+   with a code table, es_s_proj_t.tab, are then its codes). */
+ES_F_INLINE int es_s_lproj_group(const es_s_proj_t *const *p, int n, es_s_v *const *a, es_s_v *const *qa,
                                   es_s_v *const *const *y, int nch, const es_s_lctx_t *cx) {
   int j, packed = 0, quant = 0;
   if (p[0]->in_mode == ES_S_IN_FLOAT) {
     for (j = 0; j < n; j++) es_s_lproj_q(p[j], a, y[j], nch, cx);
-    return;
+    return 0;
   }
   if (cx->pack)
     for (j = 0; j < n; j++)
@@ -223,11 +224,12 @@ ES_F_INLINE void es_s_lproj_group(const es_s_proj_t *const *p, int n, es_s_v *co
     if (!quant) es_s_lquantize_in(p[j], a, qa, nch), quant = 1;
     es_s_lproj_q(p[j], qa, y[j], nch, cx);
   }
+  return packed;
 }
 
-ES_F_INLINE void es_s_lproj(const es_s_proj_t *p, es_s_v *const *a, es_s_v *const *qa, es_s_v *const *y, int nch,
-                            const es_s_lctx_t *cx) {
-  es_s_lproj_group(&p, 1, a, qa, &y, nch, cx);
+ES_F_INLINE int es_s_lproj(const es_s_proj_t *p, es_s_v *const *a, es_s_v *const *qa, es_s_v *const *y, int nch,
+                           const es_s_lctx_t *cx) {
+  return es_s_lproj_group(&p, 1, a, qa, &y, nch, cx);
 }
 
 /* an ES_S_L x ES_S_L block transposed in place: its off-diagonal blocks of ES_S_L / 2, then down

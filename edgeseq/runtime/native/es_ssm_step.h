@@ -361,11 +361,13 @@ ES_AVX2 static int ssm_lpack16_avx2(const es_s_proj_t *p, es_s_v8 *const *a, int
 
 /* es_s_lout's stage where it is m and OUT with out_d 1 (then post), for ssm_w_tile's columns as
    they leave: the same operations in the same order, each rounded (the product rounded before
-   post is added, never fused into a multiply-add), min/max keeping a NaN as es_s_vclamp does */
+   post is added, never fused into a multiply-add), min/max keeping a NaN as es_s_vclamp does;
+   with codes (es_s_proj_t.tab), the saturated and rounded value less lo as an int32 instead */
 typedef struct {
   const float *m, *post;            /* m NULL: no stage here (es_s_lout after, where there is one) */
-  int q;                            /* OUT */
+  int q, codes;                     /* OUT; codes: OUT's rounded value r as r - lo, 0 .. 255 */
   __m256 lo, hi, sc, rnd;            /* rnd: es_s_round's 1.5 x 2^23 (+0 for -0.4, as the float path) */
+  __m256i off;                      /* codes: rnd's bits + lo (r + rnd holds rnd's bits + r) */
 } ssm_lout_t;
 
 /* SsmObject.ldot16 (es_s_lctx8_t.dotp) with AVX2: y[h] = the projection of the pairs u packs
@@ -395,15 +397,23 @@ typedef struct {
       if (m && j < n) {                                                                          \
         b = _mm256_broadcast_ss(m + j);                                                          \
         for (c = 0; c < (NC); c++) t[c] = _mm256_mul_ps(t[c], b);                                \
-        if (e->q)                                                                                \
+        if (e->codes) {                                                                          \
           for (c = 0; c < (NC); c++)                                                             \
-            t[c] = _mm256_mul_ps(_mm256_sub_ps(_mm256_add_ps(_mm256_min_ps(e->hi, _mm256_max_ps(e->lo, t[c])), \
-                                                             e->rnd), e->rnd), e->sc);           \
-        if (post) {                                                                              \
-          b = _mm256_broadcast_ss(post + j);                                                     \
-          for (c = 0; c < (NC); c++) {                                                           \
-            __asm__("" : "+x"(t[c]));                                                            \
-            t[c] = _mm256_add_ps(t[c], b);                                                       \
+            t[c] = _mm256_castsi256_ps(_mm256_sub_epi32(                                         \
+                _mm256_castps_si256(_mm256_add_ps(_mm256_min_ps(e->hi, _mm256_max_ps(e->lo, t[c])), e->rnd)), \
+                e->off));                                                                        \
+        } else {                                                                                 \
+          if (e->q)                                                                              \
+            for (c = 0; c < (NC); c++)                                                           \
+              t[c] = _mm256_mul_ps(                                                              \
+                  _mm256_sub_ps(_mm256_add_ps(_mm256_min_ps(e->hi, _mm256_max_ps(e->lo, t[c])), e->rnd), e->rnd), \
+                  e->sc);                                                                        \
+          if (post) {                                                                            \
+            b = _mm256_broadcast_ss(post + j);                                                   \
+            for (c = 0; c < (NC); c++) {                                                         \
+              __asm__("" : "+x"(t[c]));                                                          \
+              t[c] = _mm256_add_ps(t[c], b);                                                     \
+            }                                                                                    \
           }                                                                                      \
         }                                                                                        \
       }                                                                                          \
@@ -415,6 +425,15 @@ SSM_W_TILE(ssm_w_tile1, 1)
 SSM_W_TILE(ssm_w_tile2, 2)
 #undef SSM_W_TILE
 
+/* the gate's and the decay's input p leaves the pairs as codes (es_s_proj_t.tab): an int8 output
+   (OUT with out_d 1, an integral zero point) in the fused stage, up to ES_S_MAX_CODED outputs (a
+   table of 1 KiB each; past that the gathers would run from beyond the L2 cache) */
+#define ES_S_MAX_CODED 256
+static int ssm_coded(const es_s_proj_t *p) {
+  return p->vw2 && p->m && p->out_q && p->out_d == 1.0f && p->out_z == (float)(int32_t)p->out_z &&
+         p->out <= ES_S_MAX_CODED;
+}
+
 ES_AVX2 static void ssm_ldot16_avx2(const es_s_proj_t *p, es_s_v8 *const *y, int nch, const int32_t *u) {
   const int fused = p->m != NULL && (!p->out_q || p->out_d == 1.0f), k2n = p->k2, np = p->f.np, out = p->out;
   ssm_lout_t e;
@@ -422,6 +441,8 @@ ES_AVX2 static void ssm_ldot16_avx2(const es_s_proj_t *p, es_s_v8 *const *y, int
   e.m = fused ? p->m : NULL, e.post = p->post, e.q = p->out_q;
   e.lo = _mm256_set1_ps(-128.0f - p->out_z), e.hi = _mm256_set1_ps(127.0f - p->out_z), e.sc = _mm256_set1_ps(p->out_s);
   e.rnd = _mm256_set1_ps(12582912.0f);
+  e.codes = p->tab != NULL;           /* built only where the stage is fused and OUT (ssm_code_table) */
+  e.off = _mm256_set1_epi32(0x4B400000 + (int32_t)(-128.0f - p->out_z));
   for (o = 0; o < out; o += 4) {
     float *y0 = (float *)(void *)(y[0] + o), *y1 = nch == 2 ? (float *)(void *)(y[1] + o) : NULL;
     ssm_lout_t eo = e;
@@ -667,6 +688,11 @@ static PyObject *ssm_get_kernel(SsmObject *s, void *closure) {
   if (s->dot8) return PyUnicode_FromString("ssm int8 QDQ (exact integer products: AVX-512 VNNI)");
 #endif
 #if ES_S_LANES && ES_HAVE_AVX2I
+  if (s->ldot16 && s->layer[0].g.tab)
+    return PyUnicode_FromString(s->layer[0].d.tab ? "ssm int8 QDQ (exact integer products: AVX2 int16 pairs; SiLU "
+                                                    "and decay read by output code)"
+                                                  : "ssm int8 QDQ (exact integer products: AVX2 int16 pairs; SiLU "
+                                                    "read by output code)");
   if (s->ldot16) return PyUnicode_FromString("ssm int8 QDQ (exact integer products: AVX2 int16 pairs)");
 #endif
   return PyUnicode_FromString("ssm int8 QDQ (exact integer products: float32 sums)");
@@ -682,6 +708,7 @@ static void ssm_dealloc(SsmObject *s) {
     es_s_layer_t *y = &s->layer[i];
     PyMem_Free(y->x.vw), PyMem_Free(y->g.vw), PyMem_Free(y->d.vw), PyMem_Free(y->r.vw), PyMem_Free(y->o.vw);
     PyMem_Free(y->x.vw2), PyMem_Free(y->g.vw2), PyMem_Free(y->d.vw2), PyMem_Free(y->r.vw2), PyMem_Free(y->o.vw2);
+    PyMem_Free(y->g.tab), PyMem_Free(y->d.tab);
   }
   for (i = 0; i < s->nviews; i++) PyBuffer_Release(&s->views[i]);
   PyMem_Free(s->scratch);
@@ -800,6 +827,15 @@ static PyObject *ssm_step(PyObject *mod, PyObject *args) {
       get_float(final, 2, &s->lnf_eps, "final norm epsilon") < 0 ||
       ssm_bind_proj(s, &s->head, head, D, C, s->ldc, "ssm head") < 0)
     goto fail;
+#if ES_S_LANES && ES_HAVE_AVX2I
+  if (s->ldot16 && s->lsel8 && s->lgate8)
+    for (l = 0; l < L; l++) {
+      es_s_layer_t *y = &s->layer[l];
+      if ((ssm_coded(&y->g) && ssm_code_table(&y->g, NULL, 0.0f) < 0) ||
+          (s->sel && ssm_coded(&y->d) && ssm_code_table(&y->d, y->nrate, y->thr) < 0))
+        goto fail;
+    }
+#endif
   {
     size_t rows = sizeof(float) * ES_F_CHUNK *
                   ((size_t)F + (size_t)6 * s->ld + (size_t)2 * s->ldn + s->ldc + (size_t)2 * s->kmax);

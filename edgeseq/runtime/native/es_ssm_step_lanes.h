@@ -7,7 +7,7 @@ ES_F_INLINE int ssm_lanes(SsmObject *s, int r0, int nch, int cur, int nxt) {
   const int F = s->F, D = s->D, N = s->N, L = s->L, C = s->C;
   es_s_v *b[ES_S_NBUF][2];
   es_s_lctx_t cx;
-  int l, i, c, h, k, bad = -1;
+  int l, i, c, h, k, bad = -1, coded;
   for (h = 0; h < 2; h++)
     for (k = 0; k < ES_S_NBUF; k++) b[k][h] = (es_s_v *)(void *)(s->lanes + ((size_t)h * s->lspan + s->loff[k]) * ES_S_L);
 #if ES_S_L == 16
@@ -30,18 +30,22 @@ ES_F_INLINE int ssm_lanes(SsmObject *s, int r0, int nch, int cur, int nxt) {
     if (y->share_q) {                /* x, g (and δ) quantize v alike: once */
       const es_s_proj_t *grp[3] = {&y->x, &y->g, &y->d};
       es_s_v *const *out[3] = {b[ES_S_X], b[ES_S_G], b[ES_S_D]};
-      es_s_lproj_group(grp, s->sel ? 3 : 2, b[ES_S_V], b[ES_S_Q], out, nch, &cx);
+      coded = es_s_lproj_group(grp, s->sel ? 3 : 2, b[ES_S_V], b[ES_S_Q], out, nch, &cx) ? 3 : 0;
     } else {
       es_s_lproj(&y->x, b[ES_S_V], b[ES_S_Q], b[ES_S_X], nch, &cx);
-      es_s_lproj(&y->g, b[ES_S_V], b[ES_S_Q], b[ES_S_G], nch, &cx);
-      if (s->sel) es_s_lproj(&y->d, b[ES_S_V], b[ES_S_Q], b[ES_S_D], nch, &cx);
+      coded = es_s_lproj(&y->g, b[ES_S_V], b[ES_S_Q], b[ES_S_G], nch, &cx);
+      if (s->sel) coded |= es_s_lproj(&y->d, b[ES_S_V], b[ES_S_Q], b[ES_S_D], nch, &cx) << 1;
     }
+    /* bit 0: g left the pairs (as codes where it has a table), bit 1: δ */
+    coded &= (y->g.tab != NULL) | (y->d.tab != NULL) << 1;
     for (h = 0; h < nch; h++) {
       const size_t r = (size_t)(r0 + h * ES_S_L) * N;
       es_s_to_lanes(s->s[cur][l] + r, N, N, b[ES_S_SO][h]);
       if (s->sel) {
 #if ES_S_L == 8 && ES_HAVE_AVX2I
-        if (s->lsel8)
+        if (coded & 2)
+          ssm_lselective_tab_avx2(y->d.tab, b[ES_S_D][h], b[ES_S_SO][h], b[ES_S_X][h], N, b[ES_S_SN][h]);
+        else if (s->lsel8)
           s->lsel8(y->nrate, y->thr, b[ES_S_D][h], b[ES_S_SO][h], b[ES_S_X][h], N, b[ES_S_SN][h]);
         else
 #endif
@@ -53,6 +57,10 @@ ES_F_INLINE int ssm_lanes(SsmObject *s, int r0, int nch, int cur, int nxt) {
     es_s_lproj(&y->r, b[ES_S_SN], b[ES_S_Q], b[ES_S_R], nch, &cx);
     for (h = 0; h < nch; h++) {
 #if ES_S_L == 8 && ES_HAVE_AVX2I
+      if (coded & 1) {
+        ssm_lgate_tab_avx2(b[ES_S_R][h], y->skip, b[ES_S_V][h], y->g.tab, b[ES_S_G][h], D, b[ES_S_M][h]);
+        continue;
+      }
       if (s->lgate8) {
         s->lgate8(b[ES_S_R][h], y->skip, b[ES_S_V][h], b[ES_S_G][h], D, b[ES_S_M][h]);
         continue;
