@@ -200,6 +200,23 @@ def test_int8_gate_and_decay_read_by_output_code_are_the_computed_ones_to_the_bi
         assert got.min() == -128 and got.max() == 127
 
 
+@needs_ext
+def test_a_projection_over_256_outputs_computes_and_the_kernel_names_the_tables_that_run(tmp_path):
+    """d_model 260: the gate's product has 260 outputs, past the tables' 256, so its SiLU is
+    computed, while the decay (4 states) is read by code; `kernel` says so, and the results are
+    the computed path's to the bit (9 streams: one chunk in lanes, one by rows)."""
+    path = tmp_path / "wide-gate.onnx"
+    export_step(tiny_checkpoint(True, 260, 4), path, "static", readings(60, 4, seed=1), {"outputs": True})
+    _, meta = open_model(path)
+    by_code, computed = native.NativeStep(path, meta, 9), native.NativeStep(path, meta, 9, vnni=False)
+    if native.simd().startswith("x86-64-v") and "VNNI" not in by_code.kernel:
+        assert by_code.kernel == "ssm int8 QDQ (exact integer products: AVX2 int16 pairs; decay read by output code)"
+    X = readings(50, 9, seed=2)
+    a, b = native_stream(by_code, X), native_stream(computed, X)
+    assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+    assert all(np.array_equal(p.view(np.uint32), q.view(np.uint32)) for p, q in zip(by_code.state, computed.state))
+
+
 # -- the step's contract -----------------------------------------------------------------------
 
 @needs_ext

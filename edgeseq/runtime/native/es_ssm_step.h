@@ -688,12 +688,16 @@ static PyObject *ssm_get_kernel(SsmObject *s, void *closure) {
   if (s->dot8) return PyUnicode_FromString("ssm int8 QDQ (exact integer products: AVX-512 VNNI)");
 #endif
 #if ES_S_LANES && ES_HAVE_AVX2I
-  if (s->ldot16 && s->layer[0].g.tab)
-    return PyUnicode_FromString(s->layer[0].d.tab ? "ssm int8 QDQ (exact integer products: AVX2 int16 pairs; SiLU "
-                                                    "and decay read by output code)"
-                                                  : "ssm int8 QDQ (exact integer products: AVX2 int16 pairs; SiLU "
-                                                    "read by output code)");
-  if (s->ldot16) return PyUnicode_FromString("ssm int8 QDQ (exact integer products: AVX2 int16 pairs)");
+  if (s->ldot16) {
+    static const char *const name[4] = {
+        "ssm int8 QDQ (exact integer products: AVX2 int16 pairs)",
+        "ssm int8 QDQ (exact integer products: AVX2 int16 pairs; SiLU read by output code)",
+        "ssm int8 QDQ (exact integer products: AVX2 int16 pairs; decay read by output code)",
+        "ssm int8 QDQ (exact integer products: AVX2 int16 pairs; SiLU and decay read by output code)"};
+    int l, tabs = 0;                  /* bit 0: a layer's SiLU by code, bit 1: a layer's decay */
+    for (l = 0; l < s->L; l++) tabs |= (s->layer[l].g.tab != NULL) | (s->layer[l].d.tab != NULL) << 1;
+    return PyUnicode_FromString(name[tabs]);
+  }
 #endif
   return PyUnicode_FromString("ssm int8 QDQ (exact integer products: float32 sums)");
 }
