@@ -162,6 +162,14 @@ def test_packed_int8_products_are_the_float_sums_to_the_bit(tiny, variant, strea
     assert len(np.unique(a)) > 50                       # logits that move: the products do something
 
 
+def _same_bits(a, b, X):
+    """Run steps a and b over readings X; their logits and states must be the same bits. Returns a's logits."""
+    la, lb = native_stream(a, X), native_stream(b, X)
+    assert np.array_equal(la.view(np.uint32), lb.view(np.uint32))
+    assert all(np.array_equal(p.view(np.uint32), q.view(np.uint32)) for p, q in zip(a.state, b.state))
+    return la
+
+
 @needs_ext
 @pytest.mark.parametrize("variant", ["fixed", "selective"])
 def test_int8_gate_and_decay_read_by_output_code_are_the_computed_ones_to_the_bit(tiny, tmp_path, variant):
@@ -185,10 +193,7 @@ def test_int8_gate_and_decay_read_by_output_code_are_the_computed_ones_to_the_bi
         by_code, computed = native.NativeStep(path, meta, 27), native.NativeStep(path, meta, 27, vnni=False)
         if native.simd().startswith("x86-64-v") and "VNNI" not in by_code.kernel:
             assert by_code.kernel.endswith("read by output code)"), by_code.kernel
-        a, b = native_stream(by_code, X), native_stream(computed, X)
-        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
-        assert all(np.array_equal(p.view(np.uint32), q.view(np.uint32)) for p, q in zip(by_code.state, computed.state))
-        assert len(np.unique(a)) > 50
+        assert len(np.unique(_same_bits(by_code, computed, X))) > 50
     m = onnx.load(str(path))                            # the edited file's codes: both ends of the grid
     codes = [n.output[0] for n in m.graph.node if n.op_type == "QuantizeLinear" and n.input[1] in names]
     assert len(codes) == len(names)
@@ -211,10 +216,7 @@ def test_a_projection_over_256_outputs_computes_and_the_kernel_names_the_tables_
     by_code, computed = native.NativeStep(path, meta, 9), native.NativeStep(path, meta, 9, vnni=False)
     if native.simd().startswith("x86-64-v") and "VNNI" not in by_code.kernel:
         assert by_code.kernel == "ssm int8 QDQ (exact integer products: AVX2 int16 pairs; decay read by output code)"
-    X = readings(50, 9, seed=2)
-    a, b = native_stream(by_code, X), native_stream(computed, X)
-    assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
-    assert all(np.array_equal(p.view(np.uint32), q.view(np.uint32)) for p, q in zip(by_code.state, computed.state))
+    _same_bits(by_code, computed, readings(50, 9, seed=2))
 
 
 # -- the step's contract -----------------------------------------------------------------------
