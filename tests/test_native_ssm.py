@@ -173,12 +173,13 @@ def _same_bits(a, b, X):
 @needs_ext
 @pytest.mark.parametrize("variant", ["fixed", "selective"])
 def test_int8_gate_and_decay_read_by_output_code_are_the_computed_ones_to_the_bit(tiny, tmp_path, variant):
-    """Where AVX2 runs the int8 products as pairs, the gate's SiLU and the selective decay of a
-    chunk of streams are read from a table by the g and δ products' int8 output codes (built at
-    bind by the same kernels from the value each code stands for). They give the floats the
-    kernels compute from the dequantized outputs: logits and state to the bit over 300
-    never-reset readings, 27 streams (24 in lanes, 3 by rows), as exported and with layer 0's g and
-    δ output scales cut 25x in an edited file, so that their codes saturate at both ends."""
+    """Where the int8 products run packed (AVX2's int16 pairs, AVX-512 VNNI), the gate's SiLU and
+    the selective decay of a chunk of streams are read from a table by the g and δ products' int8
+    output codes (built at bind by the same kernels from the value each code stands for). They
+    give the floats the kernels compute from the dequantized outputs: logits and state to the bit
+    over 300 never-reset readings, 27 streams (24 in lanes: 16 + 8 on AVX-512 hosts; 3 by rows),
+    as exported and with layer 0's g and δ output scales cut 25x in an edited file, so that their
+    codes saturate at both ends."""
     from onnx import helper, numpy_helper
 
     names = ("matmul_1_scale", "matmul_2_scale") if variant == "selective" else ("matmul_1_scale",)
@@ -191,8 +192,9 @@ def test_int8_gate_and_decay_read_by_output_code_are_the_computed_ones_to_the_bi
     for path in (tiny(variant, "static"), _edit(tiny(variant, "static"), tmp_path / "cut.onnx", edit)):
         _, meta = open_model(path)
         by_code, computed = native.NativeStep(path, meta, 27), native.NativeStep(path, meta, 27, vnni=False)
-        if native.simd().startswith("x86-64-v") and "VNNI" not in by_code.kernel:
-            assert by_code.kernel.endswith("read by output code)"), by_code.kernel
+        if native.simd().startswith("x86-64-v"):
+            assert by_code.kernel.endswith("; SiLU and decay read by output code)" if variant == "selective"
+                                           else "; SiLU read by output code)"), by_code.kernel
         assert len(np.unique(_same_bits(by_code, computed, X))) > 50
     m = onnx.load(str(path))                            # the edited file's codes: both ends of the grid
     codes = [n.output[0] for n in m.graph.node if n.op_type == "QuantizeLinear" and n.input[1] in names]
@@ -214,8 +216,9 @@ def test_a_projection_over_256_outputs_computes_and_the_kernel_names_the_tables_
     export_step(tiny_checkpoint(True, 260, 4), path, "static", readings(60, 4, seed=1), {"outputs": True})
     _, meta = open_model(path)
     by_code, computed = native.NativeStep(path, meta, 9), native.NativeStep(path, meta, 9, vnni=False)
-    if native.simd().startswith("x86-64-v") and "VNNI" not in by_code.kernel:
-        assert by_code.kernel == "ssm int8 QDQ (exact integer products: AVX2 int16 pairs; decay read by output code)"
+    if native.simd().startswith("x86-64-v"):
+        assert by_code.kernel.split(": ", 1)[1] in ("AVX2 int16 pairs; decay read by output code)",
+                                                    "AVX-512 VNNI; decay read by output code)"), by_code.kernel
     _same_bits(by_code, computed, readings(50, 9, seed=2))
 
 
@@ -231,6 +234,40 @@ def test_streams_do_not_depend_on_each_other(tiny, scheme):
     many = native_stream(native.NativeStep(path, meta, 7), X)
     one = native_stream(native.NativeStep(path, meta, 1), X[:, 3:4])
     assert np.array_equal(many[:, 3:4], one)
+
+
+@needs_ext
+def test_the_lanes_quantize_without_a_division_to_the_divisions_codes():
+    """On hosts with AVX-512 the chunks of 16 streams quantize an int8 product's input with x / s
+    rebuilt from x (1 / s) and its remainder, not divided; the step checks each scale when it
+    binds. One ulp either side of every code's rounding tie, both clamps, ±Inf, NaN, zeros,
+    subnormals and the largest floats, at several scales and zero points, give the codes that
+    x / s divided gives (numpy: IEEE division, clip, round half to even)."""
+    rng = np.random.default_rng(7)
+    scales = [0.0123, 1 / 3, 2.0 ** -7, 0.9999999, 1.7e-5, 211.0] + list(rng.uniform(1e-3, 1, 6))
+    ran = False
+    for s in np.float32(scales):
+        ties = np.float32((np.arange(-300, 300) + 0.5) * np.float64(s))
+        near = [ties]
+        for direction in (np.inf, -np.inf):
+            t = ties
+            for _ in range(3):
+                t = np.nextafter(t, np.float32(direction))
+                near.append(t)
+        special = np.float32([0.0, -0.0, np.inf, -np.inf, np.nan, 3.4e38, -3.4e38, 1e-40, -1e-40, 1e-30])
+        x = np.concatenate(near + [special, (rng.standard_normal(999) * 100 * s).astype(np.float32)])
+        x = np.concatenate([x, np.zeros(-len(x) % 16, np.float32)])
+        for z in (-128.0, -3.0, 0.0, 127.0):
+            got = x.copy()
+            with np.errstate(over="ignore", invalid="ignore"):
+                want = np.rint(np.clip(x / s, np.float32(-128 - z), np.float32(127 - z)))
+            if not native._ext.ssm_quantize(got, float(s), z):
+                continue
+            ran = True
+            assert np.array_equal(got, want, equal_nan=True), f"scale {s!r}, zero point {z}"
+    if not ran:
+        pytest.skip("this host has no AVX-512 and FMA: its lanes divide")
+    assert not native._ext.ssm_quantize(np.ones(16, np.float32), 1e-35, 0.0)      # past 2^-100: divided
 
 
 @needs_ext

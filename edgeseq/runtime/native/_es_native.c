@@ -1213,6 +1213,8 @@ static PyMethodDef module_methods[] = {
     {"ssm_step", ssm_step, METH_VARARGS, "ssm_step(B, F, D, N, C, selective, quant, x, logits, probs, mean, std, "
                                          "bank0, bank1, enc, layers, final, head[, packed]) -> SsmStep: the state-space "
                                          "step (es_ssm_step.h); packed=False: int8 products as float32 sums"},
+    {"ssm_quantize", ssm_quantize, METH_VARARGS, "ssm_quantize(x, scale, zero_point) -> bool: the 16-stream lanes' "
+                                                 "division-free int8 quantization of x in place, where it runs (tests)"},
     {"lock", lock_new, METH_NOARGS, "lock() -> Lock: a native session's lock (es_push.h)"},
     {"pusher", pusher_new, METH_VARARGS, "pusher(step, lock, probs, count, slow, exact) -> Pusher: the session's push in one "
                                          "C call (es_push.h)"},

@@ -37,6 +37,9 @@ typedef struct {
   int K, out;
   int in_mode;                      /* ES_S_IN_* */
   float in_s, in_z;
+  /* 1 / in_s where the division-free quantization (es_ssm_avx2.h, ssm_recip_exact) gives x / in_s
+     to the bit for every x, else 0 (the lanes then divide) */
+  float in_r;
   const float *m, *post;
   int out_q;
   float out_d, out_z, out_s;
@@ -260,6 +263,7 @@ ES_F_INLINE void es_s_residual(float *ES_F_RESTRICT u, const float *ES_F_RESTRIC
 #define es_s_ltile ES_S_LNAME(es_s_ltile)
 #define es_s_lquantize ES_S_LNAME(es_s_lquantize)
 #define es_s_lout ES_S_LNAME(es_s_lout)
+#define es_s_lcodes ES_S_LNAME(es_s_lcodes)
 #define es_s_ltile2 ES_S_LNAME(es_s_ltile2)
 #define es_s_ltile2_6 ES_S_LNAME(es_s_ltile2_6)
 #define es_s_ltile2_5 ES_S_LNAME(es_s_ltile2_5)

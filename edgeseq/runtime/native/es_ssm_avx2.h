@@ -1,122 +1,107 @@
 /* es_ssm_avx2.h: the state-space step's gate (SiLU) and selective decay (softplus, two exps) for
-   chunks of 8 streams on hosts with AVX2 and FMA, picked at run time (SsmObject.lgate8, lsel8)
-   in place of es_ssm_lanes.h's generic loops, and for int8 models their tables by output code
-   (ssm_code_table). The same operations in the same order as es_float.h's exp and sigmoid and
-   es_ssm.h's gate and decay, on whole registers, with two differences in form only: exp's
-   clamps are one max and one min, which keep a NaN as the generic compare and select do
-   (max(lo, x) = lo > x ? lo : x, min(hi, x) = hi < x ? hi : x), and each stage runs over all of
-   a chunk's values before the next, two exps interleaved, so that several of exp's long chains
-   of dependent operations are in flight at once. Where the compiler fuses a multiply and an add
-   differently in the generic loops, a result can differ from theirs by a float32 rounding, as
-   the rows and the lanes may (es_ssm.h). Included by es_ssm_step.h. */
+   chunks of 8 streams on hosts with AVX2 and FMA and of 16 on hosts with AVX-512, picked at run
+   time (SsmObject.lgate8, lsel8, lgate16, lsel16) in place of es_ssm_lanes.h's generic loops, and
+   for int8 models their tables by output code (ssm_code_table). The kernels (es_ssm_simd.h) are
+   the same operations in the same order as es_float.h's exp and sigmoid and es_ssm.h's gate and
+   decay, on whole registers, with two differences in form only: exp's clamps are one max and one
+   min, which keep a NaN as the generic compare and select do (max(lo, x) = lo > x ? lo : x,
+   min(hi, x) = hi < x ? hi : x), and each stage runs over all of a chunk's values before the
+   next, two exps interleaved, so that several of exp's long chains of dependent operations are in
+   flight at once. Where the compiler fuses a multiply and an add differently in the generic
+   loops, a result can differ from theirs by a float32 rounding, as the rows and the lanes may
+   (es_ssm.h); the two widths' kernels give the same floats. Included by es_ssm_step.h. */
 #define ES_AVX2F __attribute__((target("avx2,fma")))
 
-/* es_f_exp on 8 lanes */
-ES_AVX2F static inline __m256 ssm_exp8(__m256 x) {
-  const __m256 magic = _mm256_set1_ps(12582912.0f);
-  __m256 n, r, p;
-  x = _mm256_min_ps(_mm256_set1_ps(88.0f), x);
-  x = _mm256_max_ps(_mm256_set1_ps(-87.0f), x);
-  n = _mm256_sub_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), magic), magic);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  p = _mm256_fmadd_ps(_mm256_set1_ps(1.9875691500e-4f), r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  p = _mm256_add_ps(_mm256_fmadd_ps(p, _mm256_mul_ps(r, r), r), _mm256_set1_ps(1.0f));
-  n = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23));
-  return _mm256_mul_ps(p, n);
+#define SSM_W 8
+#define SSM_V __m256
+#define SSM_VEC es_s_v8
+#define SSM_T ES_AVX2F
+#define SSM_SFX _avx2
+#define SSM_LOADU _mm256_loadu_ps
+#define SSM_STOREU _mm256_storeu_ps
+#define SSM_SET1 _mm256_set1_ps
+#define SSM_ADD _mm256_add_ps
+#define SSM_SUB _mm256_sub_ps
+#define SSM_MUL _mm256_mul_ps
+#define SSM_DIV _mm256_div_ps
+#define SSM_MIN _mm256_min_ps
+#define SSM_MAX _mm256_max_ps
+#define SSM_FMADD _mm256_fmadd_ps
+#define SSM_FNMADD _mm256_fnmadd_ps
+#define SSM_XOR _mm256_xor_ps
+#define SSM_OR _mm256_or_ps
+#define SSM_POW2(n) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23))
+#define SSM_SELGT(a, b, x, y) _mm256_blendv_ps(y, x, _mm256_cmp_ps(a, b, _CMP_GT_OQ))
+#include "es_ssm_simd.h"
+
+#if ES_S_HAVE16
+#define ES_AVX512F __attribute__((target("avx512f,fma")))
+#define SSM_W 16
+#define SSM_V __m512
+#define SSM_VEC es_s_v16
+#define SSM_T ES_AVX512F
+#define SSM_SFX _avx512
+#define SSM_LOADU _mm512_loadu_ps
+#define SSM_STOREU _mm512_storeu_ps
+#define SSM_SET1 _mm512_set1_ps
+#define SSM_ADD _mm512_add_ps
+#define SSM_SUB _mm512_sub_ps
+#define SSM_MUL _mm512_mul_ps
+#define SSM_DIV _mm512_div_ps
+#define SSM_MIN _mm512_min_ps
+#define SSM_MAX _mm512_max_ps
+#define SSM_FMADD _mm512_fmadd_ps
+#define SSM_FNMADD _mm512_fnmadd_ps
+#define SSM_BITS(op, a, b) _mm512_castsi512_ps(op(_mm512_castps_si512(a), _mm512_castps_si512(b)))
+#define SSM_XOR(a, b) SSM_BITS(_mm512_xor_si512, a, b)
+#define SSM_OR(a, b) SSM_BITS(_mm512_or_si512, a, b)
+#define SSM_POW2(n) _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23))
+#define SSM_SELGT(a, b, x, y) _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_GT_OQ), y, x)
+#include "es_ssm_simd.h"
+#endif
+
+/* 1 where x / s, to the bit, is q + (x - q s) r, q = x r, r = 1 / s (each rounded to float32,
+   the remainder exact in one fused multiply-add: Markstein's correction of the quotient), for
+   every x in [1, 2); else 0. Both sides scale exactly with x's exponent while x, q s and the
+   remainder stay normal, which they do wherever a quotient can round to an int8 code other than 0
+   and s lies in [2^-100, 2^100] (outside it: 0). 2^20 quotients, 8 at a time: ~2 ms. */
+ES_AVX2F static int ssm_recip_exact(float s) {
+  const __m256 sv = _mm256_set1_ps(s), rv = _mm256_set1_ps(1.0f / s);
+  __m256i bits = _mm256_setr_epi32(0x3f800000, 0x3f800001, 0x3f800002, 0x3f800003, 0x3f800004, 0x3f800005,
+                                   0x3f800006, 0x3f800007);
+  __m256 bad = _mm256_setzero_ps();
+  int32_t m;
+  if (!(s >= 0x1p-100f && s <= 0x1p100f)) return 0;
+  for (m = 0; m < (1 << 23); m += 8, bits = _mm256_add_epi32(bits, _mm256_set1_epi32(8))) {
+    const __m256 x = _mm256_castsi256_ps(bits), q = _mm256_mul_ps(x, rv);
+    const __m256 q2 = _mm256_fmadd_ps(_mm256_fnmadd_ps(q, sv, x), rv, q);
+    bad = _mm256_or_ps(bad, _mm256_cmp_ps(q2, _mm256_div_ps(x, sv), _CMP_NEQ_UQ));
+  }
+  return _mm256_movemask_ps(bad) == 0;
 }
 
-/* ssm_exp8 of two registers at once, their operations interleaved: each exp is one long chain of
-   dependent operations, and two side by side keep the multiply-add units busy where one, with
-   its next copy waiting in the scheduler, leaves them idle */
-ES_AVX2F static inline void ssm_exp8x2(__m256 *x0, __m256 *x1) {
-  const __m256 magic = _mm256_set1_ps(12582912.0f), hi = _mm256_set1_ps(88.0f), lo = _mm256_set1_ps(-87.0f);
-  const __m256 l2e = _mm256_set1_ps(1.44269504088896341f), c1 = _mm256_set1_ps(0.693359375f),
-               c2 = _mm256_set1_ps(-2.12194440e-4f);
-  __m256 a = *x0, b = *x1, na, nb, ra, rb, pa, pb;
-  a = _mm256_max_ps(lo, _mm256_min_ps(hi, a)), b = _mm256_max_ps(lo, _mm256_min_ps(hi, b));
-  na = _mm256_sub_ps(_mm256_fmadd_ps(a, l2e, magic), magic), nb = _mm256_sub_ps(_mm256_fmadd_ps(b, l2e, magic), magic);
-  ra = _mm256_fnmadd_ps(na, c1, a), rb = _mm256_fnmadd_ps(nb, c1, b);
-  ra = _mm256_fnmadd_ps(na, c2, ra), rb = _mm256_fnmadd_ps(nb, c2, rb);
-#define ES_P(c) pa = _mm256_fmadd_ps(pa, ra, _mm256_set1_ps(c)), pb = _mm256_fmadd_ps(pb, rb, _mm256_set1_ps(c))
-  pa = pb = _mm256_set1_ps(1.9875691500e-4f);
-  ES_P(1.3981999507e-3f);
-  ES_P(8.3334519073e-3f);
-  ES_P(4.1665795894e-2f);
-  ES_P(1.6666665459e-1f);
-  ES_P(5.0000001201e-1f);
-#undef ES_P
-  pa = _mm256_add_ps(_mm256_fmadd_ps(pa, _mm256_mul_ps(ra, ra), ra), _mm256_set1_ps(1.0f));
-  pb = _mm256_add_ps(_mm256_fmadd_ps(pb, _mm256_mul_ps(rb, rb), rb), _mm256_set1_ps(1.0f));
-  na = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(na), _mm256_set1_epi32(127)), 23));
-  nb = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(nb), _mm256_set1_epi32(127)), 23));
-  *x0 = _mm256_mul_ps(pa, na), *x1 = _mm256_mul_ps(pb, nb);
+#if ES_S_HAVE16
+/* es_s_lquantize_in for chunks of 16 streams where p->in_r is set (es_s_proj_t): x / s without a
+   division (ssm_quot16: the same float), then es_s_lquantize's clamp (max and min keeping a NaN,
+   as es_s_vclamp does), rounding and dq */
+ES_AVX512F static void ssm_lquantize_avx512(const es_s_proj_t *p, es_s_v16 *const *a, es_s_v16 *const *qa, int nch) {
+  const __m512 sv = _mm512_set1_ps(p->in_s), rv = _mm512_set1_ps(p->in_r);
+  const __m512 lo = _mm512_set1_ps(-128.0f - p->in_z), hi = _mm512_set1_ps(127.0f - p->in_z);
+  const __m512 magic = _mm512_set1_ps(12582912.0f), dq = _mm512_set1_ps(p->in_mode == ES_S_IN_FQ ? p->in_s : 1.0f);
+  int h, k;
+  for (h = 0; h < nch; h++)
+    for (k = 0; k < p->K; k++) {
+      const __m512 x = _mm512_loadu_ps((const float *)(const void *)(a[h] + k));
+      __m512 q = _mm512_min_ps(hi, _mm512_max_ps(lo, ssm_quot16(x, sv, rv)));
+      q = _mm512_sub_ps(_mm512_add_ps(q, magic), magic);
+      _mm512_storeu_ps((float *)(void *)(qa[h] + k), _mm512_mul_ps(q, dq));
+    }
 }
+#endif
 
 #define ES_LD(p) _mm256_loadu_ps((const float *)(const void *)(p))
 #define ES_ST(p, v) _mm256_storeu_ps((float *)(void *)(p), v)
 
-/* ssm_exp8 of v[k], k < n, in place: two at a time, the chains of the next two in flight */
-ES_AVX2F static inline void ssm_exp8_n(es_s_v8 *v, int n) {
-  int k = 0;
-  for (; k + 2 <= n; k += 2) {
-    __m256 a = ES_LD(v + k), b = ES_LD(v + k + 1);
-    ssm_exp8x2(&a, &b);
-    ES_ST(v + k, a), ES_ST(v + k + 1, b);
-  }
-  if (k < n) ES_ST(v + k, ssm_exp8(ES_LD(v + k)));
-}
-
-/* es_s_lgate on 8 lanes: out[k] = (r[k] + skip[k] v[k]) (g[k] sigmoid(g[k])), k < n; exp(-g) of
-   every k first (into out), then the rest */
-ES_AVX2F static void ssm_lgate_avx2(const es_s_v8 *r, const float *skip, const es_s_v8 *v, const es_s_v8 *g, int n,
-                                    es_s_v8 *out) {
-  const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f);
-  int k;
-  for (k = 0; k < n; k++) ES_ST(out + k, _mm256_xor_ps(ES_LD(g + k), sign));
-  ssm_exp8_n(out, n);
-  for (k = 0; k < n; k++) {
-    const __m256 gk = ES_LD(g + k), sig = _mm256_div_ps(one, _mm256_add_ps(one, ES_LD(out + k)));
-    const __m256 a = _mm256_fmadd_ps(_mm256_set1_ps(skip[k]), ES_LD(v + k), ES_LD(r + k));
-    ES_ST(out + k, _mm256_mul_ps(a, _mm256_mul_ps(gk, sig)));
-  }
-}
-
-/* es_s_softplus of one register given t = exp(-|δ|) */
-ES_AVX2F static inline __m256 ssm_softplus8(__m256 dk, __m256 t, __m256 th) {
-  const __m256 two = _mm256_set1_ps(2.0f);
-  const __m256 z = _mm256_div_ps(t, _mm256_add_ps(two, t)), w = _mm256_mul_ps(z, z), z2 = _mm256_mul_ps(two, z);
-  __m256 p = _mm256_fmadd_ps(_mm256_set1_ps(1.0f / 13), w, _mm256_set1_ps(1.0f / 11)), sp;
-  p = _mm256_fmadd_ps(p, w, _mm256_set1_ps(1.0f / 9));
-  p = _mm256_fmadd_ps(p, w, _mm256_set1_ps(1.0f / 7));
-  p = _mm256_fmadd_ps(p, w, _mm256_set1_ps(1.0f / 5));
-  p = _mm256_fmadd_ps(p, w, _mm256_set1_ps(1.0f / 3));
-  p = _mm256_mul_ps(p, w);
-  sp = _mm256_add_ps(_mm256_max_ps(dk, _mm256_setzero_ps()), _mm256_fmadd_ps(z2, p, z2));  /* max(δ, 0) + log1p */
-  return _mm256_blendv_ps(sp, dk, _mm256_cmp_ps(dk, th, _CMP_GT_OQ));
-}
-
-/* es_s_lselective on 8 lanes: the softplus (es_s_softplus: the graph's Where(δ > thr, δ,
-   Softplus(δ)), log1p as es_s_log1p01's series), a = exp(nrate[k] softplus(δ)), then
-   s' = a s + (1 - a) x, k < n; each stage over every k before the next (in out) */
-ES_AVX2F static void ssm_lselective_avx2(const float *nrate, float thr, const es_s_v8 *d, const es_s_v8 *s,
-                                         const es_s_v8 *x, int n, es_s_v8 *out) {
-  const __m256 one = _mm256_set1_ps(1.0f), sign = _mm256_set1_ps(-0.0f), th = _mm256_set1_ps(thr);
-  int k;
-  for (k = 0; k < n; k++) ES_ST(out + k, _mm256_or_ps(ES_LD(d + k), sign));            /* -|δ| */
-  ssm_exp8_n(out, n);
-  for (k = 0; k < n; k++)
-    ES_ST(out + k, _mm256_mul_ps(_mm256_set1_ps(nrate[k]), ssm_softplus8(ES_LD(d + k), ES_LD(out + k), th)));
-  ssm_exp8_n(out, n);                                                                   /* a */
-  for (k = 0; k < n; k++) {
-    const __m256 a = ES_LD(out + k);
-    ES_ST(out + k, _mm256_fmadd_ps(a, ES_LD(s + k), _mm256_mul_ps(_mm256_sub_ps(one, a), ES_LD(x + k))));
-  }
-}
 /* the gate and the decay of an int8 model whose g and δ products leave as codes (es_s_proj_t.tab,
    es_ssm_step.h): SiLU(g) and a read from the projection's table, built by the two kernels above
    from the value each code stands for, so that the results are theirs to the bit; one gather of a
@@ -141,6 +126,33 @@ ES_AVX2F static void ssm_lselective_tab_avx2(const float *tab, const es_s_v8 *d,
     ES_ST(out + k, _mm256_fmadd_ps(a, ES_LD(s + k), _mm256_mul_ps(_mm256_sub_ps(one, a), ES_LD(x + k))));
   }
 }
+
+#if ES_S_HAVE16
+/* the same two for chunks of 16 streams (AVX-512), their codes from es_s_lcodes */
+ES_AVX512F static void ssm_lgate_tab_avx512(const es_s_v16 *r, const float *skip, const es_s_v16 *v, const float *tab,
+                                            const es_s_v16 *g, int n, es_s_v16 *out) {
+  int k;
+  for (k = 0; k < n; k++) {
+    const __m512i code = _mm512_loadu_si512((const void *)(g + k));
+    const __m512 a = _mm512_fmadd_ps(_mm512_set1_ps(skip[k]), _mm512_loadu_ps((const float *)(const void *)(v + k)),
+                                     _mm512_loadu_ps((const float *)(const void *)(r + k)));
+    _mm512_storeu_ps((float *)(void *)(out + k), _mm512_mul_ps(a, _mm512_i32gather_ps(code, tab + (size_t)k * 256, 4)));
+  }
+}
+
+ES_AVX512F static void ssm_lselective_tab_avx512(const float *tab, const es_s_v16 *d, const es_s_v16 *s,
+                                                 const es_s_v16 *x, int n, es_s_v16 *out) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  int k;
+  for (k = 0; k < n; k++) {
+    const __m512i code = _mm512_loadu_si512((const void *)(d + k));
+    const __m512 a = _mm512_i32gather_ps(code, tab + (size_t)k * 256, 4);
+    _mm512_storeu_ps((float *)(void *)(out + k),
+                     _mm512_fmadd_ps(a, _mm512_loadu_ps((const float *)(const void *)(s + k)),
+                                     _mm512_mul_ps(_mm512_sub_ps(one, a), _mm512_loadu_ps((const float *)(const void *)(x + k)))));
+  }
+}
+#endif
 
 /* es_s_proj_t.tab of p (out x 256 floats) for the gate (nrate NULL) or the decay: code c of output
    o stands for (lo + c) x out_s (+ post[o], added after the product is rounded, as the output stage

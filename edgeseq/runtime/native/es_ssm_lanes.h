@@ -78,6 +78,19 @@ ES_F_INLINE void es_s_lout(const es_s_proj_t *p, es_s_v *ES_F_RESTRICT y) {
     for (k = 0; k < n; k++) y[k] = y[k] + post[k];
 }
 
+/* es_s_lout's stage of a projection with a code table (es_s_proj_t.tab: m, then OUT with out_d 1,
+   no post before the table), leaving each output's rounded value less its lowest (-128 - out_z)
+   as an int32 code, 0 .. 255, in place of its float: the value the code stands for is the one
+   es_s_lout gives (the table adds post) */
+ES_F_INLINE void es_s_lcodes(const es_s_proj_t *p, es_s_v *ES_F_RESTRICT y) {
+  const float lo = -128.0f - p->out_z, hi = 127.0f - p->out_z;
+  int k;
+  for (k = 0; k < p->out; k++) {
+    const es_s_v r = (es_s_vclamp(y[k] * p->m[k], lo, hi) + 12582912.0f) - 12582912.0f;
+    y[k] = (es_s_v)__builtin_convertvector(r - lo, es_s_vi);
+  }
+}
+
 /* the same for two chunks at once, a0 -> y0 and a1 -> y1: each output's weight read once for
    both (16 accumulators: for machines with 32 vector registers) */
 ES_F_INLINE void es_s_ltile2(const es_s_v *ES_F_RESTRICT a0, const es_s_v *ES_F_RESTRICT a1, int K,
@@ -138,12 +151,18 @@ typedef struct {
   /* 16 lanes with AVX-512 VNNI: the int8 dot products of a projection with vw (es_s_proj_t), or
      NULL: y[h] from the quantized a[h], h < nch; u: scratch of 2 x k4 x ES_S_L words */
   void (*dot8)(const es_s_proj_t *p, es_s_v *const *a, es_s_v *const *y, int nch, int32_t *u);
-  /* 8 lanes with AVX2's int16 pairs (vw2), or NULL: pack quantizes a projection's input a[h] into
-     u (2 x k2 x 8 words), nonzero where a holds a NaN (nothing packed); dotp runs the products
+  /* 8 lanes with AVX2's int16 pairs (vw2), 16 with AVX-512 VNNI's bytes (vw), or NULL: pack
+     quantizes a projection's input a[h] into u (2 x k2 x 8 or 2 x k4 x 16 words), nonzero where a
+     holds a NaN (nothing packed); dotp runs the products
      from u, with the output stage (es_s_lout) */
   int (*pack)(const es_s_proj_t *p, es_s_v *const *a, int nch, int32_t *u);
   void (*dotp)(const es_s_proj_t *p, es_s_v *const *y, int nch, const int32_t *u);
   int32_t *u;
+  /* es_s_lquantize_in without a division for a projection whose es_s_proj_t.in_r is set (the
+     same floats), or NULL */
+  void (*quant)(const es_s_proj_t *p, es_s_v *const *a, es_s_v *const *qa, int nch);
+  /* nonzero: a projection with a code table whose products ran as dot8 leaves codes (es_s_lcodes) */
+  int codes;
 } es_s_lctx_t;
 
 /* nonzero when a lane of a[h][0 .. K), h < nch, holds a NaN: the packed int8 products would
@@ -158,12 +177,17 @@ ES_F_INLINE int es_s_lnan(es_s_v *const *a, int K, int nch) {
   return 0;
 }
 
-ES_F_INLINE void es_s_lproj_q(const es_s_proj_t *p, es_s_v *const *a, es_s_v *const *y, int nch,
-                              const es_s_lctx_t *cx) {
+/* returns nonzero where the outputs left as codes (es_s_lcodes) */
+ES_F_INLINE int es_s_lproj_q(const es_s_proj_t *p, es_s_v *const *a, es_s_v *const *y, int nch,
+                             const es_s_lctx_t *cx) {
   int o, h;
 #if ES_S_L == 16
   if (p->vw && cx->dot8 && !es_s_lnan(a, p->K, nch)) {
     cx->dot8(p, a, y, nch, cx->u);
+    if (p->tab && cx->codes) {
+      for (h = 0; h < nch; h++) es_s_lcodes(p, y[h]);
+      return 1;
+    }
   } else if (nch == 2 && cx->wide) {
     for (o = 0; o < p->out; o += ES_S_TO)
       es_s_ltile2(a[0], a[1], p->K, p->f.w + o, p->f.np, p->f.b + o, y[0] + o, y[1] + o);
@@ -189,6 +213,7 @@ ES_F_INLINE void es_s_lproj_q(const es_s_proj_t *p, es_s_v *const *a, es_s_v *co
   }
   if (p->m || p->out_q || p->post)
     for (h = 0; h < nch; h++) es_s_lout(p, y[h]);
+  return 0;
 }
 
 /* es_s_lquantize of each chunk's a[h] as p quantizes its input, into qa[h] */
@@ -198,34 +223,49 @@ ES_F_INLINE void es_s_lquantize_in(const es_s_proj_t *p, es_s_v *const *a, es_s_
     es_s_lquantize(a[h], p->K, p->in_s, p->in_z, p->in_mode == ES_S_IN_FQ ? p->in_s : 1.0f, qa[h]);
 }
 
+#if ES_S_L == 16
+#define ES_S_PACKW(p) ((p)->vw)      /* the packed weights cx->dotp reads */
+#else
+#define ES_S_PACKW(p) ((p)->vw2)
+#endif
+
 /* es_s_proj, lane-wise, of n projections that quantize their input alike (a layer's x, g and δ:
    share_q; or one projection), a[h] -> y[j][h]; qa[h]: K vectors of scratch. The input is quantized
-   once; with AVX2's int16 pairs (cx->pack) packed once, and a NaN among it takes the float sums,
-   which carry it to the logits. Returns nonzero when the pairs ran (the outputs of a projection
-   with a code table, es_s_proj_t.tab, are then its codes). */
+   once; packed once (cx->pack: AVX2's int16 pairs, AVX-512 VNNI's bytes), and a NaN among it takes the float sums,
+   which carry it to the logits. Returns a mask: bit j where p[j]'s outputs left as codes (a
+   projection with a code table, es_s_proj_t.tab, whose products ran packed). */
 ES_F_INLINE int es_s_lproj_group(const es_s_proj_t *const *p, int n, es_s_v *const *a, es_s_v *const *qa,
                                   es_s_v *const *const *y, int nch, const es_s_lctx_t *cx) {
-  int j, packed = 0, quant = 0;
+  int j, packed = 0, quant = 0, coded = 0;
   if (p[0]->in_mode == ES_S_IN_FLOAT) {
     for (j = 0; j < n; j++) es_s_lproj_q(p[j], a, y[j], nch, cx);
     return 0;
   }
   if (cx->pack)
     for (j = 0; j < n; j++)
-      if (p[j]->vw2) {
+      if (ES_S_PACKW(p[j])) {
         packed = !cx->pack(p[j], a, nch, cx->u);
         break;
       }
   for (j = 0; j < n; j++) {
-    if (packed && p[j]->vw2) {
+    if (packed && ES_S_PACKW(p[j])) {
       cx->dotp(p[j], y[j], nch, cx->u);
+      coded |= (p[j]->tab != NULL) << j;
       continue;
     }
-    if (!quant) es_s_lquantize_in(p[j], a, qa, nch), quant = 1;
-    es_s_lproj_q(p[j], qa, y[j], nch, cx);
+    if (!quant) {
+      if (cx->quant && p[j]->in_r != 0.0f)
+        cx->quant(p[j], a, qa, nch);
+      else
+        es_s_lquantize_in(p[j], a, qa, nch);
+      quant = 1;
+    }
+    coded |= es_s_lproj_q(p[j], qa, y[j], nch, cx) << j;
   }
-  return packed;
+  return coded;
 }
+
+#undef ES_S_PACKW
 
 ES_F_INLINE int es_s_lproj(const es_s_proj_t *p, es_s_v *const *a, es_s_v *const *qa, es_s_v *const *y, int nch,
                            const es_s_lctx_t *cx) {

@@ -58,6 +58,9 @@ typedef struct {
 #endif
 #if ES_S_LANES && ES_S_HAVE16
   void (*dot8)(const es_s_proj_t *, es_s_v16 *const *, es_s_v16 *const *, int, int32_t *);
+  /* es_s_lctx16_t's pack and dotp (AVX-512 VNNI's bytes, es_s_proj_t.vw), or NULL */
+  int (*lpack8)(const es_s_proj_t *, es_s_v16 *const *, int, int32_t *);
+  void (*ldot8)(const es_s_proj_t *, es_s_v16 *const *, int, const int32_t *);
 #endif
 #if ES_S_LANES && ES_HAVE_AVX2I
   /* the int8 products as int16 pairs (es_s_proj_t.vw2), for chunks of 8 streams: es_s_lctx8_t's
@@ -67,6 +70,13 @@ typedef struct {
   /* es_s_lgate and es_s_lselective for chunks of 8 streams with AVX2 and FMA (es_ssm_avx2.h), or NULL */
   void (*lgate8)(const es_s_v8 *, const float *, const es_s_v8 *, const es_s_v8 *, int, es_s_v8 *);
   void (*lsel8)(const float *, float, const es_s_v8 *, const es_s_v8 *, const es_s_v8 *, int, es_s_v8 *);
+#if ES_S_HAVE16
+  /* the same for chunks of 16 streams with AVX-512 (the same floats), or NULL */
+  void (*lgate16)(const es_s_v16 *, const float *, const es_s_v16 *, const es_s_v16 *, int, es_s_v16 *);
+  void (*lsel16)(const float *, float, const es_s_v16 *, const es_s_v16 *, const es_s_v16 *, int, es_s_v16 *);
+  /* es_s_lctx16_t.quant (ssm_lquantize_avx512), or NULL */
+  void (*lquant16)(const es_s_proj_t *, es_s_v16 *const *, es_s_v16 *const *, int);
+#endif
 #endif
 #if ES_S_LANES && (ES_HAVE_VNNI || ES_HAVE_AVX2I)
   /* single rows' packed int8 products: VNNI's (vw, k4 words a row, the output stage fused) or
@@ -201,6 +211,16 @@ static int ssm_bind_proj(SsmObject *s, es_s_proj_t *p, PyObject *t, int K, int o
 
 /* -- the step ----------------------------------------------------------------------------- */
 
+#if ES_S_LANES && ES_S_HAVE16 && (ES_HAVE_VNNI || ES_HAVE_AVX2I)
+/* x / s, to the bit, where ssm_recip_exact(s) holds (es_ssm_avx2.h), r = 1 / s: q = x r corrected
+   by the remainder x - q s, exact in one fused multiply-add (Markstein). A quotient past 2^20 (past
+   any int8 code, or ±Inf, whose remainder is NaN) stays x r: its code saturates alike. */
+__attribute__((target("avx512f"))) static inline __m512 ssm_quot16(__m512 x, __m512 s, __m512 r) {
+  const __m512 q = _mm512_mul_ps(x, r), q2 = _mm512_fmadd_ps(_mm512_fnmadd_ps(q, s, x), r, q);
+  return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(_mm512_abs_ps(q), _mm512_set1_ps(0x1p20f), _CMP_LE_OQ), q, q2);
+}
+#endif
+
 #if ES_S_LANES && ES_HAVE_VNNI
 /* es_s_lctx16_t.dot8 with AVX-512 VNNI: each stream's inputs q - z (exact integers in float) as
    unsigned bytes q + 128, four inputs to a word; vpdpbusd adds four u8 x s8 products into each
@@ -232,11 +252,63 @@ SSM_V_TILE(ssm_v_tile1, 1)
 SSM_V_TILE(ssm_v_tile2, 2)
 #undef SSM_V_TILE
 
+/* the tiles of p's products from u (nch chunks' packed inputs) into y[h] */
+ES_VNNI static inline void ssm_v_tiles(const es_s_proj_t *p, es_s_v16 *const *y, int nch, const int32_t *u) {
+  int o;
+  for (o = 0; o < p->out; o += ES_S_TO) {
+    float *y0 = (float *)(void *)(y[0] + o), *y1 = nch == 2 ? (float *)(void *)(y[1] + o) : NULL;
+    if (nch == 2)
+      ssm_v_tile2(u, p->k4, p->vw + o, p->f.np, p->vcorr + o, y0, y1);
+    else
+      ssm_v_tile1(u, p->k4, p->vw + o, p->f.np, p->vcorr + o, y0, y1);
+  }
+}
+
+/* es_s_lctx16_t.pack with AVX-512 VNNI: each stream's inputs a[h][k] quantized as es_s_quantize
+   does (x / s, without a division where p->in_r is set, as ssm_lquantize_avx512; saturated, then
+   rounded half to even by the conversion), as unsigned bytes q + 128, four inputs to a word in u
+   (nch x k4 x 16 words); nonzero, nothing in u to trust, where a holds a NaN */
+ES_VNNI static int ssm_lpack8_vnni(const es_s_proj_t *p, es_s_v16 *const *a, int nch, int32_t *u) {
+  const int K = p->K, k4n = p->k4, exact = p->in_r != 0.0f;
+  const __m512 sv = _mm512_set1_ps(p->in_s), rv = _mm512_set1_ps(p->in_r);
+  const __m512 lo = _mm512_set1_ps(-128.0f - p->in_z), hi = _mm512_set1_ps(127.0f - p->in_z);
+  const __m512i zoff = _mm512_set1_epi32((int32_t)p->in_z + 128);
+  __mmask16 nan = 0;
+  int h, k4, j;
+  for (h = 0; h < nch; h++) {
+    const float *ah = (const float *)(const void *)a[h];
+    int32_t *uh = u + (size_t)h * k4n * 16;
+    for (k4 = 0; k4 < k4n; k4++) {
+      __m512i w = _mm512_setzero_si512();
+      for (j = 0; j < 4 && 4 * k4 + j < K; j++) {
+        const __m512 x = _mm512_loadu_ps(ah + (size_t)(4 * k4 + j) * 16);
+        const __m512 q = _mm512_min_ps(hi, _mm512_max_ps(lo, exact ? ssm_quot16(x, sv, rv) : _mm512_div_ps(x, sv)));
+        nan |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+        w = _mm512_or_si512(w, _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(q), zoff), 8 * j));
+      }
+      _mm512_store_si512((void *)(uh + (size_t)k4 * 16), w);
+    }
+  }
+  return nan != 0;
+}
+
+/* es_s_lctx16_t.dotp with AVX-512 VNNI: y[h] = the products of the inputs ssm_lpack8_vnni packed,
+   with the output stage (es_s_lout), or the codes where p has a table (es_s_lcodes) */
+ES_VNNI static void ssm_ldot8_vnni(const es_s_proj_t *p, es_s_v16 *const *y, int nch, const int32_t *u) {
+  int h;
+  ssm_v_tiles(p, y, nch, u);
+  for (h = 0; h < nch; h++)
+    if (p->tab)
+      es_s_lcodes16(p, y[h]);
+    else if (p->m || p->out_q || p->post)
+      es_s_lout16(p, y[h]);
+}
+
 ES_VNNI static void ssm_dot8_vnni(const es_s_proj_t *p, es_s_v16 *const *a, es_s_v16 *const *y, int nch,
                                   int32_t *u) {
-  const int K = p->K, k4n = p->k4, np = p->f.np;
+  const int K = p->K, k4n = p->k4;
   const __m512i zoff = _mm512_set1_epi32((int32_t)p->in_z + 128);
-  int h, k4, o;
+  int h, k4;
 #define SSM_V_IN(j)                                                                                \
   if (4 * k4 + (j) < K)                                                                         \
     w = _mm512_or_si512(w, _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(_mm512_load_ps(ah + (size_t)(4 * k4 + (j)) * 16)), zoff), 8 * (j)));
@@ -250,13 +322,7 @@ ES_VNNI static void ssm_dot8_vnni(const es_s_proj_t *p, es_s_v16 *const *a, es_s
     }
   }
 #undef SSM_V_IN
-  for (o = 0; o < p->out; o += ES_S_TO) {
-    float *y0 = (float *)(void *)(y[0] + o), *y1 = nch == 2 ? (float *)(void *)(y[1] + o) : NULL;
-    if (nch == 2)
-      ssm_v_tile2(u, k4n, p->vw + o, np, p->vcorr + o, y0, y1);
-    else
-      ssm_v_tile1(u, k4n, p->vw + o, np, p->vcorr + o, y0, y1);
-  }
+  ssm_v_tiles(p, y, nch, u);
 }
 #endif
 
@@ -683,22 +749,24 @@ static PyObject *ssm_get_bank(SsmObject *s, void *closure) {
 }
 
 static PyObject *ssm_get_kernel(SsmObject *s, void *closure) {
+  static const char *const tables[4] = {"", "; SiLU read by output code", "; decay read by output code",
+                                        "; SiLU and decay read by output code"};
+  int l, tabs = 0;                    /* bit 0: a layer's SiLU by code, bit 1: a layer's decay */
   (void)closure;
   if (!s->quant) return PyUnicode_FromString("ssm float32");
+  for (l = 0; l < s->L; l++) tabs |= (s->layer[l].g.tab != NULL) | (s->layer[l].d.tab != NULL) << 1;
 #if ES_S_LANES && ES_HAVE_VNNI
-  if (s->dot8) return PyUnicode_FromString("ssm int8 QDQ (exact integer products: AVX-512 VNNI)");
+  if (s->dot8) {                      /* the tables' gathers on 16 lanes: with AVX-512's kernels (lsel16) */
+#if ES_HAVE_AVX2I
+    if (!s->lsel16) tabs = 0;
+#else
+    tabs = 0;
+#endif
+    return PyUnicode_FromFormat("ssm int8 QDQ (exact integer products: AVX-512 VNNI%s)", tables[tabs]);
+  }
 #endif
 #if ES_S_LANES && ES_HAVE_AVX2I
-  if (s->ldot16) {
-    static const char *const name[4] = {
-        "ssm int8 QDQ (exact integer products: AVX2 int16 pairs)",
-        "ssm int8 QDQ (exact integer products: AVX2 int16 pairs; SiLU read by output code)",
-        "ssm int8 QDQ (exact integer products: AVX2 int16 pairs; decay read by output code)",
-        "ssm int8 QDQ (exact integer products: AVX2 int16 pairs; SiLU and decay read by output code)"};
-    int l, tabs = 0;                  /* bit 0: a layer's SiLU by code, bit 1: a layer's decay */
-    for (l = 0; l < s->L; l++) tabs |= (s->layer[l].g.tab != NULL) | (s->layer[l].d.tab != NULL) << 1;
-    return PyUnicode_FromString(name[tabs]);
-  }
+  if (s->ldot16) return PyUnicode_FromFormat("ssm int8 QDQ (exact integer products: AVX2 int16 pairs%s)", tables[tabs]);
 #endif
   return PyUnicode_FromString("ssm int8 QDQ (exact integer products: float32 sums)");
 }
@@ -774,6 +842,41 @@ static int ssm_bind_layer(SsmObject *s, es_s_layer_t *y, PyObject *t) {
   return 0;
 }
 
+/* ssm_quantize(x, scale, zero_point) -> bool: x (float32, writable, a multiple of 16 values) as the
+   16-stream lanes quantize a projection's integer input without a division (ssm_lquantize_avx512:
+   round(clamp(x / scale)) less the zero point, in place), and True; False, x untouched, where
+   this host has no AVX-512 and FMA or the scale fails ssm_recip_exact (the lanes then divide).
+   For tests: the same values as x / scale divided. */
+static PyObject *ssm_quantize(PyObject *mod, PyObject *args) {
+  PyObject *x;
+  Py_buffer v;
+  float sc, z;
+  int ran = 0;
+  (void)mod;
+  if (!PyArg_ParseTuple(args, "Off", &x, &sc, &z)) return NULL;
+  if (PyObject_GetBuffer(x, &v, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+  if (v.itemsize != 4 || !v.format || strcmp(v.format, "f") || v.len % (16 * 4) || !(sc > 0.0f) || z < -128.0f ||
+      z > 127.0f) {
+    PyBuffer_Release(&v);
+    PyErr_SetString(PyExc_ValueError, "ssm_quantize: float32 values, a multiple of 16, a positive scale and an int8 "
+                                      "zero point expected");
+    return NULL;
+  }
+#if ES_S_LANES && ES_HAVE_AVX2I && ES_S_HAVE16
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") && ssm_recip_exact(sc)) {
+    es_s_proj_t p;
+    es_s_v16 *a = (es_s_v16 *)v.buf;
+    memset(&p, 0, sizeof p);
+    p.K = (int)(v.len / (16 * 4)), p.in_mode = ES_S_IN_INT, p.in_s = sc, p.in_z = z, p.in_r = 1.0f / sc;
+    ssm_lquantize_avx512(&p, &a, &a, 1);
+    ran = 1;
+  }
+#endif
+  PyBuffer_Release(&v);
+  return PyBool_FromLong(ran);
+}
+
 static PyObject *ssm_step(PyObject *mod, PyObject *args) {
   int B, F, D, N, C, sel, quant, packed = 1, l;
   PyObject *x, *logits, *probs, *mean, *std, *bank0, *bank1, *enc, *layers, *final, *head;
@@ -805,6 +908,13 @@ static PyObject *ssm_step(PyObject *mod, PyObject *args) {
 #endif
 #if ES_S_LANES && ES_HAVE_AVX2I
   if (avx2_supported() && __builtin_cpu_supports("fma")) s->lgate8 = ssm_lgate_avx2, s->lsel8 = ssm_lselective_avx2;
+#if ES_S_HAVE16
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"))
+    s->lgate16 = ssm_lgate_avx512, s->lsel16 = ssm_lselective_avx512, s->lquant16 = ssm_lquantize_avx512;
+#if ES_HAVE_VNNI
+  if (s->dot8 && s->lsel16) s->lpack8 = ssm_lpack8_vnni, s->ldot8 = ssm_ldot8_vnni;
+#endif
+#endif
   if (packed && avx2_supported()) {
     s->lpack16 = ssm_lpack16_avx2, s->ldot16 = ssm_ldot16_avx2;
     if (!s->qrow) s->qrow = ssm_q16row_avx2, s->dotrow = ssm_dot16row_avx2;
@@ -840,6 +950,26 @@ static PyObject *ssm_step(PyObject *mod, PyObject *args) {
           (s->sel && ssm_coded(&y->d) && ssm_code_table(&y->d, y->nrate, y->thr) < 0))
         goto fail;
     }
+#endif
+#if ES_S_LANES && ES_HAVE_AVX2I && ES_S_HAVE16
+  if (s->lquant16) {
+    es_s_proj_t *all[2 + 5 * ES_S_MAX_LAYERS];
+    int n = 0, j;
+    all[n++] = &s->enc, all[n++] = &s->head;
+    for (l = 0; l < L; l++) {
+      es_s_layer_t *y = &s->layer[l];
+      all[n++] = &y->x, all[n++] = &y->g, all[n++] = &y->r, all[n++] = &y->o;
+      if (s->sel) all[n++] = &y->d;
+    }
+    for (j = 0; j < n; j++)         /* the check once per scale: the layers' projections share few */
+      if (all[j]->in_mode != ES_S_IN_FLOAT) {
+        int i, done = 0;
+        for (i = 0; i < j && !done; i++)
+          if (all[i]->in_mode != ES_S_IN_FLOAT && all[i]->in_s == all[j]->in_s)
+            all[j]->in_r = all[i]->in_r, done = 1;
+        if (!done) all[j]->in_r = ssm_recip_exact(all[j]->in_s) ? 1.0f / all[j]->in_s : 0.0f;
+      }
+  }
 #endif
   {
     size_t rows = sizeof(float) * ES_F_CHUNK *
