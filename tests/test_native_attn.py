@@ -263,6 +263,19 @@ def test_a_cache_grows_to_10000_readings(tiny):
     assert s.state_nbytes() == 0 and s._native.rows == 16
 
 
+def test_the_step_leaves_the_callers_subnormals_alone(tiny):
+    """The attention step runs with subnormal floats flushed to zero (on x86, MXCSR's FTZ and DAZ
+    for the call only: old rows' softmax weights fall below FLT_MIN over a long ALiBi history, and
+    each product with one would cost a microcode assist). After pushes, the caller's own
+    arithmetic in the same thread still keeps subnormals."""
+    s = StreamSession(tiny("d12-h3-all"), backend="native")
+    assert s.backend == "native"
+    for x in readings(3, 1, seed=1):
+        s.push(x)
+    sub = np.float32(1e-39)
+    assert sub * np.float32(1.0) == sub and sub / np.float32(2.0) > 0
+
+
 def test_bounded_ring_holds_its_window_only(tiny):
     """max_history=0 on a windowed model: onnxruntime keeps every reading (masked), the native
     ring keeps the window; both count the same history."""

@@ -161,6 +161,23 @@ ES_F_INLINE float es_a_dot(const float *a, const float *b, int64_t n) {
   return es_a_lanes(acc, tail);
 }
 
+/* es_a_dot of a with four rows b0 .. b3 at once, out[j] = es_a_dot(a, bj, n) to the bit (the same
+   operations in the same order for each): four chains of dependent multiply-adds in flight where
+   one waits on its latency */
+ES_F_INLINE void es_a_dot4(const float *a, const float *b0, const float *b1, const float *b2, const float *b3,
+                           int64_t n, float *out) {
+  es_v8 c0 = {0, 0, 0, 0, 0, 0, 0, 0}, c1 = c0, c2 = c0, c3 = c0;
+  float t0 = 0.0f, t1 = 0.0f, t2 = 0.0f, t3 = 0.0f;
+  int64_t i;
+  for (i = 0; i + 8 <= n; i += 8) {
+    const es_v8 ai = es_v8_load(a + i);
+    c0 += ai * es_v8_load(b0 + i), c1 += ai * es_v8_load(b1 + i);
+    c2 += ai * es_v8_load(b2 + i), c3 += ai * es_v8_load(b3 + i);
+  }
+  for (; i < n; i++) t0 += a[i] * b0[i], t1 += a[i] * b1[i], t2 += a[i] * b2[i], t3 += a[i] * b3[i];
+  out[0] = es_a_lanes(c0, t0), out[1] = es_a_lanes(c1, t1), out[2] = es_a_lanes(c2, t2), out[3] = es_a_lanes(c3, t3);
+}
+
 ES_F_INLINE float es_a_sum(const float *a, int64_t n) {
   es_v8 acc = {0, 0, 0, 0, 0, 0, 0, 0};
   float tail = 0.0f;
@@ -196,6 +213,10 @@ ES_F_INLINE float es_a_dot(const float *a, const float *b, int64_t n) {
   int64_t i;
   for (i = 0; i < n; i++) s += a[i] * b[i];
   return s;
+}
+ES_F_INLINE void es_a_dot4(const float *a, const float *b0, const float *b1, const float *b2, const float *b3,
+                           int64_t n, float *out) {
+  out[0] = es_a_dot(a, b0, n), out[1] = es_a_dot(a, b1, n), out[2] = es_a_dot(a, b2, n), out[3] = es_a_dot(a, b3, n);
 }
 ES_F_INLINE float es_a_sum(const float *a, int64_t n) {
   float s = 0.0f;
@@ -252,7 +273,14 @@ ES_F_INLINE void es_a_attend(const es_attn_t *a, const float *q, const float *k,
     for (i = 0; i < n; i++) p[i] = es_f_exp(p[i] - mx);
     sum = 1.0f / es_a_sum(p, n);
     for (i = 0; i < n; i++) p[i] *= sum;
-    for (e = 0; e < HD; e++) {
+    for (e = 0; e + 4 <= HD; e += 4) {     /* four channels at a time, each as es_a_dot alone */
+      const float *v0 = V + (size_t)(h * HD + e) * R, *v1 = v0 + R, *v2 = v1 + R, *v3 = v2 + R;
+      float o1[4], o2[4];
+      es_a_dot4(p, v0 + start, v1 + start, v2 + start, v3 + start, n1, o1);
+      es_a_dot4(p + n1, v0, v1, v2, v3, n - n1, o2);
+      for (c = 0; c < 4; c++) out[h * HD + e + c] = o1[c] + o2[c];
+    }
+    for (; e < HD; e++) {
       const float *vr = V + (size_t)(h * HD + e) * R;
       out[h * HD + e] = es_a_dot(p, vr + start, n1) + es_a_dot(p + n1, vr, n - n1);
     }
