@@ -46,6 +46,7 @@ native = Extension(
              os.path.join("edgeseq", "runtime", "native", "es_ssm_step.h"),
              os.path.join("edgeseq", "runtime", "native", "es_ssm_step_lanes.h"),
              os.path.join("edgeseq", "runtime", "native", "es_ssm_avx2.h"),
+             os.path.join("edgeseq", "runtime", "native", "es_ssm_simd.h"),
              os.path.join("edgeseq", "runtime", "native", "es_push.h")],
     extra_compile_args=compile_args,
     libraries=libraries,
