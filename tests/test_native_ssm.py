@@ -242,7 +242,8 @@ def test_the_lanes_quantize_without_a_division_to_the_divisions_codes():
     rebuilt from x (1 / s) and its remainder, not divided; the step checks each scale when it
     binds. One ulp either side of every code's rounding tie, both clamps, ±Inf, NaN, zeros,
     subnormals and the largest floats, at several scales and zero points, give the codes that
-    x / s divided gives (numpy: IEEE division, clip, round half to even)."""
+    x / s divided gives (numpy: IEEE division, clip, round half to even), to the bit (a negative
+    that rounds to 0 gives +0, as the lanes' rounding always has); a bad zero point is refused."""
     rng = np.random.default_rng(7)
     scales = [0.0123, 1 / 3, 2.0 ** -7, 0.9999999, 1.7e-5, 211.0] + list(rng.uniform(1e-3, 1, 6))
     ran = False
@@ -259,12 +260,17 @@ def test_the_lanes_quantize_without_a_division_to_the_divisions_codes():
         x = np.concatenate([x, np.zeros(-len(x) % 16, np.float32)])
         for z in (-128.0, -3.0, 0.0, 127.0):
             got = x.copy()
-            with np.errstate(over="ignore", invalid="ignore"):
-                want = np.rint(np.clip(x / s, np.float32(-128 - z), np.float32(127 - z)))
+            with np.errstate(over="ignore", invalid="ignore"):     # + 0: a negative that rounds to 0 gives
+                want = np.rint(np.clip(x / s, np.float32(-128 - z), np.float32(127 - z))) + np.float32(0)  # +0
             if not native._ext.ssm_quantize(got, float(s), z):
                 continue
             ran = True
-            assert np.array_equal(got, want, equal_nan=True), f"scale {s!r}, zero point {z}"
+            nan = np.isnan(want)
+            assert np.array_equal(np.isnan(got), nan), f"scale {s!r}, zero point {z}"
+            assert np.array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32)), f"scale {s!r}, zero point {z}"
+    for bad in (float("nan"), 0.5, 128.0):
+        with pytest.raises(ValueError, match="integral int8 zero point"):
+            native._ext.ssm_quantize(np.ones(16, np.float32), 1.0, bad)
     if not ran:
         pytest.skip("this host has no AVX-512 and FMA: its lanes divide")
     assert not native._ext.ssm_quantize(np.ones(16, np.float32), 1e-35, 0.0)      # past 2^-100: divided

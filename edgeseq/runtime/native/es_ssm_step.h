@@ -855,11 +855,11 @@ static PyObject *ssm_quantize(PyObject *mod, PyObject *args) {
   (void)mod;
   if (!PyArg_ParseTuple(args, "Off", &x, &sc, &z)) return NULL;
   if (PyObject_GetBuffer(x, &v, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
-  if (v.itemsize != 4 || !v.format || strcmp(v.format, "f") || v.len % (16 * 4) || !(sc > 0.0f) || z < -128.0f ||
-      z > 127.0f) {
+  if (v.itemsize != 4 || !v.format || strcmp(v.format, "f") || v.len % (16 * 4) || !(sc > 0.0f) ||
+      !(z >= -128.0f && z <= 127.0f) || z != (float)(int32_t)z) {
     PyBuffer_Release(&v);
-    PyErr_SetString(PyExc_ValueError, "ssm_quantize: float32 values, a multiple of 16, a positive scale and an int8 "
-                                      "zero point expected");
+    PyErr_SetString(PyExc_ValueError, "ssm_quantize: float32 values, a multiple of 16, a positive scale and an "
+                                      "integral int8 zero point expected");
     return NULL;
   }
 #if ES_S_LANES && ES_HAVE_AVX2I && ES_S_HAVE16
