@@ -270,7 +270,6 @@ ES_F_INLINE void es_s_residual(float *ES_F_RESTRICT u, const float *ES_F_RESTRIC
 #define es_s_ltile2_4 ES_S_LNAME(es_s_ltile2_4)
 #define es_s_lctx_t ES_S_LNAME(es_s_lctx_t)
 #define es_s_lproj_q ES_S_LNAME(es_s_lproj_q)
-#define es_s_lnan ES_S_LNAME(es_s_lnan)
 #define es_s_lquantize_in ES_S_LNAME(es_s_lquantize_in)
 #define es_s_lproj ES_S_LNAME(es_s_lproj)
 #define es_s_lproj_group ES_S_LNAME(es_s_lproj_group)

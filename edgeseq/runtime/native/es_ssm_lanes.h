@@ -148,47 +148,23 @@ ES_S_LTILE2N(4)
    to ES_S_TO (the padding columns of W and bias are zero). */
 typedef struct {
   int wide;                         /* es_s_ltile2 for two chunks */
-  /* 16 lanes with AVX-512 VNNI: the int8 dot products of a projection with vw (es_s_proj_t), or
-     NULL: y[h] from the quantized a[h], h < nch; u: scratch of 2 x k4 x ES_S_L words */
-  void (*dot8)(const es_s_proj_t *p, es_s_v *const *a, es_s_v *const *y, int nch, int32_t *u);
   /* 8 lanes with AVX2's int16 pairs (vw2), 16 with AVX-512 VNNI's bytes (vw), or NULL: pack
      quantizes a projection's input a[h] into u (2 x k2 x 8 or 2 x k4 x 16 words), nonzero where a
-     holds a NaN (nothing packed); dotp runs the products
-     from u, with the output stage (es_s_lout) */
+     holds a NaN (nothing packed); dotp runs the products from u, with the output stage (es_s_lout),
+     or leaves codes where the projection has a table (es_s_proj_t.tab); u: their scratch */
   int (*pack)(const es_s_proj_t *p, es_s_v *const *a, int nch, int32_t *u);
   void (*dotp)(const es_s_proj_t *p, es_s_v *const *y, int nch, const int32_t *u);
   int32_t *u;
   /* es_s_lquantize_in without a division for a projection whose es_s_proj_t.in_r is set (the
      same floats), or NULL */
   void (*quant)(const es_s_proj_t *p, es_s_v *const *a, es_s_v *const *qa, int nch);
-  /* nonzero: a projection with a code table whose products ran as dot8 leaves codes (es_s_lcodes) */
-  int codes;
 } es_s_lctx_t;
 
-/* nonzero when a lane of a[h][0 .. K), h < nch, holds a NaN: the packed int8 products would
-   read it as a number, where the float products carry it to the logits (and the step is refused) */
-ES_F_INLINE int es_s_lnan(es_s_v *const *a, int K, int nch) {
-  es_s_vi m = {0};
-  int h, k, i;
-  for (h = 0; h < nch; h++)
-    for (k = 0; k < K; k++) m |= a[h][k] != a[h][k];
-  for (i = 0; i < ES_S_L; i++)
-    if (m[i]) return 1;
-  return 0;
-}
-
-/* returns nonzero where the outputs left as codes (es_s_lcodes) */
-ES_F_INLINE int es_s_lproj_q(const es_s_proj_t *p, es_s_v *const *a, es_s_v *const *y, int nch,
-                             const es_s_lctx_t *cx) {
+ES_F_INLINE void es_s_lproj_q(const es_s_proj_t *p, es_s_v *const *a, es_s_v *const *y, int nch,
+                              const es_s_lctx_t *cx) {
   int o, h;
 #if ES_S_L == 16
-  if (p->vw && cx->dot8 && !es_s_lnan(a, p->K, nch)) {
-    cx->dot8(p, a, y, nch, cx->u);
-    if (p->tab && cx->codes) {
-      for (h = 0; h < nch; h++) es_s_lcodes(p, y[h]);
-      return 1;
-    }
-  } else if (nch == 2 && cx->wide) {
+  if (nch == 2 && cx->wide) {
     for (o = 0; o < p->out; o += ES_S_TO)
       es_s_ltile2(a[0], a[1], p->K, p->f.w + o, p->f.np, p->f.b + o, y[0] + o, y[1] + o);
 #else
@@ -213,7 +189,6 @@ ES_F_INLINE int es_s_lproj_q(const es_s_proj_t *p, es_s_v *const *a, es_s_v *con
   }
   if (p->m || p->out_q || p->post)
     for (h = 0; h < nch; h++) es_s_lout(p, y[h]);
-  return 0;
 }
 
 /* es_s_lquantize of each chunk's a[h] as p quantizes its input, into qa[h] */
@@ -260,7 +235,7 @@ ES_F_INLINE int es_s_lproj_group(const es_s_proj_t *const *p, int n, es_s_v *con
         es_s_lquantize_in(p[j], a, qa, nch);
       quant = 1;
     }
-    coded |= es_s_lproj_q(p[j], qa, y[j], nch, cx) << j;
+    es_s_lproj_q(p[j], qa, y[j], nch, cx);
   }
   return coded;
 }

@@ -57,7 +57,6 @@ typedef struct {
   int wide;                         /* es_s_ltile2 for two chunks at once */
 #endif
 #if ES_S_LANES && ES_S_HAVE16
-  void (*dot8)(const es_s_proj_t *, es_s_v16 *const *, es_s_v16 *const *, int, int32_t *);
   /* es_s_lctx16_t's pack and dotp (AVX-512 VNNI's bytes, es_s_proj_t.vw), or NULL */
   int (*lpack8)(const es_s_proj_t *, es_s_v16 *const *, int, int32_t *);
   void (*ldot8)(const es_s_proj_t *, es_s_v16 *const *, int, const int32_t *);
@@ -201,7 +200,7 @@ static int ssm_bind_proj(SsmObject *s, es_s_proj_t *p, PyObject *t, int K, int o
     }
   }
 #if ES_S_LANES && ES_S_HAVE16
-  if (s->dot8 && p->exact && ssm_int8_weights(p) < 0) return -1;
+  if (s->ldot8 && p->exact && ssm_int8_weights(p) < 0) return -1;
 #endif
 #if ES_S_LANES && ES_HAVE_AVX2I
   if (s->ldot16 && p->exact && ssm_int16_weights(p) < 0) return -1;
@@ -222,8 +221,8 @@ __attribute__((target("avx512f"))) static inline __m512 ssm_quot16(__m512 x, __m
 #endif
 
 #if ES_S_LANES && ES_HAVE_VNNI
-/* es_s_lctx16_t.dot8 with AVX-512 VNNI: each stream's inputs q - z (exact integers in float) as
-   unsigned bytes q + 128, four inputs to a word; vpdpbusd adds four u8 x s8 products into each
+/* The int8 products of chunks of 16 streams with AVX-512 VNNI: each stream's inputs q - z as
+   unsigned bytes q + 128, four inputs to a word (ssm_lpack8_vnni); vpdpbusd adds four u8 x s8 products into each
    lane's int32 sum, and (z + 128) x the column's weight sum comes off after. The sums are the
    float products' exactly (es_s_proj_t: exact while they stay below 2^24), so the outputs are
    the same floats. */
@@ -302,27 +301,6 @@ ES_VNNI static void ssm_ldot8_vnni(const es_s_proj_t *p, es_s_v16 *const *y, int
       es_s_lcodes16(p, y[h]);
     else if (p->m || p->out_q || p->post)
       es_s_lout16(p, y[h]);
-}
-
-ES_VNNI static void ssm_dot8_vnni(const es_s_proj_t *p, es_s_v16 *const *a, es_s_v16 *const *y, int nch,
-                                  int32_t *u) {
-  const int K = p->K, k4n = p->k4;
-  const __m512i zoff = _mm512_set1_epi32((int32_t)p->in_z + 128);
-  int h, k4;
-#define SSM_V_IN(j)                                                                                \
-  if (4 * k4 + (j) < K)                                                                         \
-    w = _mm512_or_si512(w, _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(_mm512_load_ps(ah + (size_t)(4 * k4 + (j)) * 16)), zoff), 8 * (j)));
-  for (h = 0; h < nch; h++) {
-    const float *ah = (const float *)(const void *)a[h];
-    int32_t *uh = u + (size_t)h * k4n * 16;
-    for (k4 = 0; k4 < k4n; k4++) {
-      __m512i w = _mm512_setzero_si512();
-      SSM_V_IN(0) SSM_V_IN(1) SSM_V_IN(2) SSM_V_IN(3)
-      _mm512_store_si512((void *)(uh + (size_t)k4 * 16), w);
-    }
-  }
-#undef SSM_V_IN
-  ssm_v_tiles(p, y, nch, u);
 }
 #endif
 
@@ -756,14 +734,7 @@ static PyObject *ssm_get_kernel(SsmObject *s, void *closure) {
   if (!s->quant) return PyUnicode_FromString("ssm float32");
   for (l = 0; l < s->L; l++) tabs |= (s->layer[l].g.tab != NULL) | (s->layer[l].d.tab != NULL) << 1;
 #if ES_S_LANES && ES_HAVE_VNNI
-  if (s->dot8) {                      /* the tables' gathers on 16 lanes: with AVX-512's kernels (lsel16) */
-#if ES_HAVE_AVX2I
-    if (!s->lsel16) tabs = 0;
-#else
-    tabs = 0;
-#endif
-    return PyUnicode_FromFormat("ssm int8 QDQ (exact integer products: AVX-512 VNNI%s)", tables[tabs]);
-  }
+  if (s->ldot8) return PyUnicode_FromFormat("ssm int8 QDQ (exact integer products: AVX-512 VNNI%s)", tables[tabs]);
 #endif
 #if ES_S_LANES && ES_HAVE_AVX2I
   if (s->ldot16) return PyUnicode_FromFormat("ssm int8 QDQ (exact integer products: AVX2 int16 pairs%s)", tables[tabs]);
@@ -904,16 +875,14 @@ static PyObject *ssm_step(PyObject *mod, PyObject *args) {
   s->B = B, s->F = F, s->D = D, s->N = N, s->C = C, s->L = (int)L, s->sel = sel, s->quant = quant;
 #if ES_S_LANES && ES_HAVE_VNNI
   if (packed && vnni_supported())
-    s->dot8 = ssm_dot8_vnni, s->qrow = ssm_q8row_vnni, s->dotrow = ssm_dot8row_vnni, s->row_vnni = 1;
+    s->lpack8 = ssm_lpack8_vnni, s->ldot8 = ssm_ldot8_vnni, s->qrow = ssm_q8row_vnni, s->dotrow = ssm_dot8row_vnni,
+    s->row_vnni = 1;
 #endif
 #if ES_S_LANES && ES_HAVE_AVX2I
   if (avx2_supported() && __builtin_cpu_supports("fma")) s->lgate8 = ssm_lgate_avx2, s->lsel8 = ssm_lselective_avx2;
 #if ES_S_HAVE16
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"))
     s->lgate16 = ssm_lgate_avx512, s->lsel16 = ssm_lselective_avx512, s->lquant16 = ssm_lquantize_avx512;
-#if ES_HAVE_VNNI
-  if (s->dot8 && s->lsel16) s->lpack8 = ssm_lpack8_vnni, s->ldot8 = ssm_ldot8_vnni;
-#endif
 #endif
   if (packed && avx2_supported()) {
     s->lpack16 = ssm_lpack16_avx2, s->ldot16 = ssm_ldot16_avx2;

@@ -28,10 +28,9 @@ ES_F_INLINE int ssm_lanes(SsmObject *s, int r0, int nch, int cur, int nxt) {
   for (h = 0; h < 2; h++)
     for (k = 0; k < ES_S_NBUF; k++) b[k][h] = (es_s_v *)(void *)(s->lanes + ((size_t)h * s->lspan + s->loff[k]) * ES_S_L);
 #if ES_S_L == 16
-  cx.wide = s->wide, cx.dot8 = s->dot8, cx.pack = s->lpack8, cx.dotp = s->ldot8;
+  cx.wide = s->wide, cx.pack = s->lpack8, cx.dotp = s->ldot8;
 #else
   cx.wide = 0;                       /* two chunks' tiles would take 19 of a 256-bit host's 16 registers */
-  cx.dot8 = NULL;
 #if ES_HAVE_AVX2I
   cx.pack = s->lpack16, cx.dotp = s->ldot16;
 #else
@@ -40,9 +39,9 @@ ES_F_INLINE int ssm_lanes(SsmObject *s, int r0, int nch, int cur, int nxt) {
 #endif
   cx.u = (int32_t *)(void *)b[ES_S_U8][0];
 #if ES_S_L == 16 && ES_HAVE_AVX2I
-  cx.quant = s->lquant16, cx.codes = s->lsel16 != NULL;     /* the tables' gathers: AVX-512 */
+  cx.quant = s->lquant16;
 #else
-  cx.quant = NULL, cx.codes = 0;
+  cx.quant = NULL;
 #endif
   for (h = 0; h < nch; h++) es_s_lnormalize(s->x + (size_t)(r0 + h * ES_S_L) * F, F, s->mean, s->std, b[ES_S_XN][h]);
   es_s_lproj(&s->enc, b[ES_S_XN], b[ES_S_Q], b[ES_S_U], nch, &cx);
