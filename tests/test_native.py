@@ -380,6 +380,37 @@ def test_push_in_one_c_call_answers_as_the_python_path(tiny, arch):
 
 
 @pytest.mark.skipif(not native.available(), reason="the native extension is not built here")
+def test_the_c_push_checks_every_value_of_a_batch(tiny):
+    """37 streams: two blocks of 16 rows checked as one run each, five rows one by one. A value
+    at a bound is taken; NaN, +-Inf or a value one float past a bound, in any stream and
+    feature, is refused as the Python path refuses it, naming that stream, with nothing changed."""
+    from edgeseq.errors import ReadingError
+    from edgeseq.runtime import StreamSession
+    s = StreamSession(tiny("gru"), streams=37, backend="native")
+    assert type(s.push).__name__ == "Pusher"
+    X = readings(3, 37, seed=3)
+    s.push(X[0])
+    hi = np.broadcast_to(s._hi, (F,)).astype(np.float32)
+    lo = -hi if s._lo is None else np.broadcast_to(s._lo, (F,)).astype(np.float32)
+    edge = X[1].copy()
+    edge[0], edge[20], edge[36] = hi, lo, hi                 # at the bounds: in range
+    s.push(edge)
+    before, pos = s.snapshot(), s.position.copy()
+    past_hi, past_lo = np.nextafter(hi, np.float32(np.inf)), np.nextafter(lo, np.float32(-np.inf))
+    for stream in (0, 15, 16, 31, 32, 36):
+        for f in range(F):
+            for value in (np.nan, np.inf, -np.inf, past_hi[f], past_lo[f]):
+                bad = X[2].copy()
+                bad[stream, f] = value
+                with pytest.raises(ReadingError, match=f"reading for stream {stream} has .* in 'f{f}'"):
+                    s.push(bad)
+    assert np.array_equal(s.position, pos)
+    assert all(np.array_equal(a, b) for a, b in zip(before["state"], s.snapshot()["state"]))
+    s.push(X[2])
+    assert np.array_equal(s.position, pos + 1)
+
+
+@pytest.mark.skipif(not native.available(), reason="the native extension is not built here")
 def test_snapshots_taken_while_another_thread_pushes_are_consistent(tiny):
     """One thread pushes, another snapshots: each snapshot's state is the state after exactly
     its position's readings (the C push and snapshot share the session's lock)."""

@@ -3,11 +3,14 @@
    time (SsmObject.lgate8, lsel8, lgate16, lsel16) in place of es_ssm_lanes.h's generic loops, and
    for int8 models their tables by output code (ssm_code_table). The kernels (es_ssm_simd.h) are
    the same operations in the same order as es_float.h's exp and sigmoid and es_ssm.h's gate and
-   decay, on whole registers, with two differences in form only: exp's clamps are one max and one
+   decay, on whole registers, with differences in form only: exp's clamps are one max and one
    min, which keep a NaN as the generic compare and select do (max(lo, x) = lo > x ? lo : x,
-   min(hi, x) = hi < x ? hi : x), and each stage runs over all of a chunk's values before the
-   next, two exps interleaved, so that several of exp's long chains of dependent operations are in
-   flight at once. Where the compiler fuses a multiply and an add differently in the generic
+   min(hi, x) = hi < x ? hi : x), and the min is left out where the input cannot exceed 0; exp's
+   2^n is built from the bits of the rounding sum that gave n (AVX2) or applied by vscalefps
+   (AVX-512), exact either way; the decay's stages run over all of a chunk's values before the
+   next and the gate's over two values at a time, two exps interleaved, so that several of exp's
+   long chains of dependent operations are in flight at once (and the gate's divisions overlap
+   them). Where the compiler fuses a multiply and an add differently in the generic
    loops, a result can differ from theirs by a float32 rounding, as the rows and the lanes may
    (es_ssm.h); the two widths' kernels give the same floats. Included by es_ssm_step.h. */
 #define ES_AVX2F __attribute__((target("avx2,fma")))
@@ -30,7 +33,10 @@
 #define SSM_FNMADD _mm256_fnmadd_ps
 #define SSM_XOR _mm256_xor_ps
 #define SSM_OR _mm256_or_ps
-#define SSM_POW2(n) _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23))
+/* p 2^n, n = t - 1.5 x 2^23 an integer in [-126, 127]: t's bits are those of 1.5 x 2^23 plus n, and
+   shifted left 23 the former leave nothing */
+#define SSM_SCALE(p, n, t) \
+  _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(127)), 23)))
 #define SSM_SELGT(a, b, x, y) _mm256_blendv_ps(y, x, _mm256_cmp_ps(a, b, _CMP_GT_OQ))
 #include "es_ssm_simd.h"
 
@@ -55,7 +61,9 @@
 #define SSM_BITS(op, a, b) _mm512_castsi512_ps(op(_mm512_castps_si512(a), _mm512_castps_si512(b)))
 #define SSM_XOR(a, b) SSM_BITS(_mm512_xor_si512, a, b)
 #define SSM_OR(a, b) SSM_BITS(_mm512_or_si512, a, b)
-#define SSM_POW2(n) _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23))
+/* p 2^n in one operation (exact: p 2^n stays a normal float for n in [-126, 127], p in [0.7, 1.5];
+   a NaN p stays that NaN, as in the product) */
+#define SSM_SCALE(p, n, t) _mm512_scalef_ps(p, n)
 #define SSM_SELGT(a, b, x, y) _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, b, _CMP_GT_OQ), y, x)
 #include "es_ssm_simd.h"
 #endif

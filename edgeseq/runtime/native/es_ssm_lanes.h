@@ -31,9 +31,12 @@ ES_F_INLINE es_s_v es_s_vclamp(es_s_v t, float lo, float hi) {
   return (es_s_v)(((es_s_vi)t & ~m) | ((es_s_vi)h & m));
 }
 
-/* y[o] = bias[o] + sum over k < K of w[k][o] a[k], o < ES_S_TO */
+/* a tile's column j, c, into y[j]; rb set: added to y[j] as es_s_lresidual adds, (y[j] + c) + rb[j] */
+#define ES_S_YPUT(y, j, c) ((y)[j] = rb ? ((y)[j] + (c)) + rb[j] : (c))
+
+/* y[o] = bias[o] + sum over k < K of w[k][o] a[k], o < ES_S_TO (rb: ES_S_YPUT) */
 ES_F_INLINE void es_s_ltile(const es_s_v *ES_F_RESTRICT a, int K, const float *ES_F_RESTRICT w, int ldw,
-                            const float *ES_F_RESTRICT b, es_s_v *ES_F_RESTRICT y) {
+                            const float *ES_F_RESTRICT b, es_s_v *ES_F_RESTRICT y, const float *rb) {
   es_s_v c0 = es_s_splat(b[0]), c1 = es_s_splat(b[1]), c2 = es_s_splat(b[2]), c3 = es_s_splat(b[3]);
   es_s_v c4 = es_s_splat(b[4]), c5 = es_s_splat(b[5]), c6 = es_s_splat(b[6]), c7 = es_s_splat(b[7]);
   int k;
@@ -43,7 +46,8 @@ ES_F_INLINE void es_s_ltile(const es_s_v *ES_F_RESTRICT a, int K, const float *E
     c0 += wk[0] * ak, c1 += wk[1] * ak, c2 += wk[2] * ak, c3 += wk[3] * ak;
     c4 += wk[4] * ak, c5 += wk[5] * ak, c6 += wk[6] * ak, c7 += wk[7] * ak;
   }
-  y[0] = c0, y[1] = c1, y[2] = c2, y[3] = c3, y[4] = c4, y[5] = c5, y[6] = c6, y[7] = c7;
+  ES_S_YPUT(y, 0, c0), ES_S_YPUT(y, 1, c1), ES_S_YPUT(y, 2, c2), ES_S_YPUT(y, 3, c3);
+  ES_S_YPUT(y, 4, c4), ES_S_YPUT(y, 5, c5), ES_S_YPUT(y, 6, c6), ES_S_YPUT(y, 7, c7);
 }
 
 /* es_s_quantize, lane-wise */
@@ -95,7 +99,7 @@ ES_F_INLINE void es_s_lcodes(const es_s_proj_t *p, es_s_v *ES_F_RESTRICT y) {
    both (16 accumulators: for machines with 32 vector registers) */
 ES_F_INLINE void es_s_ltile2(const es_s_v *ES_F_RESTRICT a0, const es_s_v *ES_F_RESTRICT a1, int K,
                              const float *ES_F_RESTRICT w, int ldw, const float *ES_F_RESTRICT b,
-                             es_s_v *ES_F_RESTRICT y0, es_s_v *ES_F_RESTRICT y1) {
+                             es_s_v *ES_F_RESTRICT y0, es_s_v *ES_F_RESTRICT y1, const float *rb) {
   es_s_v c0 = es_s_splat(b[0]), c1 = es_s_splat(b[1]), c2 = es_s_splat(b[2]), c3 = es_s_splat(b[3]);
   es_s_v c4 = es_s_splat(b[4]), c5 = es_s_splat(b[5]), c6 = es_s_splat(b[6]), c7 = es_s_splat(b[7]);
   es_s_v d0 = c0, d1 = c1, d2 = c2, d3 = c3, d4 = c4, d5 = c5, d6 = c6, d7 = c7;
@@ -113,8 +117,10 @@ ES_F_INLINE void es_s_ltile2(const es_s_v *ES_F_RESTRICT a0, const es_s_v *ES_F_
     t = wk[6], c6 += t * ak, d6 += t * bk;
     t = wk[7], c7 += t * ak, d7 += t * bk;
   }
-  y0[0] = c0, y0[1] = c1, y0[2] = c2, y0[3] = c3, y0[4] = c4, y0[5] = c5, y0[6] = c6, y0[7] = c7;
-  y1[0] = d0, y1[1] = d1, y1[2] = d2, y1[3] = d3, y1[4] = d4, y1[5] = d5, y1[6] = d6, y1[7] = d7;
+  ES_S_YPUT(y0, 0, c0), ES_S_YPUT(y0, 1, c1), ES_S_YPUT(y0, 2, c2), ES_S_YPUT(y0, 3, c3);
+  ES_S_YPUT(y0, 4, c4), ES_S_YPUT(y0, 5, c5), ES_S_YPUT(y0, 6, c6), ES_S_YPUT(y0, 7, c7);
+  ES_S_YPUT(y1, 0, d0), ES_S_YPUT(y1, 1, d1), ES_S_YPUT(y1, 2, d2), ES_S_YPUT(y1, 3, d3);
+  ES_S_YPUT(y1, 4, d4), ES_S_YPUT(y1, 5, d5), ES_S_YPUT(y1, 6, d6), ES_S_YPUT(y1, 7, d7);
 }
 
 #if ES_S_L == 8
@@ -123,7 +129,7 @@ ES_F_INLINE void es_s_ltile2(const es_s_v *ES_F_RESTRICT a0, const es_s_v *ES_F_
 #define ES_S_LTILE2N(NO)                                                                          \
   ES_F_INLINE void es_s_ltile2_##NO(const es_s_v *ES_F_RESTRICT a0, const es_s_v *ES_F_RESTRICT a1, int K,  \
                                     const float *ES_F_RESTRICT w, int ldw, const float *ES_F_RESTRICT b, \
-                                    es_s_v *ES_F_RESTRICT y0, es_s_v *ES_F_RESTRICT y1) {        \
+                                    es_s_v *ES_F_RESTRICT y0, es_s_v *ES_F_RESTRICT y1, const float *rb) { \
     es_s_v c[NO], d[NO];                                                                        \
     int j, k;                                                                                   \
     for (j = 0; j < (NO); j++) c[j] = d[j] = es_s_splat(b[j]);                                  \
@@ -135,7 +141,7 @@ ES_F_INLINE void es_s_ltile2(const es_s_v *ES_F_RESTRICT a0, const es_s_v *ES_F_
         c[j] += t * ak, d[j] += t * bk;                                                         \
       }                                                                                         \
     }                                                                                           \
-    for (j = 0; j < (NO); j++) y0[j] = c[j], y1[j] = d[j];                                      \
+    for (j = 0; j < (NO); j++) ES_S_YPUT(y0, j, c[j]), ES_S_YPUT(y1, j, d[j]);                  \
   }
 ES_S_LTILE2N(6)
 ES_S_LTILE2N(5)
@@ -160,35 +166,40 @@ typedef struct {
   void (*quant)(const es_s_proj_t *p, es_s_v *const *a, es_s_v *const *qa, int nch);
 } es_s_lctx_t;
 
-ES_F_INLINE void es_s_lproj_q(const es_s_proj_t *p, es_s_v *const *a, es_s_v *const *y, int nch,
-                              const es_s_lctx_t *cx) {
+ES_F_INLINE void es_s_lproj_qr(const es_s_proj_t *p, es_s_v *const *a, es_s_v *const *y, int nch,
+                               const es_s_lctx_t *cx, const float *rb) {
   int o, h;
 #if ES_S_L == 16
   if (nch == 2 && cx->wide) {
     for (o = 0; o < p->out; o += ES_S_TO)
-      es_s_ltile2(a[0], a[1], p->K, p->f.w + o, p->f.np, p->f.b + o, y[0] + o, y[1] + o);
+      es_s_ltile2(a[0], a[1], p->K, p->f.w + o, p->f.np, p->f.b + o, y[0] + o, y[1] + o, rb ? rb + o : NULL);
 #else
   (void)cx;
   if (nch == 2) {                   /* out rounded up to ES_S_TO (8), in the fewest tiles of at most 6, */
     const int np = p->f.np, no = (p->out + ES_S_TO - 1) / ES_S_TO * ES_S_TO;   /* each 4 to 6 wide: */
     if (no == 8) {                  /* 8 = 4 4; 16 = 5 5 6; 32 = 5 5 5 5 6 6 (t tiles, 6 t - no of them 5) */
-      es_s_ltile2_4(a[0], a[1], p->K, p->f.w, np, p->f.b, y[0], y[1]);
-      es_s_ltile2_4(a[0], a[1], p->K, p->f.w + 4, np, p->f.b + 4, y[0] + 4, y[1] + 4);
+      es_s_ltile2_4(a[0], a[1], p->K, p->f.w, np, p->f.b, y[0], y[1], rb);
+      es_s_ltile2_4(a[0], a[1], p->K, p->f.w + 4, np, p->f.b + 4, y[0] + 4, y[1] + 4, rb ? rb + 4 : NULL);
     } else {
       const int t = (no + 5) / 6;
       int j;
       for (o = 0, j = 6 * t - no; j > 0; j--, o += 5)
-        es_s_ltile2_5(a[0], a[1], p->K, p->f.w + o, np, p->f.b + o, y[0] + o, y[1] + o);
+        es_s_ltile2_5(a[0], a[1], p->K, p->f.w + o, np, p->f.b + o, y[0] + o, y[1] + o, rb ? rb + o : NULL);
       for (; o < no; o += 6)
-        es_s_ltile2_6(a[0], a[1], p->K, p->f.w + o, np, p->f.b + o, y[0] + o, y[1] + o);
+        es_s_ltile2_6(a[0], a[1], p->K, p->f.w + o, np, p->f.b + o, y[0] + o, y[1] + o, rb ? rb + o : NULL);
     }
 #endif
   } else {
     for (h = 0; h < nch; h++)
-      for (o = 0; o < p->out; o += ES_S_TO) es_s_ltile(a[h], p->K, p->f.w + o, p->f.np, p->f.b + o, y[h] + o);
+      for (o = 0; o < p->out; o += ES_S_TO) es_s_ltile(a[h], p->K, p->f.w + o, p->f.np, p->f.b + o, y[h] + o, rb ? rb + o : NULL);
   }
   if (p->m || p->out_q || p->post)
     for (h = 0; h < nch; h++) es_s_lout(p, y[h]);
+}
+
+ES_F_INLINE void es_s_lproj_q(const es_s_proj_t *p, es_s_v *const *a, es_s_v *const *y, int nch,
+                              const es_s_lctx_t *cx) {
+  es_s_lproj_qr(p, a, y, nch, cx, NULL);
 }
 
 /* es_s_lquantize of each chunk's a[h] as p quantizes its input, into qa[h] */
@@ -290,26 +301,27 @@ ES_F_INLINE void es_s_transpose(es_s_v *r) {
   ES_S_TSTAGE(1, ES_S_T1LO, ES_S_T1HI)
 }
 #undef ES_S_TSTAGE
-#undef ES_S_SHUFFLE2
-#undef ES_S_T8LO
-#undef ES_S_T8HI
-#undef ES_S_T4LO
-#undef ES_S_T4HI
-#undef ES_S_T2LO
-#undef ES_S_T2HI
-#undef ES_S_T1LO
-#undef ES_S_T1HI
 
-/* rows [ES_S_L][ld] -> lanes [n][ES_S_L], and back */
+/* rows [ES_S_L][ld] -> lanes [n][ES_S_L], and back. Under ES_S_L columns left (a reading's
+   features): each row's rest loaded whole where the load stays inside the block, the rows past
+   that copied into a zeroed vector, transposed and the first columns kept. */
 ES_F_INLINE void es_s_to_lanes(const float *ES_F_RESTRICT x, size_t ld, int n, es_s_v *ES_F_RESTRICT out) {
   int i, k = 0;
   for (; k + ES_S_L <= n; k += ES_S_L) {
     for (i = 0; i < ES_S_L; i++) out[k + i] = es_s_vload(x + i * ld + k);
     es_s_transpose(out + k);
   }
-  for (i = 0; i < ES_S_L; i++) {
-    int j;
-    for (j = k; j < n; j++) out[j][i] = x[i * ld + j];
+  if (k < n) {
+    es_s_v t[ES_S_L];
+    for (i = 0; i < ES_S_L; i++)
+      if (i * ld + k + ES_S_L <= ES_S_L * ld) {
+        t[i] = es_s_vload(x + i * ld + k);
+      } else {
+        t[i] = es_s_splat(0.0f);
+        memcpy(&t[i], x + i * ld + k, sizeof(float) * (size_t)(n - k));
+      }
+    es_s_transpose(t);
+    for (i = 0; i < n - k; i++) out[k + i] = t[i];
   }
 }
 ES_F_INLINE void es_s_to_rows(const es_s_v *ES_F_RESTRICT x, int n, float *ES_F_RESTRICT out, size_t ld) {
@@ -327,24 +339,67 @@ ES_F_INLINE void es_s_to_rows(const es_s_v *ES_F_RESTRICT x, int n, float *ES_F_
 }
 
 /* lanes [n][ES_S_L] -> the rows of the chunk's streams, out [ES_S_L][n] (one block: es_s_to_rows
-   with ld n). Under ES_S_L values a row (a head's logits): the n vectors padded to a block of
-   ES_S_L and transposed, each row stored whole over the start of the next, in order, and the
-   rows whose store would run past the block's end value by value. */
+   with ld n). Under ES_S_L values a row (a head's logits): the n vectors padded to m, the next
+   power of two; under ES_S_L, each m x m block of lanes transposed (the stages under m of
+   es_s_transpose, over the first m vectors), after which stream q m + c's row is lanes
+   q m .. q m + n of vector c. */
+#define ES_S_TSTAGE_M(d, M, lo, hi)                                                              \
+  for (i = 0; i < (M); i++)                                                                     \
+    if (!(i & (d))) {                                                                           \
+      es_s_v a = t[i], b = t[i + (d)];                                                          \
+      t[i] = ES_S_SHUFFLE2(a, b, lo);                                                           \
+      t[i + (d)] = ES_S_SHUFFLE2(a, b, hi);                                                     \
+    }
 ES_F_INLINE void es_s_lrows(const es_s_v *ES_F_RESTRICT x, int n, float *ES_F_RESTRICT out) {
   es_s_v t[ES_S_L];
-  int i, j;
+  int i, m, q, c;
   if (n >= ES_S_L) {
     es_s_to_rows(x, n, out, (size_t)n);
     return;
   }
-  for (i = 0; i < ES_S_L; i++) t[i] = i < n ? x[i] : es_s_splat(0.0f);
-  es_s_transpose(t);
-  for (i = 0; i < ES_S_L; i++)
-    if (i * n + ES_S_L <= ES_S_L * n)
-      memcpy(out + (size_t)i * n, &t[i], sizeof t[i]);
-    else
-      for (j = 0; j < n; j++) out[(size_t)i * n + j] = t[i][j];
+  for (m = 1; m < n; m *= 2) {
+  }
+  for (i = 0; i < m; i++) t[i] = i < n ? x[i] : es_s_splat(0.0f);
+  if (m == ES_S_L) {                /* each row stored whole over the start of the next, in order; */
+    es_s_transpose(t);              /* those whose store would run past the block's end value by value */
+    for (i = 0; i < ES_S_L; i++)
+      if (i * n + ES_S_L <= ES_S_L * n)
+        memcpy(out + (size_t)i * n, &t[i], sizeof t[i]);
+      else
+        for (c = 0; c < n; c++) out[(size_t)i * n + c] = t[i][c];
+    return;
+  }
+  switch (m) {
+#if ES_S_L == 16
+  case 8:
+    ES_S_TSTAGE_M(4, 8, ES_S_T4LO, ES_S_T4HI)
+    ES_S_TSTAGE_M(2, 8, ES_S_T2LO, ES_S_T2HI)
+    ES_S_TSTAGE_M(1, 8, ES_S_T1LO, ES_S_T1HI)
+    break;
+#endif
+  case 4:
+    ES_S_TSTAGE_M(2, 4, ES_S_T2LO, ES_S_T2HI)
+    ES_S_TSTAGE_M(1, 4, ES_S_T1LO, ES_S_T1HI)
+    break;
+  case 2:
+    ES_S_TSTAGE_M(1, 2, ES_S_T1LO, ES_S_T1HI)
+    break;
+  default:
+    break;
+  }
+  for (q = 0; q < ES_S_L; q += m)
+    for (c = 0; c < m; c++) memcpy(out + (size_t)(q + c) * n, (const float *)(const void *)&t[c] + q, sizeof(float) * (size_t)n);
 }
+#undef ES_S_TSTAGE_M
+#undef ES_S_SHUFFLE2
+#undef ES_S_T8LO
+#undef ES_S_T8HI
+#undef ES_S_T4LO
+#undef ES_S_T4HI
+#undef ES_S_T2LO
+#undef ES_S_T2HI
+#undef ES_S_T1LO
+#undef ES_S_T1HI
 
 /* es_s_sum, lane-wise (the same eight partial sums, k mod 8, added up in the same order) */
 ES_F_INLINE es_s_v es_s_lsum(const es_s_v *ES_F_RESTRICT x, int n, es_s_v c, int p) {
@@ -366,18 +421,71 @@ ES_F_INLINE es_s_v es_s_lsum(const es_s_v *ES_F_RESTRICT x, int n, es_s_v c, int
   return ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7));
 }
 
+/* es_s_sum, lane-wise, of x and of y at once (each its own eight partial sums, as es_s_lsum):
+   two chains of additions side by side */
+ES_F_INLINE void es_s_lsum2(const es_s_v *ES_F_RESTRICT x, const es_s_v *ES_F_RESTRICT y, int n, es_s_v cx, es_s_v cy,
+                            int p, es_s_v *sx, es_s_v *sy) {
+  es_s_v l0 = {0}, l1 = {0}, l2 = {0}, l3 = {0}, l4 = {0}, l5 = {0}, l6 = {0}, l7 = {0}, d;
+  es_s_v m0 = {0}, m1 = {0}, m2 = {0}, m3 = {0}, m4 = {0}, m5 = {0}, m6 = {0}, m7 = {0};
+  int k;
+#define ES_S_LSUM_ADD2(l, m) (d = x[k] - cx, l += p == 2 ? d * d : d, d = y[k++] - cy, m += p == 2 ? d * d : d)
+  for (k = 0; k + 8 <= n;) {
+    ES_S_LSUM_ADD2(l0, m0), ES_S_LSUM_ADD2(l1, m1), ES_S_LSUM_ADD2(l2, m2), ES_S_LSUM_ADD2(l3, m3);
+    ES_S_LSUM_ADD2(l4, m4), ES_S_LSUM_ADD2(l5, m5), ES_S_LSUM_ADD2(l6, m6), ES_S_LSUM_ADD2(l7, m7);
+  }
+  if (k < n) ES_S_LSUM_ADD2(l0, m0);
+  if (k < n) ES_S_LSUM_ADD2(l1, m1);
+  if (k < n) ES_S_LSUM_ADD2(l2, m2);
+  if (k < n) ES_S_LSUM_ADD2(l3, m3);
+  if (k < n) ES_S_LSUM_ADD2(l4, m4);
+  if (k < n) ES_S_LSUM_ADD2(l5, m5);
+  if (k < n) ES_S_LSUM_ADD2(l6, m6);
+#undef ES_S_LSUM_ADD2
+  *sx = ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7));
+  *sy = ((m0 + m4) + (m2 + m6)) + ((m1 + m5) + (m3 + m7));
+}
+
+/* es_s_layernorm's 1 / sqrt(var / n + eps), lane-wise */
+ES_F_INLINE es_s_v es_s_lrsd(es_s_v var, int n, float eps) {
+  float t[ES_S_L];
+  int k;
+  var = var / (float)n + eps;
+  memcpy(t, &var, sizeof t);
+  for (k = 0; k < ES_S_L; k++) t[k] = sqrtf(t[k]);
+  memcpy(&var, t, sizeof t);
+  return 1.0f / var;
+}
+
 /* es_s_layernorm, lane-wise */
 ES_F_INLINE void es_s_llayernorm(const es_s_v *ES_F_RESTRICT x, int n, const float *g, const float *b, float eps,
                                  es_s_v *ES_F_RESTRICT out) {
   const es_s_v mean = es_s_lsum(x, n, es_s_splat(0.0f), 1) / (float)n;
-  float t[ES_S_L];
-  es_s_v sd = es_s_lsum(x, n, mean, 2) / (float)n + eps;
+  const es_s_v sd = es_s_lrsd(es_s_lsum(x, n, mean, 2), n, eps);
   int k;
-  memcpy(t, &sd, sizeof t);
-  for (k = 0; k < ES_S_L; k++) t[k] = sqrtf(t[k]);
-  memcpy(&sd, t, sizeof t);
-  sd = 1.0f / sd;
   for (k = 0; k < n; k++) out[k] = (x[k] - mean) * sd * g[k] + b[k];
+}
+
+/* es_s_llayernorm of nch (1 or 2) chunks, x[h] -> out[h]; two at once where the host has the
+   registers for both sums' partials (AVX-512: 32), their chains of dependent additions, square
+   roots and divisions side by side; the same operations on each */
+ES_F_INLINE void es_s_llayernorms(es_s_v *const *x, int nch, int n, const float *g, const float *b, float eps,
+                                  es_s_v *const *out) {
+#if ES_S_L == 16
+  if (nch == 2) {
+    const es_s_v *ES_F_RESTRICT x0 = x[0], *ES_F_RESTRICT x1 = x[1];
+    es_s_v *ES_F_RESTRICT o0 = out[0], *ES_F_RESTRICT o1 = out[1];
+    es_s_v m0, m1, s0, s1;
+    int k;
+    es_s_lsum2(x0, x1, n, es_s_splat(0.0f), es_s_splat(0.0f), 1, &m0, &m1);
+    m0 = m0 / (float)n, m1 = m1 / (float)n;
+    es_s_lsum2(x0, x1, n, m0, m1, 2, &s0, &s1);
+    s0 = es_s_lrsd(s0, n, eps), s1 = es_s_lrsd(s1, n, eps);
+    for (k = 0; k < n; k++) o0[k] = (x0[k] - m0) * s0 * g[k] + b[k], o1[k] = (x1[k] - m1) * s1 * g[k] + b[k];
+    return;
+  }
+#endif
+  int h;
+  for (h = 0; h < nch; h++) es_s_llayernorm(x[h], n, g, b, eps, out[h]);
 }
 
 /* the normalised readings of ES_S_L streams (rows of F), as es_f_normalize */
@@ -433,6 +541,19 @@ ES_F_INLINE void es_s_lresidual(es_s_v *ES_F_RESTRICT u, const es_s_v *ES_F_REST
                                 int n) {
   int k;
   for (k = 0; k < n; k++) u[k] = (u[k] + o[k]) + b[k];
+}
+
+/* u[h] = (u[h] + es_s_proj(a[h])) + rb, as es_s_lproj into o[h] then es_s_lresidual: a float
+   projection with no output stage whose out fills its tiles adds to u as its tiles finish */
+ES_F_INLINE void es_s_lproj_residual(const es_s_proj_t *p, es_s_v *const *a, es_s_v *const *qa, es_s_v *const *o,
+                                     es_s_v *const *u, const float *rb, int nch, const es_s_lctx_t *cx) {
+  int h;
+  if (p->in_mode == ES_S_IN_FLOAT && !p->m && !p->out_q && !p->post && p->out % ES_S_TO == 0) {
+    es_s_lproj_qr(p, a, u, nch, cx, rb);
+    return;
+  }
+  es_s_lproj(p, a, qa, o, nch, cx);
+  for (h = 0; h < nch; h++) es_s_lresidual(u[h], o[h], rb, p->out);
 }
 
 /* es_f_softmax, lane-wise: logits [C] -> probs [C]; returns a mask of the lanes whose logits

@@ -1,7 +1,8 @@
 /* es_ssm_simd.h: the state-space step's gate (SiLU) and selective decay (softplus, two exps) on
    whole registers of SSM_W lanes, included by es_ssm_avx2.h once per width: 8 (AVX2 and FMA) and
    16 (AVX-512), with SSM_W, the register type SSM_V, the target attribute SSM_T, the name suffix
-   SSM_SFX and the operations SSM_* defined (and undefined here, at the end). The same operations in the same order at either
+   SSM_SFX and the operations SSM_* defined (and undefined here, at the end; SSM_SCALE(p, n, t):
+   p 2^n, t the rounding sum n came from). The same operations in the same order at either
    width, so a lane's result is the same float at both. No include guard, by design. */
 #define SSM_CAT_(a, b) a##b
 #define SSM_CAT(a, b) SSM_CAT_(a, b)
@@ -9,35 +10,38 @@
 #define SSM_LD(p) SSM_LOADU((const float *)(const void *)(p))
 #define SSM_ST(p, v) SSM_STOREU((float *)(void *)(p), v)
 
-/* es_f_exp on SSM_W lanes */
-SSM_T static inline SSM_V SSM_NAME(ssm_exp)(SSM_V x) {
-  const SSM_V magic = SSM_SET1(12582912.0f);
-  SSM_V n, r, p;
-  x = SSM_MIN(SSM_SET1(88.0f), x);
-  x = SSM_MAX(SSM_SET1(-87.0f), x);
-  n = SSM_SUB(SSM_FMADD(x, SSM_SET1(1.44269504088896341f), magic), magic);
-  r = SSM_FNMADD(n, SSM_SET1(0.693359375f), x);
-  r = SSM_FNMADD(n, SSM_SET1(-2.12194440e-4f), r);
+/* es_f_exp on SSM_W lanes. t = x log2(e) + 1.5 x 2^23 holds n = round(x log2(e)) in its low bits,
+   so 2^n is built from t's bits (SSM_SCALE: the same float as es_f_exp's shift of the converted n).
+   HI 0 leaves out the clamp at 88, for inputs known to be <= 0 or NaN (min(88, x) is then x). */
+#define SSM_EXP_REDUCE(x, n, r, t, HI)                                                            \
+  do {                                                                                          \
+    if (HI) x = SSM_MIN(SSM_SET1(88.0f), x);                                                    \
+    x = SSM_MAX(SSM_SET1(-87.0f), x);                                                           \
+    t = SSM_FMADD(x, SSM_SET1(1.44269504088896341f), SSM_SET1(12582912.0f));                    \
+    n = SSM_SUB(t, SSM_SET1(12582912.0f));                                                      \
+    r = SSM_FNMADD(n, SSM_SET1(0.693359375f), x);                                               \
+    r = SSM_FNMADD(n, SSM_SET1(-2.12194440e-4f), r);                                            \
+  } while (0)
+
+SSM_T static inline SSM_V SSM_NAME(ssm_exp)(SSM_V x, const int hi) {
+  SSM_V n, r, p, t;
+  SSM_EXP_REDUCE(x, n, r, t, hi);
   p = SSM_FMADD(SSM_SET1(1.9875691500e-4f), r, SSM_SET1(1.3981999507e-3f));
   p = SSM_FMADD(p, r, SSM_SET1(8.3334519073e-3f));
   p = SSM_FMADD(p, r, SSM_SET1(4.1665795894e-2f));
   p = SSM_FMADD(p, r, SSM_SET1(1.6666665459e-1f));
   p = SSM_FMADD(p, r, SSM_SET1(5.0000001201e-1f));
   p = SSM_ADD(SSM_FMADD(p, SSM_MUL(r, r), r), SSM_SET1(1.0f));
-  return SSM_MUL(p, SSM_POW2(n));
+  return SSM_SCALE(p, n, t);
 }
 
 /* the exp of two registers at once, their operations interleaved: each exp is one long chain of
    dependent operations, and two side by side keep the multiply-add units busy where one, with
    its next copy waiting in the scheduler, leaves them idle */
-SSM_T static inline void SSM_NAME(ssm_expx2)(SSM_V *x0, SSM_V *x1) {
-  const SSM_V magic = SSM_SET1(12582912.0f), hi = SSM_SET1(88.0f), lo = SSM_SET1(-87.0f);
-  const SSM_V l2e = SSM_SET1(1.44269504088896341f), c1 = SSM_SET1(0.693359375f), c2 = SSM_SET1(-2.12194440e-4f);
-  SSM_V a = *x0, b = *x1, na, nb, ra, rb, pa, pb;
-  a = SSM_MAX(lo, SSM_MIN(hi, a)), b = SSM_MAX(lo, SSM_MIN(hi, b));
-  na = SSM_SUB(SSM_FMADD(a, l2e, magic), magic), nb = SSM_SUB(SSM_FMADD(b, l2e, magic), magic);
-  ra = SSM_FNMADD(na, c1, a), rb = SSM_FNMADD(nb, c1, b);
-  ra = SSM_FNMADD(na, c2, ra), rb = SSM_FNMADD(nb, c2, rb);
+SSM_T static inline void SSM_NAME(ssm_expx2)(SSM_V *x0, SSM_V *x1, const int hi) {
+  SSM_V a = *x0, b = *x1, na, nb, ra, rb, pa, pb, ta, tb;
+  SSM_EXP_REDUCE(a, na, ra, ta, hi);
+  SSM_EXP_REDUCE(b, nb, rb, tb, hi);
 #define SSM_P(c) pa = SSM_FMADD(pa, ra, SSM_SET1(c)), pb = SSM_FMADD(pb, rb, SSM_SET1(c))
   pa = pb = SSM_SET1(1.9875691500e-4f);
   SSM_P(1.3981999507e-3f);
@@ -48,33 +52,30 @@ SSM_T static inline void SSM_NAME(ssm_expx2)(SSM_V *x0, SSM_V *x1) {
 #undef SSM_P
   pa = SSM_ADD(SSM_FMADD(pa, SSM_MUL(ra, ra), ra), SSM_SET1(1.0f));
   pb = SSM_ADD(SSM_FMADD(pb, SSM_MUL(rb, rb), rb), SSM_SET1(1.0f));
-  *x0 = SSM_MUL(pa, SSM_POW2(na)), *x1 = SSM_MUL(pb, SSM_POW2(nb));
+  *x0 = SSM_SCALE(pa, na, ta), *x1 = SSM_SCALE(pb, nb, tb);
 }
+#undef SSM_EXP_REDUCE
 
-/* the exp of v[k], k < n, in place: two at a time, the chains of the next two in flight */
-SSM_T static inline void SSM_NAME(ssm_exp_n)(SSM_VEC *v, int n) {
-  int k = 0;
-  for (; k + 2 <= n; k += 2) {
-    SSM_V a = SSM_LD(v + k), b = SSM_LD(v + k + 1);
-    SSM_NAME(ssm_expx2)(&a, &b);
-    SSM_ST(v + k, a), SSM_ST(v + k + 1, b);
-  }
-  if (k < n) SSM_ST(v + k, SSM_NAME(ssm_exp)(SSM_LD(v + k)));
-}
-
-/* es_s_lgate: out[k] = (r[k] + skip[k] v[k]) (g[k] sigmoid(g[k])), k < n; exp(-g) of every k
-   first (into out), then the rest */
+/* es_s_lgate: out[k] = (r[k] + skip[k] v[k]) (g[k] sigmoid(g[k])), k < n; two k at a time, their
+   exps interleaved, each pair's division overlapping the next pair's exps */
 SSM_T static void SSM_NAME(ssm_lgate)(const SSM_VEC *r, const float *skip, const SSM_VEC *v, const SSM_VEC *g, int n,
                                       SSM_VEC *out) {
   const SSM_V one = SSM_SET1(1.0f), sign = SSM_SET1(-0.0f);
-  int k;
-  for (k = 0; k < n; k++) SSM_ST(out + k, SSM_XOR(SSM_LD(g + k), sign));
-  SSM_NAME(ssm_exp_n)(out, n);
-  for (k = 0; k < n; k++) {
-    const SSM_V gk = SSM_LD(g + k), sig = SSM_DIV(one, SSM_ADD(one, SSM_LD(out + k)));
-    const SSM_V a = SSM_FMADD(SSM_SET1(skip[k]), SSM_LD(v + k), SSM_LD(r + k));
-    SSM_ST(out + k, SSM_MUL(a, SSM_MUL(gk, sig)));
+  int k = 0;
+#define SSM_GATE_OUT(k, e)                                                                        \
+  do {                                                                                          \
+    const SSM_V gk = SSM_LD(g + (k)), sig = SSM_DIV(one, SSM_ADD(one, e));                      \
+    const SSM_V ak = SSM_FMADD(SSM_SET1(skip[k]), SSM_LD(v + (k)), SSM_LD(r + (k)));            \
+    SSM_ST(out + (k), SSM_MUL(ak, SSM_MUL(gk, sig)));                                           \
+  } while (0)
+  for (; k + 2 <= n; k += 2) {
+    SSM_V a = SSM_XOR(SSM_LD(g + k), sign), b = SSM_XOR(SSM_LD(g + k + 1), sign);
+    SSM_NAME(ssm_expx2)(&a, &b, 1);
+    SSM_GATE_OUT(k, a);
+    SSM_GATE_OUT(k + 1, b);
   }
+  if (k < n) SSM_GATE_OUT(k, SSM_NAME(ssm_exp)(SSM_XOR(SSM_LD(g + k), sign), 1));
+#undef SSM_GATE_OUT
 }
 
 /* es_s_softplus of one register given t = exp(-|δ|) */
@@ -93,20 +94,37 @@ SSM_T static inline SSM_V SSM_NAME(ssm_softplus)(SSM_V dk, SSM_V t, SSM_V th) {
 
 /* es_s_lselective: the softplus (es_s_softplus: the graph's Where(δ > thr, δ, Softplus(δ)), log1p
    as es_s_log1p01's series), a = exp(nrate[k] softplus(δ)), then s' = a s + (1 - a) x, k < n;
-   each stage over every k before the next (in out) */
+   in three stages, each over every k before the next (in out): exp(-|δ|); the softplus; a and s' */
 SSM_T static void SSM_NAME(ssm_lselective)(const float *nrate, float thr, const SSM_VEC *d, const SSM_VEC *s,
                                            const SSM_VEC *x, int n, SSM_VEC *out) {
   const SSM_V one = SSM_SET1(1.0f), sign = SSM_SET1(-0.0f), th = SSM_SET1(thr);
-  int k;
-  for (k = 0; k < n; k++) SSM_ST(out + k, SSM_OR(SSM_LD(d + k), sign));           /* -|δ| */
-  SSM_NAME(ssm_exp_n)(out, n);
+  int k, le0 = thr >= 0.0f;         /* the softplus is then >= 0 (or NaN) */
+  for (k = 0; k < n; k++) le0 &= nrate[k] <= 0.0f;          /* and nrate x softplus <= 0 (or NaN) */
+  for (k = 0; k + 2 <= n; k += 2) {                                         /* exp(-|δ|), -|δ| <= 0 */
+    SSM_V a0 = SSM_OR(SSM_LD(d + k), sign), a1 = SSM_OR(SSM_LD(d + k + 1), sign);
+    SSM_NAME(ssm_expx2)(&a0, &a1, 0);
+    SSM_ST(out + k, a0), SSM_ST(out + k + 1, a1);
+  }
+  if (k < n) SSM_ST(out + k, SSM_NAME(ssm_exp)(SSM_OR(SSM_LD(d + k), sign), 0));
   for (k = 0; k < n; k++)
     SSM_ST(out + k, SSM_MUL(SSM_SET1(nrate[k]), SSM_NAME(ssm_softplus)(SSM_LD(d + k), SSM_LD(out + k), th)));
-  SSM_NAME(ssm_exp_n)(out, n);                                                    /* a */
-  for (k = 0; k < n; k++) {
-    const SSM_V a = SSM_LD(out + k);
-    SSM_ST(out + k, SSM_FMADD(a, SSM_LD(s + k), SSM_MUL(SSM_SUB(one, a), SSM_LD(x + k))));
+#define SSM_SEL_UPDATE(HI)                                                                        \
+  for (k = 0; k + 2 <= n; k += 2) {                                                             \
+    SSM_V a0 = SSM_LD(out + k), a1 = SSM_LD(out + k + 1);                                       \
+    SSM_NAME(ssm_expx2)(&a0, &a1, HI);                                                          \
+    SSM_ST(out + k, SSM_FMADD(a0, SSM_LD(s + k), SSM_MUL(SSM_SUB(one, a0), SSM_LD(x + k))));      \
+    SSM_ST(out + k + 1, SSM_FMADD(a1, SSM_LD(s + k + 1), SSM_MUL(SSM_SUB(one, a1), SSM_LD(x + k + 1)))); \
+  }                                                                                             \
+  if (k < n) {                                                                                  \
+    const SSM_V a = SSM_NAME(ssm_exp)(SSM_LD(out + k), HI);                                     \
+    SSM_ST(out + k, SSM_FMADD(a, SSM_LD(s + k), SSM_MUL(SSM_SUB(one, a), SSM_LD(x + k))));      \
   }
+  if (le0) {
+    SSM_SEL_UPDATE(0)
+  } else {
+    SSM_SEL_UPDATE(1)
+  }
+#undef SSM_SEL_UPDATE
 }
 #undef SSM_LD
 #undef SSM_ST
@@ -132,5 +150,5 @@ SSM_T static void SSM_NAME(ssm_lselective)(const float *nrate, float thr, const 
 #undef SSM_BITS
 #undef SSM_XOR
 #undef SSM_OR
-#undef SSM_POW2
+#undef SSM_SCALE
 #undef SSM_SELGT

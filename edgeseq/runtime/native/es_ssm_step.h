@@ -226,9 +226,40 @@ __attribute__((target("avx512f"))) static inline __m512 ssm_quot16(__m512 x, __m
    lane's int32 sum, and (z + 128) x the column's weight sum comes off after. The sums are the
    float products' exactly (es_s_proj_t: exact while they stay below 2^24), so the outputs are
    the same floats. */
+/* es_s_lout's stage (m, then OUT with out_d 1, then post) or es_s_lcodes' on a tile's columns as
+   they leave it, for projections with m and (no OUT or out_d 1): the same operations in the same
+   order, each rounded (the explicitly rounded products are never fused into a multiply-add), the
+   clamp a max and a min that keep a NaN as es_s_vclamp does (max(lo, t) = lo > t ? lo : t); a code
+   is OUT's rounded value r less lo, read off the bits of r + 1.5 x 2^23 (those of 1.5 x 2^23 plus
+   r). m NULL: no stage here (es_s_lout after, where there is one). */
+typedef struct {
+  const float *m, *post;
+  int q, codes, n;                  /* n: the columns of this tile that are outputs (the rest padding) */
+  __m512 lo, hi, sc, rnd;
+  __m512i off;                      /* rnd's bits + lo */
+} ssm_vout_t;
+
+#define SSM_VR (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
+ES_VNNI static inline void ssm_v_out(const ssm_vout_t *e, int j, __m512 t, float *y) {
+  if (e->m && j < e->n) {
+    t = _mm512_mul_round_ps(t, _mm512_set1_ps(e->m[j]), SSM_VR);
+    if (e->q) {
+      t = _mm512_add_ps(_mm512_min_ps(e->hi, _mm512_max_ps(e->lo, t)), e->rnd);
+      if (e->codes) {
+        _mm512_store_si512((void *)y, _mm512_sub_epi32(_mm512_castps_si512(t), e->off));
+        return;
+      }
+      t = _mm512_mul_round_ps(_mm512_sub_ps(t, e->rnd), e->sc, SSM_VR);
+    }
+    if (e->post) t = _mm512_add_round_ps(t, _mm512_set1_ps(e->post[j]), SSM_VR);
+  }
+  _mm512_store_ps(y, t);
+}
+#undef SSM_VR
+
 #define SSM_V_TILE(NAME, NC)                                                                       \
   ES_VNNI static inline void NAME(const int32_t *u, int k4n, const int32_t *w, int np, const int32_t *corr, \
-                                  float *y0, float *y1) {                                        \
+                                  const ssm_vout_t *e, float *y0, float *y1) {                   \
     __m512i acc[NC][8], uv[NC], wv;                                                              \
     int c, j, k4;                                                                                \
     for (c = 0; c < (NC); c++)                                                                   \
@@ -243,24 +274,33 @@ __attribute__((target("avx512f"))) static inline __m512 ssm_quot16(__m512 x, __m
     }                                                                                            \
     for (j = 0; j < 8; j++) {                                                                    \
       const __m512i cj = _mm512_set1_epi32(corr[j]);                                             \
-      _mm512_store_ps(y0 + j * 16, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[0][j], cj)));    \
-      if ((NC) == 2) _mm512_store_ps(y1 + j * 16, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[(NC) - 1][j], cj))); \
+      ssm_v_out(e, j, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[0][j], cj)), y0 + j * 16);       \
+      if ((NC) == 2) ssm_v_out(e, j, _mm512_cvtepi32_ps(_mm512_sub_epi32(acc[(NC) - 1][j], cj)), y1 + j * 16); \
     }                                                                                            \
   }
 SSM_V_TILE(ssm_v_tile1, 1)
 SSM_V_TILE(ssm_v_tile2, 2)
 #undef SSM_V_TILE
 
-/* the tiles of p's products from u (nch chunks' packed inputs) into y[h] */
-ES_VNNI static inline void ssm_v_tiles(const es_s_proj_t *p, es_s_v16 *const *y, int nch, const int32_t *u) {
+/* the tiles of p's products from u (nch chunks' packed inputs) into y[h], with the output stage
+   where ssm_v_out takes it; returns 1 where it did */
+ES_VNNI static inline int ssm_v_tiles(const es_s_proj_t *p, es_s_v16 *const *y, int nch, const int32_t *u) {
+  const int fused = p->m != NULL && (!p->out_q || p->out_d == 1.0f);
+  ssm_vout_t e;
   int o;
+  e.m = NULL, e.post = NULL, e.q = p->out_q, e.codes = p->tab != NULL;
+  e.lo = _mm512_set1_ps(-128.0f - p->out_z), e.hi = _mm512_set1_ps(127.0f - p->out_z);
+  e.sc = _mm512_set1_ps(p->out_s), e.rnd = _mm512_set1_ps(12582912.0f);
+  e.off = _mm512_set1_epi32(0x4B400000 + (int32_t)(-128.0f - p->out_z));
   for (o = 0; o < p->out; o += ES_S_TO) {
     float *y0 = (float *)(void *)(y[0] + o), *y1 = nch == 2 ? (float *)(void *)(y[1] + o) : NULL;
+    if (fused) e.m = p->m + o, e.post = p->post ? p->post + o : NULL, e.n = p->out - o;
     if (nch == 2)
-      ssm_v_tile2(u, p->k4, p->vw + o, p->f.np, p->vcorr + o, y0, y1);
+      ssm_v_tile2(u, p->k4, p->vw + o, p->f.np, p->vcorr + o, &e, y0, y1);
     else
-      ssm_v_tile1(u, p->k4, p->vw + o, p->f.np, p->vcorr + o, y0, y1);
+      ssm_v_tile1(u, p->k4, p->vw + o, p->f.np, p->vcorr + o, &e, y0, y1);
   }
+  return fused;
 }
 
 /* es_s_lctx16_t.pack with AVX-512 VNNI: each stream's inputs a[h][k] quantized as es_s_quantize
@@ -295,7 +335,7 @@ ES_VNNI static int ssm_lpack8_vnni(const es_s_proj_t *p, es_s_v16 *const *a, int
    with the output stage (es_s_lout), or the codes where p has a table (es_s_lcodes) */
 ES_VNNI static void ssm_ldot8_vnni(const es_s_proj_t *p, es_s_v16 *const *y, int nch, const int32_t *u) {
   int h;
-  ssm_v_tiles(p, y, nch, u);
+  if (ssm_v_tiles(p, y, nch, u)) return;
   for (h = 0; h < nch; h++)
     if (p->tab)
       es_s_lcodes16(p, y[h]);

@@ -47,7 +47,7 @@ ES_F_INLINE int ssm_lanes(SsmObject *s, int r0, int nch, int cur, int nxt) {
   es_s_lproj(&s->enc, b[ES_S_XN], b[ES_S_Q], b[ES_S_U], nch, &cx);
   for (l = 0; l < L; l++) {
     const es_s_layer_t *y = &s->layer[l];
-    for (h = 0; h < nch; h++) es_s_llayernorm(b[ES_S_U][h], D, y->ln_g, y->ln_b, y->eps, b[ES_S_V][h]);
+    es_s_llayernorms(b[ES_S_U], nch, D, y->ln_g, y->ln_b, y->eps, b[ES_S_V]);
     if (y->share_q) {                /* x, g (and δ) quantize v alike: once */
       const es_s_proj_t *grp[3] = {&y->x, &y->g, &y->d};
       es_s_v *const *out[3] = {b[ES_S_X], b[ES_S_G], b[ES_S_D]};
@@ -88,10 +88,9 @@ ES_F_INLINE int ssm_lanes(SsmObject *s, int r0, int nch, int cur, int nxt) {
 #endif
       es_s_lgate(b[ES_S_R][h], y->skip, b[ES_S_V][h], b[ES_S_G][h], D, b[ES_S_M][h]);
     }
-    es_s_lproj(&y->o, b[ES_S_M], b[ES_S_Q], b[ES_S_O], nch, &cx);
-    for (h = 0; h < nch; h++) es_s_lresidual(b[ES_S_U][h], b[ES_S_O][h], y->ob, D);
+    es_s_lproj_residual(&y->o, b[ES_S_M], b[ES_S_Q], b[ES_S_O], b[ES_S_U], y->ob, nch, &cx);
   }
-  for (h = 0; h < nch; h++) es_s_llayernorm(b[ES_S_U][h], D, s->lnf_g, s->lnf_b, s->lnf_eps, b[ES_S_V][h]);
+  es_s_llayernorms(b[ES_S_U], nch, D, s->lnf_g, s->lnf_b, s->lnf_eps, b[ES_S_V]);
   es_s_lproj(&s->head, b[ES_S_V], b[ES_S_Q], b[ES_S_H], nch, &cx);
   for (h = 0; h < nch; h++) {
     const es_s_v *ho = b[ES_S_H][h], *pr = b[ES_S_P][h];
