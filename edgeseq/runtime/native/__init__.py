@@ -47,6 +47,7 @@ import numpy as np
 from edgeseq import contract
 from edgeseq.errors import EdgeseqError, ModelFileError, UsageError
 from edgeseq.runtime.native import attn as _attn
+from edgeseq.runtime.native.buffers import zeros as _zeros64
 from edgeseq.runtime.native import ssm as _ssm
 from edgeseq.runtime.native.onnxfile import Graph, read_graph
 from edgeseq.runtime.native.probing import (  # noqa: F401  (importable from here, as before)
@@ -265,8 +266,8 @@ def _float_plan(meta, graph: Graph, path) -> dict:
             blocks.append((np_, _pad(width), k0, k1))
             cols.append((src, np_, width))
             np_ += _pad(width)
-        W = np.zeros((K, np_), np.float32)
-        bias = np.zeros(np_, np.float32)
+        W = _zeros64((K, np_))
+        bias = _zeros64(np_)
         for src, dst, width in cols:
             W[:, dst:dst + width] = w[:, src:src + width]
             bias[dst:dst + width] = b[src:src + width]
@@ -287,9 +288,9 @@ def _float_plan(meta, graph: Graph, path) -> dict:
         _refuse(path, f"has a head of {list(hw.shape)} for {C} labels and hidden {H}")
     used |= set(gemm[0].input[1:])
     cp = _pad(C)
-    HW = np.zeros((H, cp), np.float32)
+    HW = _zeros64((H, cp))
     HW[:, :C] = hw.T
-    HB = np.zeros(cp, np.float32)
+    HB = _zeros64(cp)
     HB[:C] = hb
     head = (HW.reshape(-1), HB, np.asarray([0, cp, 0, H], np.int32), cp)
     extra = sorted(k for k, v in init.items() if k not in used and v.dtype.kind == "f")
@@ -345,7 +346,7 @@ def _matrix(mm, bias=None, reference=False) -> tuple:
         wp = wp.reshape(rows // 4, 4, n // 4, 4).transpose(0, 2, 1, 3).astype(np.int8)
         return np.ascontiguousarray(wp).reshape(-1), q, _rq_mode(mm.s), 0
     np_ = _pad(out)
-    wf = np.zeros((n, np_), np.float32)
+    wf = _zeros64((n, np_))
     wf[:w.shape[1], :out] = w.T
     return wf.reshape(-1), q, _rq_mode(mm.s), np_
 
@@ -422,9 +423,9 @@ class NativeStep:
         self.int8 = bool(meta.quantization)
         graph = read_graph(path) if graph is None else graph
         self.grid = output_grid(graph) if self.int8 else 0.0
-        self.x = np.zeros((B, F), np.float32)
-        self.logits = np.zeros((B, C), np.float32)
-        self.probs = np.zeros((B, C), np.float32)
+        self.x = _zeros64((B, F))
+        self.logits = _zeros64((B, C))
+        self.probs = _zeros64((B, C))
         self._integer = self.int8 and meta.arch != "ssm"      # state held as integers (int8 RNN, GRU, LSTM)
         if meta.arch == "ssm":
             self._bind_ssm(_ssm.ssm_plan(meta, graph, path), B, F, C, vnni)
@@ -445,7 +446,7 @@ class NativeStep:
     def _bind_float(self, plan, kind, B, F, C):
         H = plan["H"]
         self.hidden, self.layers = H, plan["L"]
-        self._banks = [[np.zeros((B, H), np.float32) for _ in self.meta.state] for _ in range(2)]
+        self._banks = [[_zeros64((B, H)) for _ in self.meta.state] for _ in range(2)]
         self._keep = plan                      # the weights the Step points into
         self._step = _ext.float_step(kind, B, F, H, C, self.x, self.logits, self.probs, plan["mean"], plan["std"],
                                      self._banks[0], self._banks[1],
@@ -453,7 +454,7 @@ class NativeStep:
 
     def _bind_ssm(self, plan, B, F, C, packed=True):
         self.hidden, self.layers = plan["N"], plan["L"]
-        self._banks = [[np.zeros((B, plan["N"]), np.float32) for _ in self.meta.state] for _ in range(2)]
+        self._banks = [[_zeros64((B, plan["N"])) for _ in self.meta.state] for _ in range(2)]
         self._keep = plan                      # the weights the step points into
         self._step = _ext.ssm_step(B, F, plan["D"], plan["N"], C, plan["selective"], self.int8, self.x, self.logits,
                                    self.probs, plan["mean"], plan["std"], self._banks[0], self._banks[1], plan["enc"],
@@ -463,8 +464,8 @@ class NativeStep:
         from firmware_sim.intsim import SIGMOID, TANH
         H = m.hidden
         self.hidden, self.layers, self.int_model = H, m.layers, m
-        self.logits_q12 = np.zeros((B, C), np.int32)
-        self._int = [np.zeros((B, H), np.int32 if s.role.startswith("c.") else np.int16) for s in self.meta.state]
+        self.logits_q12 = _zeros64((B, C), np.int32)
+        self._int = [_zeros64((B, H), np.int32 if s.role.startswith("c.") else np.int16) for s in self.meta.state]
         x0 = m.cells[0]["x"]
         feat = (np.exp2(m.in_frac.astype(np.float64)), _i32(m.mean_fx), _i32(m.feat_m), _i32(m.feat_s), int(x0.in_zp))
         reference = bool(reference) or max(m.hidden, m.n_features) > EXACT_N

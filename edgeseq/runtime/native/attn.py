@@ -34,6 +34,7 @@ import numpy as np
 
 from edgeseq import contract
 from edgeseq.errors import ModelFileError, UsageError
+from edgeseq.runtime.native.buffers import zeros as _zeros64
 from edgeseq.runtime.native.onnxfile import Graph, read_graph
 
 MAX_LAYERS = 16                     # es_attn.h ES_A_MAX_LAYERS
@@ -54,9 +55,9 @@ def _product(p: dict) -> tuple:
     w = p["w"]
     K, N = w.shape
     np_ = _pad(N)
-    W = np.zeros((K, np_), np.float32)
+    W = _zeros64((K, np_))
     W[:, :N] = w
-    b = np.zeros(np_, np.float32)
+    b = _zeros64(np_)
     if p["ws"] is None:
         b[:N] = p["b"]
         return (W.reshape(-1), b, np_, 0, 1.0, 0.0, 0, 1.0, 0.0, None, None, None)

@@ -220,6 +220,15 @@ __attribute__((target("avx512f"))) static inline __m512 ssm_quot16(__m512 x, __m
 }
 #endif
 
+#if ES_S_LANES && ES_HAVE_AVX2I
+/* ssm_quot16 on 8 lanes (AVX2 and FMA) */
+__attribute__((target("avx2,fma"))) static inline __m256 ssm_quot8(__m256 x, __m256 s, __m256 r) {
+  const __m256 q = _mm256_mul_ps(x, r), q2 = _mm256_fmadd_ps(_mm256_fnmadd_ps(q, s, x), r, q);
+  const __m256 small = _mm256_cmp_ps(_mm256_andnot_ps(_mm256_set1_ps(-0.0f), q), _mm256_set1_ps(0x1p20f), _CMP_LE_OQ);
+  return _mm256_blendv_ps(q, q2, small);
+}
+#endif
+
 #if ES_S_LANES && ES_HAVE_VNNI
 /* The int8 products of chunks of 16 streams with AVX-512 VNNI: each stream's inputs q - z as
    unsigned bytes q + 128, four inputs to a word (ssm_lpack8_vnni); vpdpbusd adds four u8 x s8 products into each
@@ -413,14 +422,16 @@ ES_VNNI static void ssm_dot8row_vnni(const es_s_proj_t *p, const int32_t *u, flo
 #include "es_ssm_avx2.h"
 
 /* SsmObject.lpack16 (es_s_lctx8_t.pack) with AVX2: each stream's inputs a[h][k] quantized as
-   es_s_quantize does (divide, saturate, round half to even: the conversion's default rounding,
-   exact at these magnitudes), less the zero point (|q - z| <= 255), as int16, two inputs to a
+   es_s_quantize does (divide, without a division where p->in_r is set (ssm_quot8: the same
+   float); saturate, round half to even: the conversion's default rounding, exact at these
+   magnitudes), less the zero point (|q - z| <= 255), as int16, two inputs to a
    word: u[h][k2][lane], input 2 k2 in the low half (an odd K's last high half zero). Returns
    nonzero when an input holds a NaN: nothing to trust in u (a NaN converts to 0x80000000, whose
    low half reads as 0); the caller takes the float sums, which carry it. */
-ES_AVX2 static int ssm_lpack16_avx2(const es_s_proj_t *p, es_s_v8 *const *a, int nch, int32_t *u) {
-  const int K = p->K, k2n = p->k2;
-  const __m256 sc = _mm256_set1_ps(p->in_s), lo = _mm256_set1_ps(-128.0f - p->in_z),
+__attribute__((target("avx2,fma"))) static int ssm_lpack16_avx2(const es_s_proj_t *p, es_s_v8 *const *a, int nch,
+                                                                 int32_t *u) {
+  const int K = p->K, k2n = p->k2, exact = p->in_r != 0.0f;
+  const __m256 sc = _mm256_set1_ps(p->in_s), rv = _mm256_set1_ps(p->in_r), lo = _mm256_set1_ps(-128.0f - p->in_z),
                hi = _mm256_set1_ps(127.0f - p->in_z);
   const __m256i low = _mm256_set1_epi32(0xFFFF);
   __m256 nan = _mm256_setzero_ps();
@@ -431,10 +442,11 @@ ES_AVX2 static int ssm_lpack16_avx2(const es_s_proj_t *p, es_s_v8 *const *a, int
     for (k2 = 0; k2 < k2n; k2++) {
       const __m256 v0 = _mm256_loadu_ps(ah + (size_t)(2 * k2) * 8);
       const __m256 v1 = 2 * k2 + 1 < K ? _mm256_loadu_ps(ah + (size_t)(2 * k2 + 1) * 8) : _mm256_setzero_ps();
-      const __m256i q0 = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_div_ps(v0, sc), lo), hi));
-      const __m256i q1 = 2 * k2 + 1 < K
-                             ? _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(_mm256_div_ps(v1, sc), lo), hi))
-                             : _mm256_setzero_si256();
+      const __m256 d0 = exact ? ssm_quot8(v0, sc, rv) : _mm256_div_ps(v0, sc);
+      const __m256 d1 = exact ? ssm_quot8(v1, sc, rv) : _mm256_div_ps(v1, sc);
+      const __m256i q0 = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(d0, lo), hi));
+      const __m256i q1 = 2 * k2 + 1 < K ? _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(d1, lo), hi))
+                                        : _mm256_setzero_si256();
       nan = _mm256_or_ps(nan, _mm256_cmp_ps(v0, v1, _CMP_UNORD_Q));
       _mm256_storeu_si256((__m256i *)(void *)(uh + (size_t)k2 * 8),
                           _mm256_or_si256(_mm256_and_si256(q0, low), _mm256_slli_epi32(q1, 16)));
@@ -924,7 +936,7 @@ static PyObject *ssm_step(PyObject *mod, PyObject *args) {
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"))
     s->lgate16 = ssm_lgate_avx512, s->lsel16 = ssm_lselective_avx512, s->lquant16 = ssm_lquantize_avx512;
 #endif
-  if (packed && avx2_supported()) {
+  if (packed && avx2_supported() && __builtin_cpu_supports("fma")) {   /* (AVX2 CPUs have FMA) */
     s->lpack16 = ssm_lpack16_avx2, s->ldot16 = ssm_ldot16_avx2;
     if (!s->qrow) s->qrow = ssm_q16row_avx2, s->dotrow = ssm_dot16row_avx2;
   }
@@ -961,7 +973,7 @@ static PyObject *ssm_step(PyObject *mod, PyObject *args) {
     }
 #endif
 #if ES_S_LANES && ES_HAVE_AVX2I && ES_S_HAVE16
-  if (s->lquant16) {
+  if (s->lquant16 || s->lpack16) {
     es_s_proj_t *all[2 + 5 * ES_S_MAX_LAYERS];
     int n = 0, j;
     all[n++] = &s->enc, all[n++] = &s->head;

@@ -24,6 +24,7 @@ import numpy as np
 
 from edgeseq import contract
 from edgeseq.errors import ModelFileError
+from edgeseq.runtime.native.buffers import zeros as _zeros64
 
 NB = 16                              # es_float.h ES_F_NB: product columns are padded to it
 MAX_LAYERS = 16                      # es_ssm_step.h ES_S_MAX_LAYERS
@@ -205,8 +206,8 @@ class _Walk:
 def _layout(p: dict, n_in: int, n_out: int, post=None) -> tuple:
     """A projection dict -> the tuple es_ssm_step.h binds (see ssm_bind_proj)."""
     np_ = _pad(n_out)
-    W = np.zeros((n_in, np_), np.float32)
-    b = np.zeros(np_, np.float32)
+    W = _zeros64((n_in, np_))
+    b = _zeros64(np_)
     m = None
     iq, oq = p["in"], p["out"]
     if "int" in p:                                    # QLinearMatMul: (q - z) @ W_int, x a_s w_s / y_s
