@@ -691,7 +691,9 @@ ES_CLONES static int check_reading(const float *src, int B, int F, float *x, con
     float th[ES_CHECK_ROWS * 64], tl[ES_CHECK_ROWS * 64];
     const int n = ES_CHECK_ROWS * F;
     int i;
-    for (i = 0; i < n; i++) th[i] = hi[i % F], tl[i] = lo == NULL ? 0.0f : lo[i % F];
+    for (i = 0; i < n; i++) th[i] = hi[i % F];
+    if (lo != NULL)
+      for (i = 0; i < n; i++) tl[i] = lo[i % F];
     for (; r + ES_CHECK_ROWS <= B; r += ES_CHECK_ROWS, src += n, x += n) {
       if (lo == NULL)
         for (i = 0; i < n; i++) {

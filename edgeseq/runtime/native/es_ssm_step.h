@@ -230,17 +230,12 @@ __attribute__((target("avx2,fma"))) static inline __m256 ssm_quot8(__m256 x, __m
 #endif
 
 #if ES_S_LANES && ES_HAVE_VNNI
-/* The int8 products of chunks of 16 streams with AVX-512 VNNI: each stream's inputs q - z as
-   unsigned bytes q + 128, four inputs to a word (ssm_lpack8_vnni); vpdpbusd adds four u8 x s8 products into each
-   lane's int32 sum, and (z + 128) x the column's weight sum comes off after. The sums are the
-   float products' exactly (es_s_proj_t: exact while they stay below 2^24), so the outputs are
-   the same floats. */
 /* es_s_lout's stage (m, then OUT with out_d 1, then post) or es_s_lcodes' on a tile's columns as
    they leave it, for projections with m and (no OUT or out_d 1): the same operations in the same
    order, each rounded (the explicitly rounded products are never fused into a multiply-add), the
    clamp a max and a min that keep a NaN as es_s_vclamp does (max(lo, t) = lo > t ? lo : t); a code
    is OUT's rounded value r less lo, read off the bits of r + 1.5 x 2^23 (those of 1.5 x 2^23 plus
-   r). m NULL: no stage here (es_s_lout after, where there is one). */
+   r). m NULL: no stage here (es_s_lout after, where there is one). AVX2's tiles: ssm_lout_t. */
 typedef struct {
   const float *m, *post;
   int q, codes, n;                  /* n: the columns of this tile that are outputs (the rest padding) */
@@ -266,6 +261,11 @@ ES_VNNI static inline void ssm_v_out(const ssm_vout_t *e, int j, __m512 t, float
 }
 #undef SSM_VR
 
+/* The int8 products of chunks of 16 streams with AVX-512 VNNI: each stream's inputs q - z as
+   unsigned bytes q + 128, four inputs to a word (ssm_lpack8_vnni); vpdpbusd adds four u8 x s8 products into each
+   lane's int32 sum, and (z + 128) x the column's weight sum comes off after. The sums are the
+   float products' exactly (es_s_proj_t: exact while they stay below 2^24), so the outputs are
+   the same floats. */
 #define SSM_V_TILE(NAME, NC)                                                                       \
   ES_VNNI static inline void NAME(const int32_t *u, int k4n, const int32_t *w, int np, const int32_t *corr, \
                                   const ssm_vout_t *e, float *y0, float *y1) {                   \
@@ -297,7 +297,7 @@ ES_VNNI static inline int ssm_v_tiles(const es_s_proj_t *p, es_s_v16 *const *y, 
   const int fused = p->m != NULL && (!p->out_q || p->out_d == 1.0f);
   ssm_vout_t e;
   int o;
-  e.m = NULL, e.post = NULL, e.q = p->out_q, e.codes = p->tab != NULL;
+  e.m = NULL, e.post = NULL, e.n = 0, e.q = p->out_q, e.codes = p->tab != NULL;
   e.lo = _mm512_set1_ps(-128.0f - p->out_z), e.hi = _mm512_set1_ps(127.0f - p->out_z);
   e.sc = _mm512_set1_ps(p->out_s), e.rnd = _mm512_set1_ps(12582912.0f);
   e.off = _mm512_set1_epi32(0x4B400000 + (int32_t)(-128.0f - p->out_z));
