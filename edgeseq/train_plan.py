@@ -67,6 +67,20 @@ class Plan:
         return -(-self.stream_len // self.chunk)
 
 
+CHUNK_MIN, CHUNK_MAX = 50, 256     # the data-given TBPTT chunk's bounds (`chunk_for`)
+
+
+def chunk_for(lengths) -> int:
+    """The TBPTT chunk for sequences of `lengths` (N,): CHUNK_MIN where the median length is at
+    most twice that (the gradient then reaches at least half of a typical sequence; 100-reading
+    BasicMotions trained best so), else the median length up to CHUNK_MAX readings, so the loss
+    after a sequence's last reading reaches back through the whole of a typical sequence (a class
+    decided early in a 150-reading sequence is out of reach of a 50-reading chunk), while a long
+    recording still trains in bounded chunks."""
+    median = int(np.median(np.asarray(lengths)))
+    return CHUNK_MIN if median <= 2 * CHUNK_MIN else int(min(CHUNK_MAX, median))
+
+
 def plan_epoch(lengths: np.ndarray, tc: TrainConfig, streaming: bool, chunked: bool = True) -> Plan:
     """Updates per epoch for training sequences of `lengths` (N,) int. Streams: `tc.streams`,
     more when that would take over `tc.updates` updates. Single sequences, cut into pieces of
@@ -74,7 +88,8 @@ def plan_epoch(lengths: np.ndarray, tc: TrainConfig, streaming: bool, chunked: b
     `chunked` False (bidirectional and positional models) whole in minibatches of
     `tc.batch_size`."""
     lengths = np.asarray(lengths, np.int64)
-    N, R, c = len(lengths), int(lengths.sum()), tc.chunk
+    N, R = len(lengths), int(lengths.sum())
+    c = tc.chunk if tc.chunk is not None else chunk_for(lengths)
     S = max(tc.streams, math.ceil(R / (c * tc.updates)))
     S = max(1, min(S, R // c))                                # no stream shorter than one chunk
     stream_len = math.ceil(R / S) if streaming else 0
@@ -168,10 +183,12 @@ class Progress:
 
     LONG = 600.0              # estimates past this many seconds come with advice
 
-    def __init__(self, arch, dataset, plan: Plan, epochs: int, enabled: bool, every: float = 5.0, stream=None):
+    def __init__(self, arch, dataset, plan: Plan, epochs: int, enabled: bool, every: float = 5.0, stream=None,
+                 early: bool = False, held: str | None = None):
         self.enabled, self.every = enabled, every
         self.out = stream or sys.stderr
         self.arch, self.dataset, self.plan, self.epochs = arch, dataset, plan, epochs
+        self.early, self.held = early, held       # stops on a validation split (`held` says which), else a budget
         self.total = epochs * plan.per_epoch
         self.done, self.bar, self.t0 = 0, None, None
 
@@ -185,9 +202,15 @@ class Progress:
             work.append(f"{p.streams} streams x {p.chunk} readings")
         work.append(f"{p.lanes} lanes of sequences x {p.chunk} readings" if p.lanes else f"{p.batch} whole sequences")
         estimate = seconds_per_update * self.total
+        epochs = f"up to {self.epochs} epochs" if self.early else f"{self.epochs} epochs"
         self._say(f"train {self.arch} on {ds.name}: {len(ds.train):,} sequences, {p.readings:,} readings x "
-                  f"{ds.n_features} channels, {len(ds.labels)} classes; {self.epochs} epochs x {p.per_epoch:,} "
-                  f"updates ({' + '.join(work)}); about {clock(estimate)} (estimated from timed updates)")
+                  f"{ds.n_features} channels, {len(ds.labels)} classes; {epochs} x {p.per_epoch:,} "
+                  f"updates ({' + '.join(work)}); {'at most' if self.early else 'about'} {clock(estimate)} "
+                  "(estimated from timed updates)")
+        if self.early:
+            self._say(f"  validation: {self.held}; training stops when its score has not improved for a while")
+        elif self.held:
+            self._say(f"  no validation split ({self.held}): the whole budget runs")
         if estimate > self.LONG:
             self._say("  that is long: fewer epochs (--epochs), a smaller model (--set hidden=32) or fewer "
                       "readings (downsample the recordings) shorten it; --quiet hides this progress")
@@ -212,6 +235,17 @@ class Progress:
             self._say(f"train {self.arch}: epoch {epoch + 1}/{self.epochs}, update {self.done:,}/{self.total:,} "
                       f"({100 * self.done / self.total:.0f}%), loss {loss:.3f}, {rate:,.0f} readings/s, "
                       f"{clock(now - self.t0)} elapsed, about {clock(left)} left")
+
+    def epoch_done(self, point: dict):
+        """After an epoch with a validation score: off a terminal, one plain line."""
+        now = time.perf_counter()
+        if self.t0 is None or self.bar is not None or now - self.last < self.every:
+            return
+        self.last = now
+        acc = point.get("val_accuracy")
+        self._say(f"train {self.arch}: epoch {point['epoch']}/{self.epochs}, loss {point['loss']:.3f}, validation "
+                  f"loss {point.get('val_loss', float('nan')):.3f}, accuracy {acc if acc is None else round(acc, 3)}, "
+                  f"lr {point['lr']:.2g}{' (best)' if point.get('best') else ''}")
 
     def close(self):
         if self.bar is not None:

@@ -60,7 +60,10 @@ def main():
             probs = sess.push(x[None])
             times.append(time.perf_counter() - t0)
         guess = ds.labels[int(probs.argmax())]
-        print(f"{arch:11s} trained in {ckpt['metrics']['train_seconds']:5.1f} s; exported {model} "
+        sched = ckpt["metrics"]["schedule"]
+        how = (f"kept epoch {sched['best_epoch']} of {sched['epochs_run']}" if sched["best_epoch"] else
+               f"{sched['epochs_run']} epochs") + ("" if sched["converged"] else ", NOT converged")
+        print(f"{arch:11s} trained in {ckpt['metrics']['train_seconds']:5.1f} s ({how}); exported {model} "
               f"(ORT vs torch max diff {rep['max_abs_diff']:.1e}); streamed a '{label}' sequence -> "
               f"'{guess}' ({probs.max():.2f})")
         rows.append((arch, ev["accuracy"], ev["continuous"]["reading_accuracy"], q["int8_continuous_accuracy"],

@@ -31,6 +31,16 @@ final readings alone would make one point less than one sequence, and a single n
 decide); continuous, on the test sequences joined in 3 seeded orders and never reset, past
 the grace period after each change (`edgeseq.runtime.evaluate.continuous`).
 
+One verdict, for the step that runs: the int8 model is judged on the backend that will run it
+(`judge_backend`), the one `StreamSession` picks by default here: native where the C extension
+is built and runs the file (a static int8 RNN/GRU/LSTM then computes the firmware's integer
+step, whose logits differ from onnxruntime's QDQ arithmetic by quantization-sized amounts; an
+SSM or Transformer computes onnxruntime's own arithmetic), onnxruntime otherwise (dynamic int8,
+no extension: the report's `backend_note` says why), or the one `backend` names. The other
+backend is scored as well where it can run and the report holds both (`backends`); only the
+judged one decides, so a model is written wherever the step that will run it keeps within the
+bounds, whatever the other backend's figures.
+
 What makes the error small (measured on BasicMotions, seeds 0-4, README "int8"):
 - input equalization (`equalize_input`): the reading's features share one activation scale;
   evening their ranges out first cut the worst RNN's static error from 2.04% to 0.59%.
@@ -63,9 +73,10 @@ import onnxruntime as ort
 
 from edgeseq import contract
 from edgeseq.data import DATA_REMEDY, Dataset, load_dataset
-from edgeseq.errors import DataError, ExportValidationError, UsageError
+from edgeseq.errors import DataError, ExportValidationError, ReadingError, UsageError
 from edgeseq.runtime.evaluate import (STREAM_READINGS, final_accuracy, joined_streams, long_streams, output_error,
-                                      reading_accuracy, run_each, run_streams, score_continuous)
+                                      reading_accuracy, run_each, run_session, run_streams, score_continuous)
+from edgeseq.runtime.session_checks import BACKENDS, default_backend
 from export.validate import cpu_session
 
 SCHEMES = ("static", "dynamic")
@@ -76,6 +87,8 @@ MAX_ACCURACY_DROP = 0.01      # per-reading test accuracy, float minus int8 (0.0
 OP_TYPES = ["MatMul", "Gemm"]
 SSM_PARTS = ("x", "gate", "delta", "readout", "out")    # a state-space layer's projections (`SSMStep`)
 SSM_FLOAT_PARTS = ()          # of those, kept float in int8 export: none paid for itself (docstring above)
+BACKEND_FIGURES = ("mean_rel", "max_rel", "int8_accuracy", "int8_reading_accuracy", "int8_continuous_accuracy",
+                   "within_bounds")   # per step backend in an int8 report (`backends`); the judged one's rest is top level
 
 
 def _reader(feeds: list):
@@ -250,6 +263,62 @@ def quantize(float_path, out_path, scheme: str, calibration: list | None = None,
     return settings
 
 
+def judge_backend(path, backend: str | None = None, shown=None) -> tuple:
+    """(the backend int8 export judges the model at `path` on, why the native step cannot run
+    it here or None). `backend`: "auto" (None: $EDGESEQ_BACKEND, else auto) judges the backend
+    `StreamSession(path)` picks by default, which is native where the extension is built,
+    `native.supports` the file and the probe agrees with its graph, onnxruntime otherwise;
+    "native" or "onnxruntime" judges that one. Raises UsageError for "native" where it cannot
+    run, and for a backend that is none of `BACKENDS`. `shown`: the name the reason gives the
+    file (default `path`; export checks a temporary file that becomes `out`)."""
+    from edgeseq.runtime.session import StreamSession
+    named = default_backend() if backend is None else backend
+    if not isinstance(named, str) or named not in BACKENDS:
+        raise UsageError(f"backend must be one of {', '.join(BACKENDS)}, got {named!r}")
+    auto = StreamSession(path, streams=1, backend="auto")
+    why = auto.backend_note if auto.backend == "onnxruntime" else None
+    if why and shown is not None:
+        why = why.replace(str(path), str(shown))
+    if named == "native" and why:
+        raise _native_refused(why, backend is not None)
+    return (auto.backend if named == "auto" else named), why
+
+
+def _native_refused(why: str, named: bool) -> UsageError:
+    source = "" if named else " (from $EDGESEQ_BACKEND)"
+    return UsageError(f"int8 export cannot judge the model on backend 'native'{source}: {why}; "
+                      "use --backend onnxruntime (or auto, which judges onnxruntime here)")
+
+
+def broken_bounds(fig: dict, float_reading: float, float_continuous: float, max_error: float,
+                  max_accuracy_drop: float) -> list:
+    """One phrase per bound an int8 backend's figures break (`mean_rel`, `int8_reading_accuracy`,
+    `int8_continuous_accuracy`, against the float twin's per-reading accuracies); [] within them.
+    NaN figures break their bound."""
+    broken = []
+    if not np.isfinite(fig["mean_rel"]):
+        broken.append("logits that are not finite (NaN or Inf)")
+    elif not fig["mean_rel"] <= max_error:
+        broken.append(f"mean output error {fig['mean_rel']:.2%} of the output range (bound {max_error:.2%})")
+    racc_q, cq = fig["int8_reading_accuracy"], fig["int8_continuous_accuracy"]
+    if not float_reading - racc_q <= max_accuracy_drop + 1e-9:
+        broken.append(f"per-reading test accuracy {racc_q:.3f} vs float {float_reading:.3f} "
+                      f"(bound: a drop of {max_accuracy_drop:.3f})")
+    if not float_continuous - cq <= max_accuracy_drop + 1e-9:
+        broken.append(f"continuous (never reset) per-reading accuracy {cq:.3f} vs float {float_continuous:.3f} "
+                      f"(bound: a drop of {max_accuracy_drop:.3f})")
+    return broken
+
+
+def _run_native(path, X, lengths, classes: int) -> np.ndarray:
+    """`run_session` on the native backend; all NaN where the step gives NaN/Inf logits (the
+    session refuses them), which `broken_bounds` then reports, as onnxruntime's NaN would be."""
+    try:
+        return run_session(path, X, lengths, backend="native")
+    except ReadingError:
+        return np.full((X.shape[1], X.shape[0], classes), np.nan, np.float32)
+
+
 def dataset_for(ckpt: dict, data: str | Dataset | None) -> Dataset:
     """The data int8 export calibrates and checks on: `data` if given, else the run's training
     data (the absolute path the checkpoint stores; older checkpoints store only a name, which
@@ -258,8 +327,9 @@ def dataset_for(ckpt: dict, data: str | Dataset | None) -> Dataset:
         ds = data
     else:
         spec = data or ckpt.get("data_path") or ckpt.get("dataset") or "basicmotions"
-        try:
-            ds = load_dataset(spec)
+        try:           # a .csv: the model's columns by name, so a column training ignored is not read here either
+            csv = str(spec).lower().endswith(".csv")
+            ds = load_dataset(spec, features=list(ckpt["features"])) if csv else load_dataset(spec)
         except DataError as e:
             if data:
                 raise
@@ -285,7 +355,7 @@ def dataset_for(ckpt: dict, data: str | Dataset | None) -> Dataset:
 def export_int8(ckpt: dict, out, scheme: str = DEFAULT_SCHEME, data=None, max_history: int | None = None,
                 max_error: float = MAX_ERROR, max_accuracy_drop: float = MAX_ACCURACY_DROP,
                 keep_anyway: bool = False, stream_readings: int = STREAM_READINGS, seed: int = 0,
-                float_parts=None) -> dict:
+                float_parts=None, backend: str | None = None) -> dict:
     """Export the float step graph (validated against torch), quantize it, validate the int8
     model against the float one and move it into place. Returns the export report.
 
@@ -293,7 +363,21 @@ def export_int8(ckpt: dict, out, scheme: str = DEFAULT_SCHEME, data=None, max_hi
     `SSM_FLOAT_PARTS`); ignored for the other architectures, a UsageError when unknown.
     The report's `float_bytes` is the size of the file `export_model` writes for the same
     checkpoint and max_history (the float model a user deploys), not of the split graph
-    quantized here, whose unfused cells serialise to another size."""
+    quantized here, whose unfused cells serialise to another size.
+
+    backend: the step backend whose figures decide the bound (`judge_backend`): None
+    ($EDGESEQ_BACKEND, else "auto") or "auto" judges the one `StreamSession` runs the file on
+    here, "native" or "onnxruntime" that one. The report's int8 figures (`mean_rel`,
+    `int8_reading_accuracy`, `int8_continuous_accuracy`, `within_bounds`, ...) are the judged
+    backend's; `backend` names it; `backend_note` says why the native step cannot run the file
+    here (None where it can); `backends` maps each backend that ran ("onnxruntime", and
+    "native" where it can run) to its own `BACKEND_FIGURES` (mean and max error, the three
+    accuracies, `within_bounds`); `backends_differ` is True where those differ.
+
+    Raises UsageError (bad settings; backend "native" where the native step cannot run the
+    file), DataError (calibration data), ExportValidationError (the judged backend breaks a
+    bound: its one-line message names the backend, the bounds broken and the other backend's
+    verdict; nothing is written)."""
     from export.step import build_graph, export_model, stamp, strip, write_validated
     from export.validate import validate_stream
 
@@ -307,6 +391,15 @@ def export_int8(ckpt: dict, out, scheme: str = DEFAULT_SCHEME, data=None, max_hi
         raise UsageError(f"output '{out}' must be a file name ending in .onnx")
     if stream_readings < STREAM_READINGS:
         raise UsageError(f"int8 validation needs streams of at least {STREAM_READINGS} readings")
+    named = default_backend() if backend is None else backend          # a bad name fails before any work
+    if not isinstance(named, str) or named not in BACKENDS:
+        raise UsageError(f"backend must be one of {', '.join(BACKENDS)}, got {named!r}")
+    if named == "native":                 # what is known before quantizing; the file itself is checked once written
+        from edgeseq.runtime import native
+        why = native.why_unavailable() or (
+            "int8 dynamic scales activations per call: onnxruntime only" if scheme == "dynamic" else "")
+        if why:
+            raise _native_refused(why, backend is not None)
     unknown = sorted(set(float_parts or ()) - set(SSM_PARTS))
     if unknown:
         raise UsageError(f"unknown state-space part(s) {', '.join(unknown)} to keep float; choose from "
@@ -358,41 +451,56 @@ def export_int8(ckpt: dict, out, scheme: str = DEFAULT_SCHEME, data=None, max_hi
         run_q = run_each if scheme == "dynamic" else run_streams
 
         def check(path):
+            judged, native_why = judge_backend(path, backend, shown=out)
             qsess = cpu_session(path)
             X = long_streams(ds.test, stream_readings, seed=seed)
-            err = output_error(run_streams(fsess, meta, X), run_q(qsess, meta, X))
+            ref = run_streams(fsess, meta, X)
             lf = run_streams(fsess, meta, ds.test.X, ds.test.lengths)
-            lq = run_q(qsess, meta, ds.test.X, ds.test.lengths)
-            racc_f, racc_q = reading_accuracy(lf, ds.test), reading_accuracy(lq, ds.test)
+            racc_f = reading_accuracy(lf, ds.test)
             Xc, Yc, ends = joined_streams(ds.test, seed=seed)                  # never reset, as a device runs
             cont = score_continuous(run_streams(fsess, meta, Xc).argmax(-1).T, Yc, ends)
             cf = cont["reading_accuracy"]
-            cq = score_continuous(run_q(qsess, meta, Xc).argmax(-1).T, Yc, ends)["reading_accuracy"]
+
+            def score(run) -> dict:
+                """The int8 figures and broken bounds of one backend; run(X, lengths) -> logits."""
+                err = output_error(ref, run(X))
+                lq = run(ds.test.X, ds.test.lengths)
+                racc_q = reading_accuracy(lq, ds.test)
+                cq = score_continuous(run(Xc).argmax(-1).T, Yc, ends)["reading_accuracy"]
+                fig = {**err, "int8_accuracy": final_accuracy(lq, ds.test), "int8_reading_accuracy": racc_q,
+                       "accuracy_drop": racc_f - racc_q, "error_margin": max_error / max(err["mean_rel"], 1e-12),
+                       "int8_continuous_accuracy": cq, "continuous_accuracy_drop": cf - cq}
+                fig["broken"] = broken_bounds(fig, racc_f, cf, max_error, max_accuracy_drop)
+                fig["within_bounds"] = not fig["broken"]
+                return fig
+
+            runs = {"onnxruntime": lambda X_, L=None: run_q(qsess, meta, X_, L)}
+            if native_why is None:
+                runs["native"] = lambda X_, L=None: _run_native(path, X_, L, len(meta.labels))
+            figures = {name: score(runs[name]) for name in sorted(runs, key=lambda n: n != judged)}
+            mine = figures[judged]
+            others = [n for n in figures if n != judged]
+            # Each backend's headline figures (the file's metadata carries them: kept short).
+            backends = {n: {k: f[k] for k in BACKEND_FIGURES} for n, f in figures.items()}
+            differ = any(b != backends[judged] for b in backends.values())
             report = {"float_vs_torch_max_abs_diff": float_check["max_abs_diff"],
-                      "streams": int(X.shape[0]), "readings": int(X.shape[1]), **err,
-                      "float_accuracy": final_accuracy(lf, ds.test), "int8_accuracy": final_accuracy(lq, ds.test),
-                      "float_reading_accuracy": racc_f, "int8_reading_accuracy": racc_q,
-                      "accuracy_drop": racc_f - racc_q, "error_margin": max_error / max(err["mean_rel"], 1e-12),
-                      "float_continuous_accuracy": cf, "int8_continuous_accuracy": cq,
-                      "continuous_accuracy_drop": cf - cq, "continuous_grace": cont["grace"],
+                      "streams": int(X.shape[0]), "readings": int(X.shape[1]),
+                      **{k: v for k, v in mine.items() if k != "broken"},
+                      "float_accuracy": final_accuracy(lf, ds.test), "float_reading_accuracy": racc_f,
+                      "float_continuous_accuracy": cf, "continuous_grace": cont["grace"],
                       "continuous_scored_share": cont["scored_share"],
+                      "backend": judged, "backend_note": native_why, "backends": backends, "backends_differ": differ,
                       "data": ds.name, "max_error": max_error, "max_accuracy_drop": max_accuracy_drop}
-            broken = []
-            if not err["mean_rel"] <= max_error:
-                broken.append(f"mean output error {err['mean_rel']:.2%} of the output range "
-                              f"(bound {max_error:.2%})")
-            if not racc_f - racc_q <= max_accuracy_drop + 1e-9:
-                broken.append(f"per-reading test accuracy {racc_q:.3f} vs float {racc_f:.3f} "
-                              f"(bound: a drop of {max_accuracy_drop:.3f})")
-            if not cf - cq <= max_accuracy_drop + 1e-9:
-                broken.append(f"continuous (never reset) per-reading accuracy {cq:.3f} vs float {cf:.3f} "
-                              f"(bound: a drop of {max_accuracy_drop:.3f})")
-            report["within_bounds"] = not broken
-            if broken and not keep_anyway:
+            if mine["broken"] and not keep_anyway:
+                on = f"on the {judged} backend" + (" (the native step cannot run it here)" if native_why else "")
+                rest = "".join(f"; on {n} it stays within it" if figures[n]["within_bounds"] else
+                               f"; on {n} it breaks it too ({'; '.join(figures[n]['broken'])})" for n in others)
+                passes = [n for n in others if figures[n]["within_bounds"]]
+                hint = f"--backend {passes[0]} if that is the backend you deploy on, " if passes else ""
                 raise ExportValidationError(
-                    f"int8 ({scheme}) breaks its bound: {'; '.join(broken)}; the model was not written "
-                    "(try the other --int8-scheme, or --keep-anyway to write it regardless)",
-                    max_diff=err["max_abs"], tolerance=max_error)
+                    f"int8 ({scheme}) {on} breaks its bound: {'; '.join(mine['broken'])}{rest}; the model was not "
+                    f"written (try {hint}the other --int8-scheme, or --keep-anyway to write it regardless)",
+                    max_diff=mine["max_abs"], tolerance=max_error)
             return report
 
         # The float twin as `edgeseq export` writes it (fused cells, validation record), sized

@@ -110,7 +110,9 @@ def load_pickled_npy(raw: bytes):
 # Converters
 
 def read_ts(text: str):
-    """A UEA .ts file with (possibly unequal-length) multivariate series -> [(T, F) arrays], labels, classes."""
+    """A .ts file -> [(T_i, F) float32 arrays], labels [str], class names in header order.
+    Trailing NaN ('NaN' or '?': the padding of unequal lengths) is dropped; a NaN inside a
+    series is refused."""
     series, labels, classes, in_data = [], [], None, False
     for line in text.splitlines():
         line = line.strip()
@@ -122,8 +124,15 @@ def read_ts(text: str):
             in_data = line.lower() == "@data"
             continue
         *dims, label = line.split(":")
-        series.append(np.array([[float(v) for v in d.split(",")] for d in dims], np.float32).T)   # (T, F)
-        labels.append(label)
+        rows = [[float("nan") if v.strip() in ("?", "NaN", "nan") else float(v) for v in d.split(",")] for d in dims]
+        n = min(len(r) for r in rows)
+        x = np.array([r[:n] for r in rows], np.float32).T                  # (T, F)
+        valid = ~np.isnan(x).any(1)
+        last = int(np.flatnonzero(valid)[-1]) + 1 if valid.any() else 0
+        if not valid[:last].all():
+            raise SystemExit(f"error: a series holds NaN inside it (line '{line[:40]}...')")
+        series.append(x[:last])
+        labels.append(label.strip())
     return series, labels, classes
 
 

@@ -22,6 +22,8 @@ Sources:
                                  (after `make demo`; the command is recorded in the JSON)
   - docs/figures/gateway.json   `python scripts/bench_gateway.py ... --json docs/figures/gateway.json`
                                  (the command is recorded in the JSON)
+  - docs/figures/ucr.json       `python scripts/measure_ucr.py run --sets /tmp/ucr --json docs/figures/ucr.json`
+                                 (after its `convert`; the command is recorded in the JSON)
 
 Standard library only, so it runs wherever the docs build.
 """
@@ -42,6 +44,7 @@ SOURCES = {
     "report": "docs/report/report.json",
     "firmware": "docs/figures/firmware.json",
     "gateway": "docs/figures/gateway.json",
+    "ucr": "docs/figures/ucr.json",
 }
 
 REGION = re.compile(r"<!-- figures:(?P<name>[a-z0-9-]+) -->\n(?P<body>.*?)<!-- /figures:(?P=name) -->", re.S)
@@ -331,7 +334,50 @@ def render_report(d: dict, source: str) -> str:
     return "\n\n".join([machine_line(d, source, how), table] + ([" ".join(notes)] if notes else []))
 
 
+def render_ucr(d: dict, source: str) -> str:
+    """Per-sequence / never-reset test accuracy of each architecture's default settings on public
+    sets, the best per sequence against published 1-NN DTW and ROCKET on the same split."""
+    rows, pub, kinds = d["rows"], d.get("published", {}), d.get("kinds", {})
+    order = ["rnn", "gru", "lstm", "ssm", "transformer"]
+    archs = sorted({r["arch"] for r in rows.values()}, key=order.index)
+    sets = list(dict.fromkeys(r["set"] for r in rows.values()))
+    body, best_all, rocket_all, beat = [], [], [], 0
+    for name in sets:
+        got = {a: rows.get(f"{name}/{a}") for a in archs}
+        first = next(g for g in got.values() if g)
+        n_tr, n_te = first.get("sequences", ["?", "?"])
+        lo, hi = first.get("lengths", ["?", "?"])
+        shape = f"{n_tr}/{n_te}, {lo if lo == hi else f'{lo}-{hi}'} x {first.get('channels', '?')}, " \
+                f"{first.get('classes', '?')} classes"
+        cells = []
+        for g in got.values():
+            if not g:
+                cells.append("not run")
+                continue
+            mark = "" if (g.get("schedule") or {}).get("converged", True) else " (nc)"
+            cells.append(f"{g['per_sequence']:.3f} / {g['never_reset']:.3f}{mark}")
+        best = max(g["per_sequence"] for g in got.values() if g)
+        dtw, rocket = (pub.get(name) or {}).get("dtw"), (pub.get(name) or {}).get("rocket")
+        best_all.append(best)
+        if rocket is not None:
+            rocket_all.append((best, rocket))
+        beat += dtw is not None and best >= dtw
+        body.append([name, kinds.get(name, ""), shape, *cells, f"{best:.3f}",
+                     "" if dtw is None else f"{dtw:.3f}", "" if rocket is None else f"{rocket:.3f}"])
+    table = _table(["set", "kind", "train/test, length x channels", *archs, "best per sequence", "1-NN DTW",
+                    "ROCKET"], body)
+    n_dtw = sum((pub.get(s) or {}).get("dtw") is not None for s in sets)
+    gap = sum(r - b for b, r in rocket_all) / max(len(rocket_all), 1)
+    text = (f"Each cell: per sequence / never reset (per reading); (nc): the run said it had not converged. The best "
+            f"of {', '.join(archs)} per sequence reaches the 1-NN DTW figure on {beat} of {n_dtw} sets; over the "
+            f"{len(rocket_all)} sets with a ROCKET figure its mean is {abs(gap):.3f} {'below' if gap > 0 else 'above'} "
+            "ROCKET's.")
+    how = f"`{d.get('meta', {}).get('command', 'python scripts/measure_ucr.py run')}`, default settings, seed 0"
+    return "\n\n".join([machine_line(d, source, how), table, text])
+
+
 RENDERERS = {
+    "ucr": ("ucr", render_ucr),
     "bench-gru": ("bench", render_bench_gru),
     "bench-transformer": ("bench", render_bench_transformer),
     "bench-backends": ("bench", render_bench_backends),

@@ -1,6 +1,8 @@
 """int8: each architecture against its float twin over long real streams, the export's bound,
 sizes, and quantize-dequantize round trips of weights."""
 
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -14,12 +16,13 @@ from onnxruntime.quantization.quant_utils import quantize_data
 from edgeseq import contract
 from edgeseq.errors import ExportValidationError, UsageError
 from edgeseq.runtime import StreamSession, evaluate, open_model
-from edgeseq.runtime.evaluate import long_streams, output_error, reading_accuracy, run_each, run_streams
+from edgeseq.runtime import native
+from edgeseq.runtime.evaluate import long_streams, output_error, reading_accuracy, run_each, run_session, run_streams
 from export import export_int8, export_model
-from export.quantize import MAX_ACCURACY_DROP, MAX_ERROR
+from export.quantize import BACKEND_FIGURES, MAX_ACCURACY_DROP, MAX_ERROR
 from export.step import FusedRecurrentStep
 from edgeseq.train import model_from_checkpoint
-from helpers import assert_close
+from helpers import assert_close, one_error_line
 
 ARCHS = ["rnn", "gru", "lstm", "transformer"]
 SCHEMES = ["static", "dynamic"]
@@ -46,9 +49,11 @@ def test_int8_stays_within_its_bound_over_long_streams(exported, int8, basicmoti
     acc_f = reading_accuracy(run_streams(fsess, fmeta, test.X, test.lengths), test)
     acc_q = reading_accuracy(run_q(qsess, qmeta, test.X, test.lengths), test)
     assert acc_q >= acc_f - MAX_ACCURACY_DROP - 1e-9, (acc_q, acc_f)
-    assert report["int8_reading_accuracy"] == acc_q and report["float_reading_accuracy"] == acc_f
-    if scheme == "static":                                                # fixed scales: any batch gives the same
-        assert report["int8_accuracy"] == evaluate(qpath, test)["accuracy"]
+    assert report["backends"]["onnxruntime"]["int8_reading_accuracy"] == acc_q
+    assert report["float_reading_accuracy"] == acc_f
+    if scheme == "static":      # fixed scales: any batch gives the same; evaluate runs the judged backend
+        ev = evaluate(qpath, test)
+        assert ev["backend"] == report["backend"] and report["int8_accuracy"] == ev["accuracy"]
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)
@@ -181,3 +186,101 @@ def test_input_equalization_keeps_the_function_and_evens_the_ranges(trained, bas
     z = np.abs((Xtr - np.asarray(ckpt["normalization"]["mean"])) / np.asarray(ckpt["normalization"]["std"])).max(0)
     spread = lambda r: r.max() / r.min()  # noqa: E731
     assert spread(z / s) < spread(z)
+
+
+# -- one verdict, for the step that runs -------------------------------------------------------
+
+needs_native = pytest.mark.skipif(not native.available(), reason=native.why_unavailable() or "native step not built")
+FIGURES = BACKEND_FIGURES
+
+
+def test_int8_report_names_the_backend_it_judged(int8, basicmotions, monkeypatch):
+    """Static int8 is judged on the backend StreamSession runs it on (native where built); the
+    report's figures are that backend's, and the other backend's sit beside them."""
+    monkeypatch.delenv("EDGESEQ_BACKEND", raising=False)
+    path, report = int8("gru", "static")
+    runs = StreamSession(path).backend
+    assert report["backend"] == runs == ("native" if native.available() else "onnxruntime")
+    assert open_model(path)[1].validation["backend"] == runs
+    assert {k: report[k] for k in FIGURES} == {k: report["backends"][runs][k] for k in FIGURES}
+    test = basicmotions.test
+    for name in report["backends"]:           # each backend's figures are what that backend computes
+        acc = reading_accuracy(run_session(path, test.X, test.lengths, backend=name), test)
+        assert report["backends"][name]["int8_reading_accuracy"] == acc, name
+    if native.available():
+        assert report["backend_note"] is None and set(report["backends"]) == {"native", "onnxruntime"}
+        # the GRU's integer step (the firmware's arithmetic) is not onnxruntime's QDQ arithmetic
+        assert report["backends_differ"] and report["backends"]["native"]["mean_rel"] != \
+            report["backends"]["onnxruntime"]["mean_rel"]
+
+    path, report = int8("gru", "dynamic")    # per-call scales: onnxruntime only, and it says so
+    assert report["backend"] == "onnxruntime" and set(report["backends"]) == {"onnxruntime"}
+    assert report["backend_note"] and report["backends_differ"] is False
+    if native.available():
+        assert "dynamic scales activations per call" in report["backend_note"]
+
+
+@needs_native
+def test_int8_is_written_where_the_judged_backend_keeps_its_bound(trained, int8, runner, monkeypatch):
+    """A bound between the two backends' mean errors: the backend under it writes the model,
+    the other refuses it, and each verdict names its backend and the other's."""
+    from edgeseq.cli import cli
+    from edgeseq.train import save_checkpoint
+    monkeypatch.delenv("EDGESEQ_BACKEND", raising=False)
+    figs = int8("gru", "static")[1]["backends"]
+    good, bad = sorted(figs, key=lambda n: figs[n]["mean_rel"])
+    lo, hi = figs[good]["mean_rel"], figs[bad]["mean_rel"]
+    assert lo < hi * 0.9, figs                              # far enough apart to put a bound between them
+    bound = float(np.sqrt(lo * hi))
+    save_checkpoint(trained("gru"), "runs/gru")
+    args = ["export", "runs/gru", "--int8", "--max-error", repr(bound), "--out"]
+    r = runner.invoke(cli, [*args, "m.onnx"])                # the default: the backend StreamSession runs
+    if good == "native":                                     # measured here: the integer step errs less
+        assert r.exit_code == 0, r.output
+        assert "judged on native: mean error" in r.output
+        assert f"  on {bad} (not judged): mean error {hi:.2%}" in r.output and "(outside its bound)" in r.output
+        v = open_model("m.onnx")[1].validation
+        assert v["backend"] == "native" and v["within_bounds"] is True
+        assert v["backends"][bad]["within_bounds"] is False and v["backends"][bad]["mean_rel"] == hi
+    else:
+        assert r.exit_code == 1 and not Path("m.onnx").exists()
+    r = runner.invoke(cli, [*args, "m2.onnx", "--backend", bad])
+    assert one_error_line(r) == (
+        f"Error: int8 (static) on the {bad} backend breaks its bound: mean output error {hi:.2%} of the output "
+        f"range (bound {bound:.2%}); on {good} it stays within it; the model was not written (try --backend "
+        f"{good} if that is the backend you deploy on, the other --int8-scheme, or --keep-anyway to write it "
+        "regardless)")
+    assert sorted(p.name for p in Path().iterdir()) == sorted(["runs"] + (["m.onnx"] if good == "native" else []))
+
+
+def test_without_the_native_extension_int8_is_judged_on_onnxruntime(trained, tmp_path, monkeypatch):
+    """No compiler, no extension: today's verdict (onnxruntime), and the report says why."""
+    monkeypatch.setattr(native, "_ext", None)
+    monkeypatch.setattr(native, "_WHY", "the native step extension (edgeseq.runtime.native._es_native) is not "
+                                        "built; build it with `pip install -e .` where a C compiler is installed")
+    monkeypatch.delenv("EDGESEQ_BACKEND", raising=False)
+    with pytest.raises(UsageError, match="cannot judge the model on backend 'native': the native step extension"):
+        export_int8(trained("gru"), tmp_path / "n.onnx", "static", backend="native")
+    with pytest.raises(UsageError, match=r"backend 'native' \(from \$EDGESEQ_BACKEND\)"):
+        monkeypatch.setenv("EDGESEQ_BACKEND", "native")
+        export_int8(trained("gru"), tmp_path / "n.onnx", "static")
+    monkeypatch.delenv("EDGESEQ_BACKEND")
+    assert list(tmp_path.iterdir()) == []
+    report = export_int8(trained("gru"), tmp_path / "g.onnx", "static")
+    assert report["backend"] == "onnxruntime" and set(report["backends"]) == {"onnxruntime"}
+    assert "is not built" in report["backend_note"] and report["backends_differ"] is False
+    assert {k: report[k] for k in FIGURES} == {k: report["backends"]["onnxruntime"][k] for k in FIGURES}
+
+
+def test_int8_backend_option_is_checked(runner, trained):
+    from edgeseq.cli import cli
+    from edgeseq.train import save_checkpoint
+    save_checkpoint(trained("gru"), "runs/gru")
+    r = runner.invoke(cli, ["export", "runs/gru", "--backend", "native", "--out", "m.onnx"])
+    assert one_error_line(r, 2).startswith("Error: --backend applies to int8 export only; add --int8")
+    r = runner.invoke(cli, ["export", "runs/gru", "--int8", "--int8-scheme", "dynamic", "--backend", "native",
+                            "--out", "m.onnx"])
+    assert one_error_line(r, 2).startswith("Error: int8 export cannot judge the model on backend 'native': ")
+    with pytest.raises(UsageError, match="backend must be one of auto, onnxruntime, native, got 'gpu'"):
+        export_int8(trained("gru"), "m.onnx", backend="gpu")
+    assert not Path("m.onnx").exists()

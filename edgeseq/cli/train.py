@@ -13,44 +13,63 @@ from edgeseq.errors import UsageError
 @click.command()
 @click.option("--arch", default="gru", show_default=True, help="rnn, gru, lstm, transformer, ssm, bigru or bilstm.")
 @click.option("--data", default="basicmotions", show_default=True, help="'basicmotions' or a .npz / .csv path.")
+@click.option("--features", metavar="COL,COL,...", help="A .csv's feature columns, by name and in this order; every "
+              "other column is ignored (default: the columns that hold readings, as described above).")
 @click.option("--out", required=True, type=click.Path(), help="Run directory for checkpoint.pt and metrics.json.")
-@click.option("--epochs", type=click.IntRange(min=1), help="Override the architecture's default schedule.")
+@click.option("--epochs", type=click.IntRange(min=1),
+              help="Train exactly N epochs on every training sequence (no validation split, no early stopping). "
+                   "Default: until the score on a validation split stops improving, within a budget scaled to "
+                   "the data.")
 @click.option("--lr", type=Finite(min=0, min_open=True), help="Peak learning rate.")
 @_seed_option
 @click.option("--set", "settings", multiple=True, metavar="NAME=VALUE",
               help="Model setting, e.g. --set hidden=32 --set layers=2; augmentation: --set augment=none, "
-                   "--set augment.rotate=30 (see docs/augment.md).")
+                   "--set augment.rotate=30 (see docs/augment.md); training: --set patience=20, "
+                   "--set val_fraction=0.25 (see docs/usage.md).")
 @click.option("--json", "as_json", is_flag=True, help="Print metrics as JSON.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @_errors
-def train(arch, data, out, epochs, lr, seed, settings, as_json, quiet):
+def train(arch, data, out, epochs, lr, seed, settings, as_json, quiet, features):
     """Train a model and save a checkpoint that carries its config, normalisation and labels.
 
+    User data: .npz with X [N,T,F], y [N], optional lengths [N]; or .csv with one reading per
+    row and columns sequence,label,<features...> (optional split=train|test and group
+    columns). A .csv's other columns are features, except those named as a time or an id
+    (timestamp, time, date, t, id, index, sample, ..., any case) and those that hold no number
+    on any row (notes, ISO times): these are ignored, and the output names them. --features
+    names the feature columns instead.
+
     \b
-    User data: .npz with X [N,T,F], y [N], optional lengths [N]; or .csv with one reading
-    per row and columns sequence,label,<features...> (optional split=train|test column).
       edgeseq train --arch lstm --data basicmotions --out runs/lstm
       edgeseq train --arch gru --data mydata.npz --out runs/mine --set hidden=32
       edgeseq train --arch ssm --out runs/ssm --set selective=true
       edgeseq train --arch gru --out runs/plain --set augment=none
       edgeseq train --arch gru --data wrist.csv --out runs/rot --set augment.rotate=45 --set augment.triples=ax,ay,az
+      edgeseq train --arch gru --data log.csv --out runs/acc --features acc_x,acc_y,acc_z
     """
     from dataclasses import replace
 
     from edgeseq.data import load_dataset
     from edgeseq.data.augment import describe, parse_settings
     from edgeseq.models import check_arch
-    from edgeseq.train import DEFAULTS, TrainConfig, parse_overrides, save_checkpoint
+    from edgeseq.train import DEFAULTS, TRAIN_SETTINGS, TrainConfig, parse_overrides, save_checkpoint
     from edgeseq.train import train as train_fn
 
     check_arch(arch)
     tc = DEFAULTS.get(arch, TrainConfig())
     overrides, augment = parse_settings(parse_overrides(settings), base=tc.augment)
-    dataset = load_dataset(data)
-    tc = replace(tc, seed=seed, augment=augment, **({"epochs": epochs} if epochs else {}), **({"lr": lr} if lr else {}))
+    schedule = {k: overrides.pop(k) for k in list(overrides) if k in TRAIN_SETTINGS}
+    if features is not None and not data.lower().endswith(".csv"):
+        raise UsageError(f"--features picks columns of a .csv file, and --data '{data}' is not one (an .npz's "
+                         "channels are its X); drop --features")
+    dataset = load_dataset(data, None if features is None else features.split(","))
+    tc = replace(tc, seed=seed, augment=augment, **({"epochs": epochs} if epochs else {}), **({"lr": lr} if lr else {}),
+                 **schedule)
     if Path(out).exists() and not Path(out).is_dir():
         raise UsageError(f"--out '{out}' is a file; give a directory for checkpoint.pt and metrics.json")
     ckpt = train_fn(arch, dataset, tc, overrides, progress=not quiet)      # progress goes to stderr
+    if dataset.ignored:                         # the columns left out of a .csv, and why: in metrics.json too
+        ckpt["metrics"]["ignored_columns"] = dict(dataset.ignored)
     with _writing(out):
         path = save_checkpoint(ckpt, out)
     m = ckpt["metrics"]
@@ -59,7 +78,11 @@ def train(arch, data, out, epochs, lr, seed, settings, as_json, quiet):
     else:
         click.echo(f"{arch} on {dataset.name}: test accuracy {m['test_accuracy']:.3f} "
                    f"(train {m['train_accuracy']:.3f}) in {m['train_seconds']:.1f} s -> {path}")
+        click.echo(f"schedule: {schedule_line(m.get('schedule'))}")
         click.echo(f"augment: {describe(m['augment'])}")
+        if dataset.ignored:
+            click.echo(f"columns: features {', '.join(dataset.features)}; ignored "
+                       + ", ".join(f"{name} ({why})" for name, why in dataset.ignored.items()))
         if m.get("groups"):
             click.echo(f"groups: {len(m['groups']['train'] or [])} in training, {len(m['groups']['test'] or [])} "
                        f"in the test split ({m['groups']['test_split']})")
@@ -68,3 +91,20 @@ def train(arch, data, out, epochs, lr, seed, settings, as_json, quiet):
                 click.echo(f"note: {len(shared)} group(s) are in both splits ({', '.join(repr(g) for g in shared[:5])}"
                            f"{', ...' if len(shared) > 5 else ''}): the test accuracy is not on unseen groups; give "
                            "groups_test names the training split does not hold to measure that", err=True)
+    s = m.get("schedule") or {}
+    if s.get("advice"):
+        click.echo(f"warning: not converged: {s['advice']} (curve: {Path(out) / 'training_curve.png'})", err=True)
+
+
+def schedule_line(s: dict | None) -> str:
+    """How a checkpoint was trained, in one line: 'early stopping on 8 of 40 training sequences
+    (...): best epoch 31 of 43 run (budget 300)' or '25 epochs (fixed)'."""
+    if not s:
+        return "unknown"
+    if s["mode"] == "fixed":
+        return f"{s['epochs_run']} epochs (fixed)"
+    if s["mode"] == "budget":
+        return f"{s['epochs_run']} epochs, the whole budget (no validation split: {s['validation']})"
+    how = "stopped early" if s["stopped"] == "early" else "budget spent"
+    return (f"validation on {s['validation']}; kept epoch {s['best_epoch']} of {s['epochs_run']} run "
+            f"({how}, budget {s['max_epochs']} epochs)")

@@ -14,21 +14,32 @@ groups drawn with a fixed seed (`holdout`), so the split is deterministic and no
 both sides. `X_test` and `y_test` come together or not at all.
 
 User `.csv`: one reading per row with a header. Columns `sequence` (an id) and `label` are
-required, every other column is a feature, in header order; an optional `split` column
-holds `train` or `test` (any other value is refused), an optional `group` column the
-sequence's group (one per sequence). The file is UTF-8, with or without
+required; an optional `split` column holds `train` or `test` (any other value is refused), an
+optional `group` column the sequence's group (one per sequence). The other columns are the
+features, in header order, except those that are not readings, which are ignored whatever they
+hold (as `edgeseq stream` ignores them), and listed with the reason in the Dataset's `ignored`:
+a column named as a time or an id (`edgeseq.data.files.NOT_FEATURES`: timestamp, time,
+datetime, date, t, id, index, row, sample, subject, device, note, ..., in any case, with a
+unit after it or not: `Time (s)`, `timestamp_ms`; a column without a name, such as the index
+pandas writes), and a column that holds no number on any row (ISO times, device names, notes,
+empty cells). A column with numbers on some rows and other text on others is a feature with
+bad readings: refused, naming the first bad line and value. `load_dataset(path, features=[...])`
+(`edgeseq train --features`) names the feature columns instead, in the order given; every
+other column is ignored, and a name the file lacks is refused, listing its columns. A file
+left with no feature column is refused. The file is UTF-8, with or without
 the byte-order mark a spreadsheet writes; fields may be quoted. Rows of one sequence are
 contiguous and in time order; sequences may differ in length. The label belongs to the row
 and may change within a sequence (a recording whose activity changes); a sequence's class,
 for per-sequence scores, is the label of its last row.
 
-    sequence,label,acc_x,acc_y,acc_z
-    s1,walk,0.1,0.2,9.7
-    s1,walk,0.2,0.1,9.8
-    s2,rest,0.0,0.0,9.8
+    sequence,label,timestamp,acc_x,acc_y,acc_z
+    s1,walk,2026-01-01T10:00:00.000,0.1,0.2,9.7
+    s1,walk,2026-01-01T10:00:00.020,0.2,0.1,9.8
+    s2,rest,2026-01-01T10:05:00.000,0.0,0.0,9.8
 
 Channels are matched by name wherever data meets a model (`align_features`): named columns
-in another order are put in the model's order; unnamed ones (f0, f1, ...) by position. The
+in another order are put in the model's order; unnamed ones (f0, f1, ...) by position; a
+.csv's columns beyond the model's are ignored, as `stream` ignores them. The
 commands that evaluate a model read the data it was trained on unless told otherwise
 (`data_for_model`; an exported file records it, see `trained_on`). The file readers and their
 checks are in `edgeseq.data.files`.
@@ -91,6 +102,8 @@ class Dataset:
                                 # (None: built in memory)
     held_out: str = "file"      # how the test split was set: 'file' (given), 'class' or 'group' (`holdout`)
     sha256: str | None = None   # a data file's sha256 as loaded (None: embedded or built in memory)
+    ignored: dict | None = None  # a .csv's columns that are not features, {name: why}, in header order
+                                 # (None: not read from a .csv header)
 
     def group_split(self) -> dict | None:
         """Which groups each split holds, {'train': [names], 'test': [names], 'test_split': how
@@ -110,12 +123,25 @@ class Dataset:
         return len(self.features)
 
     def for_model(self, model_features, where: str | None = None, remedy: str = CHANNELS_REMEDY) -> "Dataset":
-        """This data with its channels in the order a model reads them (`align_features`)."""
-        order = align_features(self.features, model_features, where or f"data '{self.name}'", remedy)
+        """This data with its channels in the order a model reads them (`align_features`).
+
+        Data read from a .csv (`ignored` not None) that holds every named channel of the model
+        and more keeps the model's, as `edgeseq stream` reads such a file: the others join
+        `ignored` ("not a channel of the model"). Otherwise other channels are refused
+        (DataError, `align_features`)."""
+        ignored = self.ignored
+        model = [str(f) for f in model_features]
+        extra = [f for f in self.features if f not in model]
+        if ignored is not None and extra and not _generic(model) and set(model) <= set(self.features):
+            # a .csv's columns are picked by name, as `stream` picks them: the model's, in its order
+            order = np.array([self.features.index(f) for f in model], dtype=np.int64)
+            ignored = {**ignored, **{f: "not a channel of the model" for f in extra}}
+        else:
+            order = align_features(self.features, model_features, where or f"data '{self.name}'", remedy)
         if order is None:
             return self
         return Dataset(self.name, self.train.channels(order), self.test.channels(order), self.labels,
-                       list(model_features), self.source, self.held_out, self.sha256)
+                       list(model_features), self.source, self.held_out, self.sha256, ignored)
 
 
 def _group_names(split: Split) -> list | None:
@@ -180,6 +206,9 @@ def data_for_model(data: str | None, features, labels=None, trained: str | None 
     before that key) is read against the embedded basicmotions. features, labels: the model's
     channel and class names (labels None: not checked); `model` names it in messages;
     trained_sha256: the recorded file's sha256 when it was trained (None: not checked).
+    A .csv is read for the model's named channels only (`load_dataset(features=...)`), so a
+    column the model was not trained on (excluded with `--features`, say) is not read at all;
+    a .csv that lacks one of them is read as it is, and refused as below.
     Raises DataError, one line that says to pass --data: the recorded file no longer exists
     (naming it) or has changed since (its test split, carved anew, could hold sequences the
     model trained on), the data's channels are not the model's (naming both,
@@ -190,7 +219,9 @@ def data_for_model(data: str | None, features, labels=None, trained: str | None 
                         "(or other data with the model's channels)")
     if data is None:
         check_unchanged(trained, trained_sha256, who)
-    ds = load_dataset(data or trained or "basicmotions")
+    spec = data or trained or "basicmotions"
+    named = None if _generic([str(f) for f in features]) else [str(f) for f in features]
+    ds = _open(spec, named, strict=False)
     ds = ds.for_model(features, f"data '{ds.name}'", DATA_REMEDY)
     if labels is not None and list(ds.labels) != list(labels):
         raise DataError(f"data '{ds.name}' has the labels {', '.join(ds.labels)} but the model predicts "
@@ -279,12 +310,29 @@ def since_change(y: np.ndarray) -> np.ndarray:
     return np.arange(len(y)) - start
 
 
-def load_dataset(spec: str) -> Dataset:
+def load_dataset(spec: str, features=None) -> Dataset:
     """`basicmotions`, `japanesevowels` (embedded; edgeseq/data/PROVENANCE.md) or a path to a
     `.npz` / `.csv` file (layouts in this module's docstring).
-    The Dataset's `source` is what reopens it: the embedded name or the file's absolute path."""
+    The Dataset's `source` is what reopens it: the embedded name or the file's absolute path.
+
+    features: a .csv's feature columns by name (a list of str, in the order the model will
+    read them); every other column is ignored. None: the columns that hold readings, found
+    as this module's docstring says. A .csv Dataset's `ignored` says which columns were left
+    out and why. Raises DataError (one line): a named column the file lacks (listing the
+    columns it has), one named twice or one of sequence/label/split/group, `features` for data
+    that is not a .csv (an .npz's channels are its X), and the file errors of the readers."""
+    return _open(spec, features, strict=True)
+
+
+def _open(spec: str, features, strict: bool) -> Dataset:
+    """`load_dataset`; strict False (`data_for_model`): a .csv that lacks one of `features`
+    is read with the columns found by their content instead, so that the caller can name the
+    model's channels and the data's in its refusal; `features` is ignored for other data."""
     from edgeseq.data.files import _load_csv, _load_npz   # here, not at the top: files.py builds on Split and Dataset
 
+    if features is not None and strict and Path(spec).suffix.lower() != ".csv":
+        raise DataError(f"features pick the columns of a .csv file, and data '{spec}' is not one (an .npz's channels "
+                        "are its X); save the data with only the channels to train on, or as a .csv")
     if spec in EMBEDDED:
         ds = _load_npz(EMBEDDED[spec], name=spec)
         ds.source = spec
@@ -299,7 +347,7 @@ def load_dataset(spec: str) -> Dataset:
     if suffix == ".npz":
         ds = _load_npz(path, name=path.stem)
     elif suffix == ".csv":
-        ds = _load_csv(path)
+        ds = _load_csv(path, features, strict)
     else:
         raise DataError(f"data file '{spec}' must end in .npz or .csv")
     ds.source = str(path.resolve())

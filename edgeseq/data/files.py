@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import zipfile
 from pathlib import Path
 
@@ -251,7 +252,85 @@ def _encode_labels(y, labels, path, keys=(("y", None),)):
     return np.array([index[str(v)] for v in y], dtype=np.int64), names
 
 
-def _load_csv(path: Path) -> Dataset:
+RESERVED = ("sequence", "label", "split", "group")   # a .csv's columns that are never features
+
+# Header names that say a column is not a reading, whatever it holds: a Unix time or a row
+# number is numeric, and would otherwise train as a channel. Matched by `not_a_feature`: any
+# case, spaces and punctuation aside, a unit after it allowed ('Time (s)', 'timestamp_ms',
+# 'Sample ID', 'sampleId'). A column named here is still a feature where `features` names it.
+NOT_FEATURES = {
+    "time": ("timestamp", "time", "datetime", "date", "t", "ts", "unixtime", "epoch", "epochtime", "elapsed",
+             "elapsedtime", "clock"),
+    "an id": ("id", "index", "idx", "row", "rowid", "rowindex", "rownumber", "rowno", "sample", "sampleid",
+              "sampleindex", "samplenumber", "sampleno", "record", "recordid", "subject", "subjectid", "user",
+              "userid", "participant", "participantid", "session", "sessionid", "device", "deviceid", "name"),
+    "a note": ("note", "notes", "comment", "comments", "description"),
+}
+UNITS = ("s", "ms", "us", "ns", "sec", "secs", "seconds", "utc", "iso")     # dropped from the end of a name
+_KIND = {name: kind for kind, names in NOT_FEATURES.items() for name in names}
+# What a number looks like, refused or not: a column holding one is a feature with a bad cell
+# (1_0, 3,5, 12%), not text; dates and clock times (2026-01-01, 10:00:00.020) are text.
+_NUMBERISH = re.compile(r"[+-]?(?:\d[\d_,.']*|[.,]\d+)(?:[eE][+-]?\d+)?\s*%?")
+
+
+def not_a_feature(name: str) -> str | None:
+    """Why a .csv column named `name` is not a feature by its name alone ('time, by its name',
+    'no name: a row index', ...), or None where the name says nothing (see NOT_FEATURES)."""
+    low = name.strip().lower()
+    if not low or re.fullmatch(r"unnamed: ?\d+", low):        # pandas' to_csv writes its index so
+        return "no name: a row index"
+    tokens = re.findall(r"[a-z0-9]+", low)
+    while len(tokens) > 1 and tokens[-1] in UNITS:
+        tokens.pop()
+    kind = _KIND.get("".join(tokens))
+    return f"{kind}, by its name" if kind else None
+
+
+def _numberish(cell: str) -> bool:
+    """A cell that is, or is meant as, a number (see _NUMBERISH)."""
+    t = cell.strip()
+    if _is_float(t) or _NUMBERISH.fullmatch(t):
+        return True
+    try:
+        float(t)                                # full-width and other non-ASCII digits
+        return True
+    except ValueError:
+        return False
+
+
+def _pick_columns(path, header, rows, features, strict):
+    """(feature column indices, {name: why} of the other columns that are not sequence, label,
+    split or group): the columns `features` names, or the ones that hold readings."""
+    others = [i for i, h in enumerate(header) if h not in RESERVED]
+    if features is not None:
+        names = [str(f).strip() for f in features]
+        missing = [f for f in names if f not in header]
+        if strict or not missing:
+            if not names or not all(names):
+                raise DataError(f"'{path}': features must name columns, got {names}; give the feature columns' names")
+            twice = sorted({f for f in names if names.count(f) > 1})
+            if twice:
+                raise DataError(f"'{path}': features name {', '.join(twice)} more than once; name each column once")
+            kept = [f for f in names if f in RESERVED]
+            if kept:
+                raise DataError(f"'{path}': '{kept[0]}' is the {kept[0]} column, not a feature; name feature columns "
+                                f"only (the file's: {', '.join(header[i] for i in others) or 'none'})")
+            if missing:
+                raise DataError(f"'{path}' has no column {', '.join(repr(f) for f in missing)}; its columns are "
+                                f"{', '.join(header)}: name features from those")
+            return [header.index(f) for f in names], {header[i]: "not in features" for i in others
+                                                     if header[i] not in names}
+    ignored = {i: not_a_feature(header[i]) for i in others}
+    ignored = {i: why for i, why in ignored.items() if why}
+    readings = [r for r in rows if len(r) == len(header) and any(c.strip() for c in r)]
+    if readings:                                # no rows: the caller says so
+        for i in others:
+            if i not in ignored and not any(_numberish(r[i]) for r in readings):
+                ignored[i] = "text on every row" if any(r[i].strip() for r in readings) else "empty on every row"
+    return [i for i in others if i not in ignored], {header[i]: why for i, why in sorted(ignored.items())}
+
+
+def _load_csv(path: Path, features=None, strict: bool = True) -> Dataset:
     try:
         raw = path.read_bytes()
     except OSError as e:
@@ -274,15 +353,18 @@ def _load_csv(path: Path) -> Dataset:
         if need not in header:
             raise DataError(f"'{path}': header needs a '{need}' column (see `edgeseq train --help`)")
     for i, h in enumerate(header):
-        if not h or h in header[:i]:
-            what = "has no name" if not h else f"repeats the name '{h}'"
-            raise DataError(f"'{path}': header column {i + 1} {what}; give each column its own name")
+        if h and h in header[:i]:               # unnamed columns (an index) may be several: none is read
+            raise DataError(f"'{path}': header column {i + 1} repeats the name '{h}'; give each column its own name")
     i_seq, i_lab = header.index("sequence"), header.index("label")
     i_split = header.index("split") if "split" in header else None
     i_group = header.index("group") if "group" in header else None
-    feat_idx = [i for i, h in enumerate(header) if i not in (i_seq, i_lab, i_split, i_group)]
-    if not feat_idx:
+    if all(h in RESERVED for h in header):
         raise DataError(f"'{path}': no feature columns besides sequence/label/split/group")
+    feat_idx, ignored = _pick_columns(path, header, rows[1:], features, strict)
+    if not feat_idx:
+        why = ", ".join(f"{h} ({w})" for h, w in ignored.items())
+        raise DataError(f"'{path}': no column holds readings (not features: {why}); add columns of numeric "
+                        "readings, or name the feature columns (train --features)")
     seqs: dict = {}
     last_key = None
     for lineno, row in enumerate(rows[1:], start=2):
@@ -344,9 +426,10 @@ def _load_csv(path: Path) -> Dataset:
         tr, te = splits == "train", splits == "test"
         if not te.any() or not tr.any():
             raise DataError(f"'{path}': the split column needs both 'train' and 'test' sequences")
-        return Dataset(path.stem, data.take(tr), data.take(te), labels, features)
+        return Dataset(path.stem, data.take(tr), data.take(te), labels, features, ignored=ignored)
     train, test = holdout(data, where=f"'{path}'")
-    return Dataset(path.stem, train, test, labels, features, held_out="class" if groups is None else "group")
+    return Dataset(path.stem, train, test, labels, features, held_out="class" if groups is None else "group",
+                   ignored=ignored)
 
 
 def _is_float(s):

@@ -102,15 +102,18 @@ def run_train_bench(archs=("rnn", "gru", "lstm", "transformer", "ssm"), threads:
     import torch
 
     from edgeseq.data import load_dataset
-    from edgeseq.train import DEFAULTS, train
+    from edgeseq.train import train
     if threads:
         torch.set_num_threads(threads)
     ds = load_dataset("basicmotions")
     rows = {}
     for arch in archs:
         ck = train(arch, ds, progress=False)
-        rows[arch] = {"seconds": ck["metrics"]["train_seconds"], "epochs": DEFAULTS[arch].epochs,
-                      "test_accuracy": ck["metrics"]["test_accuracy"]}
+        sched = ck["metrics"]["schedule"]
+        rows[arch] = {"seconds": ck["metrics"]["train_seconds"], "epochs": sched["epochs_run"],
+                      "best_epoch": sched["best_epoch"], "converged": sched["converged"],
+                      "test_accuracy": ck["metrics"]["test_accuracy"],
+                      "test_continuous_accuracy": ck["metrics"].get("test_continuous_accuracy")}
     return {"archs": rows, "threads": torch.get_num_threads(), "target_s": TRAIN_TARGET_S,
             "gru_within_target": rows.get("gru", {}).get("seconds", 0.0) < TRAIN_TARGET_S}
 
@@ -185,6 +188,10 @@ def format_train_throughput(r: dict) -> str:
         ref = {a: rps[a] / rps["gru"] for a in ("lstm", "ssm") if a in rps}
         lines.append("  GRU's slowest readings/s against the slowest of: "
                      + ", ".join(f"{a} {v:.2f}x" for a, v in ref.items()))
+    if {"gru", "transformer"} <= set(r["archs"]):
+        g, t = (r["archs"][a]["lengths"].values() for a in ("gru", "transformer"))
+        lines.append("  GRU's readings/s over the Transformer's: " + ", ".join(
+            f"T={n:,} {a['readings_per_s'] / b['readings_per_s']:.2f}x" for n, a, b in zip(L, g, t)))
     return "\n".join(lines)
 
 
@@ -454,8 +461,11 @@ def format_bench(r: dict) -> str:
         t = r["train"]
         lines.append(f"Training, default schedule on BasicMotions ({t['threads']} torch threads):")
         for arch, row in t["archs"].items():
-            lines.append(f"  {arch:12s} {row['seconds']:6.1f} s  ({row['epochs']} epochs, test accuracy "
-                         f"{row['test_accuracy']:.3f})")
+            kept = f", kept {row['best_epoch']}" if row.get("best_epoch") else ""
+            cont = row.get("test_continuous_accuracy")
+            lines.append(f"  {arch:12s} {row['seconds']:6.1f} s  ({row['epochs']} epochs{kept}, test accuracy "
+                         f"{row['test_accuracy']:.3f} per sequence" + (f", {cont:.3f} never reset" if cont else "")
+                         + ("" if row.get("converged", True) else ", not converged") + ")")
         if "gru" in t["archs"]:
             lines.append(f"  default GRU under {t['target_s']:.0f} s: {'met' if t['gru_within_target'] else 'NOT met'}")
     if "throughput" in r:

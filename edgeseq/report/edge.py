@@ -1,10 +1,11 @@
 """`edgeseq report`: fixed recurrent state against a growing KV cache, measured in one run.
 
-For the RNN, GRU, LSTM and the causal Transformer (growing cache, and a bounded window), float
+For the RNN, GRU, LSTM, SSM and the causal Transformer (growing cache, and a bounded window), float
 and int8, trained on one data set (`data`: the embedded BasicMotions by default, or the data
 the reused runs were trained on), whose test readings are what every model streams:
 
-1. models: parameters, file size, multiply-accumulates per reading, test accuracy;
+1. models: parameters, file size, multiply-accumulates per reading, test accuracy with the
+   schedule that trained the model;
 2. memory per stream against history length, read from live sessions after streaming;
 3. latency per reading against the step index (median and p99), with the onnxruntime
    per-call floor, the GRU step in torch eager and the Transformer recomputing its whole
@@ -17,8 +18,16 @@ the reused runs were trained on), whose test readings are what every model strea
 
 Writes report.json (every figure), report.md, index.html and PNG plots into one directory,
 built beside it under a temporary name and moved into place only once complete: a failed
-report leaves an existing directory as it was. `quick=True` measures the same things with
-fewer readings and repeats (under a minute).
+report leaves an existing directory as it was.
+
+`quick=True` measures the same things with fewer readings and repeats, and trains the models it
+does not reuse for a few fixed epochs (`QUICK["epochs"]`), not to convergence. Its time is
+dominated by exporting ten models (float and int8, each validated against torch) and two more
+Transformers for the microcontroller panel; see docs/edge-report.md for measured times. Every
+accuracy the report shows comes with the schedule that trained the model (`schedule_of`), and
+the summary calls out a model at or below chance or one its training flagged as not converged.
+
+Progress goes to stderr: a bar per phase on a terminal, plain lines elsewhere (`Progress`).
 """
 
 from __future__ import annotations
@@ -33,65 +42,143 @@ from pathlib import Path
 import numpy as np
 
 from edgeseq.errors import UsageError
-from edgeseq.report.edge_pages import BATCHES, _html, _markdown, _plots, _summary, latency_at  # noqa: F401
+from edgeseq.report.edge_pages import (BATCHES, _html, _markdown, _plots, _summary, latency_at,  # noqa: F401
+                                       schedule_text)
 
 ARCHS = ["rnn", "gru", "lstm", "transformer", "ssm"]
 FIXED = ["rnn", "gru", "lstm", "ssm"]          # a fixed state per stream: recurrent and state-space
 
+# "epochs": None trains each architecture on its default schedule (`edgeseq.train.DEFAULTS`);
+# a dict gives each a fixed number of epochs, a quarter of the fixed schedules chosen on
+# BasicMotions (40, 25, 30, 30, 20 epochs): seconds each there, not trained to convergence.
 FULL = {"history": 4096, "latency_repeats": 5, "recompute_points": [2, 16, 64, 256, 1024, 4096],
         "throughput_calls": 200, "rss_readings": 100_000, "rss_growing": 20_000, "window": 256,
-        "epochs_scale": 1.0, "warmup": 50}
+        "epochs": None, "warmup": 50}
 QUICK = {"history": 1024, "latency_repeats": 2, "recompute_points": [2, 16, 256, 1024],
          "throughput_calls": 20, "rss_readings": 10_000, "rss_growing": 2_000, "window": 128,
-         "epochs_scale": 0.25, "warmup": 10}
+         "epochs": {"rnn": 10, "gru": 6, "lstm": 7, "transformer": 7, "ssm": 5}, "warmup": 10}
 
 
-def _bar(total, desc, progress):
-    from tqdm import tqdm
-    return tqdm(total=total, desc=desc, disable=None if progress else True, leave=False)
+class Progress:
+    """The report's progress on stderr (nothing when not `enabled`): on a terminal a bar per
+    phase; elsewhere (CI, a log file) plain lines, one as each phase starts, one at a step once
+    `every` seconds have passed since the last, and one as it ends, each with the time the phase
+    and the whole report have taken so far."""
+
+    def __init__(self, enabled: bool, stream=None, every: float = 5.0):
+        self.enabled, self.every = enabled, every
+        self.out = stream if stream is not None else sys.stderr
+        self.tty = enabled and getattr(self.out, "isatty", lambda: False)()
+        self.t0 = time.perf_counter()
+
+    def say(self, line: str) -> None:
+        """One plain line, off a terminal only (on one, the bars say it)."""
+        if self.enabled and not self.tty:
+            print(line, file=self.out, flush=True)
+
+    def phase(self, name: str, total: int) -> "_Phase":
+        return _Phase(self, name, total)
+
+
+class _Phase:
+    """One phase of `Progress`: update() after each step, close() at the end."""
+
+    def __init__(self, p: Progress, name: str, total: int):
+        from edgeseq.train_plan import clock
+        self.p, self.name, self.total, self.done, self.clock = p, name, total, 0, clock
+        self.t0 = self.last = time.perf_counter()
+        self.bar = None
+        if p.tty:
+            from tqdm import tqdm
+            self.bar = tqdm(total=total, desc=name, leave=False, file=p.out)
+        p.say(f"report: {name}: {total} step{'s' if total != 1 else ''}, {clock(self.t0 - p.t0)} in all so far")
+
+    def update(self, n: int = 1, what: str | None = None) -> None:
+        self.done += n
+        if self.bar is not None:
+            self.bar.update(n)
+            return
+        now = time.perf_counter()
+        if now - self.last >= self.p.every:
+            self.last = now
+            self.p.say(f"report: {self.name} {self.done}/{self.total}{f' ({what})' if what else ''}, "
+                       f"{self.clock(now - self.t0)} in this phase, {self.clock(now - self.p.t0)} in all")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        now = time.perf_counter()
+        self.p.say(f"report: {self.name} done in {self.clock(now - self.t0)}, {self.clock(now - self.p.t0)} in all")
 
 
 # --- 1. models --------------------------------------------------------------------------------
 
-def _models(out: Path, reused: dict, ds, settings, progress) -> dict:
+def _models(out: Path, reused: dict, ds, settings, progress: Progress) -> dict:
     """Train (or take from `reused`: arch -> (run directory, checkpoint)) and export every
-    architecture on `ds`, and measure each file's size and accuracy."""
+    architecture on `ds`, and measure each file's size and accuracy, with the schedule that
+    trained it beside the accuracy (`schedule_of`)."""
     from dataclasses import replace
 
     from edgeseq.train import DEFAULTS, TrainConfig, model_from_checkpoint, save_checkpoint, train
     from export import export_int8, export_model
 
     rows, ckpts = {}, {}
-    bar = _bar(len(ARCHS), "models", progress)
+    bar = progress.phase("models", sum(2 if a in reused else 3 for a in ARCHS))
     for arch in ARCHS:
+        quick = settings["epochs"] is not None and arch not in reused
         if arch in reused:
             run, ckpt = reused[arch]
             source = f"reused {run}"
         else:
             tc = DEFAULTS.get(arch, TrainConfig())
-            tc = replace(tc, epochs=max(1, int(tc.epochs * settings["epochs_scale"])))
-            ckpt, source = train(arch, ds, tc, progress=False), f"trained here, {tc.epochs} epochs"
+            if quick:
+                tc = replace(tc, epochs=settings["epochs"][arch])
+            ckpt = train(arch, ds, tc, progress=progress.enabled)
             save_checkpoint(ckpt, out / "runs" / arch)
+            source = "trained here"
+            bar.update(1, f"{arch} trained")
+        schedule = schedule_of(ckpt, quick)
         ckpts[arch] = ckpt
         model = model_from_checkpoint(ckpt)
         f_path, q_path = out / "models" / f"{arch}.onnx", out / "models" / f"{arch}-int8.onnx"
         export_model(ckpt, f_path)
+        bar.update(1, f"{arch} float exported")
         q = export_int8(ckpt, q_path, "static", data=ds, keep_anyway=True)
         macs = model.macs_per_reading() if arch != "transformer" else model.macs_per_reading(0)
+        classes = len(ckpt["labels"])
         rows[arch] = {
-            "source": source, "config": ckpt["config"],
+            "source": source, "config": ckpt["config"], "schedule": schedule,
+            "classes": classes, "chance": 1 / classes,
             "parameters": sum(p.numel() for p in model.parameters()),
-            "float": {"path": str(f_path), "bytes": f_path.stat().st_size, **_accuracy(f_path, ds)},
+            "float": {"path": str(f_path), "bytes": f_path.stat().st_size, **_accuracy(f_path, ds),
+                      "trained": schedule["text"]},
             "int8": {"path": str(q_path), "bytes": q_path.stat().st_size, **_accuracy(q_path, ds),
-                     "mean_error_rel": q["mean_rel"], "within_bounds": q["within_bounds"]},
+                     "trained": schedule["text"], "mean_error_rel": q["mean_rel"],
+                     "within_bounds": q["within_bounds"]},
             "macs_per_reading": macs,
         }
         if arch == "transformer":
             rows[arch]["macs_per_reading_at"] = {str(h): model.macs_per_reading(h) for h in (16, 256, 4096)}
             rows[arch]["macs_per_reading"] = model.macs_per_reading(16)
-        bar.update(1)
+        bar.update(1, f"{arch} int8 exported")
     bar.close()
     return rows, ckpts
+
+
+def schedule_of(ckpt: dict, quick: bool = False) -> dict:
+    """How `ckpt`'s model was trained: mode ('early-stopping', 'fixed', ...), max_epochs,
+    epochs_run, best_epoch, converged (None: not judged), advice (what to try when not
+    converged), quick (trained here by a quick report: a few fixed epochs, not to convergence)
+    and text, the phrase every accuracy is shown with. Read from the checkpoint's
+    `metrics["schedule"]`; a checkpoint without one ran its train_config's epochs, fixed."""
+    s = (ckpt.get("metrics") or {}).get("schedule") or {}
+    epochs = (ckpt.get("train_config") or {}).get("epochs")
+    out = {"mode": s.get("mode") or ("fixed" if epochs is not None else None),
+           "max_epochs": s.get("max_epochs", epochs), "epochs_run": s.get("epochs_run", epochs),
+           "best_epoch": s.get("best_epoch"), "converged": s.get("converged"), "advice": s.get("advice"),
+           "quick": bool(quick)}
+    out["text"] = schedule_text(out)
+    return out
 
 
 def _accuracy(path, ds) -> dict:
@@ -118,7 +205,7 @@ def _variants(models: dict, window: int) -> list:
 
 # --- 2. memory --------------------------------------------------------------------------------
 
-def _memory(models, settings, readings: np.ndarray) -> dict:
+def _memory(models, settings, readings: np.ndarray, progress: Progress) -> dict:
     """Bytes each streamed configuration holds per stream after 1 .. history readings, read
     from live sessions on the default backend (the native step wherever it runs: there a
     windowed Transformer's ring holds at most its window's rows), and where the Transformer's
@@ -128,9 +215,9 @@ def _memory(models, settings, readings: np.ndarray) -> dict:
     H = settings["history"]
     points = sorted({1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, H} & set(range(1, H + 1)))
     series = {}
-    for name, path, window in _variants(models, settings["window"]):
-        if name.endswith("-int8"):
-            continue
+    streamed = [v for v in _variants(models, settings["window"]) if not v[0].endswith("-int8")]
+    bar = progress.phase("memory", len(streamed))
+    for name, path, window in streamed:
         s = StreamSession(path, max_history=window, on_full="slide")
         got = {}
         for t in range(1, H + 1):
@@ -139,6 +226,8 @@ def _memory(models, settings, readings: np.ndarray) -> dict:
                 got[t] = s.state_nbytes()
         series[name] = {"history": points, "bytes": [got[t] for t in points], "max_history": window,
                         "backend": s.backend}
+        bar.update(1, name)
+    bar.close()
     tr = series["transformer"]
     per_reading = (tr["bytes"][1] - tr["bytes"][0]) / (tr["history"][1] - tr["history"][0])
     held = max(tr["bytes"])
@@ -169,7 +258,7 @@ def _bins(H):
     return [(a, b) for a, b in zip(edges, edges[1:]) if a <= H]
 
 
-def _latency(models, ckpts, settings, readings, tmp: Path, progress) -> dict:
+def _latency(models, ckpts, settings, readings, tmp: Path, progress: Progress) -> dict:
     import onnxruntime as ort
     import torch
 
@@ -180,7 +269,7 @@ def _latency(models, ckpts, settings, readings, tmp: Path, progress) -> dict:
 
     H, R = settings["history"], settings["latency_repeats"]
     variants = _variants(models, settings["window"])
-    bar = _bar(len(variants) * R + len(settings["recompute_points"]) + 2, "latency", progress)
+    bar = progress.phase("latency", len(variants) * R + len(settings["recompute_points"]) + 2)
     per_step, used = {}, {}
     clock = time.perf_counter
     for name, path, window in variants:
@@ -194,7 +283,7 @@ def _latency(models, ckpts, settings, readings, tmp: Path, progress) -> dict:
                 t0 = clock()
                 s.push(x)
                 times[r, t] = clock() - t0
-            bar.update(1)
+            bar.update(1, name)
         per_step[name] = times * 1e6
     series = {}
     for name, us in per_step.items():
@@ -229,16 +318,16 @@ def _latency(models, ckpts, settings, readings, tmp: Path, progress) -> dict:
         reps = max(3, min(100, int(4000 / (T + 10))))
         m = _median_us(lambda: full.run(["logits"], {"window": window}), reps, 2)
         recompute.append({"step": T, **m, "repeats": reps})
-        bar.update(1)
+        bar.update(1, f"Transformer recomputing {T} readings")
     bar.close()
     return {"series": series, "reference": reference, "recompute": recompute, "repeats": R, "history": H}
 
 
-def _throughput(models, settings, readings, progress) -> dict:
+def _throughput(models, settings, readings, progress: Progress) -> dict:
     from edgeseq.runtime import StreamSession
     calls = settings["throughput_calls"]
     names = [v for v in _variants(models, settings["window"]) if v[0] != "transformer-window"]
-    bar = _bar(len(names) * len(BATCHES), "throughput", progress)
+    bar = progress.phase("throughput", len(names) * len(BATCHES))
     out = {}
     clock = time.perf_counter
     for name, path, _ in names:
@@ -257,7 +346,7 @@ def _throughput(models, settings, readings, progress) -> dict:
             per_call = float(np.median(times))
             rows.append({"streams": B, "call_us": per_call * 1e6, "readings_per_s": B / per_call, "calls": n,
                          "backend": s.backend})
-            bar.update(1)
+            bar.update(1, f"{name}, {B} streams")
         single = rows[0]["call_us"]
         for r in rows:
             r["vs_single_stream_calls"] = r["streams"] * single / r["call_us"]
@@ -294,14 +383,14 @@ print(json.dumps(out))
 """
 
 
-def _rss(models, settings, readings, progress) -> dict:
+def _rss(models, settings, readings, progress: Progress) -> dict:
     import tempfile
 
     jobs = []
     for name, path, window in _variants(models, settings["window"]):
         growing = name.startswith("transformer") and window == 0
         jobs.append((name, path, window, settings["rss_growing"] if growing else settings["rss_readings"]))
-    bar = _bar(len(jobs), "rss", progress)
+    bar = progress.phase("rss", len(jobs))
     out = {}
     with tempfile.TemporaryDirectory() as tmp:
         npy = os.path.join(tmp, "readings.npy")
@@ -313,7 +402,7 @@ def _rss(models, settings, readings, progress) -> dict:
             first = r["points"][0][1]
             r.update({"readings": n, "growth_kb_after_first_5pct": r["points"][-1][1] - first})
             out[name] = r
-            bar.update(1)
+            bar.update(1, f"{name}, {n:,} readings")
     bar.close()
     return out
 
@@ -404,6 +493,17 @@ def _move_into_place(work: Path, out: Path) -> None:
     work.rmdir()
 
 
+def _cpu_seconds() -> float:
+    """CPU time of this process (all threads) and its finished children: a phase's cost apart
+    from what else the machine runs, which its wall time is not on a shared machine."""
+    try:
+        import resource
+    except ImportError:                                 # Windows: this process only
+        return time.process_time()
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def _build(out: Path, ds, reused: dict, quick: bool, progress: bool) -> dict:
     import tempfile
 
@@ -415,27 +515,37 @@ def _build(out: Path, ds, reused: dict, quick: bool, progress: bool) -> dict:
     settings = QUICK if quick else FULL
     torch.set_num_threads(min(2, os.cpu_count() or 1))
     t0 = time.perf_counter()
+    shown = Progress(progress)
     readings = np.concatenate([ds.test.X[i, :ds.test.lengths[i]] for i in range(len(ds.test))]).astype(np.float32)
-    r, phases = {}, {}
+    r, phases, cpu = {}, {}, {}
 
     def phase(name, fn):
-        t = time.perf_counter()
+        t, c = time.perf_counter(), _cpu_seconds()
         result = fn()
         phases[name] = round(time.perf_counter() - t, 1)
+        cpu[name] = round(_cpu_seconds() - c, 1)
         return result
-    r["models"], ckpts = phase("models", lambda: _models(out, reused, ds, settings, progress))
-    r["memory"] = phase("memory", lambda: _memory(r["models"], settings, readings))
+
+    def mcu(tmp):
+        bar = shown.phase("mcu", 1)                     # one call: a line as it starts and one as it ends
+        panel = mcu_panel(r["models"], ckpts, ds, WINDOWS["quick" if quick else "full"], tmp)
+        bar.update(1)
+        bar.close()
+        return panel
+
+    r["models"], ckpts = phase("models", lambda: _models(out, reused, ds, settings, shown))
+    r["memory"] = phase("memory", lambda: _memory(r["models"], settings, readings, shown))
     with tempfile.TemporaryDirectory() as tmp:
-        r["latency"] = phase("latency", lambda: _latency(r["models"], ckpts, settings, readings, Path(tmp), progress))
-    r["throughput"] = phase("throughput", lambda: _throughput(r["models"], settings, readings, progress))
-    r["rss"] = phase("rss", lambda: _rss(r["models"], settings, readings, progress))
+        r["latency"] = phase("latency", lambda: _latency(r["models"], ckpts, settings, readings, Path(tmp), shown))
+    r["throughput"] = phase("throughput", lambda: _throughput(r["models"], settings, readings, shown))
+    r["rss"] = phase("rss", lambda: _rss(r["models"], settings, readings, shown))
     with tempfile.TemporaryDirectory() as tmp:
-        r["mcu"] = phase("mcu", lambda: mcu_panel(r["models"], ckpts, ds, WINDOWS["quick" if quick else "full"], tmp))
+        r["mcu"] = phase("mcu", lambda: mcu(tmp))
     r["meta"] = {"quick": quick, "settings": settings, "machine": machine_info(),
                  "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                  "data": f"{ds.name} (test split, sequences joined end to end, as the readings streamed)",
                  "data_source": ds.source, "seconds": time.perf_counter() - t0,
-                 "phase_seconds": phases}
+                 "phase_seconds": phases, "phase_cpu_seconds": cpu}
     for m in r["models"].values():                      # paths in the report are relative to it
         for kind in ("float", "int8"):
             m[kind]["path"] = os.path.relpath(m[kind]["path"], out)

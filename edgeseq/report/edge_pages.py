@@ -167,6 +167,60 @@ def _mcu_line(p: dict) -> str:
 
 # --- text -------------------------------------------------------------------------------------
 
+MODES = {"early-stopping": "early stopping", "budget": "the data's epoch budget, no validation split"}
+
+
+def schedule_text(s: dict) -> str:
+    """The phrase shown beside a model's accuracy: 'after 5 epochs (fixed, quick: not trained to
+    convergence)', 'after 41 of up to 300 epochs (early stopping, best epoch 29)', ... from a
+    schedule as `edgeseq.report.edge.schedule_of` reads it."""
+    n, top, mode = s.get("epochs_run"), s.get("max_epochs"), s.get("mode")
+    if n is None:
+        return "(schedule not recorded)"
+    head = f"after {n} epoch{'s' if n != 1 else ''}"
+    if mode == "early-stopping" and top is not None and top != n:
+        head = f"after {n} of up to {top} epochs"
+    notes = [MODES.get(mode, mode or "fixed")]
+    if s.get("best_epoch") is not None and mode == "early-stopping":
+        notes[0] += f", best epoch {s['best_epoch']}"
+    if s.get("quick"):
+        notes.append("quick: not trained to convergence")
+    elif s.get("converged") is False:
+        notes.append("not converged")
+    return f"{head} ({', '.join(notes)})"
+
+
+def _accuracy_lines(r: dict) -> list:
+    """The models' test accuracy, each with its schedule, then a line for each model at or below
+    chance or flagged as not converged, and one for the models a quick report trained (cut short
+    on purpose: that line, not one each, says they did not converge)."""
+    m = r["models"]
+    if not m:
+        return []
+    one = next(iter(m.values()))
+    chance = f" (chance {one['chance']:.3f} with {one['classes']} classes)" if "chance" in one else ""
+    lines = [f"Test accuracy per sequence, float / int8{chance}: " + "; ".join(f"{a} {v['float']['accuracy']:.3f} / {v['int8']['accuracy']:.3f} "
+                                      f"{v.get('schedule', {}).get('text', '(schedule not recorded)')}"
+                                      for a, v in m.items()) + "."]
+    for a, v in m.items():
+        chance, sched = v.get("chance"), (v.get("schedule") or {}).get("text", "(schedule not recorded)")
+        low = [k for k in ("float", "int8") if chance is not None and v[k]["accuracy"] <= chance + 1e-9]
+        if low:
+            scores = " / ".join(f"{v[k]['accuracy']:.3f}" for k in low)
+            lines.append(f"Warning: {a} ({' and '.join(low)}) scores {scores}, at or below chance ({chance:.3f} with "
+                         f"{v['classes']} classes), {sched}: it has not learnt the task; its memory, "
+                         "latency and size figures stand.")
+        if (v.get("schedule") or {}).get("converged") is False and not v["schedule"].get("quick"):  # quick: see below
+            advice = v["schedule"].get("advice")
+            lines.append(f"Warning: {a} did not converge, {sched}" + (f": {advice}." if advice else "."))
+    quick = [a for a, v in m.items() if (v.get("schedule") or {}).get("quick")]
+    if quick:
+        lines.append(f"Quick: {', '.join(quick)} trained for a few fixed epochs, not to convergence: their accuracy "
+                     "says little about the architectures. For that, run without --quick, or pass trained runs "
+                     "with --runs.")
+    return lines
+
+
 def _passes(at, mem: dict) -> str:
     return (f"reading {at:,}" if at is not None
             else f"never (its window holds it at {mem['transformer_most_bytes']:,} B)")
@@ -175,14 +229,16 @@ def _passes(at, mem: dict) -> str:
 def _tables(r: dict) -> list:
     """[(title, header, rows)] shared by the Markdown and the HTML page."""
     m = r["models"]
-    t1 = ("Models (accuracy per sequence, reset at each start / continuous, never reset, per reading)",
-          ["model", "parameters", "MACs/reading", "float file", "int8 file", "float acc", "int8 acc",
+    t1 = ("Models (accuracy per sequence, reset at each start / continuous, never reset, per reading; "
+          "trained: the schedule behind both)",
+          ["model", "parameters", "MACs/reading", "float file", "int8 file", "float acc", "int8 acc", "trained",
            "follow a change"],
           [[a, f"{v['parameters']:,}",
             f"{v['macs_per_reading']:,}" + (" (at 16)" if a == "transformer" else ""),
             f"{v['float']['bytes']:,} B", f"{v['int8']['bytes']:,} B",
             f"{v['float']['accuracy']:.3f} / {v['float']['continuous_accuracy']:.3f}",
             f"{v['int8']['accuracy']:.3f} / {v['int8']['continuous_accuracy']:.3f}",
+            v.get("schedule", {}).get("text", "(schedule not recorded)"),
             "-" if v["float"]["median_readings_to_follow"] is None
             else f"{v['float']['median_readings_to_follow']:.0f} readings"] for a, v in m.items()])
     mem = r["memory"]
@@ -248,7 +304,16 @@ def _summary(r: dict) -> list:
         f"{b['vs_single_stream_calls']:.0f}x the same readings as single-stream calls.",
         "int8 vs float file size: " + ", ".join(
             f"{a} {v['int8']['bytes'] / 1000:.1f} vs {v['float']['bytes'] / 1000:.1f} KB" for a, v in r["models"].items()) + ".",
-    ] + ([_mcu_line(r["mcu"])] if "mcu" in r else [])
+    ] + ([_mcu_line(r["mcu"])] if "mcu" in r else []) + _accuracy_lines(r)
+
+
+def _phase_times(meta: dict) -> str:
+    """' (per phase, wall / CPU seconds: models 110 / 65, ...)', or '' for a report without them."""
+    wall, cpu = meta.get("phase_seconds") or {}, meta.get("phase_cpu_seconds") or {}
+    if not wall:
+        return ""
+    return " (per phase, wall / CPU seconds: " + ", ".join(
+        f"{k} {v:.0f} / {cpu[k]:.0f}" if k in cpu else f"{k} {v:.0f}" for k, v in wall.items()) + ")"
 
 
 def _markdown(r: dict, files: dict) -> str:
@@ -259,7 +324,8 @@ def _markdown(r: dict, files: dict) -> str:
              f"numpy {m['machine']['numpy']}, Python {m['machine']['python']}; one thread per session. "
              f"Data: {m.get('data', '-')}. "
              f"Mode: {'quick' if m['quick'] else 'full'}; latency repeats {r['latency']['repeats']} streams of "
-             f"{r['latency']['history']} readings; warm-up {m['settings']['warmup']} calls; {m['seconds']:.0f} s in all.",
+             f"{r['latency']['history']} readings; warm-up {m['settings']['warmup']} calls; {m['seconds']:.0f} s in all"
+             + _phase_times(m) + ".",
              ""] + [f"- {s}" for s in _summary(r)] + [""]
     plots = {"memory": "Memory per stream", "latency": "Latency per reading", "throughput": "Throughput",
              "rss": "Process memory", "mcu": "On a microcontroller"}

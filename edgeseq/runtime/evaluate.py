@@ -244,6 +244,30 @@ def run_each(sess, meta: contract.ModelMeta, X: np.ndarray, lengths: np.ndarray 
     return np.concatenate([run_streams(sess, meta, X[i:i + 1], lengths[i:i + 1]) for i in range(len(X))], axis=1)
 
 
+def run_session(model: str, X: np.ndarray, lengths: np.ndarray | None = None, backend: str | None = None,
+                provider: str = "cpu") -> np.ndarray:
+    """`run_streams`' logits (T, N, C) float32 for X (N, T, F), every row its own stream, run
+    the way a deployment runs them: one `StreamSession(model, streams=N, backend=backend)`,
+    one push per reading. On the native backend an int8 RNN/GRU/LSTM gives the firmware's
+    integer step (Q12 logits / 4096), not onnxruntime's QDQ arithmetic. Entries past a
+    stream's length are NaN; that stream is fed its last valid reading meanwhile (the backends
+    keep streams apart, so what it computes changes no other stream). Raises as StreamSession
+    and its `push_logits` (ReadingError where the model gives NaN/Inf logits)."""
+    N, T, _ = X.shape
+    lengths = np.full(N, T) if lengths is None else np.asarray(lengths)
+    sess = StreamSession(model, streams=N, provider=provider, backend=backend)
+    out = np.full((T, N, len(sess.labels)), np.nan, np.float32)
+    last = np.maximum(lengths - 1, 0)
+    for t in range(min(T, int(lengths.max(initial=0)))):
+        done = lengths <= t
+        x = X[:, t]
+        if done.any():
+            x = np.where(done[:, None], X[np.arange(N), last], x)
+        out[t] = sess.push_logits(np.ascontiguousarray(x, np.float32))
+        out[t, done] = np.nan
+    return out
+
+
 def final_accuracy(logits: np.ndarray, split: Split) -> float:
     last = logits[split.lengths - 1, np.arange(len(split))]
     return float((last.argmax(-1) == split.y).mean())

@@ -1,0 +1,190 @@
+"""Default settings measured on public UCR/UEA classification sets shipped inside PyPI packages.
+
+    pip download --no-deps -d /tmp/pkgs aeon==1.6.0 sktime==1.2.0
+    .venv/bin/python scripts/measure_ucr.py convert --aeon /tmp/pkgs/aeon-1.6.0-py3-none-any.whl \\
+        --sktime /tmp/pkgs/sktime-1.2.0-py3-none-any.whl --out /tmp/ucr
+    .venv/bin/python scripts/measure_ucr.py run --sets /tmp/ucr --archs gru lstm ssm --json docs/figures/ucr.json
+
+`convert` writes one edgeseq .npz per set (the archive's own train/test split, unchanged apart
+from the container: zero-padded to the longest sequence, with lengths; the NaN a .ts file pads
+unequal lengths with is dropped). `run` trains each architecture with the library's default
+settings (seed 0, one torch thread, as `edgeseq train`), and scores the checkpoint on both
+protocols: per sequence (each test sequence from zero state, the prediction after its last
+reading) and never reset (the test sequences joined end to end in 3 seeded orders, one stream
+each, scored per reading past the grace period, `edgeseq.runtime.evaluate`). Rows are added to
+the JSON file as each model finishes, so a long run can be stopped and resumed (`--redo` trains
+again what it holds). `table` prints the Markdown table docs/ucr.md shows.
+
+The published figures beside ours (`PUBLISHED`) are accuracies on the same splits:
+1-NN DTW with a full warping window, from the UCR archive 2018 (Dau et al., "The UCR time
+series archive", its DataSummary.csv, "DTW (w=100)" error rate) and, for the multivariate sets,
+the UEA archive paper (Bagnall et al. 2018, arXiv:1811.00075, DTW_D); ROCKET from Dempster,
+Petitjean and Webb 2020 (github.com/angus924/rocket, results CSVs: the mean of 10 runs on the
+default split) and, for the multivariate sets, Ruiz et al. 2021's bake off (mean over 30
+resamples).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+from measure_external import pad, read_ts  # noqa: E402  (the .ts reader the other measurements use)
+
+# name: (package, kind of signal). The .ts files are <package>/datasets/data/<name>/<name>_{TRAIN,TEST}.ts
+SETS = {
+    "ACSF1": ("aeon", "appliance current, 1 channel"),
+    "ArrowHead": ("aeon", "image outline, 1 channel"),
+    "GunPoint": ("aeon", "hand position (motion), 1 channel"),
+    "ItalyPowerDemand": ("aeon", "power demand, 1 channel"),
+    "OSULeaf": ("aeon", "image outline, 1 channel"),
+    "PickupGestureWiimoteZ": ("aeon", "accelerometer gesture, 1 channel"),
+    "PLAID": ("sktime", "appliance current, 1 channel"),
+    "BasicMotions": ("embedded", "wrist IMU, 6 channels"),
+    "JapaneseVowels": ("embedded", "speech cepstra, 12 channels"),
+}
+EMBEDDED = {"BasicMotions": "basicmotions", "JapaneseVowels": "japanesevowels"}
+
+# Published accuracies on the archive's default split: {set: (1-NN DTW, ROCKET)}. DTW: 1 - the "DTW (w=100)"
+# error of the UCR archive 2018's DataSummary.csv (PLAID: 0.1639 in three copies of it, 0.1620 in a fourth);
+# BasicMotions and JapaneseVowels: DTW_D of Bagnall et al. 2018 (arXiv:1811.00075), as quoted in Table 13 of
+# Sun et al., ICLR 2024 (BasicMotions also tsml-eval's 1NN-DTW-D fold 0). ROCKET: angus924/rocket
+# results/results_ucr.csv (commit 36bd908), the mean of 10 runs on the default split; BasicMotions: the mean of
+# 30 resamples in tsml-eval results/classification/Multivariate/ROCKET_accuracy.csv (Ruiz et al. 2021);
+# JapaneseVowels (unequal lengths) is not in either: None.
+PUBLISHED = {
+    "ACSF1": (0.6400, 0.886),
+    "ArrowHead": (0.7029, 0.8143),
+    "GunPoint": (0.9067, 1.000),
+    "ItalyPowerDemand": (0.9504, 0.9696),
+    "OSULeaf": (0.5909, 0.9409),
+    "PickupGestureWiimoteZ": (0.6600, 0.830),
+    "PLAID": (0.8361, 0.9026),
+    "BasicMotions": (0.975, 0.990),
+    "JapaneseVowels": (0.949, None),
+}
+
+
+def ts_bytes(package: str, name: str, split: str, path: str) -> str:
+    member = f"{package}/datasets/data/{name}/{name}_{split}.ts"
+    p = Path(path)
+    if p.is_file() and zipfile.is_zipfile(p):
+        with zipfile.ZipFile(p) as z:
+            return z.read(member).decode()
+    return (p / member).read_text()
+
+
+def convert(name: str, package: str, path: str) -> dict:
+    parts, classes = {}, None
+    for split in ("TRAIN", "TEST"):
+        seqs, labels, cls = read_ts(ts_bytes(package, name, split, path))
+        classes = classes or cls or sorted(set(labels))
+        parts[split] = (*pad(seqs), np.array([classes.index(c) for c in labels], np.int64))
+    F = parts["TRAIN"][0].shape[2]
+    return {"X": parts["TRAIN"][0], "lengths": parts["TRAIN"][1], "y": parts["TRAIN"][2],
+            "X_test": parts["TEST"][0], "lengths_test": parts["TEST"][1], "y_test": parts["TEST"][2],
+            "labels": np.array([f"class_{c}" for c in classes]),
+            "features": np.array(["value"] if F == 1 else [f"ch{i}" for i in range(F)])}
+
+
+def cmd_convert(args):
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name, (package, _) in SETS.items():
+        if package == "embedded":
+            continue
+        arrays = convert(name, package, getattr(args, package))
+        np.savez_compressed(out / f"{name}.npz", **arrays)
+        print(f"{name}: train {arrays['X'].shape} test {arrays['X_test'].shape}, "
+              f"lengths {arrays['lengths'].min()}-{arrays['lengths'].max()}, {len(arrays['labels'])} classes")
+
+
+def data_spec(name: str, sets: str) -> str:
+    return EMBEDDED.get(name) or str(Path(sets) / f"{name}.npz")
+
+
+def score(ckpt: dict, ds) -> dict:
+    """Per-sequence and never-reset accuracy of a checkpoint on the test split, in torch."""
+    from edgeseq.train import continuous_accuracy, model_from_checkpoint
+    model = model_from_checkpoint(ckpt)
+    return {"per_sequence": ckpt["metrics"]["test_accuracy"],
+            "never_reset": continuous_accuracy(model, ds.test)["reading_accuracy"]}
+
+
+def machine() -> dict:
+    import os
+    import platform
+
+    import onnxruntime
+    import torch
+    return {"machine": platform.machine(), "cpus": os.cpu_count(), "python": platform.python_version(),
+            "torch": torch.__version__, "onnxruntime": onnxruntime.__version__, "numpy": np.__version__}
+
+
+def cmd_run(args):
+    from edgeseq.data import load_dataset
+    from edgeseq.train import train
+    out = Path(args.json)
+    doc = json.loads(out.read_text()) if out.exists() else {}
+    rows = doc.setdefault("rows", {})
+    doc["published"] = {k: {"dtw": v[0], "rocket": v[1]} for k, v in PUBLISHED.items()}
+    doc["kinds"] = {k: v[1] for k, v in SETS.items()}
+    for name in args.only or SETS:
+        ds = load_dataset(data_spec(name, args.sets))
+        for arch in args.archs:
+            key = f"{name}/{arch}"
+            if key in rows and not args.redo:
+                continue
+            t = time.time()
+            ckpt = train(arch, ds, progress=not args.quiet)
+            m = ckpt["metrics"]
+            rows[key] = {"set": name, "arch": arch, **score(ckpt, ds),
+                         "train_accuracy": m["train_accuracy"], "seconds": round(time.time() - t, 1),
+                         "sequences": [len(ds.train), len(ds.test)], "classes": len(ds.labels),
+                         "lengths": [int(ds.train.lengths.min()), int(ds.train.lengths.max())],
+                         "channels": ds.n_features, "schedule": m.get("schedule"),
+                         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+            doc["meta"] = {"machine": machine(), "date": rows[key]["date"],
+                           "command": "python scripts/measure_ucr.py run " + " ".join(sys.argv[2:])}
+            print(json.dumps(rows[key]), flush=True)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def cmd_table(args):
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from render_docs import render_ucr
+    print(render_ucr(json.loads(Path(args.json).read_text()), args.json))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("convert")
+    c.add_argument("--aeon", required=True, help="aeon wheel or folder above aeon/")
+    c.add_argument("--sktime", required=True, help="sktime wheel or folder above sktime/")
+    c.add_argument("--out", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--sets", required=True, help="folder `convert` wrote")
+    r.add_argument("--archs", nargs="+", default=["gru", "lstm", "ssm"])
+    r.add_argument("--only", nargs="+", choices=list(SETS))
+    r.add_argument("--json", required=True)
+    r.add_argument("--redo", action="store_true")
+    r.add_argument("--quiet", action="store_true")
+    t = sub.add_parser("table")
+    t.add_argument("--json", required=True)
+    args = ap.parse_args(argv)
+    {"convert": cmd_convert, "run": cmd_run, "table": cmd_table}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,172 @@
+"""The default schedule: a validation split carved from the training data, early stopping on it,
+a budget that follows the data, the training curve and a plain verdict on convergence."""
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from edgeseq.cli import cli
+from edgeseq.data import Dataset, Split
+from edgeseq.data.synthetic import recordings
+from edgeseq.errors import UsageError
+from edgeseq.runtime.evaluate import grace_for
+from edgeseq.train import (DEFAULTS, TrainConfig, diagnose, epoch_budget, model_from_checkpoint, train,
+                           validation_scores, validation_split)
+from edgeseq.train_plan import CHUNK_MAX, CHUNK_MIN, chunk_for, plan_epoch
+
+TINY = {"hidden": 8}
+
+
+@pytest.fixture(scope="module")
+def easy():
+    return recordings(30, 40, n_classes=3, seed=3, n_test=12, name="easy")
+
+
+@pytest.fixture(scope="module")
+def stopped(easy):
+    tc = replace(DEFAULTS["gru"], patience=3, budget_updates=400, augment="none", final_share=0.0)
+    return train("gru", easy, tc, TINY, progress=False)
+
+
+def test_the_validation_sequences_join_for_final_epochs_annealed_to_zero(easy):
+    tc = replace(DEFAULTS["gru"], patience=3, budget_updates=400, augment="none", final_share=0.5)
+    ck = train("gru", easy, tc, TINY, progress=False)
+    s, curve = ck["metrics"]["schedule"], ck["metrics"]["curve"]
+    final = [p for p in curve if p.get("final")]
+    assert len(final) == s["final_epochs"] == -(-s["best_epoch"] // 2) >= 1
+    assert curve[-len(final):] == final and all("val_loss" not in p for p in final)
+    lrs = [p["lr"] for p in final]
+    assert lrs[0] == curve[s["best_epoch"] - 1]["lr"] and all(b < a for a, b in zip(lrs, lrs[1:]))
+    assert ck["metrics"]["plan"]["readings"] == int(easy.train.lengths.sum())      # every training sequence
+
+
+def test_default_schedule_stops_on_the_validation_split_and_keeps_the_best_epoch(easy, stopped):
+    s, curve = stopped["metrics"]["schedule"], stopped["metrics"]["curve"]
+    assert s["mode"] == "early-stopping"
+    assert s["epochs_run"] == len(curve) <= s["max_epochs"]
+    best = [p for p in curve if p["best"]]
+    assert best[-1]["epoch"] == s["best_epoch"]
+    if s["stopped"] == "early":
+        assert s["epochs_run"] - s["best_epoch"] == s["patience"]
+    assert s["final_epochs"] == 0
+    # the weights kept are the best epoch's: scoring them again on the same split gives its figure
+    _, val, _ = validation_split(easy, DEFAULTS["gru"])
+    again = validation_scores(model_from_checkpoint(stopped), val, grace_for(val.lengths))
+    assert again["accuracy"] == pytest.approx(best[-1]["val_accuracy"], abs=1e-4)
+    assert stopped["metrics"]["validation_accuracy"] == best[-1]["val_accuracy"]
+
+
+def test_the_learning_rate_halves_on_a_plateau_and_never_rises(stopped):
+    lrs = [p["lr"] for p in stopped["metrics"]["curve"]]
+    assert lrs[0] == DEFAULTS["gru"].lr
+    assert all(b <= a for a, b in zip(lrs, lrs[1:]))
+    assert all(round(np.log2(lrs[0] / v), 9).is_integer() for v in lrs)       # halvings only
+
+
+def test_validation_split_is_whole_groups_when_the_data_names_them(easy):
+    n = len(easy.train)
+    groups = np.array([f"p{i % 6}" for i in range(n)])
+    tr = Split(easy.train.X, easy.train.y, easy.train.lengths, easy.train.Y, groups)
+    ds = Dataset("g", tr, easy.test, easy.labels, easy.features)
+    rest, val, held = validation_split(ds, DEFAULTS["gru"])
+    assert len(rest) + len(val) == n and len(val) > 0
+    assert not set(rest.groups) & set(val.groups)
+    assert "whole groups" in held
+    assert set(rest.y.tolist()) == set(range(3))
+
+
+def test_no_validation_split_with_explicit_epochs_or_too_little_data(easy):
+    rest, val, held = validation_split(easy, replace(DEFAULTS["gru"], epochs=3))
+    assert val is None and held is None and rest is easy.train
+    one_each = easy.train.take(np.array([np.flatnonzero(easy.train.y == c)[0] for c in range(3)]))
+    ds = Dataset("few", one_each, easy.test, easy.labels, easy.features)
+    rest, val, held = validation_split(ds, DEFAULTS["gru"])
+    assert val is None and "too few" in held
+    ck = train("gru", ds, replace(DEFAULTS["gru"], budget_updates=20, min_epochs=2, augment="none"), TINY,
+               progress=False)
+    s = ck["metrics"]["schedule"]
+    assert s["mode"] == "budget" and s["epochs_run"] == s["max_epochs"] and "too few" in s["validation"]
+
+
+def test_explicit_epochs_train_exactly_that_many_on_every_sequence(easy):
+    ck = train("gru", easy, replace(DEFAULTS["gru"], epochs=3, augment="none"), TINY, progress=False)
+    s = ck["metrics"]["schedule"]
+    assert (s["mode"], s["epochs_run"], s["best_epoch"], s["validation"]) == ("fixed", 3, None, None)
+    assert len(ck["loss_history"]) == 3 and "val_loss" not in ck["metrics"]["curve"][0]
+
+
+def test_epoch_budget_follows_the_data():
+    tc = DEFAULTS["gru"]
+    small = plan_epoch(np.full(40, 100), tc, True)
+    long = plan_epoch(np.full(4, 250_000), tc, True)
+    assert epoch_budget(small, tc, True) == 3000 // small.per_epoch + (3000 % small.per_epoch > 0)
+    assert epoch_budget(long, tc, True) == tc.min_epochs          # 2,000,000 readings run an epoch
+    assert epoch_budget(small, tc, True) > 20 * epoch_budget(long, tc, True)
+    assert epoch_budget(plan_epoch(np.full(400, 1000), tc, True), tc, True) == 25      # 20e6 / 800,000
+
+
+@pytest.mark.parametrize("lengths,chunk", [([10, 30], CHUNK_MIN), ([100] * 5, CHUNK_MIN), ([150] * 3, 150),
+                                           ([427] * 3, CHUNK_MAX), ([29, 200, 361], 200)])
+def test_chunk_follows_the_sequences_length(lengths, chunk):
+    assert chunk_for(lengths) == chunk
+
+
+def test_diagnose_names_underfitting_and_a_loss_still_falling():
+    tc = DEFAULTS["gru"]
+    flat = [{"epoch": i + 1, "loss": 1.0} for i in range(20)]
+    falling = [{"epoch": i + 1, "loss": 1.0 / (i + 1)} for i in range(20)]
+    fixed = {"mode": "fixed", "stopped": "fixed", "best_epoch": None}
+    assert diagnose(flat, 1.0, fixed, tc) == {"converged": True, "advice": None}
+    d = diagnose(flat, 0.4, fixed, tc)
+    assert not d["converged"] and "training accuracy 0.400 is far below 1" in d["advice"]
+    d = diagnose(falling, 1.0, fixed, tc)
+    assert not d["converged"] and "still falling" in d["advice"] and "--epochs 40" in d["advice"]
+    spent = {"mode": "early-stopping", "stopped": "budget", "best_epoch": 20}
+    d = diagnose(flat, 1.0, spent, tc)
+    assert not d["converged"] and "still improving when the budget of 20 epochs ran out" in d["advice"]
+
+
+def test_an_underfit_model_is_called_so(easy):
+    """A model too small for 3 classes (one hidden unit, two updates) does not learn: the
+    checkpoint says so, with what to try."""
+    ck = train("gru", easy, replace(DEFAULTS["gru"], epochs=1, updates=2, augment="none"), {"hidden": 1},
+               progress=False)
+    s = ck["metrics"]["schedule"]
+    assert ck["metrics"]["train_accuracy"] < 0.9
+    assert s["converged"] is False and "underfits" in s["advice"]
+
+
+def test_training_settings_in_model_settings_are_pointed_to_their_place(easy):
+    with pytest.raises(UsageError, match=r"^epochs is a training setting, not a model setting: give it as "
+                                         r"--epochs 5$"):
+        train("gru", easy, TrainConfig(epochs=1), {"epochs": 5}, progress=False)
+    with pytest.raises(UsageError, match="patience is a training setting"):
+        train("gru", easy, TrainConfig(epochs=1), {"patience": 5}, progress=False)
+
+
+def test_cli_prints_the_schedule_writes_the_curve_and_points_set_epochs_to_the_option(tmp_path, easy):
+    data = tmp_path / "easy.npz"
+    np.savez(data, X=easy.train.X, y=easy.train.y, lengths=easy.train.lengths, X_test=easy.test.X,
+             y_test=easy.test.y, lengths_test=easy.test.lengths)
+    runner = CliRunner()
+    r = runner.invoke(cli, ["train", "--data", str(data), "--out", str(tmp_path / "r"), "--quiet",
+                             "--set", "hidden=8", "--set", "epochs=4"])
+    assert r.exit_code == 2, r.output
+    assert r.output.strip().splitlines()[-1] == ("Error: epochs is a training setting, not a model setting: give "
+                                                 "it as --epochs 4 (see 'cli train --help')")
+    r = runner.invoke(cli, ["train", "--data", str(data), "--out", str(tmp_path / "r"), "--quiet",
+                             "--set", "hidden=8", "--set", "patience=2", "--set", "budget_updates=60",
+                             "--set", "augment=none", "--set", "final_share=0"])
+    assert r.exit_code == 0, r.output
+    line = next(x for x in r.output.splitlines() if x.startswith("schedule: "))
+    m = json.loads((tmp_path / "r" / "metrics.json").read_text())["metrics"]
+    s = m["schedule"]
+    assert s["patience"] == max(2, -(-DEFAULTS["gru"].patience_updates // m["plan"]["per_epoch"]))
+    assert f"kept epoch {s['best_epoch']} of {s['epochs_run']} run" in line
+    assert len(m["curve"]) == s["epochs_run"] and {"loss", "val_loss", "val_accuracy", "lr"} <= set(m["curve"][0])
+    png = (tmp_path / "r" / "training_curve.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert ("warning: not converged" in r.output) == (not s["converged"])
