@@ -1,6 +1,15 @@
 """Exceptions the library raises; the CLI turns them into one-line `Error:` messages."""
 
 
+def printable(text) -> str:
+    """`text` safe to print on a terminal: each control or unprintable character (an escape
+    sequence's ESC, BEL, a newline) as its Python escape (\\x1b, \\x07, \\n); printable text,
+    non-ASCII letters included, unchanged. For names and values read from files or messages."""
+    text = str(text)
+    return text if text.isprintable() else "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+                                                   for c in text)
+
+
 class EdgeseqError(Exception):
     """Base class: a foreseeable problem with a message that says what to do."""
 

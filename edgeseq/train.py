@@ -66,7 +66,7 @@ from torch import nn
 import edgeseq
 from edgeseq.data import Dataset, Normalization, Split, load_dataset, since_change
 from edgeseq.data.augment import DEFAULT as AUGMENT, NONE, Augment, Augmenter, check_augment, resolve_triples
-from edgeseq.errors import DataError, ModelFileError, UsageError
+from edgeseq.errors import DataError, ModelFileError, UsageError, printable
 from edgeseq.models import build_model, check_arch, config_dict, make_config
 from edgeseq.models.transformer import SHIFT_INVARIANT, TransformerConfig, window_for
 from edgeseq.runtime.evaluate import GRACE, grace_for
@@ -161,11 +161,13 @@ TRAIN_LIMITS = {
     "budget_updates": (True, 1, 100_000_000),
     "budget_readings": (True, 1, 10**13),
     "min_epochs": (True, 1, 100_000),
-    "final_share": (False, 0.0, 10.0),
+    "final_share": (False, 0.0, 1.0),
 }
 
 
 TRAIN_OPTIONS = ("epochs", "lr", "seed")      # the training settings `edgeseq train` has an option for
+EARLY_SETTINGS = ("patience", "patience_updates", "val_fraction", "budget_updates", "budget_readings", "min_epochs",
+                  "final_share")              # the ones only the default schedule (epochs None) reads
 TRAIN_SETTINGS = ("patience", "patience_updates", "val_fraction", "budget_updates", "budget_readings", "min_epochs",
                   "final_share", "batch_size",
                   "weight_decay", "clip", "aux_weight", "streams", "chunk", "seq_max", "updates", "grace",
@@ -299,13 +301,19 @@ def validation_split(dataset: Dataset, tc: TrainConfig) -> tuple:
     `val_fraction` is 0, or the split is too small to spare a sequence of a class that has
     two or more (every class keeps at least one training sequence)."""
     from edgeseq.data import holdout
-    if tc.epochs is not None or tc.val_fraction <= 0:
+    if tc.epochs is not None:
         return dataset.train, None, None
+    n = len(dataset.train)
+    if tc.val_fraction <= 0:
+        return dataset.train, None, "val_fraction is 0"
+    if round(n * tc.val_fraction) < 1:
+        return dataset.train, None, f"val_fraction {tc.val_fraction:g} of {n} training sequences is less than one"
     try:
         rest, val = holdout(dataset.train, tc.val_fraction, seed=tc.seed, where=f"data '{dataset.name}'",
                             what="a validation split")
-    except DataError:
-        return dataset.train, None, "too few sequences to hold out a validation split"
+    except DataError as e:
+        why = str(e).split(";")[0].replace(f"data '{dataset.name}'", "the training split")
+        return dataset.train, None, printable(why)
     try:
         check_trainable(Dataset(dataset.name, rest, dataset.test, dataset.labels, dataset.features))
     except DataError:
@@ -414,7 +422,8 @@ def _train(arch, dataset, tc, model_overrides, progress=True):
                 sched.step()
         return loss.item(), seq_carry, carry, run
 
-    bar = Progress(arch, dataset, plan, epochs, progress, early=stopper is not None, held=held)
+    most = epochs + (math.ceil(tc.final_share * epochs) if stopper else 0)     # the final epochs come on top
+    bar = Progress(arch, dataset, plan, most, progress, early=stopper is not None, held=held)
     if bar.enabled and norm.constant is not None and norm.constant.any():
         names = ", ".join(f"'{dataset.features[i]}'" for i in np.flatnonzero(norm.constant))
         bar._say(f"channel(s) {names} do not vary in the training data: the model will ignore them")
@@ -508,7 +517,7 @@ def _train(arch, dataset, tc, model_overrides, progress=True):
                 "stopped": "fixed" if tc.epochs is not None else stopped,
                 "patience": patience if stopper else None, "validation": held, "final_epochs": final,
                 "updates": updates_run}
-    schedule.update(diagnose(curve, train_acc, schedule, tc))
+    schedule.update(diagnose(curve, train_acc, schedule, tc, arch))
     metrics = {
         "train_accuracy": train_acc,
         "test_accuracy": accuracy(model, dataset.test),
@@ -552,29 +561,32 @@ def _train(arch, dataset, tc, model_overrides, progress=True):
 UNDERFIT = 0.9        # training accuracy below this: the model has not learnt its own training data
 
 
-def diagnose(curve: list, train_accuracy: float, schedule: dict, tc: TrainConfig) -> dict:
+def diagnose(curve: list, train_accuracy: float, schedule: dict, tc: TrainConfig, arch: str = "gru") -> dict:
     """{'converged': bool, 'advice': one line or None}: not converged when the training
     accuracy is below UNDERFIT (the model underfits), or when the budget ran out while the
     validation score was still improving (its best epoch in the last third of the patience),
     or, on a fixed schedule, when the loss of the last fifth of the epochs is still 5% below
     the fifth before it."""
-    n = len(curve)
+    run = [p for p in curve if not p.get("final")]          # the final epochs over every sequence aside
+    n = len(run)
+    budget = schedule.get("max_epochs") or n
     advice = []
-    if train_accuracy < UNDERFIT:
-        advice.append(f"training accuracy {train_accuracy:.3f} is far below 1: the model underfits; try more epochs "
-                      f"(--epochs {2 * n}), a larger model (--set hidden=128 or d_model=64) or a higher learning rate "
-                      f"(--lr {2 * tc.lr:g})")
     if schedule["stopped"] == "budget" and schedule["best_epoch"] is not None \
-            and n - schedule["best_epoch"] < max(1, tc.patience // 3):
-        advice.append(f"the validation score was still improving when the budget of {n} epochs ran out; "
-                      f"try --epochs {2 * n}")
+            and n - schedule["best_epoch"] < max(1, schedule.get("patience") or tc.patience) // 3 + 1:
+        advice.append(f"the validation loss was still falling when the budget of {budget} epochs ran out")
     if schedule["mode"] != "early-stopping" and n >= 10:
         k = max(1, n // 5)
-        last, before = np.mean([p["loss"] for p in curve[-k:]]), np.mean([p["loss"] for p in curve[-2 * k:-k]])
+        last, before = np.mean([p["loss"] for p in run[-k:]]), np.mean([p["loss"] for p in run[-2 * k:-k]])
         if last < 0.95 * before:
-            advice.append(f"the training loss was still falling at the last epoch ({before:.3f} -> {last:.3f}); "
-                          f"try --epochs {2 * n}")
+            advice.append(f"the training loss was still falling at the last epoch ({before:.3f} -> {last:.3f})")
+    if train_accuracy < UNDERFIT:
+        advice.append(f"training accuracy {train_accuracy:.3f} is far below 1: the model underfits")
+    if advice:
+        size = "--set d_model=64" if arch in ("transformer", "ssm") else "--set hidden=128"
+        advice.append(f"try --epochs {2 * n}" + (f", a larger model ({size}) or a higher learning rate "
+                                                 f"(--lr {2 * tc.lr:g})" if train_accuracy < UNDERFIT else ""))
     return {"converged": not advice, "advice": "; ".join(advice) or None}
+
 
 
 @torch.no_grad()
@@ -757,19 +769,22 @@ def curve_png(ckpt: dict) -> bytes | None:
         ax2.plot([p["epoch"] for p in scored], [p["val_accuracy"] for p in scored], label="validation accuracy",
                  color="C2")
         ax2.set_ylim(0, 1.02)
+    else:
+        ax2.set_title("no validation split", fontsize=8)
+    ax.set_yscale("log")
     final = [p["epoch"] for p in curve if p.get("final")]
     if final:
         ax.axvspan(final[0] - 0.5, final[-1] + 0.5, color="0.9", label="all training sequences")
     best = ckpt["metrics"].get("schedule", {}).get("best_epoch")
+    lr = ax2.twinx()
+    lr.plot(e, [p["lr"] for p in curve], color="0.4", lw=0.8, label="learning rate")
+    lr.set_ylabel("learning rate", fontsize=8)
     for a in (ax, ax2):
         if best:
             a.axvline(best, color="0.6", ls="--", lw=1, label=f"kept: epoch {best}")
         a.set_xlabel("epoch")
-        a.legend(fontsize=7)
-    ax.set_yscale("log")
-    lr = ax2.twinx()
-    lr.plot(e, [p["lr"] for p in curve], color="0.4", lw=0.8)
-    lr.set_ylabel("learning rate", fontsize=8)
+        if a.get_legend_handles_labels()[0]:
+            a.legend(fontsize=7)
     s = ckpt["metrics"].get("schedule", {})
     fig.suptitle(f"{ckpt['arch']} on {ckpt['dataset']}: {s.get('epochs_run', len(curve))} epochs, "
                  f"{s.get('mode', 'fixed')}{'' if s.get('converged', True) else ' (not converged)'}", fontsize=9)

@@ -212,7 +212,8 @@ def test_data_errors(runner):
     Path("d.csv").write_text("sequence,label,a\ns,x,1\ns,x,zz\n")
     r = runner.invoke(cli, ["train", "--data", "d.csv", "--out", "x"])
     assert r.exit_code == 1
-    assert _err(r) == "Error: 'd.csv' line 3: non-numeric value 'zz'; fix or remove that row"
+    assert _err(r) == ("Error: 'd.csv' line 3: non-numeric value 'zz' in feature column 'a'; fix or remove that row, "
+                       "or leave the column out (train --features names the feature columns)")
 
 
 def test_cuda_provider_missing_is_an_error(runner, exported):

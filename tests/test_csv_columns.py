@@ -87,12 +87,13 @@ def test_text_and_empty_columns_are_ignored_a_mixed_one_refused(tmp_path):
     path, _, _ = _log(tmp_path / "m.csv", {"baro": lambda n, t, row: "n/a" if row == 9 else "1013.2"})
     with pytest.raises(DataError) as e:
         load_dataset(path)
-    assert str(e.value) == f"'{path}' line 11: non-numeric value 'n/a'; fix or remove that row"
+    assert str(e.value) == (f"'{path}' line 11: non-numeric value 'n/a' in feature column 'baro'; fix or remove that "
+                            "row, or leave the column out (train --features names the feature columns)")
 
 
 def test_a_mistyped_number_on_every_row_is_a_bad_reading_not_text(tmp_path):
     path, _, _ = _log(tmp_path / "d.csv", {"baro": lambda n, t, row: '"1013,2"'})
-    with pytest.raises(DataError, match=r"line 2: non-numeric value '1013,2'; fix or remove that row$"):
+    with pytest.raises(DataError, match=r"line 2: non-numeric value '1013,2' in feature column 'baro'; fix or remove"):
         load_dataset(path)
 
 
@@ -219,3 +220,31 @@ def test_a_csv_with_more_columns_than_the_model_gives_the_models_channels(tmp_pa
     with pytest.raises(DataError, match=r"has the channels acc_x, acc_y, acc_z, baro but the model reads acc_x, gx "
                                         r"\(it lacks gx and has extra acc_y, acc_z, baro\)"):
         data_for_model(path, ["acc_x", "gx"])
+
+
+@pytest.mark.parametrize("name,kind", [("millis", "time"), ("Unix Timestamp", "time"), ("rel_time", "time"),
+                                       ("time since start (s)", "time"), ("sensor_id", "an id"),
+                                       ("seq_no", "an id"), ("packetId", "an id"), ("frame", "an id"),
+                                       ("acc_x", None), ("uv_index", None), ("heart_rate", None)])
+def test_a_clock_or_counter_word_anywhere_in_a_name_is_not_a_feature(name, kind):
+    assert not_a_feature(name) == (f"{kind}, by its name" if kind else None)
+
+
+def test_names_and_labels_with_terminal_escapes_are_printed_escaped(tmp_path):
+    """A column name or label holding an escape sequence reaches the screen as its Python escape,
+    never raw: not in train's columns line, not in an Error line."""
+    from click.testing import CliRunner
+    path = tmp_path / "esc.csv"
+    rows = ["sequence,label,a,b,note\x1b]0;owned\x07"]
+    for s in range(6):
+        rows += [f"s{s},{'up' if s % 2 else 'down'},{s + t * 0.1},{t},x" for t in range(8)]
+    path.write_text("\n".join(rows) + "\n")
+    runner = CliRunner()
+    r = runner.invoke(cli, ["train", "--data", str(path), "--out", str(tmp_path / "r"), "--epochs", "1", "--quiet",
+                            "--set", "hidden=4"])
+    assert r.exit_code == 0, r.output
+    assert "\x1b" not in r.output and "\x07" not in r.output
+    assert "note\\x1b]0;owned\\x07 (text on every row)" in r.output
+    path.write_text(path.read_text().replace(",down,", ",do\x1b[2Jwn,", 1))
+    r = runner.invoke(cli, ["train", "--data", str(path), "--out", str(tmp_path / "r2"), "--features", "a,zz"])
+    assert r.exit_code != 0 and "\x1b" not in r.output and "\x07" not in r.output and "Error:" in r.output

@@ -120,13 +120,17 @@ def test_diagnose_names_underfitting_and_a_loss_still_falling():
     falling = [{"epoch": i + 1, "loss": 1.0 / (i + 1)} for i in range(20)]
     fixed = {"mode": "fixed", "stopped": "fixed", "best_epoch": None}
     assert diagnose(flat, 1.0, fixed, tc) == {"converged": True, "advice": None}
-    d = diagnose(flat, 0.4, fixed, tc)
+    d = diagnose(flat, 0.4, fixed, tc, "ssm")
     assert not d["converged"] and "training accuracy 0.400 is far below 1" in d["advice"]
+    assert "--set d_model=64" in d["advice"] and d["advice"].count("--epochs") == 1
     d = diagnose(falling, 1.0, fixed, tc)
-    assert not d["converged"] and "still falling" in d["advice"] and "--epochs 40" in d["advice"]
-    spent = {"mode": "early-stopping", "stopped": "budget", "best_epoch": 20}
-    d = diagnose(flat, 1.0, spent, tc)
-    assert not d["converged"] and "still improving when the budget of 20 epochs ran out" in d["advice"]
+    assert not d["converged"] and "still falling" in d["advice"] and "try --epochs 40" in d["advice"]
+    assert "larger model" not in d["advice"]
+    # the budget ran out with the best epoch the last one before the final epochs over every sequence
+    spent = {"mode": "early-stopping", "stopped": "budget", "best_epoch": 20, "max_epochs": 20, "patience": 12}
+    d = diagnose(flat + [{"epoch": 21 + i, "loss": 1.0, "final": True} for i in range(5)], 1.0, spent, tc)
+    assert not d["converged"] and "still falling when the budget of 20 epochs ran out" in d["advice"]
+    assert diagnose(flat, 1.0, {**spent, "best_epoch": 5}, tc)["converged"]
 
 
 def test_an_underfit_model_is_called_so(easy):
@@ -137,6 +141,15 @@ def test_an_underfit_model_is_called_so(easy):
     s = ck["metrics"]["schedule"]
     assert ck["metrics"]["train_accuracy"] < 0.9
     assert s["converged"] is False and "underfits" in s["advice"]
+
+
+def test_cli_refuses_schedule_settings_beside_epochs_and_points_a_misspelt_name(tmp_path):
+    runner = CliRunner()
+    r = runner.invoke(cli, ["train", "--out", str(tmp_path / "r"), "--epochs", "3", "--set", "patience=20"])
+    assert r.exit_code == 2
+    assert "Error: --set patience shape the default schedule, which --epochs replaces by a fixed one" in r.output
+    r = runner.invoke(cli, ["train", "--out", str(tmp_path / "r"), "--set", "patiance=20"])
+    assert r.exit_code == 2 and "Error: 'gru' has no setting patiance; did you mean patience?" in r.output
 
 
 def test_training_settings_in_model_settings_are_pointed_to_their_place(easy):
@@ -165,7 +178,7 @@ def test_cli_prints_the_schedule_writes_the_curve_and_points_set_epochs_to_the_o
     m = json.loads((tmp_path / "r" / "metrics.json").read_text())["metrics"]
     s = m["schedule"]
     assert s["patience"] == max(2, -(-DEFAULTS["gru"].patience_updates // m["plan"]["per_epoch"]))
-    assert f"kept epoch {s['best_epoch']} of {s['epochs_run']} run" in line
+    assert f"kept epoch {s['best_epoch']} of {s['epochs_run']} (" in line
     assert len(m["curve"]) == s["epochs_run"] and {"loss", "val_loss", "val_accuracy", "lr"} <= set(m["curve"][0])
     png = (tmp_path / "r" / "training_curve.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"

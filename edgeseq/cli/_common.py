@@ -20,8 +20,11 @@ from edgeseq.errors import EdgeseqError, UsageError
 
 
 def _one_line(text) -> str:
-    """An error message as one line (a library message may quote a multi-line OS error)."""
-    return " ".join(str(text).split())
+    """An error message as one line (a library message may quote a multi-line OS error), with
+    any control character left in it (a label or column name holding a terminal escape
+    sequence) shown escaped, never sent to the terminal (`edgeseq.errors.printable`)."""
+    from edgeseq.errors import printable
+    return printable(" ".join(str(text).split()))
 
 
 def _os_error(e: OSError) -> str:

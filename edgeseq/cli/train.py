@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from edgeseq.cli._common import Finite, _echo_json, _errors, _seed_option, _writing
-from edgeseq.errors import UsageError
+from edgeseq.errors import UsageError, printable
 
 
 @click.command()
@@ -52,13 +52,18 @@ def train(arch, data, out, epochs, lr, seed, settings, as_json, quiet, features)
     from edgeseq.data import load_dataset
     from edgeseq.data.augment import describe, parse_settings
     from edgeseq.models import check_arch
-    from edgeseq.train import DEFAULTS, TRAIN_SETTINGS, TrainConfig, parse_overrides, save_checkpoint
+    from edgeseq.train import DEFAULTS, EARLY_SETTINGS, TRAIN_SETTINGS, TrainConfig, parse_overrides, save_checkpoint
     from edgeseq.train import train as train_fn
 
     check_arch(arch)
     tc = DEFAULTS.get(arch, TrainConfig())
     overrides, augment = parse_settings(parse_overrides(settings), base=tc.augment)
     schedule = {k: overrides.pop(k) for k in list(overrides) if k in TRAIN_SETTINGS}
+    early = sorted(set(schedule) & set(EARLY_SETTINGS))
+    if epochs and early:
+        raise UsageError(f"--set {', '.join(early)} shape the default schedule, which --epochs replaces by a fixed "
+                         "one; drop --epochs or those settings")
+    _check_names(arch, overrides)
     if features is not None and not data.lower().endswith(".csv"):
         raise UsageError(f"--features picks columns of a .csv file, and --data '{data}' is not one (an .npz's "
                          "channels are its X); drop --features")
@@ -76,13 +81,15 @@ def train(arch, data, out, epochs, lr, seed, settings, as_json, quiet, features)
     if as_json:
         _echo_json({"checkpoint": str(path), "arch": arch, **m})
     else:
-        click.echo(f"{arch} on {dataset.name}: test accuracy {m['test_accuracy']:.3f} "
-                   f"(train {m['train_accuracy']:.3f}) in {m['train_seconds']:.1f} s -> {path}")
+        cont = m.get("test_continuous_accuracy")
+        click.echo(f"{arch} on {dataset.name}: test accuracy {m['test_accuracy']:.3f} per sequence"
+                   + (f", {cont:.3f} never reset" if cont is not None else "")
+                   + f" (train {m['train_accuracy']:.3f}) in {m['train_seconds']:.1f} s -> {path}")
         click.echo(f"schedule: {schedule_line(m.get('schedule'))}")
         click.echo(f"augment: {describe(m['augment'])}")
         if dataset.ignored:
-            click.echo(f"columns: features {', '.join(dataset.features)}; ignored "
-                       + ", ".join(f"{name} ({why})" for name, why in dataset.ignored.items()))
+            click.echo(printable(f"columns: features {', '.join(dataset.features)}; ignored "
+                                 + ", ".join(f"{name or repr(name)} ({why})" for name, why in dataset.ignored.items())))
         if m.get("groups"):
             click.echo(f"groups: {len(m['groups']['train'] or [])} in training, {len(m['groups']['test'] or [])} "
                        f"in the test split ({m['groups']['test_split']})")
@@ -96,6 +103,24 @@ def train(arch, data, out, epochs, lr, seed, settings, as_json, quiet, features)
         click.echo(f"warning: not converged: {s['advice']} (curve: {Path(out) / 'training_curve.png'})", err=True)
 
 
+def _check_names(arch: str, overrides: dict) -> None:
+    """UsageError for a --set name that is neither a model nor a training setting, naming the
+    closest of either (a misspelt `patiance` is pointed to `patience`)."""
+    import difflib
+    from dataclasses import fields
+
+    from edgeseq.models import REGISTRY
+    from edgeseq.train import TRAIN_OPTIONS, TRAIN_SETTINGS
+    model = [f.name for f in fields(REGISTRY[arch][1]) if f.name not in ("n_features", "n_classes")]
+    for name in overrides:
+        if name in model or name in TRAIN_OPTIONS or name in ("n_features", "n_classes"):
+            continue          # train() points the last two kinds to their place
+        close = difflib.get_close_matches(name, model + list(TRAIN_SETTINGS), n=1)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise UsageError(printable(f"'{arch}' has no setting {name}; {hint}model settings: {', '.join(model)}; "
+                                   f"training settings: {', '.join(TRAIN_SETTINGS)}"))
+
+
 def schedule_line(s: dict | None) -> str:
     """How a checkpoint was trained, in one line: 'early stopping on 8 of 40 training sequences
     (...): best epoch 31 of 43 run (budget 300)' or '25 epochs (fixed)'."""
@@ -106,5 +131,7 @@ def schedule_line(s: dict | None) -> str:
     if s["mode"] == "budget":
         return f"{s['epochs_run']} epochs, the whole budget (no validation split: {s['validation']})"
     how = "stopped early" if s["stopped"] == "early" else "budget spent"
-    return (f"validation on {s['validation']}; kept epoch {s['best_epoch']} of {s['epochs_run']} run "
-            f"({how}, budget {s['max_epochs']} epochs)")
+    final = s.get("final_epochs") or 0
+    tail = f", then {final} over every training sequence" if final else ""
+    return (f"validation on {s['validation']}; kept epoch {s['best_epoch']} of {s['epochs_run'] - final} "
+            f"({how}, budget {s['max_epochs']} epochs){tail}")

@@ -267,7 +267,16 @@ NOT_FEATURES = {
     "a note": ("note", "notes", "comment", "comments", "description"),
 }
 UNITS = ("s", "ms", "us", "ns", "sec", "secs", "seconds", "utc", "iso")     # dropped from the end of a name
+# Words that make a column a clock or a counter wherever they stand in its name ('Unix Timestamp', 'rel_time',
+# 'sensor_id', 'seq_no', 'packetId'): a clock or counter only grows, and as a channel it would be read as a
+# reading. `--features` takes such a column all the same.
+NOT_FEATURE_WORDS = {
+    "time": ("time", "timestamp", "datetime", "ts", "unix", "epoch", "millis", "micros", "nanos", "seconds",
+             "elapsed", "clock"),
+    "an id": ("id", "idx", "seq", "seqno", "counter", "tick", "ticks", "frame", "packet"),
+}
 _KIND = {name: kind for kind, names in NOT_FEATURES.items() for name in names}
+_WORD_KIND = {w: kind for kind, words in NOT_FEATURE_WORDS.items() for w in words}
 # What a number looks like, refused or not: a column holding one is a feature with a bad cell
 # (1_0, 3,5, 12%), not text; dates and clock times (2026-01-01, 10:00:00.020) are text.
 _NUMBERISH = re.compile(r"[+-]?(?:\d[\d_,.']*|[.,]\d+)(?:[eE][+-]?\d+)?\s*%?")
@@ -283,6 +292,9 @@ def not_a_feature(name: str) -> str | None:
     while len(tokens) > 1 and tokens[-1] in UNITS:
         tokens.pop()
     kind = _KIND.get("".join(tokens))
+    if not kind:                       # a word of the name: camelCase split, then any word (NOT_FEATURE_WORDS)
+        words = re.findall(r"[a-z0-9]+", re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", name.strip()).lower())
+        kind = next((_WORD_KIND[w] for w in words if w in _WORD_KIND), None)
     return f"{kind}, by its name" if kind else None
 
 
@@ -375,11 +387,14 @@ def _load_csv(path: Path, features=None, strict: bool = True) -> Dataset:
         try:
             values = [parse_float(row[i]) for i in feat_idx]
         except ValueError:
-            bad = next(row[i] for i in feat_idx if not _is_float(row[i]))
-            raise DataError(f"'{path}' line {lineno}: non-numeric value '{bad}'; fix or remove that row") from None
+            col = next(i for i in feat_idx if not _is_float(row[i]))
+            raise DataError(f"'{path}' line {lineno}: non-numeric value '{row[col]}' in feature column '{header[col]}'; "
+                            "fix or remove that row, or leave the column out (train --features names the feature "
+                            "columns)") from None
         if not all(abs(v) <= F32_MAX for v in values):      # False for NaN too
-            raise DataError(f"'{path}' line {lineno}: NaN or Inf value (or one beyond float32's range, 3.4e38); "
-                            "fix or remove that row")
+            col = next(i for i, v in zip(feat_idx, values) if not abs(v) <= F32_MAX)
+            raise DataError(f"'{path}' line {lineno}: NaN or Inf value (or one beyond float32's range, 3.4e38) in "
+                            f"feature column '{header[col]}'; fix or remove that row")
         key = row[i_seq].strip()
         split = row[i_split].strip().lower() if i_split is not None else ""
         if i_split is not None and split not in ("train", "test"):
