@@ -42,7 +42,7 @@ from measure_external import pad, read_ts  # noqa: E402  (the .ts reader the oth
 
 # name: (package, kind of signal). The .ts files are <package>/datasets/data/<name>/<name>_{TRAIN,TEST}.ts
 SETS = {
-    "ACSF1": ("aeon", "appliance current, 1 channel"),
+    "ACSF1": ("aeon", "appliance power, 1 channel"),
     "ArrowHead": ("aeon", "image outline, 1 channel"),
     "GunPoint": ("aeon", "hand position (motion), 1 channel"),
     "ItalyPowerDemand": ("aeon", "power demand, 1 channel"),
