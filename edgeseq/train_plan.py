@@ -231,9 +231,10 @@ class Progress:
             self.bar.update(1)
         elif now - self.last >= self.every:
             self.last = now
-            left = (now - self.t0) / self.done * (self.total - self.done)
-            self._say(f"train {self.arch}: epoch {epoch + 1}/{self.epochs}, update {self.done:,}/{self.total:,} "
-                      f"({100 * self.done / self.total:.0f}%), loss {loss:.3f}, {rate:,.0f} readings/s, "
+            left = (now - self.t0) / self.done * max(0, self.total - self.done)   # the final epochs may run past it
+            self._say(f"train {self.arch}: epoch {epoch + 1}/{max(self.epochs, epoch + 1)}, update {self.done:,}/"
+                      f"{max(self.total, self.done):,} ({100 * min(1.0, self.done / self.total):.0f}%), loss {loss:.3f}, "
+                      f"{rate:,.0f} readings/s, "
                       f"{clock(now - self.t0)} elapsed, about {clock(left)} left")
 
     def epoch_done(self, point: dict):

@@ -21,6 +21,12 @@ Streams in one batch share the cache length T but may have seen different number
 readings (a stream reset mid-batch starts again at position 0): each stream attends only to
 its own last `position + 1` rows, the rest are masked with a large negative number (not
 -inf, which breaks int8 calibration).
+
+Training (`forward_stream`, and `forward` / `forward_all`) runs the same math through torch's
+fused `scaled_dot_product_attention`, one call per span of at most SPAN queries over the keys
+its window reaches, and computes only the readings the chunk's outputs depend on (the carried
+readings' outputs in the lower layers, not in the top one); `step`, the exported graph, keeps
+the plain softmax(q k^T / sqrt(hs) + bias) v.
 """
 
 from __future__ import annotations
@@ -39,6 +45,9 @@ from edgeseq.models.common import Normalize, last_valid
 POSITIONS = ("none", "sinusoid", "alibi")
 SHIFT_INVARIANT = ("none", "alibi")   # positions under which a window looks the same anywhere in a stream
 MASKED = -1e9  # added to scores of keys a query must not see
+SPAN = 32      # queries per fused attention call at most; a call also reads the `window - 1` keys before its
+               # first query, so a sequence costs its length x the window, not its length squared (training
+               # on one thread: 24 to 64 alike within this machine's noise, 16 slower)
 WINDOW = 50               # the default window, and the most `window_for` picks: the KV cache stays bounded
 WINDOW_LENGTHS = 1.0      # `window_for`: this many median sequence lengths (chosen on validation splits of two
                           # short-sequence sets, docs/measured.md): a window that spans several activities
@@ -108,9 +117,18 @@ class SelfAttention(nn.Module):
         B, nh, Tq, hs = y.shape
         return self.drop(self.proj(y.transpose(1, 2).reshape(B, Tq, nh * hs)))  # (B, Tq, C)
 
-    def forward(self, x, bias):
-        q, k, v = self.qkv(x).chunk(3, dim=-1)                # (B, T, C) each
-        return self.attend(self.split(q), self.split(k), self.split(v), bias)
+    def forward(self, x, spans):
+        """x (B, T, C); spans [(queries, keys, bias)]: slices of x's readings, bias broadcastable
+        to (B, nh, queries, keys); the spans' queries are x's readings from some reading to the
+        last, in order -> (B, Tq, C), the outputs of those. One fused call per span, `attend`'s
+        math (the scale applied to q k^T, then the bias)."""
+        q, k, v = (self.split(t) for t in self.qkv(x).chunk(3, dim=-1))  # (B, nh, T, hs) each
+        # each (B, len sq, nh, hs): torch lays the fused call's output out so, the transpose is free
+        ys = [F.scaled_dot_product_attention(q[:, :, sq], k[:, :, sk], v[:, :, sk], attn_mask=bias).transpose(1, 2)
+              for sq, sk, bias in spans]
+        y = ys[0] if len(ys) == 1 else torch.cat(ys, dim=1)   # (B, Tq, nh, hs)
+        B, Tq, nh, hs = y.shape
+        return self.drop(self.proj(y.reshape(B, Tq, nh * hs)))  # (B, Tq, C)
 
     def step(self, x, past_k, past_v, bias):
         """x (B, 1, C); past (B, nh, T, hs) -> y (B, 1, C), present (B, nh, T+1, hs)."""
@@ -129,8 +147,10 @@ class Block(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(c.d_model, c.d_ff), nn.GELU(), nn.Linear(c.d_ff, c.d_model),
                                  nn.Dropout(c.dropout))
 
-    def forward(self, x, bias):
-        x = x + self.attn(self.ln1(x), bias)
+    def forward(self, x, spans, first=0):
+        """x (B, T, C) -> (B, T - first, C): the outputs of readings `first`.. only, the
+        queries of `spans` (`SelfAttention.forward`)."""
+        x = x[:, first:] + self.attn(self.ln1(x), spans)
         return x + self.mlp(self.ln2(x))
 
     def step(self, x, past_k, past_v, bias):
@@ -161,24 +181,68 @@ class Transformer(nn.Module):
             h = h + sinusoid(position, self.config.d_model)
         return h
 
-    def _hidden(self, x, hidden_keys=None):
-        """x (B, T, F) -> (B, T, C). `hidden_keys` (B, T) bool: keys no query of that row sees
-        (a carried context that belongs to another sequence)."""
-        B, T, _ = x.shape
-        h = self._embed(x, torch.arange(T, device=x.device))  # (B, T, C)
-        i = torch.arange(T, device=x.device)
-        seen = i.unsqueeze(1) >= i.unsqueeze(0)               # (T, T): key j <= query i
+    def _bias(self, queries, keys, hidden_keys=None):
+        """Additive attention bias of queries at readings `queries` (Tq,) for keys at `keys`
+        (Tk,): MASKED where the key is ahead of the query, out of its window or in
+        `hidden_keys` (B, Tk), then ALiBi's recency term -> (1 or B, 1 or nh, Tq, Tk), always
+        4-d (torch's fused CPU attention takes a 2-d or 4-d mask; a 3-d one falls back to
+        unfused math). The same numbers as `step` builds for one query."""
+        back = (queries.unsqueeze(1) - keys.unsqueeze(0))[None, None]  # (1, 1, Tq, Tk)
+        seen = back >= 0
         if self.config.window:
-            seen &= i.unsqueeze(1) - i.unsqueeze(0) < self.config.window
+            seen &= back < self.config.window
         if hidden_keys is not None:
-            seen = seen & ~hidden_keys[:, None, None, :]      # (B, 1, T, T)
-        bias = torch.zeros(seen.shape, device=x.device).masked_fill(~seen, MASKED)  # (T, T) or (B, 1, T, T)
+            seen = seen & ~hidden_keys[:, None, None, :]      # (B, 1, Tq, Tk)
+        bias = torch.zeros(seen.shape, device=seen.device).masked_fill(~seen, MASKED)
         if self.config.positions == "alibi":
-            back = (i.unsqueeze(1) - i.unsqueeze(0)).clamp(min=0).to(torch.float32)       # (T, T): readings back
-            bias = bias - self.slopes.view(-1, 1, 1) * back                              # (nh, T, T) or (B, nh, T, T)
-        for block in self.blocks:
-            h = block(h, bias)
-        return self.ln_f(h)                                   # (B, T, C)
+            bias = bias - self.slopes.view(1, -1, 1, 1) * back.clamp(min=0).to(torch.float32)  # (., nh, Tq, Tk)
+        return bias
+
+    def _hidden(self, x, hidden_keys=None, first=0):
+        """x (B, T, F) -> (B, T - first, C): the outputs of readings `first`.. only.
+        `hidden_keys` (B, T) bool: keys no query of that row sees (a carried context that
+        belongs to another sequence).
+
+        Only what those outputs depend on is computed: the top layer's queries start at
+        `first`, each layer below's `window - 1` readings earlier (the keys of the layer above),
+        and readings hidden from every row are left out. Each layer's queries are cut into spans
+        of at most SPAN at the same readings, so the layers share each span's bias; a span is
+        one fused call over the keys its queries' windows reach. A symbolic length (torch.export
+        with a dynamic time axis, as `edgeseq bench` exports `forward`) has no spans to cut:
+        every layer then runs all readings in one call."""
+        B, T, _ = x.shape
+        if not isinstance(T, int):
+            i = torch.arange(T, device=x.device)
+            h, every = self._embed(x, i), [(slice(None), slice(None), self._bias(i, i, hidden_keys))]
+            for block in self.blocks:
+                h = block(h, every)                            # (B, T, C)
+            return self.ln_f(h[:, first:])                    # (B, T - first, C)
+        L, w = self.config.layers, self.config.window
+        reach = w - 1 if w else T                              # readings before a query that it sees
+        lo = 0                                                 # readings before lo: hidden from every row
+        if hidden_keys is not None:
+            lo = min(first, int(hidden_keys.all(0).cumprod(0).sum()))
+        starts = [max(lo, first - (L - 1 - l) * reach) for l in range(L)]   # each layer's first query
+        inputs = [max(lo, starts[0] - reach)] + starts[:-1]    # each layer's first input reading
+        ends = sorted(set(starts)) + [T]
+        cuts = [T]
+        for p, r in zip(ends, ends[1:]):                       # in pieces of at most SPAN queries
+            n = -(-(r - p) // SPAN) if w else 1
+            cuts += [p + round(j * (r - p) / n) for j in range(n)]
+        cuts.sort()
+        i = torch.arange(T, device=x.device)
+        spans = []                                             # (first query, end, first key, bias)
+        for a, b in zip(cuts, cuts[1:]):
+            ka = max(lo, a - reach)
+            hidden = None if hidden_keys is None else hidden_keys[:, ka:b]
+            if hidden is not None and not bool(hidden.any()):
+                hidden = None
+            spans.append((a, b, ka, self._bias(i[a:b], i[ka:b], hidden)))  # bias (., ., b - a, b - ka)
+        h = self._embed(x[:, inputs[0]:], i[inputs[0]:])       # (B, T - inputs[0], C)
+        for block, q0, k0 in zip(self.blocks, starts, inputs):
+            mine = [(slice(a - k0, b - k0), slice(ka - k0, b - k0), bias) for a, b, ka, bias in spans if a >= q0]
+            h = block(h, mine, q0 - k0)                        # (B, T - q0, C)
+        return self.ln_f(h)                                   # (B, T - first, C)
 
     def forward_all(self, x):
         """x (B, T, F) -> logits after every reading (B, T, classes)."""
@@ -202,8 +266,17 @@ class Transformer(nn.Module):
             full = torch.cat([past, x], dim=1)                           # (B, ctx + T, F)
             seen = torch.cat([past_seen, torch.ones(B, T, dtype=torch.bool)], dim=1)
         ctx = full.shape[1] - T
-        hidden = None if bool(seen.all()) else ~seen
-        logits = self.head(self.drop(self._hidden(full, hidden)))[:, ctx:]  # (B, T, C)
+        blind = ~seen[:, :ctx].any(1)                                    # (B,): rows that see none of their carry
+        if self.config.positions in SHIFT_INVARIANT and ctx and bool(blind.any()) and not bool(blind.all()):
+            # those run without it: where a window sits does not matter, so their logits are the
+            # same, and the carry (98 readings by default, against a chunk's 50) costs them nothing
+            rest = ~blind
+            order = torch.cat([blind.nonzero()[:, 0], rest.nonzero()[:, 0]])            # (B,)
+            h = torch.cat([self._hidden(x[blind]), self._hidden(full[rest], ~seen[rest], first=ctx)])
+            h = h[torch.argsort(order)]                                  # (B, T, C) in row order
+        else:
+            h = self._hidden(full, None if bool(seen.all()) else ~seen, first=ctx)  # (B, T, C)
+        logits = self.head(self.drop(h))                                 # (B, T, C)
         keep = self.context() if self.config.window else full.shape[1] - 1
         start = max(0, full.shape[1] - keep)
         return logits, (full[:, start:].detach(), seen[:, start:])
