@@ -61,8 +61,10 @@ def main():
             times.append(time.perf_counter() - t0)
         guess = ds.labels[int(probs.argmax())]
         sched = ckpt["metrics"]["schedule"]
-        how = (f"kept epoch {sched['best_epoch']} of {sched['epochs_run']}" if sched["best_epoch"] else
-               f"{sched['epochs_run']} epochs") + ("" if sched["converged"] else ", NOT converged")
+        final = sched.get("final_epochs") or 0
+        how = (f"kept epoch {sched['best_epoch']} of {sched['epochs_run'] - final}, then {final} over all"
+               if sched["best_epoch"] else f"{sched['epochs_run']} epochs") + \
+            ("" if sched["converged"] else ", NOT converged")
         print(f"{arch:11s} trained in {ckpt['metrics']['train_seconds']:5.1f} s ({how}); exported {model} "
               f"(ORT vs torch max diff {rep['max_abs_diff']:.1e}); streamed a '{label}' sequence -> "
               f"'{guess}' ({probs.max():.2f})")

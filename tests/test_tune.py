@@ -57,8 +57,8 @@ def test_files_are_written_in_out_only(tuned):
     out = work / "a"
     names = {p.name for p in out.iterdir()}
     assert names == {"study.db", "pareto.json", "pareto.csv", "pareto.png", "pareto.html", "model"}, names
-    assert {p.name for p in (out / "model").iterdir()} == {"checkpoint.pt", "metrics.json", "model.onnx",
-                                                            "model-int8.onnx", "scores.json"}
+    assert {p.name for p in (out / "model").iterdir()} == {"checkpoint.pt", "metrics.json", "training_curve.png",
+                                                            "model.onnx", "model-int8.onnx", "scores.json"}
     assert (out / "pareto.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert 'src="pareto.png"' in (out / "pareto.html").read_text()
     saved = json.loads((out / "pareto.json").read_text())
