@@ -1,13 +1,36 @@
-"""Exceptions the library raises; the CLI turns them into one-line `Error:` messages."""
+"""Exceptions the library raises; the CLI turns them into one-line `Error:` messages. `printable`
+escapes a name from a file or model for a terminal or a log."""
 
 
 def printable(text) -> str:
-    """`text` safe to print on a terminal: each control or unprintable character (an escape
-    sequence's ESC, BEL, a newline) as its Python escape (\\x1b, \\x07, \\n); printable text,
-    non-ASCII letters included, unchanged. For names and values read from files or messages."""
+    """`text` safe to print on a terminal or write to a log: every character that
+    `str.isprintable` rejects becomes its Python escape, everything else is kept as it is.
+
+    Escaped: the Unicode categories Cc (C0 controls, an escape sequence's ESC \\x1b, BEL \\x07,
+    CR \\r, LF \\n, NUL \\x00; DEL \\x7f; C1 controls \\x80-\\x9f), Cf (format characters: the
+    bidi overrides and isolates \\u202a-\\u202e and \\u2066-\\u2069, zero-width characters),
+    Zl and Zp (\\u2028, \\u2029), spaces other than the ASCII space (Zs, e.g. \\xa0), and
+    surrogate, private-use and unassigned code points. Letters of any script ("Gehen", "走る",
+    "café"), marks, digits, punctuation and symbols are unchanged, and so is a backslash: the
+    escaped form is for reading, not for parsing back.
+
+    The one function for every name or value that comes from a file, a model or a message
+    (labels, feature and column names, group names, paths) on its way to a terminal or a log.
+
+    >>> printable("wa\\x1b]0;pwned\\x07lk\\u202e")
+    'wa\\\\x1b]0;pwned\\\\x07lk\\\\u202e'
+    """
     text = str(text)
-    return text if text.isprintable() else "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
-                                                   for c in text)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def one_line(text) -> str:
+    """An error message as one line, shown safely: runs of white space (a library message may
+    quote a multi-line OS error) become one space, then any control or format character left
+    (a label or column name holding a terminal escape sequence) is escaped (`printable`)."""
+    return printable(" ".join(str(text).split()))
 
 
 class EdgeseqError(Exception):
@@ -59,11 +82,12 @@ def run_script(main) -> None:
     try:
         rc = main()
     except EdgeseqError as e:
-        print(f"Error: {e}", file=sys.stderr)
+        print(f"Error: {one_line(e)}", file=sys.stderr)
         sys.exit(e.exit_code)
     except OSError as e:
         where = f" '{e.filename}'" if getattr(e, "filename", None) else ""
-        print(f"Error: {e.strerror or e}{where}; check the path and free space, then run it again", file=sys.stderr)
+        print(f"Error: {one_line(f'{e.strerror or e}{where}')}; check the path and free space, then run it again",
+              file=sys.stderr)
         sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)

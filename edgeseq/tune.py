@@ -24,6 +24,13 @@ worker processes on this machine against the same storage. A study keeps its set
 target, limits, search space, sampler, seed): resuming or joining it takes them from there. The
 target is kept as its whole profile (a `--targets-file` one too), so workers and resumed runs
 plan on the same part without reading the file.
+
+**Seeds** (`edgeseq.tune_sampler`): each trial's sampler seed comes from `--seed` and the trial's
+number, which the storage gives one trial only. Workers on one study (`--jobs`, or several
+commands on one `--storage` started together) never draw alike; one worker on a new study draws
+the same trials for a seed, and a study resumed after its run finished the trials an unbroken run
+would have; with several workers, what a trial draws from the finished ones depends on timing, so
+it is not reproducible.
 """
 
 from __future__ import annotations
@@ -222,21 +229,20 @@ def progress_line(t, caps) -> str:
 # --- studies and workers ---------------------------------------------------------------------
 
 def make_sampler(name: str, seed: int):
+    """The study's sampler ('nsga2' or 'tpe') in one worker: each trial draws with a seed derived
+    from `seed` and its number in the study (`edgeseq.tune_sampler`), so workers on one study never
+    draw alike, however they were started, and one worker draws the same trials for a seed."""
     optuna = _optuna()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        if name == "tpe":
-            return optuna.samplers.TPESampler(seed=seed, constraints_func=constraints)
-        return optuna.samplers.NSGAIISampler(population_size=POPULATION, seed=seed, constraints_func=constraints)
+    from edgeseq.tune_sampler import PerTrialSeed
 
-
-def worker_seed(seed: int, before: int, worker: int) -> int:
-    """The sampler's seed in one worker: `seed` itself for the first worker of a new study, so one
-    worker draws the same parameters for a seed; else one derived from the trials already there,
-    so neither another worker nor a resumed run draws them again."""
-    if before == 0 and worker == 0:
-        return seed
-    return int(np.random.SeedSequence([seed, before, worker]).generate_state(1)[0])
+    def make(trial_seed: int):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            if name == "tpe":
+                return optuna.samplers.TPESampler(seed=trial_seed, constraints_func=constraints)
+            return optuna.samplers.NSGAIISampler(population_size=POPULATION, seed=trial_seed,
+                                                 constraints_func=constraints)
+    return PerTrialSeed(make, seed)
 
 
 class _Interrupt:
@@ -267,13 +273,13 @@ class _Interrupt:
             self.inside = False
 
 
-def run_trials(search: Search, storage, study_name: str, n: int, seed: int) -> None:
+def run_trials(search: Search, storage, study_name: str, n: int) -> None:
     """`n` trials of the study in this process (a worker). KeyboardInterrupt on Ctrl-C."""
     import signal
 
     optuna = _optuna()
     study = optuna.load_study(study_name=study_name, storage=storage,
-                              sampler=make_sampler(search.settings["sampler"], seed))
+                              sampler=make_sampler(search.settings["sampler"], search.settings["seed"]))
     caps = search.caps()
     stop = _Interrupt()
 
@@ -311,7 +317,7 @@ def worker_main(spec: str | None = None) -> None:
         storage = open_storage(s["storage"])
         settings = optuna.load_study(study_name=s["study"], storage=storage).user_attrs[STUDY_ATTR]
         search = Search(settings, load_dataset(s["data"]), Path(s["out"]), s["progress"], s["study"])
-        run_trials(search, storage, s["study"], s["trials"], s["seed"])
+        run_trials(search, storage, s["study"], s["trials"])
     except KeyboardInterrupt:
         sys.exit(130)
     except EdgeseqError as e:
@@ -319,26 +325,25 @@ def worker_main(spec: str | None = None) -> None:
         sys.exit(1)
 
 
-def _workers(search, url, storage, study_name, trials, jobs, before):
+def _workers(search, url, storage, study_name, trials, jobs):
     """`trials` trials over `jobs` workers: this process and jobs - 1 child processes."""
     import signal
 
     jobs = max(1, min(jobs, trials))
     shares = [trials // jobs + (i < trials % jobs) for i in range(jobs)]
-    seed = search.settings["seed"]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     procs = []
     for w in range(1, jobs):
         spec = json.dumps({"storage": url, "study": study_name, "data": search.full.source or search.settings["data"],
                            "out": str(search.out), "progress": search.progress, "trials": shares[w],
-                           "seed": worker_seed(seed, before, w), "worker": w})
+                           "worker": w})
         p = subprocess.Popen([sys.executable, "-c", "from edgeseq.tune import worker_main; worker_main()"], env=env,
                              stdin=subprocess.PIPE, stdout=2, text=True)         # stdout: stderr (fd 2)
         procs.append(p)
         p.stdin.write(spec)
         p.stdin.close()
     try:
-        run_trials(search, storage, study_name, shares[0], worker_seed(seed, before, 0))
+        run_trials(search, storage, study_name, shares[0])
         codes = [p.wait() for p in procs]
     except BaseException:
         for p in procs:                     # the processes this call started, by their own handle
@@ -424,6 +429,12 @@ def tune(out, data: str | None = None, target: str | None = None, trials: int = 
     gives its target other figures. Returns what pareto.json holds; its 'chosen' is None when no
     trial is feasible ('notice' says why).
 
+    Reproducible: one worker (`jobs` 1, no other run on the study) on a new study draws the same
+    trials for a `seed`, and a study resumed after its run finished draws what an unbroken run
+    would have. Not reproducible: a study run by several workers at once (`jobs` > 1, or other
+    runs on a shared `storage`), though each draws its own trials (each trial's sampler seed
+    comes from `seed` and its number in the study, `edgeseq.tune_sampler`).
+
     UsageError for a bad option or one that disagrees with the study's; DataError for a targets
     file that cannot be used; TuneInterrupted on Ctrl-C (the finished trials stay in the storage)."""
     from edgeseq.data import load_dataset
@@ -489,7 +500,6 @@ def tune(out, data: str | None = None, target: str | None = None, trials: int = 
             except optuna.exceptions.DuplicatedStudyError:   # another machine made it a moment ago: join it
                 settings = _settings(_stored(st, name, url), given, sha)
                 search = Search(settings, dataset, out, progress, name)
-        before = len(optuna.load_study(study_name=name, storage=st).trials)
         v = search.validation()
         if trials:
             _say(search, f"tune: {trials} trial(s) on {min(jobs, trials)} worker(s), study '{name}' in {redact(url)} "
@@ -500,7 +510,7 @@ def tune(out, data: str | None = None, target: str | None = None, trials: int = 
         resume = (f"edgeseq tune --out {out} --study {name}" + (f" --storage {redact(url)}" if storage else ""))
         try:
             if trials:
-                _workers(search, url, st, name, trials, jobs, before)
+                _workers(search, url, st, name, trials, jobs)
         except KeyboardInterrupt:
             done = sum(t.state.name == "COMPLETE" for t in optuna.load_study(study_name=name, storage=st).trials)
             raise TuneInterrupted(f"stopped: {done} finished trial(s) are kept in {redact(url)}; add trials with "

@@ -29,7 +29,7 @@ def _optuna():
     try:
         import optuna
     except ModuleNotFoundError:
-        raise EdgeseqError('edgeseq tune needs optuna: pip install "edgeseq[tune]"') from None
+        raise EdgeseqError("edgeseq tune needs optuna: pip install '.[tune]' in edgeseq's clone") from None
     return optuna
 
 
@@ -96,8 +96,10 @@ def open_storage(url: str):
             pip = {"MySQLdb": "mysqlclient", "pymysql": "PyMySQL"}.get(pip, pip)        # module -> package
             raise UsageError(f"--storage {redact(url)} needs {need}; pip install {pip}") from None
         except Exception as e:
-            # Two machines creating Optuna's tables in one new database at once: the later one finds them made.
-            race = isinstance(e, (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError))
+            # Two machines creating Optuna's tables in one new database at once: the later one finds them made
+            # (PostgreSQL: a duplicate row or table; SQLite: "table studies already exists").
+            race = (isinstance(e, (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError))
+                    or isinstance(e, sqlalchemy.exc.OperationalError) and "already exists" in str(e))
             if race and attempt < 2:
                 time.sleep(0.5 * (attempt + 1))
                 continue

@@ -49,7 +49,7 @@ def main():
         model = out / "models" / f"{arch}.onnx"
         rep = export_model(ckpt, model)
         ev = evaluate(str(model), ds.test, labels=ds.labels)
-        q = export_int8(ckpt, out / "models" / f"{arch}-int8.onnx", data=ds)
+        q = export_int8(ckpt, out / "models" / f"{arch}-int8.onnx", data=ds, float_bytes=rep["bytes"])
 
         # Stream one test sequence live, one reading per call.
         seq, label = ds.test.X[5], ds.labels[ds.test.y[5]]

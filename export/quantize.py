@@ -355,7 +355,7 @@ def dataset_for(ckpt: dict, data: str | Dataset | None) -> Dataset:
 def export_int8(ckpt: dict, out, scheme: str = DEFAULT_SCHEME, data=None, max_history: int | None = None,
                 max_error: float = MAX_ERROR, max_accuracy_drop: float = MAX_ACCURACY_DROP,
                 keep_anyway: bool = False, stream_readings: int = STREAM_READINGS, seed: int = 0,
-                float_parts=None, backend: str | None = None) -> dict:
+                float_parts=None, backend: str | None = None, float_bytes: int | None = None) -> dict:
     """Export the float step graph (validated against torch), quantize it, validate the int8
     model against the float one and move it into place. Returns the export report.
 
@@ -363,7 +363,9 @@ def export_int8(ckpt: dict, out, scheme: str = DEFAULT_SCHEME, data=None, max_hi
     `SSM_FLOAT_PARTS`); ignored for the other architectures, a UsageError when unknown.
     The report's `float_bytes` is the size of the file `export_model` writes for the same
     checkpoint and max_history (the float model a user deploys), not of the split graph
-    quantized here, whose unfused cells serialise to another size.
+    quantized here, whose unfused cells serialise to another size. A caller that has just
+    written that file passes its size as `float_bytes` (int, bytes), which spares a second
+    trace of the float graph.
 
     backend: the step backend whose figures decide the bound (`judge_backend`): None
     ($EDGESEQ_BACKEND, else "auto") or "auto" judges the one `StreamSession` runs the file on
@@ -505,7 +507,8 @@ def export_int8(ckpt: dict, out, scheme: str = DEFAULT_SCHEME, data=None, max_hi
 
         # The float twin as `edgeseq export` writes it (fused cells, validation record), sized
         # for the report: the quantized split graph is not the file a user compares with.
-        float_bytes = export_model(given, os.path.join(tmp, "float-export.onnx"), max_history=max_history)["bytes"]
+        if float_bytes is None:
+            float_bytes = export_model(given, os.path.join(tmp, "float-export.onnx"), max_history=max_history)["bytes"]
         report = write_validated(qproto, out, check)
     report["float_bytes"] = float_bytes
     report["quantization"] = settings

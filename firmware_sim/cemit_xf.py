@@ -13,14 +13,12 @@ No float, no libm, no malloc, no 64-bit arithmetic; bit-exact with the simulator
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 
-from edgeseq.errors import UsageError
-from firmware_sim.cemit import (EXAMPLE, KERNELS, TABLES, _arr, _matrix, _same_file, check_prefix, header_text, pad4,
-                                rq_mode, write_all)
+from firmware_sim.cemit import (EXAMPLE, KERNELS, TABLES, _arr, _matrix, check_prefix, header_text, pad4,
+                                rq_mode, write_emitted)
 from firmware_sim.cemit_ssm import SSM_KERNELS, SSM_TABLES, _ln
 from firmware_sim.intmath import IN_LIMIT
 from firmware_sim.intssm import RSQRT
@@ -205,7 +203,7 @@ def flash_bytes(m: XFIntModel) -> dict:
     return {"weights": int(weights), "constants": int(constants), "tables": int(tables)}
 
 
-def emit(m: XFIntModel, out, prefix: str = "es", protect=()) -> dict:
+def emit(m: XFIntModel, out, prefix: str = "es", protect=(), force: bool = False) -> dict:
     """As `firmware_sim.cemit.emit`, for a transformer: writes `<prefix>_model.h`,
     `<prefix>_model.c`, `<prefix>_example.c`, `es_kernels.h`, `es_ssm_int.h`, `es_xf_int.h`,
     `es_tables.c`, `es_ssm_tables.c` and `es_xf_tables.c` into `out`, all or nothing. Returns
@@ -217,19 +215,14 @@ def emit(m: XFIntModel, out, prefix: str = "es", protect=()) -> dict:
     out = Path(out)
     names = [f"{p}_model.h", f"{p}_model.c", "es_kernels.h", "es_ssm_int.h", "es_xf_int.h", "es_tables.c",
              "es_ssm_tables.c", "es_xf_tables.c", f"{p}_example.c"]
-    for name in names:
-        for other in protect:
-            if os.path.realpath(out / name) == os.path.realpath(other) or _same_file(out / name, other):
-                raise UsageError(f"--out '{out}' would write {name} over '{other}', which this command reads; "
-                                 "choose another --out or --prefix")
     h, c = header(m, p), source(m, p)
     example = EXAMPLE.format(p=p, P=p.upper()).replace("es_tables.c", "es_tables.c es_ssm_tables.c es_xf_tables.c")
     files = dict(zip(names, (h, c, KERNELS, SSM_KERNELS, XF_KERNELS, TABLES, SSM_TABLES, XF_TABLES, example)))
-    out.mkdir(parents=True, exist_ok=True)
-    write_all({out / name: text.encode() for name, text in files.items()})
+    replaced = write_emitted(out, files, protect, force)
     lay = layout(m)
     fb = flash_bytes(m)
     return {"path": str(out), "prefix": p, "files": list(files), "source_bytes": len(c.encode()) + len(h.encode()),
             "int8_weights": fb["weights"], "tables_bytes": fb["tables"], "kind": m.kind, "window": m.window,
             "scratch_bytes": lay["scratch"], "state_bytes": lay["state"], "cache_bytes": lay["cache"],
-            "io_bytes": lay["io"], "in_frac": [int(k) for k in np.asarray(m.in_frac)]}
+            "io_bytes": lay["io"], "in_frac": [int(k) for k in np.asarray(m.in_frac)],
+            "replaced": replaced}

@@ -53,7 +53,7 @@ FLASH_ORIGIN, FLASH_SIZE = 0x00000000, 1024 * 1024
 RAM_ORIGIN, RAM_SIZE = 0x20000000, 256 * 1024
 STACK_SIZE = 32 * 1024  # reserved at the top of RAM; the linker fails if .data + .bss reach it
 
-C_FLAGS = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-ffreestanding",
+C_FLAGS = ["-std=c99", "-Wall", "-Wextra", "-Wconversion", "-Werror", "-pedantic", "-ffreestanding",
            "-ffunction-sections", "-fdata-sections"]
 LINK_FLAGS = ["-nostdlib", "-nostartfiles", "-Wl,--gc-sections"]
 HARNESS_SUPPORT = Path(__file__).with_name("harness_support.c")

@@ -1,5 +1,6 @@
 """The documentation: the site builds with no warning (a broken link or anchor fails), the
-figure tables are what their JSON says, and the README stays a front door that links into it."""
+figure tables are what their JSON says, the README stays a front door that links into it, and
+the home page links every page of the nav."""
 
 import importlib.util
 import os
@@ -89,3 +90,20 @@ def test_readme_is_a_front_door_with_working_links():
     assert links, "the README links into docs/"
     for link in links:
         assert (ROOT / link).exists(), f"README links to {link}, which does not exist"
+
+
+def test_home_page_links_every_page_of_the_nav_and_no_other():
+    nav = mkdocs_nav()
+    assert "gateway.md" in nav and "api/runtime.md" in nav, nav          # the parse found the nav
+    text = (ROOT / "docs" / "index.md").read_text(encoding="utf-8")
+    linked = set(re.findall(r"\]\(([^)#\s:]+\.md)(?:#[^)]*)?\)", text))
+    unlinked, astray = sorted(nav - {"index.md"} - linked), sorted(linked - nav)
+    assert not unlinked, f"pages in mkdocs.yml's nav that the home page does not link: {unlinked}"
+    assert not astray, f"pages the home page links that mkdocs.yml's nav leaves out: {astray}"
+
+
+def mkdocs_nav() -> set:
+    """The pages of mkdocs.yml's nav (`  - Title: page.md`, nested or not), read without PyYAML."""
+    text = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    block = re.search(r"^nav:\n((?:[ \t]+.*\n?)+)", text, re.M).group(1)
+    return set(re.findall(r"^\s+-\s[^:\n]*:\s*(\S+\.md)\s*$", block, re.M))

@@ -132,7 +132,7 @@ def test_emitted_c_is_bit_exact_with_the_simulator(int8, arch, tmp_path):
     m = from_onnx(int8(arch, "static")[0])
     report = emit(m, tmp_path, prefix="gesture")
     exe = tmp_path / "stream"
-    cc = subprocess.run(["gcc", "-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-pedantic", "-o", str(exe),
+    cc = subprocess.run(["gcc", "-std=c99", "-O2", "-Wall", "-Wextra", "-Wconversion", "-Werror", "-pedantic", "-o", str(exe),
                          str(tmp_path / "gesture_example.c"), str(tmp_path / "gesture_model.c"),
                          str(tmp_path / "es_tables.c")],
                         capture_output=True, text=True)
@@ -169,7 +169,7 @@ def test_two_models_and_two_files_link_into_one_program(int8, tmp_path):
                                      "  gru_a_reset(&g); lstm_b_reset(&l);\n  lstm_b_step(x, &l, z, work);\n"
                                      "  return other(x, &g, y, work) + lstm_b_argmax(z) >= 0 ? 0 : 1;\n}\n")
     exe = tmp_path / "both"
-    cc = subprocess.run(["gcc", "-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-pedantic", "-o", str(exe),
+    cc = subprocess.run(["gcc", "-std=c99", "-O2", "-Wall", "-Wextra", "-Wconversion", "-Werror", "-pedantic", "-o", str(exe),
                          *(str(tmp_path / f) for f in ("main.c", "other.c", "gru_a_model.c", "lstm_b_model.c", "es_tables.c"))],
                         capture_output=True, text=True)
     assert cc.returncode == 0, cc.stderr[-3000:]

@@ -123,7 +123,7 @@ def test_emitted_c_is_bit_exact_with_the_simulator(tmp_path, selective, d_model,
     report = emit(m, tmp_path / "c", prefix="motion")
     d = tmp_path / "c"
     exe = tmp_path / "stream"
-    cc = subprocess.run(["gcc", "-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-pedantic", "-o", str(exe),
+    cc = subprocess.run(["gcc", "-std=c99", "-O2", "-Wall", "-Wextra", "-Wconversion", "-Werror", "-pedantic", "-o", str(exe),
                          *(str(d / f) for f in ("motion_example.c", "motion_model.c", "es_tables.c", "es_ssm_tables.c"))],
                         capture_output=True, text=True)
     assert cc.returncode == 0, cc.stderr[-3000:]

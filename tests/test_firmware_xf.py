@@ -148,7 +148,7 @@ def test_emitted_c_is_bit_exact_with_the_simulator(tmp_path, d_model, heads, win
     (d / "host.c").write_text(HOST)
     exe = tmp_path / "stream"
     srcs = [str(d / f) for f in ("host.c", "t_model.c", "es_tables.c", "es_ssm_tables.c", "es_xf_tables.c")]
-    cc = subprocess.run(["gcc", "-std=c99", "-O2", "-Wall", "-Wextra", "-Werror", "-pedantic", f"-DRESET_AT={RESET_AT}",
+    cc = subprocess.run(["gcc", "-std=c99", "-O2", "-Wall", "-Wextra", "-Wconversion", "-Werror", "-pedantic", f"-DRESET_AT={RESET_AT}",
                          "-o", str(exe), *srcs], capture_output=True, text=True)
     assert cc.returncode == 0, cc.stderr[-3000:]
     code = "".join((d / f).read_text() for f in ("t_model.h", "t_model.c", "es_kernels.h", "es_ssm_int.h",

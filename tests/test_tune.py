@@ -1,7 +1,8 @@
 """`edgeseq tune`: a tiny real search (the quick space: RNN/GRU of 4-8 units, 1-2 epochs) on data
 with groups; the files it writes, a non-dominated front, limits that exclude every trial,
 resuming a study (on two workers), a part from a targets file (on two workers, kept by the
-study), validation carved by group from the training split only, and seeded parameters."""
+study), validation carved by group from the training split only, seeded parameters (each
+worker its own, one worker reproducible), and runs that open one new SQLite file at once."""
 
 import json
 import shutil
@@ -15,7 +16,7 @@ pytest.importorskip("optuna", reason="optuna not installed: pip install '.[tune]
 from edgeseq.cli import cli  # noqa: E402
 from edgeseq.errors import UsageError  # noqa: E402
 from edgeseq.report.tune_pages import dominates, front  # noqa: E402
-from edgeseq.tune import OBJECTIVES, QUICK_SPACE, check_space, tune, worker_seed  # noqa: E402
+from edgeseq.tune import OBJECTIVES, QUICK_SPACE, check_space, make_sampler, suggest, tune  # noqa: E402
 from helpers import one_error_line  # noqa: E402
 
 
@@ -223,8 +224,82 @@ def test_space_and_seeds():
         check_space({"arch": ["bigru"]})
     with pytest.raises(UsageError, match="'window' must be at least 1"):
         check_space({"arch": ["transformer"], "window": [0]})
-    assert worker_seed(7, 0, 0) == 7                                   # one worker, new study: the seed itself
-    assert len({worker_seed(7, 0, 1), worker_seed(7, 3, 0), worker_seed(7, 3, 1)}) == 3
+
+
+@pytest.mark.parametrize("sampler", ["nsga2", "tpe"])
+def test_workers_started_together_draw_apart_and_one_worker_reproduces(sampler, tmp_path):
+    """Two commands that start together on one new study (both see no trial yet) each build the
+    sampler from the study's seed, as `run_trials` does: their first trials differ. One worker on a
+    new study draws the same trials for a seed, and a resumed one goes on as an unbroken run would.
+    The ask path only, no training; the shared study in SQLite, as `--storage` gives it."""
+    import optuna
+
+    from edgeseq.tune_storage import close_storage, open_storage
+
+    def study(storage):
+        if not optuna.get_all_study_names(storage):
+            optuna.create_study(study_name="s", storage=storage, directions=[d for _, d, _ in OBJECTIVES])
+        return optuna.load_study(study_name="s", storage=storage, sampler=make_sampler(sampler, 0))
+
+    def draw(s):
+        t = s.ask()
+        return t, (t.number, suggest(t, QUICK_SPACE))
+
+    def finish(s, t):
+        t.set_user_attr("constraints", [-1.0, -1.0, -1.0])
+        s.tell(t, [0.5, 0.5, 100.0 + t.number, 1.0, 1.0])
+
+    def run(storage, trials):
+        s, drawn = study(storage), []
+        for _ in range(trials):
+            t, d = draw(s)
+            drawn.append(d)
+            finish(s, t)
+        return drawn
+
+    shared = open_storage(f"sqlite:///{tmp_path / 'study.db'}")
+    try:
+        a, b = study(shared), study(shared)                              # two workers, a sampler each
+        (ta, first_a), (tb, first_b) = draw(a), draw(b)
+        finish(a, ta), finish(b, tb)
+    finally:
+        close_storage(shared)
+    assert first_a[1] != first_b[1], (first_a, first_b)
+    one = run(optuna.storages.InMemoryStorage(), 4)
+    assert one == run(optuna.storages.InMemoryStorage(), 4)                 # the same seed, the same trials
+    # a trial drawn at random (NSGA-II's first generation, TPE's start-up) draws by its number alone
+    assert sorted([first_a, first_b], key=lambda d: d[0]) == one[:2]
+    resumed = optuna.storages.InMemoryStorage()                              # 2 trials, then 2 more in a new worker
+    assert run(resumed, 2) + run(resumed, 2) == one
+
+
+def test_runs_that_start_together_on_a_new_sqlite_file_both_open_it(tmp_path, monkeypatch):
+    """Two runs that make Optuna's tables in one new SQLite file at once: the later finds them made
+    ("table studies already exists") and opens the storage, as on PostgreSQL."""
+    import sqlite3
+
+    import optuna
+    import sqlalchemy.exc
+
+    from edgeseq.tune_storage import close_storage, open_storage
+
+    real, calls = optuna.storages.RDBStorage, []
+
+    def other_run_first(url, **kwargs):
+        calls.append(url)
+        if len(calls) == 1:                     # the other run made the tables while this one made them
+            close_storage(real(url))
+            raise sqlalchemy.exc.OperationalError("CREATE TABLE studies", None,
+                                                  sqlite3.OperationalError("table studies already exists"))
+        return real(url, **kwargs)
+
+    monkeypatch.setattr(optuna.storages, "RDBStorage", other_run_first)
+    storage = open_storage(f"sqlite:///{tmp_path / 'new.db'}")
+    monkeypatch.undo()
+    try:
+        assert len(calls) == 2 and optuna.get_all_study_names(storage) == []
+    finally:
+        close_storage(storage)
 
 
 def test_a_window_the_data_gave_a_trial_is_the_retrained_models(tmp_path, monkeypatch):

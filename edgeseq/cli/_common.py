@@ -17,14 +17,7 @@ from pathlib import Path
 import click
 
 from edgeseq.errors import EdgeseqError, UsageError
-
-
-def _one_line(text) -> str:
-    """An error message as one line (a library message may quote a multi-line OS error), with
-    any control character left in it (a label or column name holding a terminal escape
-    sequence) shown escaped, never sent to the terminal (`edgeseq.errors.printable`)."""
-    from edgeseq.errors import printable
-    return printable(" ".join(str(text).split()))
+from edgeseq.errors import one_line as _one_line    # one line, control characters escaped
 
 
 def _os_error(e: OSError) -> str:

@@ -7,6 +7,7 @@ import json
 import click
 
 from edgeseq.cli._common import _DATA_HELP, _backend_option, _echo_json, _errors, _json_option, _provider_option
+from edgeseq.errors import printable
 
 
 @click.command()
@@ -34,7 +35,8 @@ def compare(models, data, readings, rounds, backend, as_json):
     from edgeseq.report.compare import compare_models, format_compare
 
     r = compare_models(list(models), data=data, readings=readings, rounds=rounds, backend=backend)
-    click.echo(json.dumps(r, indent=2) if as_json else format_compare(r))
+    # file and data names come from the command line and the model files: escaped, line by line
+    click.echo(json.dumps(r, indent=2) if as_json else "\n".join(map(printable, format_compare(r).split("\n"))))
 
 
 GROUPS_SHOWN = 12                  # groups named on the text line, worst first (--json has them all)
@@ -59,7 +61,10 @@ def eval_cmd(model, data, split, provider, backend, as_json):
     device sees them; scored per reading after a grace period after each change of label, a
     quarter of the median sequence length within 1..20 readings, at each sequence's last
     reading, and by the readings taken to follow a change). Data that names groups (subjects,
-    devices, sessions) also gets the accuracy of each group and the worst group.
+    devices, sessions) also gets the accuracy of each group and the worst group. A name from
+    the data or the model (a group, a label, the data's name) holding a control or format
+    character, such as a terminal escape sequence, is printed as its Python escape (\\x1b);
+    --json holds it exactly, escaped as JSON.
 
     The data defaults to the model's own training data (recorded in the file at export).
 
@@ -74,7 +79,7 @@ def eval_cmd(model, data, split, provider, backend, as_json):
     r = evaluate(model, getattr(ds, split), labels=ds.labels, provider=provider, features=ds.features, backend=backend)
     r["data"], r["split"] = ds.name, split
     if r.get("backend_note"):
-        click.echo(f"note: onnxruntime backend, not native: {r['backend_note']}", err=True)
+        click.echo(printable(f"note: onnxruntime backend, not native: {r['backend_note']}"), err=True)
     c = r["continuous"]
     if c and not c["scored_readings"]:                    # nothing to score: no figure, rather than 0
         c["reading_accuracy"] = None
@@ -83,7 +88,8 @@ def eval_cmd(model, data, split, provider, backend, as_json):
     if as_json:
         _echo_json(r)
         return
-    click.echo(f"{r['arch']} ({r.get('backend', 'onnxruntime')} backend) on {ds.name} {split}, per sequence (reset at "
+    click.echo(f"{printable(r['arch'])} ({r.get('backend', 'onnxruntime')} backend) on {printable(ds.name)} {split}, "
+               "per sequence (reset at "
                f"each start): accuracy {r['accuracy']:.3f} "
                f"({r['n']} sequences)")
     if r["accuracy_at_fraction"]:
@@ -94,9 +100,9 @@ def eval_cmd(model, data, split, provider, backend, as_json):
         tied = sum(v["accuracy"] == w["accuracy"] for v in g.values()) - 1
         shown = sorted(g.items(), key=lambda kv: (kv[1]["accuracy"], -kv[1]["n"], str(kv[0])))[:GROUPS_SHOWN]
         more = f"; {len(g) - len(shown)} more in --json" if len(g) > len(shown) else ""
-        click.echo(f"  per group: worst '{w['group']}' {w['accuracy']:.3f} ({_n(w['n'], 'sequence')}"
+        click.echo(f"  per group: worst '{printable(w['group'])}' {w['accuracy']:.3f} ({_n(w['n'], 'sequence')}"
                    + (f"; {tied} more group{'s' if tied > 1 else ''} at {w['accuracy']:.3f}" if tied else "") + "); "
-                   + "; ".join(f"'{k}' {v['accuracy']:.3f} ({v['n']})" for k, v in shown) + more)
+                   + "; ".join(f"'{printable(k)}' {v['accuracy']:.3f} ({v['n']})" for k, v in shown) + more)
     if c:
         follow = "never" if c["median_readings_to_follow"] is None else f"{c['median_readings_to_follow']:.0f}"
         per = (f"{c['reading_accuracy']:.3f} (past {c['grace']} reading{'' if c['grace'] == 1 else 's'} after each change; "

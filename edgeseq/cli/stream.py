@@ -7,6 +7,7 @@ import contextlib
 import click
 
 from edgeseq.cli._common import MAX_HISTORY, History, _backend_option, _errors, _note_window, _provider_option, _writing
+from edgeseq.errors import printable
 
 
 @click.command()
@@ -36,7 +37,9 @@ def stream(model, input_, provider, max_history, on_full, on_bad, as_json, state
     of feature names is read as a header and may reorder the columns; with a header, every
     other column (a timestamp, `sequence`, notes) is ignored whatever it holds, so a training
     CSV streams as it is. Output: the CSV line `reading,label,probability` (a label holding a
-    comma or a line break is quoted), or JSON; a header column `label` adds the true label to
+    comma or a quote is quoted; a control or format character in it, such as a terminal escape
+    sequence, a line break or a right-to-left override, is written as its Python escape: \\x1b,
+    \\n, \\u202e), or JSON with the exact labels; a header column `label` adds the true label to
     each line (`true` in JSON) and its accuracy to the summary on stderr. With --on-bad skip, a
     skipped line is reported on stderr, so stdout holds one line per reading.
 
@@ -59,7 +62,7 @@ def stream(model, input_, provider, max_history, on_full, on_bad, as_json, state
     sess = StreamSession(model, provider=provider, max_history=max_history, on_full=on_full, backend=backend)
     _note_window(max_history, (sess.meta.config or {}).get("window"))
     if sess.backend_note:
-        click.echo(f"note: onnxruntime backend, not native: {sess.backend_note}", err=True)
+        click.echo(printable(f"note: onnxruntime backend, not native: {sess.backend_note}"), err=True)
     fh = stdin_bytes() if input_ == "-" else open(input_, "rb")
     with fh, (lock_state_file(state_file) if state_file else contextlib.nullcontext()) as held, _writing(state_file):
         _stream(sess, model, fh, on_bad, as_json, state_file, held, save_every)
@@ -101,7 +104,7 @@ def _stream(sess, model, fh, on_bad, as_json, state_file, held, save_every):
         if state_file:
             save_state(held, sess, count["n"], model_hash)
     click.echo(f"{stats['readings'] - start} readings, {stats['skipped']} skipped; state {sess.state_nbytes()} bytes"
-               + (f"; saved to {state_file}" if state_file else "") + f" ({sess.backend} backend)", err=True)
+               + (f"; saved to {printable(state_file)}" if state_file else "") + f" ({sess.backend} backend)", err=True)
     if score.readings:
         for line in score.lines():
             click.echo(line, err=True)

@@ -19,7 +19,8 @@ _limit = Finite(min=0, min_open=True)
               help="Trials to add (0: write the front of an existing --study).")
 @click.option("--jobs", type=click.IntRange(min=1, max=256), default=1, show_default=True,
               help="Worker processes on this machine, over one storage.")
-@click.option("--seed", type=click.IntRange(0, 2**32 - 1), help="Sampler and training seed (default 0).")
+@click.option("--seed", type=click.IntRange(0, 2**32 - 1), help="Sampler and training seed (default 0); each trial's "
+              "sampler seed comes from it and the trial's number.")
 @click.option("--sampler", type=click.Choice(["nsga2", "tpe"]), help="Optuna sampler (default nsga2).")
 @click.option("--max-latency-ms", type=_limit, help="Hard limit: milliseconds per reading on --target.")
 @click.option("--max-ram-kb", type=_limit, help="Hard limit: RAM in KB (1,024 B) on --target.")
@@ -42,6 +43,9 @@ def tune(data, target, targets_file, trials, jobs, seed, sampler, max_latency_ms
     trial with the best never-reset accuracy, ties by latency) is retrained on the whole
     training split and scored on the test split. OUT holds study.db, pareto.json/.csv/.png/.html
     and model/ (checkpoint, float and int8 exports, scores.json). Ctrl-C keeps the finished trials.
+    One worker on a new study draws the same trials for a --seed; workers on one study (--jobs, or
+    several runs on one --storage and --study) each draw their own, in an order that is not
+    reproducible.
 
     \b
       edgeseq tune --out runs/tune --trials 20 --jobs 2

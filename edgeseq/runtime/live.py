@@ -37,6 +37,10 @@ serial) whose header has a `label` column carries them too (other non-feature co
 ignored, see `edgeseq.runtime.stream`). Either way each line shows the true label and the
 summary scores them the same way (`LabelScore`: readings whose label the model knows, and
 those past the grace period after the start and each change of label).
+
+Labels reach a status line escaped (`edgeseq.errors.printable`: a model's or a CSV's label
+holding a terminal escape sequence or a right-to-left override is shown as \\x1b..., \\u202e);
+JSON lines hold them exactly, escaped by json.dumps (ASCII only).
 """
 
 from __future__ import annotations
@@ -54,7 +58,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from edgeseq.errors import EdgeseqError, ReadingError, UsageError
+from edgeseq.errors import EdgeseqError, ReadingError, UsageError, printable
 from edgeseq.runtime.stream import LabelScore, LineReader, label_lines, plural_readings, read_lines
 
 MIN_RATE, MAX_RATE = 1e-6, 1e6        # readings per second: one per 11 days to a million per second
@@ -271,11 +275,6 @@ def _count(name: str, value, low: int = 1, none_ok: bool = False):
     return int(value)
 
 
-def _printable(text: str) -> str:
-    """A label as one line of a status line (control characters escaped)."""
-    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
-
-
 @dataclass
 class Stats:
     readings: int = 0
@@ -430,8 +429,8 @@ def run_live(sess, source, rate: float | None = None, on_bad: str = "skip", as_j
                                      "state_bytes": sess.state_nbytes(), "late": st.late, "dropped": st.dropped,
                                      "bad": sum(st.bad.values())}))
                 else:
-                    true = f" (true {_printable(truth[0]):>9s})" if truth and truth[0] else ""
-                    label = _printable(sess.labels[k])
+                    true = f" (true {printable(truth[0]):>9s})" if truth and truth[0] else ""
+                    label = printable(sess.labels[k])
                     echo(f"{st.readings:8d} {label:>10s} {probs[k]:.2f}{true}  {st.latencies[-1] * 1e6:7.1f} us "
                          f"(median {lat['median_us']}, p99 {lat['p99_us']})  state {sess.state_nbytes()} B  "
                          f"late {st.late} dropped {st.dropped} bad {sum(st.bad.values())}")

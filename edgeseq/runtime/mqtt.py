@@ -39,7 +39,7 @@ from collections import deque
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-from edgeseq.errors import UsageError
+from edgeseq.errors import UsageError, printable
 
 DEFAULT_QUEUE = 10_000   # predictions held while the broker is away: 200 s at 50 Hz, about 200 B of memory each
 WINDOW = 100             # handed to paho and not yet acknowledged, at most: paho's own queue stays short
@@ -95,7 +95,7 @@ def parse_url(url: str, env=None) -> BrokerURL:
     shown = _redact(url)
     example = "e.g. mqtt://broker.local:1883 or mqtts://user:password@broker.example.com"
     if any(ord(c) < 33 or ord(c) == 127 for c in url):
-        raise UsageError(f"--mqtt URL '{shown.encode('unicode_escape').decode()}' has spaces or control "
+        raise UsageError(f"--mqtt URL '{printable(shown)}' has spaces or control "
                          f"characters; {example}")
     try:
         parts = urlsplit(url)                     # a bracketed address that does not close raises here
@@ -237,7 +237,8 @@ class MqttPublisher:
         self.max_queued, self.window = max_queued, min(WINDOW, max_queued)
         self.availability = f"edgeseq/{self.device}/availability"
         self.discovery = ha_configs(self.device, self.topic, self.availability, model) if ha_discovery else []
-        self.note = note or (lambda line: None)
+        # a broker's words and the topic reach the terminal escaped (edgeseq.errors.printable)
+        self.note = (lambda line: note(printable(line))) if note else (lambda line: None)
         self.flush_seconds = flush_seconds
         mqtt = paho_client_module()
         self._pending = deque()          # JSON payloads not yet handed to paho, oldest first

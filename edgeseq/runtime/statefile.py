@@ -50,7 +50,7 @@ import numpy as np
 
 from edgeseq import contract
 from edgeseq.data import file_sha256
-from edgeseq.errors import EdgeseqError, UsageError
+from edgeseq.errors import EdgeseqError, UsageError, printable
 
 try:
     import fcntl
@@ -538,9 +538,9 @@ def resume_state(path, sess, model_hash: str | None = None, note=None) -> int:
         linked = os.path.islink(path)
         dest = set_aside(path)
         shown = dest if linked else Path(path).with_name(dest.name)
-        note(f"{str(e).replace(ADVICE, '')}; moved it to '{shown}' and starting fresh")
+        note(printable(f"{str(e).replace(ADVICE, '')}; moved it to '{shown}' and starting fresh"))
         return 0
-    note(f"resumed from {path} at reading {header['readings']}")
+    note(printable(f"resumed from {path} at reading {header['readings']}"))
     return header["readings"]
 
 

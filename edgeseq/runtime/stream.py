@@ -14,6 +14,10 @@ cells as the header, and only the feature columns are parsed and checked: the ot
 timestamp, `sequence`, notes, empty cells) are ignored whatever they hold, so edgeseq's own
 training CSV streams as it is. A column headed `label` (any case) is the reading's true label:
 shown beside each prediction and scored (`LabelScore`).
+
+Names from the model file or the input (labels, column names) reach the output, the notes and
+the error messages escaped (`edgeseq.errors.printable`): a control or format character, such
+as a terminal escape sequence's ESC or a right-to-left override, never reaches the terminal.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import json
 import numpy as np
 
 from edgeseq.data import parse_float
-from edgeseq.errors import DataError, ReadingError
+from edgeseq.errors import DataError, ReadingError, printable
 from edgeseq.runtime.evaluate import GRACE
 
 BOM = "\ufeff"
@@ -76,7 +80,7 @@ def _numbers(cells: list) -> np.ndarray:
         values = np.array([parse_float(c) for c in cells], np.float64)
     except ValueError:
         bad = next(c for c in cells if not _is_number(c))
-        raise ReadingError(f"non-numeric value '{bad[:20].encode('unicode_escape').decode('ascii')}'") from None
+        raise ReadingError(f"non-numeric value '{printable(bad[:20])}'") from None
     if not np.isfinite(values).all():
         raise ReadingError("NaN or Inf value")
     if (np.abs(values) > F32_MAX).any():
@@ -110,10 +114,20 @@ def header_order(line: str, features: list):
     missing = [f for f in features if f not in cells]
     twice = sorted({c for c in cells if c in features and cells.count(c) > 1})
     if missing or twice:
-        what = f"lacks {missing}" if missing else f"names {twice} twice"
-        raise HeaderError(f"the header {cells} {what}; the model reads {list(features)}: name each of them once "
+        what = f"lacks {_names(missing)}" if missing else f"names {_names(twice)} twice"
+        raise HeaderError(f"the header {_names(cells)} {what}; the model reads {_names(features)}: name each of them once "
                           "(any order) or drop the header line")
     return np.array([cells.index(f) for f in features])
+
+
+def _quoted(name) -> str:
+    """A name for a message: quoted, control characters escaped (`printable`)."""
+    return f"'{printable(name)}'"
+
+
+def _names(names) -> str:
+    """Names for a message, as a Python list prints them but escaped by `printable`: ['a', 'b']."""
+    return f"[{', '.join(map(_quoted, names))}]"
 
 
 def label_column(cells: list, features: list):
@@ -122,7 +136,7 @@ def label_column(cells: list, features: list):
     found = [i for i, c in enumerate(cells) if c.lower() == "label" and c not in features]
     if len(found) > 1:
         raise HeaderError(f"the header names a label column {len(found)} times "
-                          f"({', '.join(repr(cells[i]) for i in found)}); keep one")
+                          f"({', '.join(_quoted(cells[i]) for i in found)}); keep one")
     return found[0] if found else None
 
 
@@ -181,10 +195,16 @@ class LineReader:
 
 
 def csv_line(*cells) -> str:
-    """One CSV line (no line end) with the csv module's quoting: a cell holding a comma, a
-    quote or a line break (a label may) is quoted, so the output stays one record per reading."""
+    """One CSV line (no line end): each cell escaped by `edgeseq.errors.printable`, then quoted by
+    the csv module where it holds a comma or a double quote.
+
+    A CSV is read on a terminal too (`cat`, `tail -f`), so a cell never carries a control or
+    format character, even to a file or a pipe: a label holding ESC, BEL, a carriage return, a
+    line feed, NUL or a right-to-left override is written as its Python escape (\\x1b, \\x07,
+    \\r, \\n, \\x00, \\u202e); letters of any script are written as they are. The output stays
+    one record per line. --json (json.dumps, ASCII only) gives the exact label."""
     buf = io.StringIO()
-    csv.writer(buf, lineterminator="\r\n").writerow(cells)      # \r and \n in a cell are then quoted
+    csv.writer(buf, lineterminator="\r\n").writerow([printable(c) for c in cells])
     return buf.getvalue()[:-2]
 
 
@@ -202,11 +222,6 @@ def read_lines(fh):
                 if not more or more.endswith(nl):
                     break
         yield chunk
-
-
-def _printable(text: str) -> str:
-    """A label as one line of text (control characters escaped)."""
-    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
 
 
 class LabelScore:
@@ -265,12 +280,12 @@ def label_lines(d: dict, known: list) -> list:
         out = [f"true labels: accuracy {d['accuracy']:.3f} over {plural_readings(d['scored'])} with a label the model "
                f"knows (one stream, never reset); {past}"]
     else:
-        out = [f"true labels: no reading has a label the model knows ({', '.join(map(_printable, known))}); "
+        out = [f"true labels: no reading has a label the model knows ({', '.join(map(printable, known))}); "
                "nothing scored"]
     skipped = []
     if d["unknown"]:
         named = sorted(d["unknown"].items(), key=lambda kv: (-kv[1], kv[0]))
-        text = ", ".join(f"'{_printable(k)}' ({v})" for k, v in named[:5])
+        text = ", ".join(f"{_quoted(k)} ({v})" for k, v in named[:5])
         text += f" and {len(named) - 5} more labels" if len(named) > 5 else ""
         skipped.append(f"{plural_readings(sum(d['unknown'].values()))} labelled {text}, which the model does not know")
     if d["unlabelled"]:
@@ -288,7 +303,8 @@ def stream_lines(sess, lines, on_bad="error", as_json=False, echo=print, on_read
 
     `echo` gets one line per reading only (CSV, or JSON with `as_json`); a skipped line is
     reported to `note` (default: standard error). Where the header has a label column, each
-    output line carries the true label and `score` (if given) scores it."""
+    output line carries the true label and `score` (if given) scores it. A CSV line's labels
+    are escaped (`csv_line`); JSON has the exact labels, escaped by json.dumps (ASCII only)."""
     if note is None:
         import sys
         note = lambda text: print(text, file=sys.stderr)      # noqa: E731
@@ -308,7 +324,7 @@ def stream_lines(sess, lines, on_bad="error", as_json=False, echo=print, on_read
                 raise ReadingError(f"input line {lineno}: {msg}; fix it or pass --on-bad skip "
                                    "(state before it is kept)") from None
             stats["skipped"] += 1
-            note(f"line {lineno} skipped: {msg}")
+            note(printable(f"line {lineno} skipped: {msg}"))
             continue
         k = int(probs.argmax())
         stats["readings"] += 1

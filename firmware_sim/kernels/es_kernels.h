@@ -24,13 +24,13 @@ extern const int16_t es_tanh_q15[2049];
 #include <arm_acle.h>
 #define ES_DSP 1
 /* bytes 1 and 3 of v, sign-extended to two int16 (one instruction: SXTB16 with ROR #8) */
-static inline int32_t es_k_sxtb16_ror8(uint32_t v) {
+static inline int32_t es_k_sxtb16_ror8(int32_t v) {
 #if defined(__GNUC__)
   int32_t r;
   __asm__("sxtb16 %0, %1, ror #8" : "=r"(r) : "r"(v));
   return r;
 #else
-  return __sxtb16((v >> 8) | (v << 24));
+  return __sxtb16((int32_t)(((uint32_t)v >> 8) | ((uint32_t)v << 24)));
 #endif
 }
 #else
@@ -49,8 +49,15 @@ static inline int32_t es_k_clamp(int32_t v, int32_t lo, int32_t hi) { return v <
 /* clamp to int16 / int8: one SSAT instruction where the core has it (Armv7-M and later) */
 #if defined(__ARM_FEATURE_SAT) && !defined(ES_PORTABLE)
 #include <arm_acle.h>
-#define ES_SAT16(v) __ssat((v), 16)
-#define ES_SAT8(v) __ssat((v), 8)
+/* gcc's __ssat stores __builtin_arm_ssat's unsigned result in an int32_t: -Wsign-conversion
+   would flag every use, so the two wrappers quiet that one warning (same instruction). */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wsign-conversion"
+static inline int32_t es_k_ssat16(int32_t v) { return __ssat(v, 16); }
+static inline int32_t es_k_ssat8(int32_t v) { return __ssat(v, 8); }
+#pragma GCC diagnostic pop
+#define ES_SAT16(v) es_k_ssat16(v)
+#define ES_SAT8(v) es_k_ssat8(v)
 #else
 #define ES_SAT16(v) es_k_clamp((v), -32768, 32767)
 #define ES_SAT8(v) es_k_clamp((v), -128, 127)
@@ -122,7 +129,7 @@ ES_INLINE void es_k_matvec(const int8_t *a, int32_t *xbuf, const int8_t *w, cons
 #if ES_DSP
   const int8_t *wp = w;
   for (i = 0; i < n; i += 4) {                 /* (a0, a2) and (a1, a3) as int16 pairs */
-    uint32_t v;
+    int32_t v;                                 /* four int8 as the signed word the ACLE intrinsics take */
     ES_MEMCPY(&v, a + i, 4);
     xbuf[i / 2] = __sxtb16(v);
     xbuf[i / 2 + 1] = es_k_sxtb16_ror8(v);
@@ -131,7 +138,7 @@ ES_INLINE void es_k_matvec(const int8_t *a, int32_t *xbuf, const int8_t *w, cons
     const int32_t *xp = xbuf, *xend = xbuf + n / 2;
     int32_t acc0 = 0, acc1 = 0, acc2 = 0, acc3 = 0;
     while (xp < xend) {
-      uint32_t v0, v1, v2, v3;
+      int32_t v0, v1, v2, v3;
       int32_t even = xp[0], odd = xp[1];
       ES_MEMCPY(&v0, wp, 4);
       ES_MEMCPY(&v1, wp + 4, 4);

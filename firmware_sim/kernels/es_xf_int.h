@@ -21,7 +21,7 @@ static inline int32_t es_k_dot16(const int16_t *a, const int16_t *b, int n) {
   int k = 0;
 #if ES_DSP
   for (; k + 4 <= n; k += 4) {
-    uint32_t a0, a1, b0, b1;
+    int32_t a0, a1, b0, b1;           /* int16 pairs as the signed words __smlad takes */
     ES_MEMCPY(&a0, a + k, 4);
     ES_MEMCPY(&b0, b + k, 4);
     ES_MEMCPY(&a1, a + k + 2, 4);
@@ -30,7 +30,7 @@ static inline int32_t es_k_dot16(const int16_t *a, const int16_t *b, int n) {
     acc = __smlad(a1, b1, acc);
   }
   if (k < n) {
-    uint32_t a0, b0;
+    int32_t a0, b0;
     ES_MEMCPY(&a0, a + k, 4);
     ES_MEMCPY(&b0, b + k, 4);
     acc = __smlad(a0, b0, acc);

@@ -1,0 +1,266 @@
+"""Names from a model file, a data file or the input never write to the terminal: a label, a
+feature or column name, a group or a file name holding a terminal escape sequence, a line break,
+NUL or a right-to-left override reaches stream's CSV and notes, eval's and compare's reports, the
+Pi demo's status lines and every `Error:` line as its Python escape (`edgeseq.errors.printable`,
+the one function for it), while letters of any script stay as they are. JSON keeps the exact
+names, escaped by json.dumps.
+
+One tiny GRU (hidden 4, 1 epoch) is trained on `hostile.npz`, whose labels, features and groups
+hold such characters, so its model file carries them in `edgeseq.labels` and `edgeseq.features`.
+CliRunner runs with color=True, as on a terminal: click then passes escape sequences through
+instead of stripping some of them, so the test sees what a terminal would get."""
+
+import csv
+import io
+import json
+import subprocess
+import sys
+import unicodedata
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from edgeseq.cli import cli
+from edgeseq.errors import DataError, printable
+
+ROOT = Path(__file__).resolve().parent.parent
+LABELS = ["Gehen\x1b[2J走る", "wa\x1b]0;pwned\x07lk\u202e", "ru\r\nn\x00\x7f\x85"]
+SHOWN = {"Gehen\x1b[2J走る": "Gehen\\x1b[2J走る", "wa\x1b]0;pwned\x07lk\u202e": "wa\\x1b]0;pwned\\x07lk\\u202e",
+         "ru\r\nn\x00\x7f\x85": "ru\\r\\nn\\x00\\x7f\\x85"}
+FEATURES = ["gx", "g\x1b[31my", "gz\u2066x"]
+GROUPS = ["s\x1b[1mA", "s\u202eB", "café"]
+UNKNOWN = "zz\x1b]0;x\x07café"                     # a true label the model does not know
+RAW = ("\x1b", "\x07", "\r", "\x00", "\x7f", "\x85", "\u202e", "\u2066")
+
+
+def _safe(text: str) -> str:
+    """`text` if nothing in it but line ends and printable characters reaches the terminal."""
+    bad = sorted({c for c in text if c != "\n" and not c.isprintable()})
+    assert not bad, f"raw {[hex(ord(c)) for c in bad]} in output:\n{text!r}"
+    assert not any(c in text for c in RAW)
+    return text
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory):
+    """(root, the model, its training data) for a GRU whose names hold escape sequences."""
+    from edgeseq.data import load_dataset
+    from edgeseq.train import TrainConfig, train
+    from export import export_model
+    root = tmp_path_factory.mktemp("hostile")
+    rng = np.random.default_rng(0)
+
+    def split(n):
+        y = np.arange(n) % 3
+        X = rng.standard_normal((n, 12, 3)).astype(np.float32)
+        X[:, :, 0] += (y * 2.0 - 2.0)[:, None]
+        return X, np.array(LABELS)[y], np.array(GROUPS)[np.arange(n) // 3 % 3]
+    (X, y, g), (Xt, yt, gt) = split(18), split(9)
+    data = root / "hostile.npz"
+    np.savez(data, X_train=X, y_train=y, groups_train=g, X_test=Xt, y_test=yt, groups_test=gt,
+             features=np.array(FEATURES))
+    ds = load_dataset(str(data))
+    assert sorted(ds.labels) == sorted(LABELS) and ds.features == FEATURES
+    ckpt = train("gru", ds, TrainConfig(epochs=1, seed=0), {"hidden": 4}, progress=False)
+    export_model(ckpt, root / "m.onnx")
+    return root, root / "m.onnx", data
+
+
+@pytest.fixture
+def term(tmp_path, monkeypatch):
+    """Invoke the CLI in this test's temp dir as a terminal would show it (escape sequences kept)."""
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    return lambda args, **kw: runner.invoke(cli, [str(a) for a in args], color=True, **kw)
+
+
+def _readings(rows) -> str:
+    """A CSV of readings whose header names the model's features and a `label` column (true
+    labels without a line break: a line feed ends an input line whatever the quotes)."""
+    head = ",".join(["label", *FEATURES])
+    return "\n".join([head] + [f"{lab},{i * 0.3 - 1:.1f},0.1,-0.2" for i, lab in enumerate(rows)]) + "\n"
+
+
+# -- the one function ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text,shown", [
+    ("\x1b[2J", "\\x1b[2J"), ("\x1b]0;pwned\x07", "\\x1b]0;pwned\\x07"), ("a\rb\nc\td", "a\\rb\\nc\\td"),
+    ("nul\x00del\x7f", "nul\\x00del\\x7f"), ("c1\x85\x9b31m", "c1\\x85\\x9b31m"),
+    ("evil\u202egnp.exe", "evil\\u202egnp.exe"), ("\u2066iso\u2069", "\\u2066iso\\u2069"),
+    ("zero\u200bwidth\ufeff", "zero\\u200bwidth\\ufeff"), ("line\u2028para\u2029", "line\\u2028para\\u2029"),
+    ("no\xa0break", "no\\xa0break"), ("tag\U000e0041", "tag\\U000e0041"),
+    ("Gehen", "Gehen"), ("走る", "走る"), ("café", "café"), ("cafe\u0301 ümlaut", "cafe\u0301 ümlaut"),
+    ("Gehen\x1b[2J走る", "Gehen\\x1b[2J走る"), ("a b,c\"d\\x1b", "a b,c\"d\\x1b"),
+])
+def test_printable_escapes_controls_and_format_characters_and_keeps_letters(text, shown):
+    assert printable(text) == shown
+
+
+def test_printable_escapes_every_control_format_and_separator_character_and_no_letter():
+    for cp in range(0x110000):
+        c = chr(cp)
+        cat = unicodedata.category(c)
+        if cat in ("Cc", "Cf", "Zl", "Zp"):
+            out = printable(c)
+            assert out.startswith("\\") and out.isascii() and out.isprintable(), (hex(cp), out)
+        elif cat[0] in "LMNPS":
+            assert printable(c) == c, hex(cp)
+
+
+def test_printable_is_the_one_escaping_function():
+    """No module keeps its own copy (two copies drift: one escaped `café` to `caf\\xe9`)."""
+    own = [str(p.relative_to(ROOT)) for p in (ROOT / "edgeseq").rglob("*.py")
+           if p.name != "errors.py" and ("def _printable" in p.read_text(encoding="utf-8")
+                                         or "unicode_escape" in p.read_text(encoding="utf-8"))]
+    assert own == []
+
+
+def test_csv_line_escapes_each_cell_and_quotes_commas_and_quotes():
+    from edgeseq.runtime.stream import csv_line
+    assert csv_line(1, "ru\r\nn\x00", "0.5000") == "1,ru\\r\\nn\\x00,0.5000"
+    assert csv_line(2, 'a,"b"\x1b[2J', "走る") == '2,"a,""b""\\x1b[2J",走る'
+    assert next(csv.reader([csv_line(3, "wa\x1b]0;x\x07lk\u202e, y")])) == ["3", "wa\\x1b]0;x\\x07lk\\u202e, y"]
+
+
+# -- stream -------------------------------------------------------------------------------------
+
+def test_stream_csv_and_stderr_show_names_escaped(hostile, term, tmp_path):
+    _, model, _ = hostile
+    rows = [LABELS[0], UNKNOWN, "", LABELS[1]]
+    (tmp_path / "in.csv").write_text(_readings(rows), encoding="utf-8")
+    state = "s\x1b[2J.state"
+    r = term(["stream", model, "--input", "in.csv", "--state-file", state])
+    assert r.exit_code == 0, r.output
+    out = _safe(r.stdout).splitlines()
+    assert len(out) == len(rows)
+    for i, (line, true) in enumerate(zip(out, rows), start=1):
+        n, label, prob, shown_true = next(csv.reader([line]))
+        assert (n, shown_true) == (str(i), printable(true)) and label in SHOWN.values() and float(prob) > 0
+    assert out[0].endswith(",Gehen\\x1b[2J走る") and out[1].endswith(",zz\\x1b]0;x\\x07café")
+    err = [line for line in _safe(r.stderr).splitlines() if not line.startswith("note: ")]   # a backend note
+    assert err[0].startswith("4 readings, 0 skipped; state ") and "; saved to s\\x1b[2J.state (" in err[0]
+    assert err[-1] == ("not scored: 1 reading labelled 'zz\\x1b]0;x\\x07café' (1), which the model does not know; "
+                       "1 reading without a label")
+
+
+def test_stream_summary_names_the_known_labels_escaped(hostile, term, tmp_path):
+    _, model, _ = hostile
+    (tmp_path / "in.csv").write_text(_readings([UNKNOWN]), encoding="utf-8")
+    r = term(["stream", model, "--input", "in.csv"])
+    assert r.exit_code == 0, r.output
+    line = next(x for x in _safe(r.stderr).splitlines() if x.startswith("true labels:"))
+    assert all(shown in line for shown in SHOWN.values()), line
+
+
+def test_stream_json_holds_the_exact_names_in_ascii(hostile, term, tmp_path):
+    _, model, _ = hostile
+    (tmp_path / "in.csv").write_text(_readings([LABELS[1], UNKNOWN]), encoding="utf-8")
+    r = term(["stream", model, "--input", "in.csv", "--json"])
+    assert r.exit_code == 0, r.output
+    assert _safe(r.stdout).isascii()
+    first, second = map(json.loads, r.stdout.splitlines())
+    assert first["true"] == LABELS[1] and second["true"] == UNKNOWN
+    assert set(first["probs"]) == set(LABELS) and first["label"] in LABELS
+
+
+def test_stream_notes_and_errors_show_names_escaped(hostile, term, tmp_path):
+    _, model, _ = hostile
+    text = _readings([LABELS[0], LABELS[1]]).replace(",0.1,", ",x\x1b]0;T\x07走,", 1)
+    (tmp_path / "in.csv").write_text(text, encoding="utf-8")
+    r = term(["stream", model, "--input", "in.csv", "--on-bad", "skip"])
+    assert r.exit_code == 0, r.output
+    skipped = [line for line in _safe(r.stderr).splitlines() if line.startswith("line ")]
+    assert skipped == ["line 2 skipped: non-numeric value 'x\\x1b]0;T\\x07走'"]
+    (tmp_path / "other.csv").write_text("gx,h\x1b]0;T\x07y,gz\u2066x\n1,2,3\n", encoding="utf-8")
+    r = term(["stream", model, "--input", "other.csv"])
+    assert r.exit_code == 1
+    assert _safe(r.output).splitlines()[-1] == (
+        "Error: input line 1: the header ['gx', 'h\\x1b]0;T\\x07y', 'gz\\u2066x'] lacks ['g\\x1b[31my']; the "
+        "model reads ['gx', 'g\\x1b[31my', 'gz\\u2066x']: name each of them once (any order) or drop the header line")
+
+
+def test_stream_into_a_pipe_escapes_rather_than_strips(hostile, tmp_path):
+    """Through a real pipe click strips some escape sequences (CSI) and passes others (OSC, BEL):
+    the label read back would differ from the model's, and a `cat` of the file would obey the
+    rest. Escaped, the CSV holds every label whole and nothing a terminal acts on."""
+    _, model, _ = hostile
+    (tmp_path / "in.csv").write_text(_readings(LABELS[:2]), encoding="utf-8")
+    r = subprocess.run([str(Path(sys.executable).with_name("edgeseq")), "stream", str(model), "--input", "in.csv"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    rows = list(csv.reader(_safe(r.stdout).splitlines()))
+    assert [row[3] for row in rows] == [SHOWN[x] for x in LABELS[:2]]
+    assert {row[1] for row in rows} <= set(SHOWN.values())
+
+
+# -- eval and compare ---------------------------------------------------------------------------
+
+def test_eval_report_shows_groups_and_names_escaped(hostile, term):
+    _, model, _ = hostile
+    r = term(["eval", model, "--backend", "onnxruntime"])
+    assert r.exit_code == 0, r.output
+    text = _safe(r.output)
+    assert "per group: worst '" in text
+    for g in GROUPS:
+        assert f"'{printable(g)}' " in text
+    r = term(["eval", model, "--backend", "onnxruntime", "--json"])
+    assert r.exit_code == 0 and _safe(r.stdout).isascii()
+    d = json.loads(r.stdout)
+    assert d["labels"] == sorted(LABELS) and set(d["groups"]["per_group"]) == set(GROUPS)
+
+
+def test_eval_errors_show_names_escaped(hostile, term, tmp_path):
+    _, model, _ = hostile
+    X = np.zeros((6, 12, 3), np.float32)
+    for name, labels, features in (("labels", ["a\x1b]0;T\x07", "b\u202e"], FEATURES),
+                                   ("chan", LABELS, ["gx", "h\x1b]0;T\x07", "gz"])):
+        y = np.array(labels)[np.arange(6) % len(labels)]
+        np.savez(tmp_path / f"{name}.npz", X_train=X, y_train=y, X_test=X, y_test=y, features=np.array(features))
+    r = term(["eval", model, "--data", "labels.npz"])
+    line = _safe(r.output).splitlines()[-1]
+    assert r.exit_code == 1 and line.startswith("Error: data 'labels' has the labels a\\x1b]0;T\\x07, b\\u202e but "
+                                                "the model predicts "), line
+    assert "wa\\x1b]0;pwned\\x07lk\\u202e" in line and "Gehen\\x1b[2J走る" in line
+    r = term(["eval", model, "--data", "chan.npz"])
+    line = _safe(r.output).splitlines()[-1]
+    assert r.exit_code == 1 and line.startswith("Error: data 'chan' has the channels gx, h\\x1b]0;T\\x07, gz but "
+                                                "the model reads gx, g\\x1b[31my, gz\\u2066x"), line
+
+
+def test_compare_table_shows_file_names_escaped(hostile, term, tmp_path):
+    _, model, data = hostile
+    odd = tmp_path / "m\x1b]0;pwned\x07.onnx"
+    odd.write_bytes(Path(model).read_bytes())
+    r = term(["compare", model, odd.name, "--data", data, "--readings", "20", "--rounds", "1",
+              "--backend", "onnxruntime"])
+    assert r.exit_code == 0, r.output
+    assert "m\\x1b]0;pwned\\x07.onnx" in _safe(r.output)
+
+
+# -- the Pi demo's status lines and error line --------------------------------------------------
+
+def test_live_status_and_summary_lines_show_labels_escaped(hostile):
+    from edgeseq.runtime import StreamSession
+    from edgeseq.runtime.live import LineSource, run_live, summary_lines
+    _, model, _ = hostile
+    sess = StreamSession(str(model), backend="onnxruntime")
+    out = []
+    summary = run_live(sess, LineSource(io.BytesIO(_readings([LABELS[0], UNKNOWN, LABELS[1]]).encode())),
+                       echo=out.append)
+    assert len(out) == 3 and "(true Gehen\\x1b[2J走る)" in _safe(out[0]) and "(true zz\\x1b]0;x\\x07café)" in out[1]
+    assert all(any(f" {shown} " in line for shown in SHOWN.values()) for line in out), out
+    words = "\n".join(summary_lines(summary, sess.backend, sess.labels))
+    assert "'zz\\x1b]0;x\\x07café' (1)" in _safe(words)
+
+
+def test_an_example_scripts_error_line_shows_names_escaped(capsys):
+    from edgeseq.errors import run_script
+
+    def main():
+        raise DataError("label 'wa\x1b]0;pwned\x07lk\u202e' is\nunknown")
+    with pytest.raises(SystemExit) as e:
+        run_script(main)
+    assert e.value.code == 1
+    assert _safe(capsys.readouterr().err) == "Error: label 'wa\\x1b]0;pwned\\x07lk\\u202e' is unknown\n"
