@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from edgeseq.cli import _writing, cli
-from edgeseq.errors import ReadingError, UsageError, run_script
+from edgeseq.errors import ReadingError, UsageError, printable, run_script
 from edgeseq.runtime import StreamSession, open_model
 from edgeseq.runtime.live import SimSource, run_live
 from edgeseq.runtime.session import MAX_HISTORY
@@ -147,10 +147,11 @@ def test_stream_output_is_csv_whatever_the_labels(models):
     records = list(csv.reader(io.StringIO(r.stdout)))
     assert len(records) == 40 and all(len(rec) == 3 for rec in records)
     assert [rec[0] for rec in records] == [str(i) for i in range(1, 41)]
-    labels = {"left,right", 'say "hi"', "two\nlines", "plain"}
+    # commas and quotes are quoted; a control character is escaped (`printable`), never raw
+    labels = {"left,right", 'say "hi"', "two\\nlines", "plain"}
     assert {rec[1] for rec in records} <= labels
     sess = StreamSession(models["labels"])
-    assert [sess.labels[int(sess.push(row[None].astype(np.float32)).argmax())] for row in rows] == \
+    assert [printable(sess.labels[int(sess.push(row[None].astype(np.float32)).argmax())]) for row in rows] == \
         [rec[1] for rec in records]
     _tried("csv quoting", 3)
 

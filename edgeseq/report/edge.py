@@ -141,9 +141,9 @@ def _models(out: Path, reused: dict, ds, settings, progress: Progress) -> dict:
         ckpts[arch] = ckpt
         model = model_from_checkpoint(ckpt)
         f_path, q_path = out / "models" / f"{arch}.onnx", out / "models" / f"{arch}-int8.onnx"
-        f_bytes = export_model(ckpt, f_path)["bytes"]
+        export_model(ckpt, f_path)
         bar.update(1, f"{arch} float exported")
-        q = export_int8(ckpt, q_path, "static", data=ds, keep_anyway=True, float_bytes=f_bytes)
+        q = export_int8(ckpt, q_path, "static", data=ds, keep_anyway=True, float_bytes=f_path.stat().st_size)
         macs = model.macs_per_reading() if arch != "transformer" else model.macs_per_reading(0)
         classes = len(ckpt["labels"])
         rows[arch] = {
