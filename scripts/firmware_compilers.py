@@ -26,6 +26,7 @@ CORES = ("cortex-m4", "cortex-m0plus")
 
 def main():
     from firmware_sim.measure import measure
+    from firmware_table import label        # this folder: the model names of docs/firmware.md's tables
 
     ap = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
     ap.add_argument("models", nargs="+")
@@ -43,6 +44,7 @@ def main():
                 pair[cc] = {k: r.get(k) for k in ("arch", "compiler", "instructions_per_mac", "cycles_per_step",
                                                   "stack_bytes")}
                 pair[cc]["text_bytes"] = r["sections"]["text"]
+                name_in_docs = label(r)
                 name = os.path.basename(path)
                 print(f"| {name} | {core} | {r['compiler']} | {r['instructions_per_mac']:.2f} | "
                       f"{r.get('cycles_per_step', 0):,.0f} | {r['stack_bytes']} | {r['sections']['text']:,} |", flush=True)
@@ -50,11 +52,16 @@ def main():
             print(f"| {name} | {core} | clang / gcc | {c['instructions_per_mac'] / g['instructions_per_mac']:.2f}x | "
                   f"{c['cycles_per_step'] / g['cycles_per_step']:.2f}x | {c['stack_bytes'] - g['stack_bytes']:+d} | "
                   f"{c['text_bytes'] / g['text_bytes']:.2f}x |")
-            rows.append({"model": path, "core": core, "opt": "-O2", **pair})
+            rows.append({"model": path, "label": name_in_docs, "core": core, "opt": "-O2", **pair})
     if args.json:
-        with open(args.json, "w") as f:
+        command = [".venv/bin/python", "scripts/firmware_compilers.py", "--json", args.json]
+        if args.readings != ap.get_default("readings"):
+            command += ["--readings", str(args.readings)]
+        with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-                       "readings": args.readings, "rows": rows}, f, indent=1)
+                       "command": " ".join(command + args.models), "readings": args.readings, "rows": rows},
+                      f, indent=1)
+            f.write("\n")
 
 
 if __name__ == "__main__":

@@ -24,6 +24,9 @@ Sources:
                                  (the command is recorded in the JSON)
   - docs/figures/ucr.json       `python scripts/measure_ucr.py run --sets /tmp/ucr --json docs/figures/ucr.json`
                                  (after its `convert`; the command is recorded in the JSON)
+  - docs/figures/compilers.json `python scripts/firmware_compilers.py --json docs/figures/compilers.json
+                                 models/{rnn,gru,lstm,ssm,transformer}-int8.onnx` (after `make demo`; the
+                                 command is recorded in the JSON)
 
 Standard library only, so it runs wherever the docs build.
 """
@@ -45,6 +48,7 @@ SOURCES = {
     "firmware": "docs/figures/firmware.json",
     "gateway": "docs/figures/gateway.json",
     "ucr": "docs/figures/ucr.json",
+    "compilers": "docs/figures/compilers.json",
 }
 
 REGION = re.compile(r"<!-- figures:(?P<name>[a-z0-9-]+) -->\n(?P<body>.*?)<!-- /figures:(?P=name) -->", re.S)
@@ -273,6 +277,56 @@ def render_firmware_summary(d: dict, source: str) -> str:
     return "\n\n".join([f"*{_firmware_how(d)}; cycles fitted to the steps measured on emulated cores.*", table])
 
 
+def _span(values, fmt: str) -> str:
+    """'lo-hi' of values in a format, one figure where both read the same."""
+    lo, hi = format(min(values), fmt), format(max(values), fmt)
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
+def _compiled_name(r: dict) -> str:
+    return r.get("label") or r["gcc"]["arch"].upper()
+
+
+def render_compilers(d: dict, source: str) -> str:
+    """gcc against clang on each emulated core, one row per model; then the ranges the prose cites."""
+    rows, cores = d["rows"], list(dict.fromkeys(r["core"] for r in d["rows"]))
+    by = {}
+    for r in rows:
+        by.setdefault(r["model"], {})[r["core"]] = r
+    header, body = ["model"], []
+    for core in cores:
+        c = CORES.get(core, core)
+        header += [f"{c}: instr./MAC gcc / clang", f"{c} cycles clang / gcc", f"{c} stack gcc / clang",
+                   f"{c} .text clang / gcc"]
+    for per_core in by.values():
+        line = [_compiled_name(next(iter(per_core.values())))]
+        for core in cores:
+            r = per_core.get(core)
+            if r is None:
+                line += ["-"] * 4
+                continue
+            g, c = r["gcc"], r["clang"]
+            line += [f"{g['instructions_per_mac']:.2f} / {c['instructions_per_mac']:.2f}",
+                     _x(c["cycles_per_step"] / g["cycles_per_step"]), f"{g['stack_bytes']:,} / {c['stack_bytes']:,} B",
+                     _x(c["text_bytes"] / g["text_bytes"])]
+        body.append(line)
+    notes = []
+    for core in cores:
+        on = [r for r in rows if r["core"] == core]
+        span = lambda key: _span([r["clang"][key] / r["gcc"][key] for r in on], ".2f")  # noqa: E731
+        deepest = max(on, key=lambda r: r["clang"]["stack_bytes"])
+        notes.append(f"On the {CORES.get(core, core)} clang runs {span('instructions_per_mac')}x gcc's instructions "
+                     f"per MAC in {span('cycles_per_step')}x its cycles, with {span('text_bytes')}x its .text; clang's "
+                     f"deepest stack is {deepest['clang']['stack_bytes']:,} B ({_compiled_name(deepest)}), gcc's "
+                     f"{max(r['gcc']['stack_bytes'] for r in on):,} B.")
+    compilers = list(dict.fromkeys(r[cc]["compiler"] for r in rows for cc in ("clang", "gcc")))
+    how = (f"`{d.get('command', 'python scripts/firmware_compilers.py')}`: "
+           f"{' against '.join(compilers)}, {', '.join(dict.fromkeys(r['opt'] for r in rows))}, Unicorn; each build "
+           f"bit-exact with the simulator over {d['readings']:,} readings (a Transformer counted at a full window), "
+           f"cycles modelled from the executed mix; measured {d['date']}")
+    return "\n\n".join([f"*{how}.*", _table(header, body), " ".join(notes)])
+
+
 def render_gateway(d: dict, source: str) -> str:
     rows = []
     for r in d["phases"]:
@@ -385,6 +439,7 @@ RENDERERS = {
     "report": ("report", render_report),
     "firmware": ("firmware", render_firmware),
     "firmware-summary": ("firmware", render_firmware_summary),
+    "compilers": ("compilers", render_compilers),
     "gateway": ("gateway", render_gateway),
 }
 

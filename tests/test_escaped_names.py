@@ -264,3 +264,53 @@ def test_an_example_scripts_error_line_shows_names_escaped(capsys):
         run_script(main)
     assert e.value.code == 1
     assert _safe(capsys.readouterr().err) == "Error: label 'wa\\x1b]0;pwned\\x07lk\\u202e' is unknown\n"
+
+
+# -- messages built from names before they reach the CLI ---------------------------------------
+
+def test_data_mismatch_errors_are_one_line_with_names_escaped(tmp_path):
+    """A channel or label name with a line break is escaped where the message is built: the
+    `Error:` line (`one_line`) then shows `\\r\\n`, where it used to join the name with a space."""
+    from edgeseq.data import CHANNELS_REMEDY, align_features, data_for_model
+    from edgeseq.errors import one_line
+    with pytest.raises(DataError) as e:
+        align_features(["gx", "g\ny\x1b[2J"], ["gx", "gz"], "data 'd'")
+    assert str(e.value) == (f"data 'd' has the channels gx, g\\ny\\x1b[2J but the model reads gx, gz (it lacks gz "
+                            f"and has extra g\\ny\\x1b[2J); {CHANNELS_REMEDY}")
+    with pytest.raises(DataError) as e:
+        align_features(["f0", "f1"], ["a\r\nb", "c", "d"], "data 'd'")
+    assert "(a\\r\\nb, c, d)" in str(e.value) and one_line(e.value) == str(e.value)
+
+    X = np.zeros((4, 5, 3), np.float32)
+    y = np.array(["ru\r\nn", "b"])[np.arange(4) % 2]
+    np.savez(tmp_path / "d.npz", X_train=X, y_train=y, X_test=X, y_test=y, features=np.array(["gx", "gy", "gz"]))
+    with pytest.raises(DataError) as e:
+        data_for_model(str(tmp_path / "d.npz"), ["gx", "gy", "gz"], labels=["a", "b"])
+    msg = _safe(str(e.value))
+    assert "\n" not in msg and one_line(msg) == msg
+    assert msg.startswith("data 'd' has the labels ") and "ru\\r\\nn" in msg and " but the model predicts a, b; " in msg
+
+
+def test_compare_table_measures_columns_on_the_escaped_names():
+    """Each name takes the width it is shown at: every line of the table as long as the header's."""
+    from edgeseq.errors import one_line
+    from edgeseq.report.compare import format_compare
+    odd = "m\x1b]0;pwned\x07\n.onnx"
+    cont = {"reading_accuracy": 0.9, "scored_readings": 10, "median_readings_to_follow": 3.0, "orders": 3,
+            "readings_per_stream": 100, "grace": 5, "scored_share": 0.8}
+
+    def model(path, twin):
+        diff = None if twin is None else {"max_abs": 0.1, "max_rel": 0.01, "mean_abs": 0.01, "mean_rel": 0.001,
+                                          "argmax_agreement": 1.0}
+        return {"model": path, "quantization": "float", "backend": "onnxruntime", "bytes": 4000, "accuracy": 1.0,
+                "continuous": cont, "vs_twin": diff, "twin_of": twin, "latency_us_median": 20.0,
+                "latency_us_p99": 30.0}
+    r = {"models": [model(f"models/{odd}", None), model("a.onnx", odd)], "test_sequences": 4, "data": "d\x1b[2J",
+         "twins": "same settings", "streams": 1, "readings_per_stream": 10,
+         "latency": {"what": "push", "rounds": 1, "readings_per_round": 10}}
+    lines = format_compare(r).split("\n")
+    table = [printable(line) for line in lines[:4]]          # as `edgeseq compare` prints each line
+    assert len({len(line) for line in table}) == 1, "\n".join(table)
+    assert _safe("\n".join(table)) == "\n".join(lines[:4])          # escaped already, before the widths
+    assert table[2].startswith("m\\x1b]0;pwned\\x07\\n.onnx  ") and " m\\x1b]0;pwned\\x07\\n.onnx " in table[3]
+    assert "test sequences of d\\x1b[2J, " in one_line(lines[5])

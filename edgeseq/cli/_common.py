@@ -61,11 +61,11 @@ def _errors(fn):
             if top in ("torch", "onnx", "onnxscript", "tqdm"):
                 raise click.ClickException(
                     f"this command needs {top}, which the runtime-only install leaves out; "
-                    'install the training extra: pip install "edgeseq[train]" torch==2.13.0') from None
+                    "install the training extra: pip install torch==2.13.0 '.[train]' in edgeseq's clone") from None
             if top in ("tokenizers", "sacrebleu", "matplotlib"):
                 raise click.ClickException(
                     f"this command needs {top}; install the translation extra: "
-                    'pip install "edgeseq[translate]"') from None
+                    "pip install '.[translate]' in edgeseq's clone") from None
             raise click.ClickException(f"this command needs the module {e.name}; reinstall edgeseq") from None
         except OSError as e:
             if e.errno == errno.EPIPE:       # the reader went away (e.g. `| head`): nothing to report

@@ -136,7 +136,7 @@ def firmware_measure(model, target, core, opt, compiler, readings, data, targets
     an emulated core, and report measured sizes (.text, .rodata), stack, instructions per
     reading and the instruction mix, with cycles modelled from that mix (Arm TRM timings),
     after checking it bit-exact with the simulator. Needs arm-none-eabi-gcc (Debian:
-    gcc-arm-none-eabi) or `pip install ziglang`, and `pip install "edgeseq[firmware]"`.
+    gcc-arm-none-eabi) or `pip install ziglang`, and `pip install ".[firmware]"` in edgeseq's clone.
 
     \b
       edgeseq firmware measure models/gru-int8.onnx --target nrf52840

@@ -54,7 +54,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgeseq.errors import DataError
+from edgeseq.errors import DataError, printable
 
 DATA_DIR = Path(__file__).resolve().parent
 EMBEDDED = {"basicmotions": DATA_DIR / "basicmotions.npz",          # the default: wrist IMU, 4 activities
@@ -152,6 +152,12 @@ def _generic(names) -> bool:
     return list(names) == [f"f{i}" for i in range(len(names))]
 
 
+def _shown(names) -> str:
+    """Names read from a file, for a one-line message: comma-separated, each escaped (`printable`:
+    a line break in a label stays visible as \\n instead of splitting or joining the message)."""
+    return ", ".join(printable(n) for n in names)
+
+
 def align_features(dataset_features, model_features, where: str, remedy: str = CHANNELS_REMEDY):
     """The one rule for feeding data to a model: channels are matched by name.
 
@@ -164,24 +170,25 @@ def align_features(dataset_features, model_features, where: str, remedy: str = C
     the commands that take `--data` pass DATA_REMEDY)."""
     model = [str(f) for f in model_features]
     data = [str(f) for f in dataset_features]
+    where = printable(where)
     if _generic(data) or _generic(model):
         if len(data) != len(model):
-            raise DataError(f"{where} has {len(data)} channels ({', '.join(data)}) but the model reads {len(model)} "
-                            f"({', '.join(model)}); {remedy}")
+            raise DataError(f"{where} has {len(data)} channels ({_shown(data)}) but the model reads {len(model)} "
+                            f"({_shown(model)}); {remedy}")
         return None
     if data == model:
         return None
     twice = sorted({f for f in data if data.count(f) > 1})
     if twice:
-        raise DataError(f"{where} names channel(s) {', '.join(twice)} more than once; give each column its own name")
+        raise DataError(f"{where} names channel(s) {_shown(twice)} more than once; give each column its own name")
     missing = [f for f in model if f not in data]
     extra = [f for f in data if f not in model]
     if missing or extra:
         shared = len(missing) < len(model)                  # some channels in common: say which differ
-        parts = [f"lacks {', '.join(missing)}"] if missing and shared else []
-        parts += [f"has extra {', '.join(extra)}"] if extra and shared else []
+        parts = [f"lacks {_shown(missing)}"] if missing and shared else []
+        parts += [f"has extra {_shown(extra)}"] if extra and shared else []
         detail = f" (it {' and '.join(parts)})" if parts else ""
-        raise DataError(f"{where} has the channels {', '.join(data)} but the model reads {', '.join(model)}"
+        raise DataError(f"{where} has the channels {_shown(data)} but the model reads {_shown(model)}"
                         f"{detail}; {remedy}")
     return np.array([data.index(f) for f in model], dtype=np.int64)
 
@@ -224,8 +231,8 @@ def data_for_model(data: str | None, features, labels=None, trained: str | None 
     ds = _open(spec, named, strict=False)
     ds = ds.for_model(features, f"data '{ds.name}'", DATA_REMEDY)
     if labels is not None and list(ds.labels) != list(labels):
-        raise DataError(f"data '{ds.name}' has the labels {', '.join(ds.labels)} but the model predicts "
-                        f"{', '.join(labels)}; pass --data with the model's training data, or other data with "
+        raise DataError(f"data '{printable(ds.name)}' has the labels {_shown(ds.labels)} but the model predicts "
+                        f"{_shown(labels)}; pass --data with the model's training data, or other data with "
                         "its labels")
     return ds
 

@@ -44,7 +44,7 @@ from edgeseq.gateway.batcher import Batcher
 
 ROUND_MESSAGES = 4096           # messages taken into one processing round at most
 PREDICTIONS_KEPT = 1_000_000    # EDGESEQ_OUT keeps the newest this many predictions
-MISSING = "nats-py is not installed: pip install 'edgeseq[gateway]' (or pip install nats-py)"
+MISSING = "nats-py is not installed: pip install nats-py (or pip install '.[gateway]' in edgeseq's clone)"
 
 
 def _nats():

@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 from edgeseq.data import check_unchanged, data_for_model
-from edgeseq.errors import DataError, UsageError
+from edgeseq.errors import DataError, UsageError, printable
 from edgeseq.runtime.evaluate import STREAM_READINGS, evaluate, long_streams, output_error
 from edgeseq.runtime.session import StreamSession
 
@@ -110,6 +110,8 @@ def compare_models(paths: list, data: str | None = None, readings: int = STREAM_
 
 
 def format_compare(r: dict) -> str:
+    """The comparison as a table and its notes. File and data names are escaped (`printable`) here,
+    before the columns are measured, so a name with a control character keeps the table aligned."""
     head = ["model", "quant", "backend", "KB", "x smaller", "per seq", "continuous", "follow", "diff vs",
             "max diff", "mean diff", "agree", "us/reading", "p99 us"]
     base = r["models"][0]
@@ -117,12 +119,13 @@ def format_compare(r: dict) -> str:
     for m in r["models"]:
         d = m["vs_twin"]
         lines.append([
-            os.path.basename(m["model"]), m["quantization"], m.get("backend", "onnxruntime"), f"{m['bytes'] / 1000:.1f}",
+            printable(os.path.basename(m["model"])), m["quantization"], m.get("backend", "onnxruntime"),
+            f"{m['bytes'] / 1000:.1f}",
             f"{base['bytes'] / m['bytes']:.2f}", f"{m['accuracy']:.3f}",
             f"{m['continuous']['reading_accuracy']:.3f}" if m["continuous"]["scored_readings"] else "n/a",
             "-" if m["continuous"]["median_readings_to_follow"] is None
             else f"{m['continuous']['median_readings_to_follow']:.0f}",
-            "-" if d is None else os.path.basename(m["twin_of"]),
+            "-" if d is None else printable(os.path.basename(m["twin_of"])),
             "n/a" if d is None else f"{d['max_abs']:.3f} ({d['max_rel']:.1%})",
             "n/a" if d is None else f"{d['mean_abs']:.4f} ({d['mean_rel']:.2%})",
             "n/a" if d is None else f"{d['argmax_agreement']:.1%}",
@@ -133,11 +136,11 @@ def format_compare(r: dict) -> str:
     out = [fmt(head), fmt(["-" * w for w in widths])] + [fmt(row) for row in lines]
     out.append("")
     c = base["continuous"]
-    out.append(f"per seq: accuracy at the last reading of each of {r['test_sequences']} test sequences of {r['data']}, "
-               f"each its own stream. continuous: per-reading accuracy on {c['orders']} never-reset streams of "
-               f"{c['readings_per_stream']} readings (test sequences joined; {c['grace']} readings after each change "
-               f"not scored, {c['scored_share']:.0%} of readings scored); follow: median readings to follow a "
-               "change of label.")
+    out.append(f"per seq: accuracy at the last reading of each of {r['test_sequences']} test sequences of "
+               f"{printable(r['data'])}, each its own stream. continuous: per-reading accuracy on {c['orders']} "
+               f"never-reset streams of {c['readings_per_stream']} readings (test sequences joined; {c['grace']} "
+               f"readings after each change not scored, {c['scored_share']:.0%} of readings scored); follow: median "
+               "readings to follow a change of label.")
     out.append(f"diff: logits against its twin (under 'diff vs': the first earlier model in the list with the "
                f"{r['twins']}) over {r['streams']} streams x {r['readings_per_stream']} readings (test sequences "
                "end to end, state fed back); % of the twin's output range. agree: same top class. "

@@ -32,7 +32,7 @@ def toolchain_missing() -> str | None:
     except EdgeseqError as e:
         return str(e)
     except ImportError:
-        return "pyelftools is not installed: pip install 'edgeseq[firmware]'"
+        return "pyelftools is not installed: pip install '.[firmware]' in edgeseq's clone"
     return None
 
 

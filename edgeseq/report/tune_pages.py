@@ -133,7 +133,7 @@ def _png(result: dict) -> bytes:
         from matplotlib.figure import Figure
         from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
     except ModuleNotFoundError:
-        raise EdgeseqError('edgeseq tune plots with matplotlib: pip install "edgeseq[tune]"') from None
+        raise EdgeseqError("edgeseq tune plots with matplotlib: pip install '.[tune]' in edgeseq's clone") from None
     fig = Figure(figsize=(10, 4.2))
     FigureCanvasAgg(fig)
     done = [r for r in result["all_trials"] if r.get("never_reset_accuracy") is not None]   # trained ones

@@ -7,7 +7,7 @@ line (CSV, parsed here) or a sequence of numbers:
     replay:FILE.csv          a CSV of readings (header line optional)
     csv:FILE.csv             the same, unpaced (as fast as it can)
     stdin / -                one CSV reading per line on standard input
-    serial:/dev/ttyUSB0[@115200]   CSV over a UART (needs pyserial: pip install "edgeseq[pi]"); any
+    serial:/dev/ttyUSB0[@115200]   CSV over a UART (needs pyserial: pip install ".[pi]" in edgeseq's clone); any
                              pyserial URL works too (socket://host:port, loop://); baud 1 to 100,000,000
     sim:N[:bad]              N >= 1 synthetic readings; with ':bad', NaN, Inf, short and garbage ones mixed in
     python:module:Class      your own driver, e.g. an I2C IMU (see below)
@@ -233,7 +233,7 @@ def open_source(spec: str, features: list, skip: int = 0):
         try:
             import serial
         except ImportError:
-            raise UsageError('serial sources need pyserial: pip install "edgeseq[pi]"') from None
+            raise UsageError("serial sources need pyserial: pip install '.[pi]' in edgeseq's clone") from None
         try:
             return LineSource(serial.serial_for_url(port, baudrate=int(baud or 115200), timeout=5), close=True)
         except (serial.SerialException, ValueError, OverflowError, OSError) as e:

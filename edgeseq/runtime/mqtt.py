@@ -1,6 +1,6 @@
 """Publish a live stream's predictions over MQTT, QoS 1, through a broker that may come and go.
 
-Needs paho-mqtt (`pip install paho-mqtt`, or `pip install "edgeseq[pi]"`); this module imports
+Needs paho-mqtt (`pip install paho-mqtt`, or `pip install ".[pi]"` in edgeseq's clone); this module imports
 it only when a publisher is made, so the runtime stays importable without it.
 
     pub = MqttPublisher("mqtt://broker.local:1883", device="pi-kitchen", note=print)

@@ -64,7 +64,7 @@ def _package_dir() -> Path:
     spec = importlib.util.find_spec(PACKAGE)
     if spec is None or not spec.submodule_search_locations:
         raise DataError("the default corpus comes from the package jupyterlab-language-pack-fr-fr, which is not "
-                        'installed; pip install "edgeseq[translate]" (or give a TSV corpus with --corpus)')
+                        "installed; pip install '.[translate]' in edgeseq's clone (or give a TSV corpus with --corpus)")
     return Path(list(spec.submodule_search_locations)[0])
 
 
