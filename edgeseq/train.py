@@ -29,7 +29,9 @@ measures readings per second at 100, 1,000 and 10,000 readings per sequence).
 Augmentation (`TrainConfig.augment`, `edgeseq.data.augment`): each epoch the lanes and streams
 are laid out from a new draw of the training split (time warp, rotation of 3-axis triples,
 scaling, magnitude warping, jitter), and the streams join the sequences cut at random points;
-seeded apart from the rest of training, so `augment='none'` trains exactly as without it.
+seeded apart from the rest of training, so `augment='none'` trains exactly as without it. The
+default, 'auto', applies them all to motion data (3-axis channel triples) and only jitter and
+the cut and join elsewhere, where a gain or a time warp may change the class.
 
 The schedule (`TrainConfig.epochs` None, the default) stops when the model has learned, not
 after a fixed budget. A validation split is carved from the training data (`val_fraction` of
@@ -65,7 +67,7 @@ from torch import nn
 
 import edgeseq
 from edgeseq.data import Dataset, Normalization, Split, load_dataset, since_change
-from edgeseq.data.augment import DEFAULT as AUGMENT, NONE, Augment, Augmenter, check_augment, resolve_triples
+from edgeseq.data.augment import AUTO, NONE, Augment, Augmenter, check_augment, for_data, resolve_triples
 from edgeseq.errors import DataError, ModelFileError, UsageError, printable
 from edgeseq.models import build_model, check_arch, config_dict, make_config
 from edgeseq.models.transformer import SHIFT_INVARIANT, TransformerConfig, window_for
@@ -105,7 +107,8 @@ class TrainConfig:
                               # GRU in 287 s against 25 s with 1; one thread also gives the same weights
                               # for a seed on any core count
     augment: Augment | str | dict = NONE  # the training split's augmentation, drawn anew each epoch
-                                          # (edgeseq.data.augment): an Augment, 'none', 'default' or its fields
+                                          # (edgeseq.data.augment): an Augment, its fields, 'none', 'default',
+                                          # 'light' or 'auto' (by the data's channels, `for_data`)
     val_fraction: float = 0.2  # share of the training sequences held out to decide when to stop (epochs None)
     patience: int = 12        # epochs without a better validation score before training stops, and at least
                               # `patience_updates` updates' worth; the learning rate halves after a third of that
@@ -117,17 +120,18 @@ class TrainConfig:
                                # share of the kept epoch's count, the learning rate annealed to 0 (0: none)
 
 
-# Per-architecture defaults, chosen on BasicMotions (figures in README). Augmentation is on for
-# the streaming architectures: over seeds 0-6 it raised the mean test accuracy of each on both
-# protocols (scripts/measure_augment.py, docs/augment.md); the bidirectional ones have one protocol, unmeasured.
+# Per-architecture defaults, chosen on BasicMotions (figures in README). Augmentation is AUTO for
+# the streaming architectures: on motion data the full set raised the mean test accuracy of each on
+# both protocols over seeds 0-6 (scripts/measure_augment.py, docs/augment.md); elsewhere jitter and
+# join only (scripts/measure_ucr.py, docs/training.md). The bidirectional ones have one protocol, unmeasured.
 # The SSM learns BasicMotions in the fewest epochs and stops on a shorter patience, which kept its training
 # time within twice the earlier fixed schedule's (docs/training.md).
 DEFAULTS = {
-    "rnn": TrainConfig(lr=3e-3, augment=AUGMENT),
-    "gru": TrainConfig(lr=5e-3, augment=AUGMENT),
-    "lstm": TrainConfig(lr=5e-3, augment=AUGMENT),
-    "transformer": TrainConfig(lr=2e-3, augment=AUGMENT),
-    "ssm": TrainConfig(lr=5e-3, augment=AUGMENT, patience=10, patience_updates=80),
+    "rnn": TrainConfig(lr=3e-3, augment=AUTO),
+    "gru": TrainConfig(lr=5e-3, augment=AUTO),
+    "lstm": TrainConfig(lr=5e-3, augment=AUTO),
+    "transformer": TrainConfig(lr=2e-3, augment=AUTO),
+    "ssm": TrainConfig(lr=5e-3, augment=AUTO, patience=10, patience_updates=80),
     "bigru": TrainConfig(lr=5e-3, stream_weight=0.0),
     "bilstm": TrainConfig(lr=5e-3, stream_weight=0.0),
 }
@@ -373,8 +377,10 @@ def _train(arch, dataset, tc, model_overrides, progress=True):
     model.norm.set(norm.mean, norm.std)
 
     tr, val, held = validation_split(dataset, tc)
-    augment = Augmenter(tc.augment, dataset.features, norm.std, norm.constant, tc.seed) if tc.augment.active else None
-    resolve_triples(tc.augment, dataset.features)              # channels named that the data lacks: refused, always
+    aug, aug_why = for_data(tc.augment, dataset.features)   # AUTO: by the channels (motion data or not)
+    tc = replace(tc, augment=aug)
+    augment = Augmenter(aug, dataset.features, norm.std, norm.constant, tc.seed) if aug.active else None
+    resolve_triples(aug, dataset.features)                     # channels named that the data lacks: refused, always
     streaming = tc.stream_weight > 0 and hasattr(model, "forward_stream")
     plan = plan_epoch(tr.lengths, tc, streaming, chunked(model))
     grace = tc.grace if tc.grace is not None else grace_for(tr.lengths)
@@ -529,7 +535,7 @@ def _train(arch, dataset, tc, model_overrides, progress=True):
         "stream_training": streaming,
         "plan": asdict(plan),
         "ignored_channels": [dataset.features[i] for i in ignored],
-        "augment": augment.summary() if augment else None,
+        "augment": {**augment.summary(), "why": aug_why} if augment else None,
         "schedule": schedule,
         "curve": curve,
     }

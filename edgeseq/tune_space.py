@@ -33,7 +33,7 @@ APPLIES = {"hidden": ("rnn", "gru", "lstm"), "layers": STREAM_ARCHS, "d_model": 
            "d_state": ("ssm",), "window": ("transformer",), "positions": ("transformer",)}
 SCHEDULE = ("lr", "epochs", "augment")
 # Entries a space may hold that the default one leaves out: augmentation presets
-# (edgeseq.data.augment.NAMED) to choose from, e.g. "augment": ["default", "none"]; without the
+# ('auto' and edgeseq.data.augment.NAMED) to choose from, e.g. "augment": ["auto", "none"]; without the
 # entry every trial trains with its architecture's default.
 # The Transformer's "positions" likewise, e.g. ["alibi", "none"]; without it, ALiBi (its default).
 OPTIONAL = {"augment": ["default", "none"], "positions": ["alibi", "none"]}
@@ -58,9 +58,10 @@ def check_space(space: dict) -> dict:
         if name == "arch":
             continue
         if name == "augment":
-            from edgeseq.data.augment import NAMED
-            if not isinstance(rule, list) or not rule or not all(isinstance(v, str) and v in NAMED for v in rule):
-                raise UsageError(f"search space 'augment' must be a non-empty list of {' and '.join(NAMED)}, "
+            from edgeseq.data.augment import AUTO, NAMED
+            names = [AUTO, *NAMED]
+            if not isinstance(rule, list) or not rule or not all(isinstance(v, str) and v in names for v in rule):
+                raise UsageError(f"search space 'augment' must be a non-empty list of {', '.join(names)}, "
                                  f"got {rule!r}")
             continue
         if name in SCHEDULE:

@@ -261,11 +261,12 @@ def train_in_process(arch: str, run: Path, args) -> dict:
     from edgeseq.train import DEFAULTS, parse_overrides, save_checkpoint, train
 
     tc = DEFAULTS[arch]
-    overrides, augment = parse_settings(parse_overrides(args.set), base=tc.augment)
+    ds = load_dataset(args.data)
+    overrides, augment = parse_settings(parse_overrides(args.set), base=tc.augment, features=ds.features)
     fields = {k: (int if getattr(tc, k) is None else type(getattr(tc, k)))(v)     # grace: None or a count
               for k, _, v in (f.partition("=") for f in args.train_set)}
     tc = replace(tc, seed=args.seed, augment=augment, **({"epochs": args.epochs} if args.epochs else {}), **fields)
-    ckpt = train(arch, load_dataset(args.data), tc, overrides, progress=False)
+    ckpt = train(arch, ds, tc, overrides, progress=False)
     save_checkpoint(ckpt, run)
     return ckpt["metrics"]
 

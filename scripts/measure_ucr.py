@@ -31,6 +31,7 @@ import json
 import sys
 import time
 import zipfile
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -132,7 +133,7 @@ def machine() -> dict:
 
 def cmd_run(args):
     from edgeseq.data import load_dataset
-    from edgeseq.train import train
+    from edgeseq.train import DEFAULTS, train
     out = Path(args.json)
     doc = json.loads(out.read_text()) if out.exists() else {}
     rows = doc.setdefault("rows", {})
@@ -145,13 +146,16 @@ def cmd_run(args):
             if key in rows and not args.redo:
                 continue
             t = time.time()
-            ckpt = train(arch, ds, progress=not args.quiet)
+            tc = DEFAULTS[arch] if args.augment is None else replace(DEFAULTS[arch], augment=args.augment)
+            tc = replace(tc, **json.loads(args.train_config or "{}"))
+            ckpt = train(arch, ds, tc, progress=not args.quiet)
             m = ckpt["metrics"]
             rows[key] = {"set": name, "arch": arch, **score(ckpt, ds),
                          "train_accuracy": m["train_accuracy"], "seconds": round(time.time() - t, 1),
                          "sequences": [len(ds.train), len(ds.test)], "classes": len(ds.labels),
                          "lengths": [int(ds.train.lengths.min()), int(ds.train.lengths.max())],
                          "channels": ds.n_features, "schedule": m.get("schedule"),
+                         "augment": m.get("augment"),
                          "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
             doc["meta"] = {"machine": machine(), "date": rows[key]["date"],
                            "command": "python scripts/measure_ucr.py run " + " ".join(sys.argv[2:])}
@@ -180,9 +184,14 @@ def main(argv=None):
     r.add_argument("--json", required=True)
     r.add_argument("--redo", action="store_true")
     r.add_argument("--quiet", action="store_true")
+    r.add_argument("--train-config", help="JSON of TrainConfig fields set on each architecture's defaults")
+    r.add_argument("--augment", help="augmentation instead of each architecture's default: a name "
+                   "(none, default, auto) or JSON of its fields")
     t = sub.add_parser("table")
     t.add_argument("--json", required=True)
     args = ap.parse_args(argv)
+    if getattr(args, "augment", None) and args.augment.startswith("{"):
+        args.augment = json.loads(args.augment)
     {"convert": cmd_convert, "run": cmd_run, "table": cmd_table}[args.cmd](args)
 
 

@@ -395,7 +395,7 @@ def render_ucr(d: dict, source: str) -> str:
     order = ["rnn", "gru", "lstm", "ssm", "transformer"]
     archs = sorted({r["arch"] for r in rows.values()}, key=order.index)
     sets = list(dict.fromkeys(r["set"] for r in rows.values()))
-    body, best_all, rocket_all, beat = [], [], [], 0
+    body, best_all, rocket_all, beat, met, missed = [], [], [], 0, [], []
     for name in sets:
         got = {a: rows.get(f"{name}/{a}") for a in archs}
         first = next(g for g in got.values() if g)
@@ -416,6 +416,8 @@ def render_ucr(d: dict, source: str) -> str:
         if rocket is not None:
             rocket_all.append((best, rocket))
         beat += dtw is not None and best >= dtw
+        if dtw is not None:
+            (met if best >= dtw else missed).append(f"{name} ({best:.3f} against {dtw:.3f})")
         body.append([name, kinds.get(name, ""), shape, *cells, f"{best:.3f}",
                      "" if dtw is None else f"{dtw:.3f}", "" if rocket is None else f"{rocket:.3f}"])
     table = _table(["set", "kind", "train/test, length x channels", *archs, "best per sequence", "1-NN DTW",
@@ -426,7 +428,37 @@ def render_ucr(d: dict, source: str) -> str:
             f"of {', '.join(archs)} per sequence reaches the 1-NN DTW figure on {beat} of {n_dtw} sets; over the "
             f"{len(rocket_all)} sets with a ROCKET figure its mean is {abs(gap):.3f} {'below' if gap > 0 else 'above'} "
             "ROCKET's.")
+    sides = [f"At or above it: {', '.join(met)}." if met else "", f"Below it: {', '.join(missed)}." if missed else ""]
+    text = " ".join([text, *filter(None, sides)])
     how = f"`{d.get('meta', {}).get('command', 'python scripts/measure_ucr.py run')}`, default settings, seed 0"
+    return "\n\n".join([machine_line(d, source, how), table, text])
+
+
+def render_ucr_augment(d: dict, source: str) -> str:
+    """The single-channel sets under the full augmentation (the default before `auto`, kept in
+    the JSON as `full_augment` with its own command and date) against `auto`'s jitter and join."""
+    full = d.get("full_augment") or {}
+    rows, old = d["rows"], full.get("rows", {})
+    keys = [k for k in rows if k in old and rows[k].get("channels") == 1]
+    if not keys:
+        raise RenderError(f"`{source}` has no single-channel rows under 'full_augment' to compare")
+    body, up, down = [], 0, 0
+    for k in keys:
+        a, b = old[k], rows[k]
+        delta = b["per_sequence"] - a["per_sequence"]
+        n = b.get("sequences", [0, 0])[1]
+        up += delta > 0
+        down += delta < 0
+        body.append([b["set"], b["arch"], f"{a['per_sequence']:.3f} / {a['never_reset']:.3f}",
+                     f"{b['per_sequence']:.3f} / {b['never_reset']:.3f}",
+                     f"{delta:+.3f} ({round(delta * n):+d} of {n})" if n else f"{delta:+.3f}",
+                     f"{a['train_accuracy']:.3f} -> {b['train_accuracy']:.3f}"])
+    table = _table(["set", "arch", "full set", "jitter and join", "per sequence change (test sequences)",
+                    "train accuracy"], body)
+    how = (f"full set: `{full.get('command', '?')}`, measured {full.get('date', '?')}; jitter and join: "
+           f"`{d.get('meta', {}).get('command', '?')}`, default settings, seed 0")
+    text = (f"Each cell: per sequence / never reset (per reading). Per sequence, jitter and join alone scored higher "
+            f"in {up} of {len(keys)} runs and lower in {down}.")
     return "\n\n".join([machine_line(d, source, how), table, text])
 
 

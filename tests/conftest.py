@@ -97,3 +97,23 @@ def runner(tmp_path, monkeypatch):
     from click.testing import CliRunner
     monkeypatch.chdir(tmp_path)
     return CliRunner()
+
+
+
+class _NameFailures:
+    """Names a failure on its own line the moment it happens: the quiet progress dots name none
+    until the summary, which a long or interrupted run may never reach."""
+
+    def __init__(self, config):
+        self.config = config
+
+    def pytest_runtest_logreport(self, report):
+        if report.failed:
+            tr = self.config.pluginmanager.get_plugin("terminalreporter")
+            if tr is not None:
+                tr.write("\n")                  # off the progress dots' line
+                tr.write_line(f"FAILED {report.nodeid} (in {report.when})")
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(_NameFailures(config), "edgeseq-name-failures")

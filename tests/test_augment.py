@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from edgeseq.data import Dataset, Split
-from edgeseq.data.augment import (DEFAULT, NONE, Augment, Augmenter, check_augment, cut_pieces, describe,
-                                  find_triples, jitter, magnitude_warp, parse_settings, resolve_triples, rotate,
+from edgeseq.data.augment import (AUTO, DEFAULT, LIGHT, NONE, STRENGTHS, Augment, Augmenter, check_augment, cut_pieces, describe,
+                                  find_triples, for_data, jitter, magnitude_warp, parse_settings, resolve_triples, rotate,
                                   rotation_matrices, scale, time_warp)
 from edgeseq.errors import DataError, UsageError
 from helpers import assert_close, one_error_line
@@ -164,16 +164,49 @@ def test_augmenter_is_seeded_per_epoch_and_never_changes_its_input():
     assert a.summary()["triples"] == [["acc_x", "acc_y", "acc_z"], ["gyr_x", "gyr_y", "gyr_z"]]
 
 
+def test_auto_takes_the_full_set_on_motion_data_only():
+    aug, why = for_data(AUTO, FEATURES)
+    assert aug == DEFAULT and "acc_x/acc_y/acc_z" in why
+    for features in (["c0", "c1", "c2"], ["x", "y", "z"], ["temp", "humidity"]):
+        aug, why = for_data(AUTO, features)
+        assert aug == DEFAULT and why.startswith(f"auto: {len(features)} channels"), features
+    aug, why = for_data(AUTO, ["power"])
+    assert aug == LIGHT and aug.scale == aug.magwarp == aug.timewarp == aug.rotate == 0
+    assert LIGHT.jitter > 0 and LIGHT.join > 0 and why.startswith("auto: one channel")
+    assert for_data(NONE, FEATURES) == (NONE, "as set")              # a set augmentation is kept
+    assert describe({**Augmenter(LIGHT, ["power"]).summary(), "why": why}).startswith("jitter=0.05 join=0.5 [auto:")
+
+
+@pytest.mark.parametrize("channels", [7, 1])
+def test_training_records_what_auto_chose(channels):
+    from edgeseq.train import DEFAULTS, train
+    ds = _tiny()
+    if channels == 1:
+        one = [replace(sp, X=np.ascontiguousarray(sp.X[..., 6:])) for sp in (ds.train, ds.test)]
+        ds = Dataset("tiny", *one, ds.labels, ["temp"])
+    ckpt = train("gru", ds, replace(DEFAULTS["gru"], epochs=1), {"hidden": 4}, progress=False)
+    aug = ckpt["metrics"]["augment"]
+    want = DEFAULT if channels > 1 else LIGHT
+    assert {k: aug[k] for k in STRENGTHS} == {k: getattr(want, k) for k in STRENGTHS}
+    assert aug["why"].startswith("auto:")
+    assert ckpt["train_config"]["augment"] == asdict(want)
+
+
 def test_settings_parse_from_set_and_name_what_is_wrong():
-    model, aug = parse_settings({"hidden": 8, "augment.rotate": 30, "augment.triples": "acc_x,acc_y,acc_z"})
+    model, aug = parse_settings({"hidden": 8, "augment.rotate": 30, "augment.triples": "acc_x,acc_y,acc_z"},
+                                features=FEATURES)
     assert model == {"hidden": 8}
     assert aug == replace(DEFAULT, rotate=30, triples=[["acc_x", "acc_y", "acc_z"]])
+    assert parse_settings({"hidden": 8})[1] == AUTO                 # resolved by the data's channels in training
+    assert parse_settings({"augment.jitter": 0.2}, features=["power"])[1] == replace(LIGHT, jitter=0.2)
+    assert parse_settings({"augment.jitter": 0.2}, features=["a", "b"])[1] == replace(DEFAULT, jitter=0.2)
+    assert parse_settings({"augment": "light"})[1] == LIGHT
     assert parse_settings({"augment": "none"})[1] == NONE
     assert parse_settings({"augment": "none", "augment.jitter": 0.1})[1] == Augment(jitter=0.1)
     assert parse_settings({}, base=NONE)[1] == NONE
     assert describe(NONE) == "none" and describe(Augment(jitter=0.05, rotate=15)) == "jitter=0.05 rotate=15"
     bad = {
-        (("augment", "off"),): "augment takes none or default, got 'off'",
+        (("augment", "off"),): "augment takes auto, none, default, light, got 'off'",
         (("augment.wobble", 1),): "augment setting 'wobble' is unknown",
         (("augment.jitter", -0.1),): "augment.jitter (the noise std as a share of the channel's std) must be a "
                                      "number in 0..1, got -0.1",
@@ -268,6 +301,7 @@ def test_cli_train_takes_augment_settings_and_refuses_bad_ones(tmp_path, monkeyp
 def test_tune_space_may_choose_augmentation():
     from edgeseq.tune_space import check_space, describe as describe_trial
     assert check_space({"arch": ["gru"], "augment": ["default", "none"]})["augment"] == ["default", "none"]
-    with pytest.raises(UsageError, match="search space 'augment' must be a non-empty list of none and default"):
+    assert check_space({"arch": ["gru"], "augment": ["auto", "light"]})["augment"] == ["auto", "light"]
+    with pytest.raises(UsageError, match="search space 'augment' must be a non-empty list of auto, none, default, light"):
         check_space({"arch": ["gru"], "augment": ["off"]})
     assert describe_trial("gru", {"hidden": 8}, {"augment": "none"}) == "gru hidden=8 augment=none"

@@ -57,7 +57,8 @@ def train(arch, data, out, epochs, lr, seed, settings, as_json, quiet, features)
 
     check_arch(arch)
     tc = DEFAULTS.get(arch, TrainConfig())
-    overrides, augment = parse_settings(parse_overrides(settings), base=tc.augment)
+    settings = parse_overrides(settings)
+    overrides, augment = parse_settings(settings, base=tc.augment)   # usage errors before the data loads
     schedule = {k: overrides.pop(k) for k in list(overrides) if k in TRAIN_SETTINGS}
     early = sorted(set(schedule) & set(EARLY_SETTINGS))
     if epochs and early:
@@ -68,6 +69,7 @@ def train(arch, data, out, epochs, lr, seed, settings, as_json, quiet, features)
         raise UsageError(f"--features picks columns of a .csv file, and --data '{data}' is not one (an .npz's "
                          "channels are its X); drop --features")
     dataset = load_dataset(data, None if features is None else features.split(","))
+    augment = parse_settings(settings, base=tc.augment, features=dataset.features)[1]   # augment.NAME on auto
     tc = replace(tc, seed=seed, augment=augment, **({"epochs": epochs} if epochs else {}), **({"lr": lr} if lr else {}),
                  **schedule)
     if Path(out).exists() and not Path(out).is_dir():

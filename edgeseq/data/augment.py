@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, fields, replace
 import numpy as np
 
 from edgeseq.data import Split
-from edgeseq.errors import DataError, UsageError
+from edgeseq.errors import DataError, UsageError, printable
 
 KNOTS = 4             # interior knots of the time-warp and magnitude-warp curves: 1 to 2 bends per 100 readings
 MIN_SPEED = 0.1       # time warp: the slowest the warped clock may run, so it never stops or turns back
@@ -70,18 +70,43 @@ STRENGTHS = {
     "join": (1.0, "the chance a sequence is cut before the join"),
 }
 NONE = Augment()
-# On by default where it helped both protocols on BasicMotions (scripts/measure_augment.py, docs/augment.md).
+# Motion data: it helped both protocols on BasicMotions (scripts/measure_augment.py, docs/augment.md).
 DEFAULT = Augment(jitter=0.05, scale=0.1, magwarp=0.1, timewarp=0.1, rotate=15.0, join=0.5)
-NAMED = {"none": NONE, "default": DEFAULT}
+# One channel: noise and the streams' cut and join only. With one channel its amplitude and
+# timing are all a model sees, and a gain, a gain curve or a time warp may change the class
+# (appliance power levels): on ACSF1 the full set held the GRU to 0.56 training accuracy, 0.52
+# on the test split, and this to 0.84 and 0.82 (scripts/measure_ucr.py, docs/training.md).
+LIGHT = Augment(jitter=0.05, join=0.5)
+NAMED = {"none": NONE, "default": DEFAULT, "light": LIGHT}
+AUTO = "auto"         # the training default: DEFAULT on several channels, LIGHT on one (`for_data`)
+
+
+def for_data(aug, features) -> tuple:
+    """(Augment, why) for data with channels `features`: `aug` itself where it is not AUTO;
+    for AUTO, DEFAULT on several channels (motion data with 3-axis triples, which it also
+    rotates, or other multichannel data: it held or raised both protocols on BasicMotions and
+    JapaneseVowels), LIGHT on a single channel, whose gain and timing may be the class."""
+    if not (isinstance(aug, str) and aug == AUTO):
+        return check_augment(aug), "as set"
+    triples = find_triples(features)
+    if triples:
+        names = ", ".join("/".join(str(features[i]) for i in t) for t in triples)
+        return DEFAULT, f"auto: motion data (3-axis {names}), so the full set"
+    if len(features) > 1:
+        return DEFAULT, f"auto: {len(features)} channels, so the full set (no 3-axis triple to rotate)"
+    return LIGHT, "auto: one channel, so jitter and join only (its gain and timing kept)"
 
 
 def check_augment(aug) -> Augment:
-    """`aug` as an Augment: an Augment, a name ('none', 'default') or a dict of its fields;
-    UsageError (one line) for an unknown name or field, or a strength out of range."""
+    """`aug` as an Augment: an Augment, a name ('none', 'default', 'light') or a dict of its
+    fields; AUTO stays AUTO (`for_data` resolves it once the channels are known). UsageError (one
+    line) for an unknown name or field, or a strength out of range."""
     if isinstance(aug, str):
+        if aug == AUTO:
+            return AUTO
         if aug not in NAMED:
-            raise UsageError(f"augment takes {' or '.join(NAMED)}, got '{aug}'; set one transform with "
-                             f"augment.NAME=VALUE ({', '.join(STRENGTHS)})")
+            raise UsageError(f"augment takes {', '.join([AUTO, *NAMED])}, got '{printable(aug)}'; set one "
+                             f"transform with augment.NAME=VALUE ({', '.join(STRENGTHS)})")
         return NAMED[aug]
     if isinstance(aug, dict):
         unknown = sorted(set(aug) - {f.name for f in fields(Augment)})
@@ -117,23 +142,26 @@ def _check_triples(t):
     return [list(g) for g in t]
 
 
-def parse_settings(settings: dict, base=DEFAULT) -> tuple:
-    """Split `--set` settings (`edgeseq.train.parse_overrides`) into (model settings, Augment).
+def parse_settings(settings: dict, base=AUTO, features=None) -> tuple:
+    """Split `--set` settings (`edgeseq.train.parse_overrides`) into (model settings, Augment or AUTO).
 
-    `augment` ('none' or 'default') replaces `base`; each `augment.NAME` then sets one field
-    (a strength, or `triples`). Raises UsageError (one line) for an unknown name or a bad value."""
+    `augment` ('auto', 'none', 'default', 'light') replaces `base`; each `augment.NAME` then sets
+    one field (a strength, or `triples`) on it, AUTO first resolved for the data's channel names
+    `features` (`for_data`). Raises UsageError (one line) for an unknown name or a bad value."""
     model = {k: v for k, v in settings.items() if k != "augment" and not k.startswith("augment.")}
     aug = check_augment(settings.get("augment", base))
     fields_set = {k.split(".", 1)[1]: v for k, v in settings.items() if k.startswith("augment.")}
     if fields_set:
+        if aug == AUTO:
+            aug = for_data(AUTO, features or [])[0]
         aug = check_augment({**asdict(aug), **fields_set})
     return model, aug
 
 
 def describe(aug) -> str:
     """'jitter=0.05 rotate=15 ...' (the transforms that are on), or 'none', for an Augment or
-    an `Augmenter.summary()` dict (which adds the triples rotated: 'rotate=15 (acc_x/acc_y/acc_z)');
-    None is 'none'."""
+    an `Augmenter.summary()` dict (which adds the triples rotated: 'rotate=15 (acc_x/acc_y/acc_z)',
+    and in training metrics why 'auto' chose them, in brackets); None is 'none'."""
     if aug is None:
         return "none"
     get = aug.get if isinstance(aug, dict) else lambda k: getattr(aug, k)
@@ -141,7 +169,8 @@ def describe(aug) -> str:
     if isinstance(aug, dict) and get("rotate") > 0:
         which = ", ".join("/".join(t) for t in get("triples")) or "no 3-axis channels found"
         on = [f"{c} ({which})" if c.startswith("rotate=") else c for c in on]
-    return " ".join(on) if on else "none"
+    why = aug.get("why") if isinstance(aug, dict) else None
+    return (" ".join(on) if on else "none") + (f" [{why}]" if why and why != "as set" else "")
 
 
 _AXIS = re.compile(r"^(.+?)[ _.\-]?([xyz])$")
