@@ -97,6 +97,24 @@ def _requant_ok(path, what: str, m, s) -> None:
     _fits(path, f"{what}'s shift", s, 1, SHIFT_MAX, f"1..{SHIFT_MAX}")
 
 
+def _requant_fits(path, what: str, bound: int, ms: tuple) -> None:
+    """A requantization (m, s) of values up to |bound| to an int8 input: m and s in range, and
+    |bound| within int32 once scaled up for a shift below 16."""
+    _requant_ok(path, what, *ms)
+    _fits(path, f"{what} before requantization", int(bound) << max(16 - int(ms[1]), 0))
+
+
+def check_reading(m, path) -> None:
+    """The reading's fixed point of any integer model (a `FixedPointReading`): in_frac int8,
+    means within +-2^30, multipliers and shifts in range, and a reading's offset from its mean
+    within int32 before requantization."""
+    _fits(path, "a channel's fractional bits (in_frac)", m.in_frac, -128, 127, "int8")
+    _fits(path, "a channel's mean in fixed point", m.mean_fx, -(1 << 30), 1 << 30, "+-2^30")
+    _requant_ok(path, "the reading's quantization", m.feat_m, m.feat_s)
+    d = IN_LIMIT + np.abs(np.asarray(m.mean_fx, np.int64))
+    _fits(path, "a reading's offset before requantization", d << np.maximum(16 - np.asarray(m.feat_s, np.int64), 0))
+
+
 def _reach(path, mm: MatMulQ, bias, bias_name: str) -> np.ndarray:
     """The largest |output| (Q12, int64 [out]) product `mm` plus `bias` can give for any int8
     input, every int32 on the way checked: the zero point folded out of the sum, the sum
@@ -130,11 +148,7 @@ def check_int_model(m: IntModel, path="<model>") -> None:
     layer's two products, and the requantizations of the state. ModelFileError (one line,
     naming the tensor and the value) otherwise. `from_parts` calls it; so does
     `firmware_sim.cemit.emit`, before it writes C."""
-    _fits(path, "a channel's fractional bits (in_frac)", m.in_frac, -128, 127, "int8")
-    _fits(path, "a channel's mean in fixed point", m.mean_fx, -(1 << 30), 1 << 30, "+-2^30")
-    _requant_ok(path, "the reading's quantization", m.feat_m, m.feat_s)
-    d = IN_LIMIT + np.abs(np.asarray(m.mean_fx, np.int64))
-    _fits(path, "a reading's offset before requantization", d << np.maximum(16 - np.asarray(m.feat_s, np.int64), 0))
+    check_reading(m, path)
     for layer, cell in enumerate(m.cells):
         gx = _reach(path, cell["x"], cell["b"], cell.get("b_name", f"b{layer}"))
         gh = _reach(path, cell["h"], cell["bh"], cell.get("bh_name", f"bh{layer}"))

@@ -82,8 +82,43 @@ class MatMulQ:
         return np.clip(requant(h_q15, hm, hs) + self.in_zp, -128, 127)
 
 
+class FixedPointReading:
+    """What every integer model does with a reading before its first product (RNN, SSM,
+    Transformer alike): the int32 fixed point it takes (`in_frac` fractional bits per channel,
+    `mean_fx`) and the requantization (`feat_m`, `feat_s`) to the int8 input of the first
+    product, whose zero point is `reading_zp`."""
+
+    @property
+    def reading_zp(self) -> int:
+        """The zero point of the first product's int8 input (what a reading becomes)."""
+        raise NotImplementedError
+
+    @property
+    def n_features(self) -> int:
+        return len(self.mean_fx)
+
+    def to_fixed(self, readings) -> np.ndarray:
+        """Float readings [..., F] -> the int32 fixed point the step reads (value x 2^in_frac,
+        rounded, saturated to int32): what a sensor driver hands over."""
+        x = np.round(np.asarray(readings, np.float64) * np.exp2(self.in_frac.astype(np.float64)))
+        return np.clip(x, -(1 << 31), (1 << 31) - 1).astype(np.int64)
+
+    def input_range(self) -> tuple:
+        """(low, high) float64 [F]: the raw readings the int8 input covers (it saturates beyond)."""
+        real = self.feat_m.astype(np.float64) / np.exp2(self.feat_s.astype(np.float64))   # int8 steps per fixed-point unit
+        step = 1.0 / (real * np.exp2(self.in_frac.astype(np.float64)))                     # raw units per int8 step
+        mean = self.mean_fx / np.exp2(self.in_frac.astype(np.float64))
+        return mean + step * (-128 - self.reading_zp), mean + step * (127 - self.reading_zp)
+
+    def quantize_reading(self, x_fx: np.ndarray) -> np.ndarray:
+        """Fixed-point readings int [B, F] -> the first product's int8 input, int64 [B, F]."""
+        d = np.clip(np.asarray(x_fx, np.int64), -IN_LIMIT, IN_LIMIT) - self.mean_fx
+        return np.clip(requant(d, self.feat_m, self.feat_s) + self.reading_zp, -128, 127)
+
+
 @dataclass
-class IntModel:
+class IntModel(FixedPointReading):
+    """The integer RNN, GRU or LSTM step (see the module's docstring for its formats)."""
     kind: str                # rnn, gru, lstm
     hidden: int
     layers: int
@@ -109,27 +144,8 @@ class IntModel:
         return st
 
     @property
-    def n_features(self) -> int:
-        return len(self.mean_fx)
-
-    def to_fixed(self, readings) -> np.ndarray:
-        """Float readings [..., F] -> the int32 fixed point the step reads (value x 2^in_frac,
-        rounded, saturated to int32): what a sensor driver hands over."""
-        x = np.round(np.asarray(readings, np.float64) * np.exp2(self.in_frac.astype(np.float64)))
-        return np.clip(x, -(1 << 31), (1 << 31) - 1).astype(np.int64)
-
-    def input_range(self) -> tuple:
-        """(low, high) float64 [F]: the raw readings the int8 input covers (it saturates beyond)."""
-        first = self.cells[0]["x"]
-        real = self.feat_m.astype(np.float64) / np.exp2(self.feat_s.astype(np.float64))   # int8 steps per fixed-point unit
-        step = 1.0 / (real * np.exp2(self.in_frac.astype(np.float64)))                     # raw units per int8 step
-        mean = self.mean_fx / np.exp2(self.in_frac.astype(np.float64))
-        return mean + step * (-128 - first.in_zp), mean + step * (127 - first.in_zp)
-
-    def quantize_reading(self, x_fx: np.ndarray) -> np.ndarray:
-        first = self.cells[0]["x"]
-        d = np.clip(np.asarray(x_fx, np.int64), -IN_LIMIT, IN_LIMIT) - self.mean_fx
-        return np.clip(requant(d, self.feat_m, self.feat_s) + first.in_zp, -128, 127)
+    def reading_zp(self) -> int:
+        return self.cells[0]["x"].in_zp
 
     def step(self, x_fx: np.ndarray, state: list):
         """x_fx int [B, F] (readings in fixed point, `to_fixed`) -> (logits Q12 int [B, C], new state)."""
@@ -333,6 +349,54 @@ def check_int8(meta, path):
                         "at run time; integer-only execution needs fixed scales: export with --int8-scheme static")
 
 
+def checked_graph(meta, initializers: dict, nodes, path, then=None):
+    """The graph's nodes as the checks read them (`proto.graph.node`), once the checks every
+    integer step runs before it reads a constant have passed: the metadata's int8 claim
+    (`check_quantization`), a static int8 file of a covered architecture (`check_int8`),
+    `then()` where given (a check of the architecture's own), the quantization parameters'
+    shapes (`edgeseq.runtime.quant.check_qdq`) and the graph's integers
+    (`_check_graph_integers`)."""
+    from types import SimpleNamespace
+
+    from edgeseq.runtime.quant import check_qdq
+
+    proto = SimpleNamespace(graph=SimpleNamespace(node=list(nodes)))       # what the checks read
+    check_quantization(meta, proto, path)
+    check_int8(meta, path)
+    if then is not None:
+        then()
+    check_qdq(initializers, proto.graph.node, path)
+    _check_graph_integers(initializers, proto.graph.node, path)
+    return proto
+
+
+def reading_format(meta, proto, init: dict, first, path) -> dict:
+    """The fields of a `FixedPointReading` (in_frac, feat_m, feat_s, mean_fx) for a graph whose
+    first product is `first` (a MatMulQ): the normalisation the graph computes (checked
+    against the metadata's), the fractional bits per channel (`input_format`), and per channel
+    the multiplier and shift to the int8 input, a channel's fractional bits lowered where its
+    shift would pass 31."""
+    mean, std = graph_normalization(proto, init, len(meta.features), path)
+    _check_normalization(meta, mean, std, path)
+    in_frac = input_format(meta.features, mean, std, first.in_scale, first.in_zp)
+    feat = []
+    for f, (sd, k) in enumerate(zip(std, in_frac)):
+        what = f"channel '{meta.features[f]}''s quantization"
+        m, sh = _multiplier(1.0 / (sd * first.in_scale * 2.0 ** k), what, path)
+        if sh > 31:
+            in_frac[f] = k = k - (sh - 31)
+            m, sh = _multiplier(1.0 / (sd * first.in_scale * 2.0 ** k), what, path)
+        feat.append((m, sh))
+    return {"feat_m": np.array([m for m, _ in feat], np.int64), "feat_s": np.array([s for _, s in feat], np.int64),
+            "mean_fx": np.round(mean * np.exp2(in_frac)).astype(np.int64), "in_frac": in_frac}
+
+
+def model_meta(meta, arch: str, **more) -> dict:
+    """What an integer model keeps of its file's metadata (`IntModel.meta`), `more` after it."""
+    return {"arch": arch, "features": meta.features, "quantization": meta.quantization, "data": meta.data,
+            "data_sha256": meta.data_sha256, **more}
+
+
 class InputFormatError(DataError):
     """A channel's range cannot be held by int32 fixed point at the resolution its int8 input needs."""
 
@@ -453,21 +517,13 @@ def from_parts(meta, initializers: dict, nodes, path="<model>") -> IntModel:
     integer step holds (`check_int_model`). `path` only names the model in messages. Used by
     edgeseq.runtime.native too, so the firmware and the native int8 step refuse alike. An SSM
     graph (edgeseq.arch "ssm") gives `firmware_sim.intssm.from_parts`'s SSMIntModel."""
-    from types import SimpleNamespace
-
-    from edgeseq.runtime.quant import check_qdq
-
     if meta.arch == "ssm":
         from firmware_sim.intssm import from_parts as ssm_from_parts
         return ssm_from_parts(meta, initializers, nodes, path)
     if meta.arch == "transformer" and (meta.quantization or {}).get("scheme") == "static":
         from firmware_sim.intxf import from_parts as xf_from_parts
         return xf_from_parts(meta, initializers, nodes, path)
-    proto = SimpleNamespace(graph=SimpleNamespace(node=list(nodes)))       # what the checks read
-    check_quantization(meta, proto, path)
-    check_int8(meta, path)
-    check_qdq(initializers, proto.graph.node, path)
-    _check_graph_integers(initializers, proto.graph.node, path)
+    proto = checked_graph(meta, initializers, nodes, path)
     try:
         init = {k: np.asarray(v) for k, v in initializers.items()}
         producer = {o: n for n in proto.graph.node for o in n.output}
@@ -496,18 +552,7 @@ def from_parts(meta, initializers: dict, nodes, path="<model>") -> IntModel:
                 else:                                  # a head bias of zeros: the exporter drops it
                     mm["head.bias"] = (np.zeros(w_q.shape[1]), "the head's bias")
         H, L = _recurrent_shape(mm, init, meta, path)
-        mean, std = graph_normalization(proto, init, len(meta.features), path)
-        _check_normalization(meta, mean, std, path)
-        x0 = mm["wx0"]
-        in_frac = input_format(meta.features, mean, std, x0.in_scale, x0.in_zp)
-        feat = []
-        for f, (sd, k) in enumerate(zip(std, in_frac)):
-            what = f"channel '{meta.features[f]}''s quantization"
-            m, sh = _multiplier(1.0 / (sd * x0.in_scale * 2.0 ** k), what, path)
-            if sh > 31:
-                in_frac[f] = k = k - (sh - 31)
-                m, sh = _multiplier(1.0 / (sd * x0.in_scale * 2.0 ** k), what, path)
-            feat.append((m, sh))
+        reading = reading_format(meta, proto, init, mm["wx0"], path)
         cells = []
         for layer in range(L):
             x, h = mm[f"wx{layer}"], mm[f"wh{layer}"]
@@ -520,15 +565,11 @@ def from_parts(meta, initializers: dict, nodes, path="<model>") -> IntModel:
             cells.append(cell)
         head = mm[next(k for k in mm if k.startswith("model.head.weight"))]
         head_b, head_b_name = mm["head.bias"]
-        model = IntModel(kind=meta.arch, hidden=H, layers=L, labels=list(meta.labels),
-                         feat_m=np.array([m for m, _ in feat], np.int64),
-                         feat_s=np.array([s for _, s in feat], np.int64),
-                         mean_fx=np.round(mean * np.exp2(in_frac)).astype(np.int64), in_frac=in_frac, cells=cells,
+        model = IntModel(kind=meta.arch, hidden=H, layers=L, labels=list(meta.labels), **reading, cells=cells,
                          head=head, head_hq=_multiplier(1.0 / (ONE_Q15 * head.in_scale),
                                                         f"scale {head.in_name} (Q15 state in)", path),
                          head_b=q12(path, head_b_name, head_b), head_b_name=head_b_name,
-                         meta={"arch": meta.arch, "features": meta.features, "quantization": meta.quantization,
-                               "data": meta.data, "data_sha256": meta.data_sha256})
+                         meta=model_meta(meta, meta.arch))
     except (KeyError, IndexError, ValueError, TypeError, StopIteration, ArithmeticError) as e:
         raise ModelFileError(f"'{path}' is not laid out as edgeseq's int8 export writes it ({type(e).__name__}: "
                              f"{str(e)[:80]}); export it again with --int8") from None

@@ -32,12 +32,15 @@ biases, decays, rates, skip). Formats:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
 from edgeseq.errors import ModelFileError
-from firmware_sim.intcheck import INT32_MAX, _bad, _fits, _multiplier, _reach, _requant_ok
-from firmware_sim.intmath import IN_LIMIT, LUT_SHIFT, LUT_SIZE, ONE_Q15, Q, SIGMOID, lut, requant
+from firmware_sim.intcheck import INT32_MAX, _bad, _fits, _multiplier, _reach, _requant_fits, _requant_ok, check_reading
+from firmware_sim.intmath import LUT_SHIFT, LUT_SIZE, ONE_Q15, Q, SIGMOID, lut, requant
+from firmware_sim.intsim import (FixedPointReading, MatMulQ, _activation, _bias, _weights, checked_graph, model_meta,
+                                 reading_format)
 
 S_LIMIT = (1 << 30) - 1          # the state and its input are clamped to +-S_LIMIT
 RSQRT_KNOTS = 193                # 1/sqrt(x) over x in [1, 4], steps of 1/64
@@ -110,6 +113,11 @@ class LayerNormQ:
     def out_max(self) -> int:
         return int((self.n_max * np.abs(self.gamma).max() >> 12) + np.abs(self.beta).max() + 1)
 
+    def check(self, path, what: str) -> int:
+        """ModelFileError unless gamma x the largest normalised value fits int32; else `out_max`."""
+        _fits(path, f"{what} weight x normalised value", self.n_max * np.abs(self.gamma).max() + 2048)
+        return self.out_max
+
     def __call__(self, u: np.ndarray) -> np.ndarray:
         """u int [B, D] Q12 (|u| <= u_lim, so D |u| < 2^30) -> int [B, D] Q12.
 
@@ -164,7 +172,7 @@ def mul_q15(a, q) -> np.ndarray:
 
 
 @dataclass(kw_only=True)
-class LayeredIntModel:
+class LayeredIntModel(FixedPointReading):
     """What the integer SSM and Transformer steps share: the reading's fixed-point input and
     int8 quantization, the embedding (Q12), the layers' cells, the final LayerNorm and the head."""
     kind: str
@@ -191,25 +199,8 @@ class LayeredIntModel:
         return self.d_model
 
     @property
-    def n_features(self) -> int:
-        return len(self.mean_fx)
-
-    def to_fixed(self, readings) -> np.ndarray:
-        """Float readings [..., F] -> int32 fixed point (value x 2^in_frac, rounded, saturated)."""
-        x = np.round(np.asarray(readings, np.float64) * np.exp2(self.in_frac.astype(np.float64)))
-        return np.clip(x, -(1 << 31), (1 << 31) - 1).astype(np.int64)
-
-    def input_range(self) -> tuple:
-        """(low, high) float64 [F]: the raw readings the embedding's int8 input covers."""
-        real = self.feat_m.astype(np.float64) / np.exp2(self.feat_s.astype(np.float64))
-        step = 1.0 / (real * np.exp2(self.in_frac.astype(np.float64)))
-        mean = self.mean_fx / np.exp2(self.in_frac.astype(np.float64))
-        return mean + step * (-128 - self.enc.in_zp), mean + step * (127 - self.enc.in_zp)
-
-    def quantize_reading(self, x_fx: np.ndarray) -> np.ndarray:
-        """Fixed-point readings int [B, F] -> the embedding's int8 input, int64 [B, F]."""
-        d = np.clip(np.asarray(x_fx, np.int64), -IN_LIMIT, IN_LIMIT) - self.mean_fx
-        return np.clip(requant(d, self.feat_m, self.feat_s) + self.enc.in_zp, -128, 127)
+    def reading_zp(self) -> int:
+        return self.enc.in_zp
 
 
 @dataclass(kw_only=True)
@@ -256,13 +247,121 @@ class SSMIntModel(LayeredIntModel):
 
 def _mm(w_q, w_scale, in_scale: float, in_zp: int, frac: int, name: str, path, in_name: str):
     """A MatMulQ whose output has `frac` fractional bits (Q12 for `frac` = 12)."""
-    from firmware_sim.intsim import MatMulQ
     reals = float(in_scale) * np.broadcast_to(np.asarray(w_scale, np.float64), w_q.shape[1:]) * 2.0 ** frac
     ms = [_multiplier(float(r), f"{name} (output {o}: input scale x weight scale x 2^{frac})", path)
           for o, r in enumerate(reals)]
     return MatMulQ(w=w_q.astype(np.int8), in_scale=float(in_scale), in_zp=int(in_zp),
                    m=np.array([a for a, _ in ms], np.int64), s=np.array([b for _, b in ms], np.int64),
                    name=name, in_name=in_name)
+
+
+class Product(NamedTuple):
+    """One int8 product (MatMul or Gemm) of a layered step graph, as `int8_products` reads it."""
+    name: str                # the weights' tensor, less "_quantized"
+    node: object             # the MatMul or Gemm
+    w_q: np.ndarray          # int8 [in, out]
+    w_scale: np.ndarray      # per output channel
+    in_scale: float          # the int8 input's calibrated scale and zero point
+    in_zp: int
+    in_name: str             # the input's scale tensor, for messages
+    bias: np.ndarray | None  # a Gemm's bias (float [out], zeros where the exporter dropped it); None for a MatMul
+    out_range: float | None  # the largest |output| of the QuantizeLinear that reads it; None without one
+
+    def matmul(self, path, frac: int = Q):
+        """Its MatMulQ, the output with `frac` fractional bits."""
+        return _mm(self.w_q, self.w_scale, self.in_scale, self.in_zp, frac, self.name, path, self.in_name)
+
+
+def int8_products(init: dict, nodes, path, attention: bool = False) -> list:
+    """Every int8 product of the graph, in graph order (`Product`). ModelFileError (one line)
+    for one whose input or weights are not dequantized int8 (a projection kept float); with
+    `attention`, products of two activations (attention's, run integer by the step) are
+    passed over rather than refused."""
+    producer = {o: n for n in nodes for o in n.output}
+    consumers = {}
+    for n in nodes:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    prods = []
+    for n in nodes:
+        if n.op_type not in ("MatMul", "Gemm"):
+            continue
+        a, w = producer.get(n.input[0]), producer.get(n.input[1])
+        if attention and n.input[1] not in init and (w is None or w.op_type != "DequantizeLinear"
+                                                     or w.input[0] not in init):
+            continue
+        if a is None or w is None or a.op_type != "DequantizeLinear" or w.op_type != "DequantizeLinear":
+            what = (f"the projection {n.input[1]} is kept float" if attention or n.input[1] in init
+                    else f"{n.output[0]} is not a product of int8 values")
+            raise ModelFileError(f"'{path}': {what}; integer-only execution needs every projection int8: "
+                                 "export it again with --int8 and no float parts")
+        w_q, w_scale = _weights(path, init, w)
+        bias = None
+        if n.op_type == "Gemm":
+            w_q = w_q.T
+            bias = _bias(path, init, producer[n.input[2]]) if len(n.input) > 2 and n.input[2] else np.zeros(w_q.shape[1])
+        in_scale, in_zp = _activation(path, init, producer, a)
+        q = next((c for c in consumers.get(n.output[0], []) if c.op_type == "QuantizeLinear"), None)
+        rng = None if q is None else _int8_range(float(np.asarray(init[q.input[1]]).reshape(-1)[0]),
+                                                 int(np.asarray(init[q.input[2]]).reshape(-1)[0]))
+        prods.append(Product(w.input[0].replace("_quantized", ""), n, w_q, w_scale, in_scale, in_zp, a.input[1],
+                             bias, rng))
+    return prods
+
+
+def layernorm_of(gr, product: Product, what: str, path) -> tuple:
+    """(LayerNormQ, its output tensor): the LayerNorm whose output `product` reads (weights found
+    by the graph, not by name: the exporter shares equal constants between layers)."""
+    n = gr.producer[gr.strip(product.node.input[0])]
+    if n.op_type != "LayerNormalization":
+        raise ModelFileError(f"'{path}': {product.name} does not read a LayerNormalization; export it again")
+    eps = float((getattr(n, "attrs", None) or {}).get("epsilon", 1e-5))
+    return LayerNormQ.make(gr.init[n.input[1]], gr.init[n.input[2]], eps, what, path), n.output[0]
+
+
+def to_int8(frac: int, mq, what: str, path) -> tuple:
+    """(m, s) taking values with `frac` fractional bits to the int8 input of product `mq`."""
+    return _multiplier(1.0 / (2.0 ** frac * mq.in_scale), f"scale {mq.in_name} ({what})", path)
+
+
+def u_limit(d_model: int) -> int:
+    """The clamp of the residual stream (Q12): D x u_lim stays below 2^30 (LayerNorm's sums)."""
+    return min(1 << 26, ((1 << 30) - 1) // d_model)
+
+
+def layered_fields(meta, proto, init: dict, path, kind: str, enc, enc_bias: tuple, ln_f: LayerNormQ, head,
+                   head_bias: tuple, **more) -> dict:
+    """The fields of a LayeredIntModel that the SSM and the Transformer fill alike, from their
+    embedding and head (MatMulQ) and final LayerNorm: kind, d_model, labels, the reading's
+    format (`firmware_sim.intsim.reading_format`), the biases ((name, float values) each) in
+    Q12, the head's input quantization, u's clamp and the metadata kept (`more` after it)."""
+    D = enc.w.shape[1]
+    reading = reading_format(meta, proto, init, enc, path)
+    return {"kind": kind, "d_model": D, "labels": list(meta.labels), **reading, "enc": enc,
+            "enc_b": _qfrac(path, *enc_bias, Q), "ln_f": ln_f, "head": head,
+            "head_hq": to_int8(Q, head, "final LayerNorm out", path), "head_b": _qfrac(path, *head_bias, Q),
+            "u_lim": u_limit(D), "meta": model_meta(meta, kind, **more)}
+
+
+LAYOUT_ERRORS = (KeyError, IndexError, ValueError, TypeError, StopIteration, ArithmeticError)
+
+
+def not_laid_out(path, kind: str, e: Exception) -> ModelFileError:
+    """The one line for a graph of `kind` whose reading failed with `e` (one of LAYOUT_ERRORS)."""
+    return ModelFileError(f"'{path}' is not laid out as edgeseq's int8 {kind} export writes it ({type(e).__name__}: "
+                          f"{str(e)[:80]}); export it again with --int8")
+
+
+def _gemm_bias(p: Product) -> np.ndarray:
+    """A Gemm's bias; KeyError for a MatMul (the encoder and head are Gemms)."""
+    if p.bias is None:
+        raise KeyError(f"the bias of {p.name}")
+    return p.bias
+
+
+def _or_8(out_range) -> float:
+    """A calibrated output range, 8.0 where the graph has none."""
+    return 8.0 if out_range is None else out_range
 
 
 def _sum_fits(mm) -> bool:
@@ -284,68 +383,19 @@ def from_parts(meta, initializers: dict, nodes, path="<model>") -> SSMIntModel:
     output, attrs, in graph order). ModelFileError (one line) for a graph that is not laid out
     as edgeseq's int8 export writes it (a projection kept float included) or a constant the
     integer step cannot hold (`check_ssm_model`); DataError for a float or dynamic int8 file."""
-    from types import SimpleNamespace
-
-    from edgeseq.runtime.quant import check_qdq
-    from firmware_sim.intsim import (_activation, _bias, _check_graph_integers, _check_normalization, _weights,
-                                     check_int8, check_quantization, graph_normalization, input_format)
-
-    proto = SimpleNamespace(graph=SimpleNamespace(node=list(nodes)))
-    check_quantization(meta, proto, path)
-    check_int8(meta, path)
-    check_qdq(initializers, proto.graph.node, path)
-    _check_graph_integers(initializers, proto.graph.node, path)
+    proto = checked_graph(meta, initializers, nodes, path)
     cfg = meta.config or {}
     selective = bool(cfg.get("selective", False))
     try:
         init = {k: np.asarray(v) for k, v in initializers.items()}
-        producer = {o: n for n in proto.graph.node for o in n.output}
-        consumers = {}
-        for n in proto.graph.node:
-            for i in n.input:
-                consumers.setdefault(i, []).append(n)
-
-        mm, out_range, gemm_bias, node_of = {}, {}, {}, {}
+        mm = {p.name: p for p in int8_products(init, proto.graph.node, path)}
         gr = _Graph(init, proto.graph.node)
-        for n in proto.graph.node:
-            if n.op_type not in ("MatMul", "Gemm"):
-                continue
-            a, w = producer.get(n.input[0]), producer.get(n.input[1])
-            if a is None or w is None or a.op_type != "DequantizeLinear" or w.op_type != "DequantizeLinear":
-                what = (f"the projection {n.input[1]} is kept float" if n.input[1] in init
-                        else f"{n.output[0]} is not a product of int8 values")
-                raise ModelFileError(f"'{path}': {what}; integer-only execution needs every projection int8: "
-                                     "export it again with --int8 and no float parts")
-            name = w.input[0].replace("_quantized", "")
-            w_q, w_scale = _weights(path, init, w)
-            if n.op_type == "Gemm":
-                w_q = w_q.T
-                if len(n.input) > 2 and n.input[2]:
-                    gemm_bias[name] = _bias(path, init, producer[n.input[2]])
-                else:
-                    gemm_bias[name] = np.zeros(w_q.shape[1])
-            mm[name] = (w_q, w_scale, *_activation(path, init, producer, a), a.input[1])
-            node_of[name] = n
-            q = next((c for c in consumers.get(n.output[0], []) if c.op_type == "QuantizeLinear"), None)
-            if q is not None:
-                out_range[name] = _int8_range(float(np.asarray(init[q.input[1]]).reshape(-1)[0]),
-                                              int(np.asarray(init[q.input[2]]).reshape(-1)[0]))
-        def layernorm(product, what):
-            """The LayerNorm whose output `product` reads (weights found by the graph, not by
-            name: the exporter shares equal constants between layers)."""
-            n = gr.producer[gr.strip(node_of[product].input[0])]
-            if n.op_type != "LayerNormalization":
-                raise ModelFileError(f"'{path}': {product} does not read a LayerNormalization; export it again")
-            eps = float((getattr(n, "attrs", None) or {}).get("epsilon", 1e-5))
-            return LayerNormQ.make(init[n.input[1]], init[n.input[2]], eps, what, path), n.output[0]
 
         def make(name, frac=Q):
-            w_q, w_scale, sc, zp, sc_name = mm[name]
-            return _mm(w_q, w_scale, sc, zp, frac, name, path, sc_name)
+            return mm[name].matmul(path, frac)
 
         def q_to_int8(frac, mq, what):
-            """Values with `frac` fractional bits -> mq's int8 input: (m, s)."""
-            return _multiplier(1.0 / (2.0 ** frac * mq.in_scale), f"scale {mq.in_name} ({what})", path)
+            return to_int8(frac, mq, what, path)
 
         if selective != ("ssm0_delta" in mm):
             raise ModelFileError(f"'{path}': edgeseq.config says selective {str(selective).lower()} but the graph "
@@ -361,30 +411,30 @@ def from_parts(meta, initializers: dict, nodes, path="<model>") -> SSMIntModel:
         cells = []
         for i in range(L):
             r0 = mm[f"ssm{i}_readout"]
-            qs = int(np.clip(np.floor(np.log2((1 << 30) / (16 * _int8_range(r0[2], r0[3])))), 8, 24))
+            qs = int(np.clip(np.floor(np.log2((1 << 30) / (16 * _int8_range(r0.in_scale, r0.in_zp)))), 8, 24))
             while qs > 8 and not _sum_fits(make(f"ssm{i}_x", qs)):     # fewer bits than the sum resolves buy nothing
                 qs -= 1
             x, g, r, o = make(f"ssm{i}_x", qs), make(f"ssm{i}_gate"), make(f"ssm{i}_readout"), make(f"ssm{i}_out")
             if x.w.shape != (D, N) or g.w.shape != (D, D) or r.w.shape != (N, D) or o.w.shape != (D, D):
                 raise ModelFileError(f"'{path}': layer {i}'s projections do not fit d_model {D}, d_state {N}; "
                                      "export it again with --int8")
-            ln, ln_out = layernorm(f"ssm{i}_x", f"layer {i}'s LayerNorm")
+            ln, ln_out = layernorm_of(gr, mm[f"ssm{i}_x"], f"layer {i}'s LayerNorm", path)
             skip = _qfrac(path, f"ssm{i}_skip", gr.const_of(ln_out, "Mul", D), Q)
             v_range = _int8_range(x.in_scale, x.in_zp)
-            y_range = out_range.get(f"ssm{i}_readout", 8.0) + float(np.abs(skip).max()) / 4096 * v_range
-            g_range = max(out_range.get(f"ssm{i}_gate", 8.0), 0.28)
+            y_range = _or_8(mm[f"ssm{i}_readout"].out_range) + float(np.abs(skip).max()) / 4096 * v_range
+            g_range = max(_or_8(mm[f"ssm{i}_gate"].out_range), 0.28)
             ky, kg = _shift_for(y_range, Q), _shift_for(g_range, Q)
             cell = {"ln": ln, "x": x, "g": g, "r": r, "o": o, "qs": qs, "skip": skip, "ky": ky, "kg": kg,
-                    "bx": _qfrac(path, f"ssm{i}_x_bias", gr.bias_of(node_of[f"ssm{i}_x"], N), qs),
-                    "bg": _qfrac(path, f"ssm{i}_gate_bias", gr.bias_of(node_of[f"ssm{i}_gate"], D), Q),
-                    "bo": _qfrac(path, f"ssm{i}_out_bias", gr.bias_of(node_of[f"ssm{i}_out"], D), Q),
+                    "bx": _qfrac(path, f"ssm{i}_x_bias", gr.bias_of(mm[f"ssm{i}_x"].node, N), qs),
+                    "bg": _qfrac(path, f"ssm{i}_gate_bias", gr.bias_of(mm[f"ssm{i}_gate"].node, D), Q),
+                    "bo": _qfrac(path, f"ssm{i}_out_bias", gr.bias_of(mm[f"ssm{i}_out"].node, D), Q),
                     "xq": q_to_int8(Q, x, "LayerNorm out"), "gq": q_to_int8(Q, g, "LayerNorm out"),
                     "sq": q_to_int8(qs, r, "state out"), "mq": q_to_int8(2 * Q - ky - kg, o, "gated output")}
             if selective:
                 d = make(f"ssm{i}_delta")
-                lam = gr.rate_of(node_of[f"ssm{i}_delta"], N)
+                lam = gr.rate_of(mm[f"ssm{i}_delta"].node, N)
                 ls = [_multiplier(float(v), f"ssm{i}_rate[{k}]", path) for k, v in enumerate(lam)]
-                cell.update(d=d, bd=_qfrac(path, f"ssm{i}_delta_bias", gr.bias_of(node_of[f"ssm{i}_delta"], N), Q),
+                cell.update(d=d, bd=_qfrac(path, f"ssm{i}_delta_bias", gr.bias_of(mm[f"ssm{i}_delta"].node, N), Q),
                             dq=q_to_int8(Q, d, "LayerNorm out"), lam_m=np.array([a for a, _ in ls], np.int64),
                             lam_s=np.array([b for _, b in ls], np.int64))
             else:
@@ -396,31 +446,12 @@ def from_parts(meta, initializers: dict, nodes, path="<model>") -> SSMIntModel:
                 bm = np.minimum(np.round(b * 2.0 ** (15 + k)), ONE_Q15 - 1).astype(np.int64)
                 cell.update(b_m=bm, b_k=k)
             cells.append(cell)
-        ln_f = layernorm("model.head.weight", "the final LayerNorm")[0]
-        mean, std = graph_normalization(proto, init, len(meta.features), path)
-        _check_normalization(meta, mean, std, path)
-        in_frac = input_format(meta.features, mean, std, enc.in_scale, enc.in_zp)
-        feat = []
-        for f, (sd, k) in enumerate(zip(std, in_frac)):
-            what = f"channel '{meta.features[f]}''s quantization"
-            m, sh = _multiplier(1.0 / (sd * enc.in_scale * 2.0 ** k), what, path)
-            if sh > 31:
-                in_frac[f] = k = k - (sh - 31)
-                m, sh = _multiplier(1.0 / (sd * enc.in_scale * 2.0 ** k), what, path)
-            feat.append((m, sh))
-        model = SSMIntModel(
-            kind="ssm", selective=selective, d_model=D, d_state=N, layers=L, labels=list(meta.labels),
-            feat_m=np.array([m for m, _ in feat], np.int64), feat_s=np.array([s for _, s in feat], np.int64),
-            mean_fx=np.round(mean * np.exp2(in_frac)).astype(np.int64), in_frac=in_frac,
-            enc=enc, enc_b=_qfrac(path, "model.encoder.bias", gemm_bias["model.encoder.weight"], Q),
-            cells=cells, ln_f=ln_f, head=head, head_hq=q_to_int8(Q, head, "final LayerNorm out"),
-            head_b=_qfrac(path, "model.head.bias", gemm_bias["model.head.weight"], Q),
-            u_lim=min(1 << 26, ((1 << 30) - 1) // D),
-            meta={"arch": "ssm", "features": meta.features, "quantization": meta.quantization, "data": meta.data,
-                  "data_sha256": meta.data_sha256, "selective": selective})
-    except (KeyError, IndexError, ValueError, TypeError, StopIteration, ArithmeticError) as e:
-        raise ModelFileError(f"'{path}' is not laid out as edgeseq's int8 ssm export writes it ({type(e).__name__}: "
-                             f"{str(e)[:80]}); export it again with --int8") from None
+        ln_f = layernorm_of(gr, mm["model.head.weight"], "the final LayerNorm", path)[0]
+        model = SSMIntModel(selective=selective, d_state=N, layers=L, cells=cells, **layered_fields(
+            meta, proto, init, path, "ssm", enc, ("model.encoder.bias", _gemm_bias(mm["model.encoder.weight"])),
+            ln_f, head, ("model.head.bias", _gemm_bias(mm["model.head.weight"])), selective=selective))
+    except LAYOUT_ERRORS as e:
+        raise not_laid_out(path, "ssm", e) from None
     check_ssm_model(model, path)
     return model
 
@@ -487,24 +518,16 @@ def check_ssm_model(m: SSMIntModel, path="<model>") -> None:
     """Every constant of the integer SSM step fits its C type and every int32 the step computes
     fits int32 whatever the readings (the clamps of u, x and the state bound the rest).
     ModelFileError (one line, naming the tensor and the value) otherwise."""
-    _fits(path, "a channel's fractional bits (in_frac)", m.in_frac, -128, 127, "int8")
-    _fits(path, "a channel's mean in fixed point", m.mean_fx, -(1 << 30), 1 << 30, "+-2^30")
-    _requant_ok(path, "the reading's quantization", m.feat_m, m.feat_s)
-    d = IN_LIMIT + np.abs(np.asarray(m.mean_fx, np.int64))
-    _fits(path, "a reading's offset before requantization", d << np.maximum(16 - np.asarray(m.feat_s, np.int64), 0))
+    check_reading(m, path)
     lim = m.u_lim
 
     def q8(what, bound, ms):
-        _requant_ok(path, what, *ms)
-        _fits(path, f"{what} before requantization", int(bound) << max(16 - int(ms[1]), 0))
+        _requant_fits(path, what, bound, ms)
 
     enc = _reach(path, m.enc, m.enc_b, "model.encoder.bias")
     del enc                                            # u is clamped to +-u_lim after it
     for i, c in enumerate(m.cells):
-        ln = c["ln"]
-        for what, ln_ in ((f"layer {i}'s LayerNorm", ln),):
-            _fits(path, f"{what} weight x normalised value", ln_.n_max * np.abs(ln_.gamma).max() + 2048)
-        v = ln.out_max
+        v = c["ln"].check(path, f"layer {i}'s LayerNorm")
         for key in ("xq", "gq") + (("dq",) if m.selective else ()):
             q8(f"layer {i}'s LayerNorm out ({key})", v, c[key])
         _reach(path, c["x"], c["bx"], f"ssm{i}_x_bias")
@@ -524,7 +547,5 @@ def check_ssm_model(m: SSMIntModel, path="<model>") -> None:
         q8(f"layer {i}'s gated output", 1 << 30, c["mq"])
         o = _reach(path, c["o"], c["bo"], f"ssm{i}_out_bias")
         _fits(path, f"layer {i}'s residual sum", lim + o)
-    for what, ln_ in (("the final LayerNorm", m.ln_f),):
-        _fits(path, f"{what} weight x normalised value", ln_.n_max * np.abs(ln_.gamma).max() + 2048)
-    q8("the head's input", m.ln_f.out_max, m.head_hq)
+    q8("the head's input", m.ln_f.check(path, "the final LayerNorm"), m.head_hq)
     _reach(path, m.head, m.head_b, "model.head.bias")

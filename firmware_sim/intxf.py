@@ -39,10 +39,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from edgeseq.errors import DataError, ModelFileError
-from firmware_sim.intcheck import _fits, _multiplier, _reach, _requant_ok
-from firmware_sim.intmath import IN_LIMIT, LUT_SHIFT, LUT_SIZE, ONE_Q15, Q, lut, requant
-from firmware_sim.intssm import (HEADROOM, LayeredIntModel, LayerNormQ, _Graph, _int8_range, _lut_table, _mm, _qfrac,
-                                 mul_q15, quantize)
+from firmware_sim.intcheck import _fits, _multiplier, _reach, _requant_fits, _requant_ok, check_reading
+from firmware_sim.intmath import LUT_SHIFT, LUT_SIZE, ONE_Q15, Q, lut, requant
+from firmware_sim.intsim import checked_graph
+from firmware_sim.intssm import (HEADROOM, LAYOUT_ERRORS, LayeredIntModel, _Graph, _lut_table, _qfrac, int8_products,
+                                 layered_fields, layernorm_of, mul_q15, not_laid_out, quantize, to_int8)
 
 WINDOW_MAX = 4096            # rows of the ring: beyond it the weights' sum could leave int32
 EXP_SPAN = 16 << Q           # exp is read over [-16, 0] (Q12); below it a weight is 0
@@ -221,66 +222,22 @@ def from_parts(meta, initializers: dict, nodes, path="<model>") -> XFIntModel:
     order). DataError (one line) for an unbounded window, positions, or a float or dynamic int8
     file; ModelFileError (one line) for a graph not laid out as edgeseq's int8 export writes it
     (a projection kept float included) or a constant the integer step cannot hold."""
-    from types import SimpleNamespace
-
-    from edgeseq.runtime.quant import check_qdq
-    from firmware_sim.intsim import (_activation, _bias, _check_graph_integers, _check_normalization, _weights,
-                                     check_quantization, graph_normalization, input_format)
-
-    proto = SimpleNamespace(graph=SimpleNamespace(node=list(nodes)))
-    check_quantization(meta, proto, path)
-    if not meta.quantization:
-        raise DataError(f"'{path}' is a float model; integer-only execution needs int8: "
-                        f"export it with `edgeseq export RUN --int8 --out ...`")
-    if meta.quantization.get("scheme") != "static":
-        raise DataError(f"'{path}' is int8 {meta.quantization.get('scheme')}: its activation scales are computed "
-                        "at run time; integer-only execution needs fixed scales: export with --int8-scheme static")
     cfg = meta.config or {}
-    W = check_window(cfg, path)
-    check_qdq(initializers, proto.graph.node, path)
-    _check_graph_integers(initializers, proto.graph.node, path)
+    proto = checked_graph(meta, initializers, nodes, path, then=lambda: check_window(cfg, path))
+    W = check_window(cfg, path)                     # checked already (after int8, before the graph); its value
     try:
         init = {k: np.asarray(v) for k, v in initializers.items()}
-        producer = {o: n for n in proto.graph.node for o in n.output}
-        consumers = {}
-        for n in proto.graph.node:
-            for i in n.input:
-                consumers.setdefault(i, []).append(n)
         gr = _Graph(init, proto.graph.node)
-        prods = []                                   # (name, node, w_q, w_scale, in_scale, in_zp, scale name, range)
-        for n in proto.graph.node:
-            if n.op_type not in ("MatMul", "Gemm"):
-                continue
-            a, w = producer.get(n.input[0]), producer.get(n.input[1])
-            if n.input[1] not in init and (w is None or w.op_type != "DequantizeLinear" or w.input[0] not in init):
-                continue                             # attention: activations by activations, run integer below
-            if a is None or w is None or a.op_type != "DequantizeLinear" or w.op_type != "DequantizeLinear":
-                raise ModelFileError(f"'{path}': the projection {n.input[1]} is kept float; integer-only execution "
-                                     "needs every projection int8: export it again with --int8 and no float parts")
-            w_q, w_scale = _weights(path, init, w)
-            bias = None
-            if n.op_type == "Gemm":
-                w_q = w_q.T
-                bias = (_bias(path, init, producer[n.input[2]]) if len(n.input) > 2 and n.input[2]
-                        else np.zeros(w_q.shape[1]))
-            q = next((c for c in consumers.get(n.output[0], []) if c.op_type == "QuantizeLinear"), None)
-            rng = None if q is None else _int8_range(float(np.asarray(init[q.input[1]]).reshape(-1)[0]),
-                                                      int(np.asarray(init[q.input[2]]).reshape(-1)[0]))
-            sc, zp = _activation(path, init, producer, a)
-            prods.append((w.input[0].replace("_quantized", ""), n, w_q, w_scale, sc, zp, a.input[1], bias, rng))
+        prods = int8_products(init, proto.graph.node, path, attention=True)
 
         def make(p, frac=Q):
-            return _mm(p[2], p[3], p[4], p[5], frac, p[0], path, p[6])
+            return p.matmul(path, frac)
 
         def layernorm(p, what):
-            n = gr.producer[gr.strip(p[1].input[0])]
-            if n.op_type != "LayerNormalization":
-                raise ModelFileError(f"'{path}': {p[0]} does not read a LayerNormalization; export it again")
-            eps = float((getattr(n, "attrs", None) or {}).get("epsilon", 1e-5))
-            return LayerNormQ.make(init[n.input[1]], init[n.input[2]], eps, what, path)
+            return layernorm_of(gr, p, what, path)[0]
 
         def q_to_int8(frac, mq, what):
-            return _multiplier(1.0 / (2.0 ** frac * mq.in_scale), f"scale {mq.in_name} ({what})", path)
+            return to_int8(frac, mq, what, path)
 
         L = (len(prods) - 2) // 4
         if len(prods) != 4 * L + 2 or L < 1 or L != int(cfg.get("layers", L)):
@@ -304,8 +261,8 @@ def from_parts(meta, initializers: dict, nodes, path="<model>") -> XFIntModel:
             if qkv.w.shape != (D, 3 * D) or proj.w.shape != (D, D) or fc1.w.shape[0] != D or fc2.w.shape != (FF, D):
                 raise ModelFileError(f"'{path}': layer {i}'s projections do not fit d_model {D}; export it again "
                                      "with --int8")
-            bqkv = gr.bias_of(pq[1], 3 * D)
-            rng = pq[8] if pq[8] is not None else 8.0
+            bqkv = gr.bias_of(pq.node, 3 * D)
+            rng = pq.out_range if pq.out_range is not None else 8.0
             rq, rk, rv = (rng + float(np.abs(bqkv[j * D:(j + 1) * D]).max()) for j in range(3))
             kk, kv = _shift_within(rk, Q, 32767), _shift_within(rv, Q, 32767)
             # q x 2^(kk + j) / sqrt(hs): q.k is then the score with 12 + j fractional bits
@@ -317,36 +274,18 @@ def from_parts(meta, initializers: dict, nodes, path="<model>") -> XFIntModel:
                 "qkv": qkv, "proj": proj, "fc1": fc1, "fc2": fc2, "kk": kk, "kv": kv, "qlim": qlim, "j": j,
                 "q_m": q_m, "q_s": q_s, "alibi": None if slopes is None else alibi_ints(slopes, j),
                 "bqkv": _qfrac(path, f"layer {i}'s qkv bias", bqkv, Q),
-                "bproj": _qfrac(path, f"layer {i}'s proj bias", gr.bias_of(pp[1], D), Q),
-                "bfc1": _qfrac(path, f"layer {i}'s first MLP bias", gr.bias_of(p1[1], FF), Q),
-                "bfc2": _qfrac(path, f"layer {i}'s second MLP bias", gr.bias_of(p2[1], D), Q),
+                "bproj": _qfrac(path, f"layer {i}'s proj bias", gr.bias_of(pp.node, D), Q),
+                "bfc1": _qfrac(path, f"layer {i}'s first MLP bias", gr.bias_of(p1.node, FF), Q),
+                "bfc2": _qfrac(path, f"layer {i}'s second MLP bias", gr.bias_of(p2.node, D), Q),
                 "qkv_q": q_to_int8(Q, qkv, "LayerNorm out"), "fc1_q": q_to_int8(Q, fc1, "LayerNorm out"),
                 "y_q": _multiplier(2.0 ** (kv - Q - 15) / proj.in_scale, f"scale {proj.in_name} (attention out)", path),
                 "fc2_q": q_to_int8(Q, fc2, "GELU out")})
         ln_f = layernorm(prods[-1], "the final LayerNorm")
-        mean, std = graph_normalization(proto, init, len(meta.features), path)
-        _check_normalization(meta, mean, std, path)
-        in_frac = input_format(meta.features, mean, std, enc.in_scale, enc.in_zp)
-        feat = []
-        for f_, (sd, k) in enumerate(zip(std, in_frac)):
-            what = f"channel '{meta.features[f_]}''s quantization"
-            m, sh = _multiplier(1.0 / (sd * enc.in_scale * 2.0 ** k), what, path)
-            if sh > 31:
-                in_frac[f_] = k = k - (sh - 31)
-                m, sh = _multiplier(1.0 / (sd * enc.in_scale * 2.0 ** k), what, path)
-            feat.append((m, sh))
-        model = XFIntModel(
-            kind="transformer", d_model=D, heads=H, d_ff=cells[0]["fc1"].w.shape[1], window=W, layers=L,
-            labels=list(meta.labels), feat_m=np.array([m for m, _ in feat], np.int64),
-            feat_s=np.array([s for _, s in feat], np.int64), mean_fx=np.round(mean * np.exp2(in_frac)).astype(np.int64),
-            in_frac=in_frac, enc=enc, enc_b=_qfrac(path, "model.embed.bias", prods[0][7], Q), cells=cells, ln_f=ln_f,
-            head=head, head_hq=q_to_int8(Q, head, "final LayerNorm out"),
-            head_b=_qfrac(path, "model.head.bias", prods[-1][7], Q), u_lim=min(1 << 26, ((1 << 30) - 1) // D),
-            meta={"arch": "transformer", "features": meta.features, "quantization": meta.quantization,
-                  "data": meta.data, "data_sha256": meta.data_sha256, "window": W})
-    except (KeyError, IndexError, ValueError, TypeError, StopIteration, ArithmeticError) as e:
-        raise ModelFileError(f"'{path}' is not laid out as edgeseq's int8 transformer export writes it "
-                             f"({type(e).__name__}: {str(e)[:80]}); export it again with --int8") from None
+        model = XFIntModel(heads=H, d_ff=cells[0]["fc1"].w.shape[1], window=W, layers=L, cells=cells, **layered_fields(
+            meta, proto, init, path, "transformer", enc, ("model.embed.bias", prods[0].bias), ln_f, head,
+            ("model.head.bias", prods[-1].bias), window=W))
+    except LAYOUT_ERRORS as e:
+        raise not_laid_out(path, "transformer", e) from None
     check_xf_model(model, path)
     return model
 
@@ -355,19 +294,13 @@ def check_xf_model(m: XFIntModel, path="<model>") -> None:
     """Every constant of the integer Transformer step fits its C type and every int32 the step
     computes fits int32 whatever the readings (the clamps of u, q and the cache bound the rest).
     ModelFileError (one line, naming the tensor and the value) otherwise."""
-    _fits(path, "a channel's fractional bits (in_frac)", m.in_frac, -128, 127, "int8")
-    _fits(path, "a channel's mean in fixed point", m.mean_fx, -(1 << 30), 1 << 30, "+-2^30")
-    _requant_ok(path, "the reading's quantization", m.feat_m, m.feat_s)
-    d = IN_LIMIT + np.abs(np.asarray(m.mean_fx, np.int64))
-    _fits(path, "a reading's offset before requantization", d << np.maximum(16 - np.asarray(m.feat_s, np.int64), 0))
+    check_reading(m, path)
 
     def q8(what, bound, ms):
-        _requant_ok(path, what, *ms)
-        _fits(path, f"{what} before requantization", int(bound) << max(16 - int(ms[1]), 0))
+        _requant_fits(path, what, bound, ms)
 
     def ln_ok(what, ln):
-        _fits(path, f"{what} weight x normalised value", ln.n_max * np.abs(ln.gamma).max() + 2048)
-        return ln.out_max
+        return ln.check(path, what)
 
     _reach(path, m.enc, m.enc_b, "model.embed.bias")
     y_max = (ONE_Q15 + m.window) * 32768                   # sum_t p_t |v_t|, sum_t p_t <= 2^15 + window / 2

@@ -98,6 +98,12 @@ def alibi_slopes(heads: int) -> torch.Tensor:
     return torch.pow(2.0, -8.0 * torch.arange(1, heads + 1, dtype=torch.float32) / heads)
 
 
+def split_heads(t: torch.Tensor, heads: int) -> torch.Tensor:
+    """(B, T, C) -> (B, heads, T, C // heads): each head's channels, one head per slice of dim 1."""
+    B, T, C = t.shape
+    return t.view(B, T, heads, C // heads).transpose(1, 2)  # (B, nh, T, hs)
+
+
 class SelfAttention(nn.Module):
     def __init__(self, c: TransformerConfig):
         super().__init__()
@@ -107,8 +113,7 @@ class SelfAttention(nn.Module):
         self.drop = nn.Dropout(c.dropout)
 
     def split(self, t):
-        B, T, _ = t.shape
-        return t.view(B, T, self.heads, self.head_dim).transpose(1, 2)  # (B, nh, T, hs)
+        return split_heads(t, self.heads)  # (B, nh, T, hs)
 
     def attend(self, q, k, v, bias):
         """q (B, nh, Tq, hs), k/v (B, nh, Tk, hs), bias broadcastable to (B, nh, Tq, Tk)."""

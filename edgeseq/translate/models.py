@@ -26,7 +26,7 @@ from torch.nn import functional as F
 
 from edgeseq.errors import UsageError
 from edgeseq.models.birnn import reverse_within
-from edgeseq.models.transformer import sinusoid
+from edgeseq.models.transformer import sinusoid, split_heads
 from edgeseq.translate.tokenizer import PAD_ID
 
 MASKED = -1e9
@@ -78,8 +78,7 @@ class MHA(nn.Module):
         self.drop = nn.Dropout(c.dropout)
 
     def heads(self, t):
-        B, T, _ = t.shape
-        return t.view(B, T, self.h, self.dh).transpose(1, 2)          # (B, h, T, dh)
+        return split_heads(t, self.h)                                 # (B, h, T, dh)
 
     def project_kv(self, x):
         k, v = self.kv(x).chunk(2, dim=-1)
