@@ -464,6 +464,7 @@ def render_ucr_augment(d: dict, source: str) -> str:
 
 RENDERERS = {
     "ucr": ("ucr", render_ucr),
+    "ucr-augment": ("ucr", render_ucr_augment),
     "bench-gru": ("bench", render_bench_gru),
     "bench-transformer": ("bench", render_bench_transformer),
     "bench-backends": ("bench", render_bench_backends),
