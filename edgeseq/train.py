@@ -30,8 +30,8 @@ Augmentation (`TrainConfig.augment`, `edgeseq.data.augment`): each epoch the lan
 are laid out from a new draw of the training split (time warp, rotation of 3-axis triples,
 scaling, magnitude warping, jitter), and the streams join the sequences cut at random points;
 seeded apart from the rest of training, so `augment='none'` trains exactly as without it. The
-default, 'auto', applies them all to motion data (3-axis channel triples) and only jitter and
-the cut and join elsewhere, where a gain or a time warp may change the class.
+default, 'auto', applies them all to data with several channels and only jitter and the cut
+and join to a single channel, whose gain and timing may be the class (`for_data`).
 
 The schedule (`TrainConfig.epochs` None, the default) stops when the model has learned, not
 after a fixed budget. A validation split is carved from the training data (`val_fraction` of
@@ -121,9 +121,9 @@ class TrainConfig:
 
 
 # Per-architecture defaults, chosen on BasicMotions (figures in README). Augmentation is AUTO for
-# the streaming architectures: on motion data the full set raised the mean test accuracy of each on
-# both protocols over seeds 0-6 (scripts/measure_augment.py, docs/augment.md); elsewhere jitter and
-# join only (scripts/measure_ucr.py, docs/training.md). The bidirectional ones have one protocol, unmeasured.
+# the streaming architectures: on several channels the full set (on BasicMotions it raised the mean
+# test accuracy of each on both protocols over seeds 0-6: scripts/measure_augment.py, docs/augment.md);
+# on one channel jitter and join only (scripts/measure_ucr.py, docs/training.md). The bidirectional ones have one protocol, unmeasured.
 # The SSM learns BasicMotions in the fewest epochs and stops on a shorter patience, which kept its training
 # time within twice the earlier fixed schedule's (docs/training.md).
 DEFAULTS = {

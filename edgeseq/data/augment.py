@@ -70,7 +70,7 @@ STRENGTHS = {
     "join": (1.0, "the chance a sequence is cut before the join"),
 }
 NONE = Augment()
-# Motion data: it helped both protocols on BasicMotions (scripts/measure_augment.py, docs/augment.md).
+# Several channels: it helped both protocols on BasicMotions (scripts/measure_augment.py, docs/augment.md).
 DEFAULT = Augment(jitter=0.05, scale=0.1, magwarp=0.1, timewarp=0.1, rotate=15.0, join=0.5)
 # One channel: noise and the streams' cut and join only. With one channel its amplitude and
 # timing are all a model sees, and a gain, a gain curve or a time warp may change the class
