@@ -448,3 +448,21 @@ def test_snapshots_taken_while_another_thread_pushes_are_consistent(tiny):
     for snap in snaps:
         n = int(snap["position"][0])
         assert all(np.array_equal(u, v) for u, v in zip(snap["state"], states[n])), n
+
+
+@needs_ext
+def test_the_extension_exports_its_init_alone():
+    """The extension is compiled from several translation units (es_native.h); what they share is
+    hidden, so the shared object still exports PyInit__es_native and nothing else of its own."""
+    pytest.importorskip("elftools", reason="pip install pyelftools (edgeseq[firmware])")
+    from elftools.common.exceptions import ELFError
+    from elftools.elf.elffile import ELFFile
+    from edgeseq.runtime.native import _es_native
+    try:
+        with open(_es_native.__file__, "rb") as f:
+            dynsym = ELFFile(f).get_section_by_name(".dynsym")
+            mine = sorted(s.name for s in dynsym.iter_symbols()
+                          if s["st_shndx"] != "SHN_UNDEF" and s["st_info"]["bind"] != "STB_LOCAL" and s.name)
+    except ELFError:
+        pytest.skip("not an ELF shared object")
+    assert mine == ["PyInit__es_native"], mine

@@ -1,7 +1,7 @@
 /* The Transformer step's Python type (AttnStep) for edgeseq.runtime.native._es_native.
-   Included once by _es_native.c, after its buffer helpers (bind_view, get_int, check_tuple,
-   take_reading), which it shares; the arithmetic is es_attn.h's. Layouts are built by
-   edgeseq/runtime/native/attn.py.
+   Included once, by es_attn_step.c; it shares _es_native.c's buffer and reading helpers
+   (es_bind_view, es_get_int, es_check_tuple, es_push_rc: es_native.h); the arithmetic is
+   es_attn.h's. Layouts are built by edgeseq/runtime/native/attn.py.
 
      attn_step(sizes, bufs, consts, embed, layers, head) -> AttnStep
        sizes  (B, F, D, heads, L, d_ff, C, R, max_history, full_error, growable)
@@ -33,8 +33,6 @@ typedef struct {
   const float *hi, *lo;
 } AttnObject;
 
-static PyTypeObject AttnType;
-
 static void attn_dealloc(AttnObject *s) {
   int i;
   for (i = 0; i < s->nviews; i++) PyBuffer_Release(&s->views[i]);
@@ -45,7 +43,7 @@ static void attn_dealloc(AttnObject *s) {
 
 static void *attn_bind(AttnObject *s, PyObject *obj, Py_ssize_t itemsize, Py_ssize_t count, int writable,
                        const char *what) {
-  return bind_view(s->views, &s->nviews, ES_A_MAX_VIEWS, obj, itemsize, count, writable, what);
+  return es_bind_view(s->views, &s->nviews, ES_A_MAX_VIEWS, obj, itemsize, count, writable, what);
 }
 
 static void *attn_bind_item(AttnObject *s, PyObject *seq, Py_ssize_t i, Py_ssize_t count, int writable,
@@ -97,8 +95,8 @@ static int attn_bind_linear(AttnObject *s, es_a_linear_t *p, PyObject *t, int K,
   }
   blk = s->blk[s->nlin];
   s->lin[s->nlin++] = p;
-  if (check_tuple(t, 12, what) < 0 || get_int(t, 2, ES_F_NB, 1 << 20, &np, what) < 0 ||
-      get_int(t, 3, 0, 1, &quant, what) < 0 || get_int(t, 6, 0, 1, &out_q, what) < 0)
+  if (es_check_tuple(t, 12, what) < 0 || es_get_int(t, 2, ES_F_NB, 1 << 20, &np, what) < 0 ||
+      es_get_int(t, 3, 0, 1, &quant, what) < 0 || es_get_int(t, 6, 0, 1, &out_q, what) < 0)
     return -1;
   if (np % ES_F_NB || np < N) {
     PyErr_Format(PyExc_ValueError, "%s: %ld columns for %d outputs (a multiple of %d expected)", what, np, N, ES_F_NB);
@@ -166,7 +164,7 @@ static int attn_set_ring(AttnObject *s, PyObject *ring, int64_t R) {
   return 0;
 }
 
-static PyObject *attn_step_new(PyObject *mod, PyObject *args) {
+PyObject *es_attn_step_new(PyObject *mod, PyObject *args) {
   PyObject *sizes, *bufs, *consts, *embed, *layers, *head;
   long v[11];
   AttnObject *s;
@@ -174,14 +172,15 @@ static PyObject *attn_step_new(PyObject *mod, PyObject *args) {
   int i, l;
   (void)mod;
   if (!PyArg_ParseTuple(args, "OOOOOO", &sizes, &bufs, &consts, &embed, &layers, &head)) return NULL;
-  if (check_tuple(sizes, 11, "sizes") < 0 || check_tuple(bufs, 6, "bufs") < 0 || check_tuple(consts, 11, "consts") < 0)
+  if (es_check_tuple(sizes, 11, "sizes") < 0 || es_check_tuple(bufs, 6, "bufs") < 0 ||
+      es_check_tuple(consts, 11, "consts") < 0)
     return NULL;
   {
     static const long lo[11] = {1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0};
     static const long hi[11] = {1L << 20, 1L << 16, 1L << 16, 1L << 16, ES_A_MAX_LAYERS, 1L << 16, 1L << 16,
                                 1L << 30, 1L << 30, 1, 1};
     for (i = 0; i < 11; i++)
-      if (get_int(sizes, i, lo[i], hi[i], &v[i], "sizes") < 0) return NULL;
+      if (es_get_int(sizes, i, lo[i], hi[i], &v[i], "sizes") < 0) return NULL;
   }
   if (v[2] % v[3]) {
     PyErr_SetString(PyExc_ValueError, "d_model is not a multiple of heads");
@@ -191,7 +190,7 @@ static PyObject *attn_step_new(PyObject *mod, PyObject *args) {
     PyErr_SetString(PyExc_ValueError, "layers: a list of one tuple per layer expected");
     return NULL;
   }
-  if (!(s = PyObject_New(AttnObject, &AttnType))) return NULL;
+  if (!(s = PyObject_New(AttnObject, &es_attn_type))) return NULL;
   memset((char *)s + sizeof(PyObject), 0, sizeof(AttnObject) - sizeof(PyObject));
   a = &s->a;
   a->B = (int)v[0], a->F = (int)v[1], a->D = (int)v[2], a->NH = (int)v[3], a->L = (int)v[4], a->FF = (int)v[5];
@@ -204,12 +203,12 @@ static PyObject *attn_step_new(PyObject *mod, PyObject *args) {
   {
     PyObject *o = PySequence_GetItem(bufs, 3);
     if (o == NULL) goto fail;
-    a->pos = bind_view(s->views, &s->nviews, ES_A_MAX_VIEWS, o, 8, a->B, 1, "position");
+    a->pos = es_bind_view(s->views, &s->nviews, ES_A_MAX_VIEWS, o, 8, a->B, 1, "position");
     Py_DECREF(o);
     if (a->pos == NULL) goto fail;
     o = PySequence_GetItem(bufs, 4);
     if (o == NULL) goto fail;
-    a->hist = bind_view(s->views, &s->nviews, ES_A_MAX_VIEWS, o, 8, 1, 1, "history");
+    a->hist = es_bind_view(s->views, &s->nviews, ES_A_MAX_VIEWS, o, 8, 1, 1, "history");
     Py_DECREF(o);
     if (a->hist == NULL) goto fail;
   }
@@ -228,7 +227,7 @@ static PyObject *attn_step_new(PyObject *mod, PyObject *args) {
   for (l = 0; l < a->L; l++) {
     PyObject *t = PyList_GET_ITEM(layers, l);
     es_a_layer_t *ly = &a->layer[l];
-    if (check_tuple(t, 10, "layer") < 0) goto fail;
+    if (es_check_tuple(t, 10, "layer") < 0) goto fail;
     if (!(ly->ln1_w = attn_bind_item(s, t, 0, a->D, 0, "ln1")) || !(ly->ln1_b = attn_bind_item(s, t, 1, a->D, 0, "ln1")) ||
         attn_get_float(t, 2, &ly->ln1_eps, "ln1 eps") < 0 ||
         !(ly->ln2_w = attn_bind_item(s, t, 3, a->D, 0, "ln2")) || !(ly->ln2_b = attn_bind_item(s, t, 4, a->D, 0, "ln2")) ||
@@ -298,7 +297,7 @@ static int attn_go_rc(AttnObject *s) {
   return rc;
 }
 
-static PyObject *attn_go(AttnObject *s) { return rc_object(attn_go_rc(s)); }
+static PyObject *attn_go(AttnObject *s) { return es_rc_object(attn_go_rc(s)); }
 
 static PyObject *attn_run_m(AttnObject *s, PyObject *const *args, Py_ssize_t nargs) {
   (void)args;
@@ -310,16 +309,19 @@ static PyObject *attn_run_m(AttnObject *s, PyObject *const *args, Py_ssize_t nar
 }
 
 static int attn_push_rc(AttnObject *s, PyObject *readings) {
-  int rc = push_rc(&s->busy, s->hi, "AttnStep", readings, s->a.B, s->a.F, (float *)s->a.x, s->lo);
+  int rc = es_push_rc(&s->busy, s->hi, "AttnStep", readings, s->a.B, s->a.F, (float *)s->a.x, s->lo);
   return rc < 0 ? rc : attn_go_rc(s);
 }
+
+/* a Pusher's push (es_push.h) */
+int es_attn_push(PyObject *step, PyObject *readings) { return attn_push_rc((AttnObject *)step, readings); }
 
 static PyObject *attn_push(AttnObject *s, PyObject *const *args, Py_ssize_t nargs) {
   if (nargs != 1) {
     PyErr_SetString(PyExc_TypeError, "push(readings) takes one argument");
     return NULL;
   }
-  return rc_object(attn_push_rc(s, args[0]));
+  return es_rc_object(attn_push_rc(s, args[0]));
 }
 
 static PyObject *attn_set_bounds(AttnObject *s, PyObject *const *args, Py_ssize_t nargs) {
@@ -379,7 +381,7 @@ static PyGetSetDef attn_getset[] = {
     {"rows", (getter)attn_get_rows, NULL, "ring rows per stream and layer", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
-static PyTypeObject AttnType = {
+PyTypeObject es_attn_type = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "edgeseq.runtime.native._es_native.AttnStep",
     .tp_basicsize = sizeof(AttnObject),

@@ -10,7 +10,8 @@
        answer (a reading out of range or of another type or shape, NaN/Inf logits, a full
        cache) releases the lock and returns slow(readings): the session's Python path, which
        converts, checks, raises or grows exactly as before; no stream has changed by then.
-   Included by _es_native.c after the three step types. */
+   Included by _es_native.c; the steps' pushes are es_step_push, es_ssm_push and es_attn_push
+   (es_native.h). */
 
 typedef struct {
   PyObject_HEAD
@@ -108,10 +109,6 @@ typedef struct {
 
 static PyTypeObject PusherType;
 
-static int push_step(PyObject *s, PyObject *r) { return step_push_rc((StepObject *)s, r); }
-static int push_ssm(PyObject *s, PyObject *r) { return ssm_push_rc((SsmObject *)s, r); }
-static int push_attn(PyObject *s, PyObject *r) { return attn_push_rc((AttnObject *)s, r); }
-
 static PyObject *pusher_call(PusherObject *p, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
   Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
   LockObject *l = (LockObject *)p->lock;
@@ -162,9 +159,9 @@ static PyObject *pusher_new(PyObject *mod, PyObject *args) {
   p->vectorcall = (vectorcallfunc)pusher_call;
   p->step = p->lock = p->probs = p->count_obj = p->slow = p->copy_name = p->exact = NULL;
   p->count = NULL;
-  if (Py_IS_TYPE(step, &StepType)) p->push = push_step;
-  else if (Py_IS_TYPE(step, &SsmType)) p->push = push_ssm;
-  else if (Py_IS_TYPE(step, &AttnType)) p->push = push_attn;
+  if (Py_IS_TYPE(step, &es_step_type)) p->push = es_step_push;
+  else if (Py_IS_TYPE(step, &es_ssm_type)) p->push = es_ssm_push;
+  else if (Py_IS_TYPE(step, &es_attn_type)) p->push = es_attn_push;
   else {
     PyErr_SetString(PyExc_TypeError, "pusher: step must be a Step, SsmStep or AttnStep");
     Py_DECREF(p);

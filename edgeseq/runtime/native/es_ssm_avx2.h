@@ -1,8 +1,9 @@
 /* es_ssm_avx2.h: the state-space step's gate (SiLU) and selective decay (softplus, two exps) for
    chunks of 8 streams on hosts with AVX2 and FMA and of 16 on hosts with AVX-512, picked at run
    time (SsmObject.lgate8, lsel8, lgate16, lsel16) in place of es_ssm_lanes.h's generic loops, and
-   for int8 models their tables by output code (ssm_code_table). The kernels (es_ssm_simd.h) are
-   the same operations in the same order as es_float.h's exp and sigmoid and es_ssm.h's gate and
+   for int8 models their tables by output code (ssm_code_table) and the gate and decay that read
+   them (es_ssm_*_tab_*, which the step calls by name: es_ssm_object.h). The kernels
+   (es_ssm_simd.h) are the same operations in the same order as es_float.h's exp and sigmoid and es_ssm.h's gate and
    decay, on whole registers, with differences in form only: exp's clamps are one max and one
    min, which keep a NaN as the generic compare and select do (max(lo, x) = lo > x ? lo : x,
    min(hi, x) = hi < x ? hi : x), and the min is left out where the input cannot exceed 0; exp's
@@ -114,8 +115,8 @@ ES_AVX512F static void ssm_lquantize_avx512(const es_s_proj_t *p, es_s_v16 *cons
    es_ssm_step.h): SiLU(g) and a read from the projection's table, built by the two kernels above
    from the value each code stands for, so that the results are theirs to the bit; one gather of a
    row of 256 floats a feature */
-ES_AVX2F static void ssm_lgate_tab_avx2(const es_s_v8 *r, const float *skip, const es_s_v8 *v, const float *tab,
-                                        const es_s_v8 *g, int n, es_s_v8 *out) {
+ES_AVX2F void es_ssm_lgate_tab_avx2(const es_s_v8 *r, const float *skip, const es_s_v8 *v, const float *tab,
+                                    const es_s_v8 *g, int n, es_s_v8 *out) {
   int k;
   for (k = 0; k < n; k++) {
     const __m256i code = _mm256_loadu_si256((const __m256i *)(const void *)(g + k));
@@ -124,8 +125,8 @@ ES_AVX2F static void ssm_lgate_tab_avx2(const es_s_v8 *r, const float *skip, con
   }
 }
 
-ES_AVX2F static void ssm_lselective_tab_avx2(const float *tab, const es_s_v8 *d, const es_s_v8 *s, const es_s_v8 *x,
-                                             int n, es_s_v8 *out) {
+ES_AVX2F void es_ssm_lselective_tab_avx2(const float *tab, const es_s_v8 *d, const es_s_v8 *s, const es_s_v8 *x,
+                                         int n, es_s_v8 *out) {
   const __m256 one = _mm256_set1_ps(1.0f);
   int k;
   for (k = 0; k < n; k++) {
@@ -137,8 +138,8 @@ ES_AVX2F static void ssm_lselective_tab_avx2(const float *tab, const es_s_v8 *d,
 
 #if ES_S_HAVE16
 /* the same two for chunks of 16 streams (AVX-512), their codes from es_s_lcodes */
-ES_AVX512F static void ssm_lgate_tab_avx512(const es_s_v16 *r, const float *skip, const es_s_v16 *v, const float *tab,
-                                            const es_s_v16 *g, int n, es_s_v16 *out) {
+ES_AVX512F void es_ssm_lgate_tab_avx512(const es_s_v16 *r, const float *skip, const es_s_v16 *v, const float *tab,
+                                        const es_s_v16 *g, int n, es_s_v16 *out) {
   int k;
   for (k = 0; k < n; k++) {
     const __m512i code = _mm512_loadu_si512((const void *)(g + k));
@@ -148,8 +149,8 @@ ES_AVX512F static void ssm_lgate_tab_avx512(const es_s_v16 *r, const float *skip
   }
 }
 
-ES_AVX512F static void ssm_lselective_tab_avx512(const float *tab, const es_s_v16 *d, const es_s_v16 *s,
-                                                 const es_s_v16 *x, int n, es_s_v16 *out) {
+ES_AVX512F void es_ssm_lselective_tab_avx512(const float *tab, const es_s_v16 *d, const es_s_v16 *s,
+                                             const es_s_v16 *x, int n, es_s_v16 *out) {
   const __m512 one = _mm512_set1_ps(1.0f);
   int k;
   for (k = 0; k < n; k++) {

@@ -9,89 +9,15 @@
    flips only on success). push/set_bounds/kernel/bank as Step's. Float32 and static int8
    alike: the kernels are es_ssm.h's; the layout comes from edgeseq/runtime/native/ssm.py.
 
-   Included by _es_native.c (one translation unit: it shares bind_view, take_reading, the
-   argument helpers, ES_CLONES, ES_F_CHUNK and ES_NOGIL_WORK). A step is not re-entrant: the
-   caller serializes calls; a second call while one runs with the GIL released raises
-   RuntimeError. */
-#include "es_ssm.h"
-
-#define ES_S_MAX_LAYERS 16
-#define ES_S_PROJ_VIEWS 4          /* W, bias, m, post */
-/* buffers, normalisation, bounds, final norm (11), input projection and head, and per layer five
-   projections, two state banks and five vectors */
-#define ES_S_MAX_VIEWS (11 + 2 * ES_S_PROJ_VIEWS + ES_S_MAX_LAYERS * (5 * ES_S_PROJ_VIEWS + 7))
-
-#if ES_S_LANES
-/* the lane buffers of one chunk (es_ssm.h), [width][ES_S_L] each */
-enum { ES_S_XN, ES_S_U, ES_S_V, ES_S_G, ES_S_R, ES_S_M, ES_S_O, ES_S_X, ES_S_D, ES_S_SO, ES_S_SN, ES_S_H, ES_S_P,
-       ES_S_Q, ES_S_U8, ES_S_NBUF };
-
-#endif
-
-typedef struct {
-  es_s_proj_t x, g, d, r, o;        /* d: selective only */
-  const float *ln_g, *ln_b, *decay, *nrate, *skip, *ob;
-  float eps, thr;
-  int share_q;                      /* g (and δ) quantize their input as x does */
-} es_s_layer_t;
-
-typedef struct {
-  PyObject_HEAD
-  int quant, sel, B, F, D, N, L, C, bank, busy;
-  long work;
-  Py_buffer views[ES_S_MAX_VIEWS];
-  int nviews;
-  float *x, *logits, *probs;
-  const float *mean, *std;
-  es_s_proj_t enc, head;
-  es_s_layer_t layer[ES_S_MAX_LAYERS];
-  const float *lnf_g, *lnf_b;
-  float lnf_eps;
-  float *s[2][ES_S_MAX_LAYERS];
-  int ld, ldn, ldc, kmax;           /* row strides of the chunk's D-, N- and C-wide buffers; widest input */
-  float *scratch;
-#if ES_S_LANES
-  float *lanes;                     /* in scratch, aligned: two lane chunks' buffers, lspan vectors each */
-  size_t lspan, loff[ES_S_NBUF];    /* in vectors of the chunk's width (ES_S_L floats) */
-  int l16;                          /* chunks of 16 streams (a host with AVX-512), else of 8 */
-  int wide;                         /* es_s_ltile2 for two chunks at once */
-#endif
-#if ES_S_LANES && ES_S_HAVE16
-  /* es_s_lctx16_t's pack and dotp (AVX-512 VNNI's bytes, es_s_proj_t.vw), or NULL */
-  int (*lpack8)(const es_s_proj_t *, es_s_v16 *const *, int, int32_t *);
-  void (*ldot8)(const es_s_proj_t *, es_s_v16 *const *, int, const int32_t *);
-#endif
-#if ES_S_LANES && ES_HAVE_AVX2I
-  /* the int8 products as int16 pairs (es_s_proj_t.vw2), for chunks of 8 streams: es_s_lctx8_t's
-     pack and dotp */
-  int (*lpack16)(const es_s_proj_t *, es_s_v8 *const *, int, int32_t *);
-  void (*ldot16)(const es_s_proj_t *, es_s_v8 *const *, int, const int32_t *);
-  /* es_s_lgate and es_s_lselective for chunks of 8 streams with AVX2 and FMA (es_ssm_avx2.h), or NULL */
-  void (*lgate8)(const es_s_v8 *, const float *, const es_s_v8 *, const es_s_v8 *, int, es_s_v8 *);
-  void (*lsel8)(const float *, float, const es_s_v8 *, const es_s_v8 *, const es_s_v8 *, int, es_s_v8 *);
-#if ES_S_HAVE16
-  /* the same for chunks of 16 streams with AVX-512 (the same floats), or NULL */
-  void (*lgate16)(const es_s_v16 *, const float *, const es_s_v16 *, const es_s_v16 *, int, es_s_v16 *);
-  void (*lsel16)(const float *, float, const es_s_v16 *, const es_s_v16 *, const es_s_v16 *, int, es_s_v16 *);
-  /* es_s_lctx16_t.quant (ssm_lquantize_avx512), or NULL */
-  void (*lquant16)(const es_s_proj_t *, es_s_v16 *const *, es_s_v16 *const *, int);
-#endif
-#endif
-#if ES_S_LANES && (ES_HAVE_VNNI || ES_HAVE_AVX2I)
-  /* single rows' packed int8 products: VNNI's (vw, k4 words a row, the output stage fused) or
-     AVX2's (vw2, k2 words a row, es_s_out after); NULL: float sums */
-  int (*qrow)(const es_s_proj_t *, const float *, int32_t *);
-  void (*dotrow)(const es_s_proj_t *, const int32_t *, float *);
-  int row_vnni;
-  int32_t *u8row;                   /* in scratch: ES_F_CHUNK rows' packed inputs, (kmax + 1) / 2 words each */
-#endif
-  const float *hi, *lo;
-} SsmObject;
-
-static PyTypeObject SsmType;
+   Included by es_ssm_step.c, one translation unit of edgeseq.runtime.native._es_native
+   (es_native.h: it shares _es_native.c's buffer and reading helpers). The object is
+   es_ssm_object.h's; the step is es_ssm_run.h's, compiled once per instruction set in units of
+   its own and picked below. A step is not re-entrant: the caller serializes calls; a second call
+   while one runs with the GIL released raises RuntimeError. */
+#include "es_ssm_object.h"
 
 static void *ssm_bind(SsmObject *s, PyObject *obj, Py_ssize_t count, int writable, const char *what) {
-  return bind_view(s->views, &s->nviews, ES_S_MAX_VIEWS, obj, 4, count, writable, what);
+  return es_bind_view(s->views, &s->nviews, ES_S_MAX_VIEWS, obj, 4, count, writable, what);
 }
 
 static void *ssm_bind_item(SsmObject *s, PyObject *seq, Py_ssize_t i, Py_ssize_t count, int writable,
@@ -166,9 +92,10 @@ static int ssm_int16_weights(es_s_proj_t *p) {
 static int ssm_bind_proj(SsmObject *s, es_s_proj_t *p, PyObject *t, int K, int out, int ld, const char *what) {
   long k, o, np, in_mode, out_q;
   PyObject *m, *post;
-  if (check_tuple(t, 14, what) < 0 || get_int(t, 4, K, K, &k, what) < 0 || get_int(t, 5, out, out, &o, what) < 0 ||
-      get_int(t, 6, ld, ld, &np, what) < 0 || get_int(t, 7, 0, 2, &in_mode, what) < 0 ||
-      get_int(t, 10, 0, 1, &out_q, what) < 0 || get_float(t, 8, &p->in_s, what) < 0 ||
+  if (es_check_tuple(t, 14, what) < 0 || es_get_int(t, 4, K, K, &k, what) < 0 ||
+      es_get_int(t, 5, out, out, &o, what) < 0 || es_get_int(t, 6, ld, ld, &np, what) < 0 ||
+      es_get_int(t, 7, 0, 2, &in_mode, what) < 0 ||
+      es_get_int(t, 10, 0, 1, &out_q, what) < 0 || get_float(t, 8, &p->in_s, what) < 0 ||
       get_float(t, 9, &p->in_z, what) < 0 || get_float(t, 11, &p->out_d, what) < 0 ||
       get_float(t, 12, &p->out_z, what) < 0 || get_float(t, 13, &p->out_s, what) < 0)
     return -1;
@@ -611,111 +538,22 @@ ES_AVX2 static void ssm_dot16row_avx2(const es_s_proj_t *p, const int32_t *u, fl
 }
 #endif
 
-/* y[r] = P(a[r]) for rows r < rows, as es_s_proj; where the projection is an exact integer
-   product and the host has int8 dot products, one row at a time from its bytes (u: rows x k4
-   words). Projections that quantize their input alike (share: set after the first, which
-   returns 1 when it made the bytes) reuse them. A NaN input takes es_s_proj, which carries it
-   (and returns 0, so the next of the group quantizes again). */
-ES_F_INLINE int ssm_proj(const SsmObject *s, const es_s_proj_t *p, const float *a, int lda, int rows, float *qa,
-                         float *ap, float *y, int ldy, int32_t *u, int share) {
-#if ES_S_LANES && (ES_HAVE_VNNI || ES_HAVE_AVX2I)
-  if (s->qrow && (s->row_vnni ? p->vw != NULL : p->vw2 != NULL)) {
-    const int words = s->row_vnni ? p->k4 : p->k2;
-    int r, nan = 0;
-    if (!share)
-      for (r = 0; r < rows; r++) nan |= s->qrow(p, a + (size_t)r * lda, u + (size_t)r * words);
-    if (!nan) {
-      for (r = 0; r < rows; r++) {
-        s->dotrow(p, u + (size_t)r * words, y + (size_t)r * ldy);
-        if (!s->row_vnni && (p->m || p->out_q || p->post)) es_s_out(p, y + (size_t)r * ldy);
-      }
-      return 1;
-    }
-  }
-#endif
-  (void)s, (void)u, (void)share;
-  es_s_proj(p, a, lda, rows, qa, ap, y, ldy);
-  return 0;
+/* -- the step: es_ssm_run.h, in units of its own per instruction set and part -------------- */
+
+#if ES_HAVE_CLONES
+/* x86-64-v4 (AVX-512), x86-64-v3 (AVX2 + FMA) or the baseline build, picked once at load as
+   gcc's target_clones resolver picks (the ISA levels' feature bits, best first) */
+typedef int (*ssm_run_t)(SsmObject *);
+static ssm_run_t ssm_run_pick(void) {
+  __builtin_cpu_init();             /* a resolver runs before any constructor */
+  if (__builtin_cpu_supports("x86-64-v4")) return es_ssm_run_v4;
+  if (__builtin_cpu_supports("x86-64-v3")) return es_ssm_run_v3;
+  return es_ssm_run_base;
 }
-
-#if ES_S_LANES
-#if ES_S_HAVE16
-#define ES_S_L 16
-#include "es_ssm_step_lanes.h"
-#undef ES_S_L
-#endif
-#define ES_S_L 8
-#include "es_ssm_step_lanes.h"
-#undef ES_S_L
-#endif
-
-ES_CLONES static int ssm_run(SsmObject *s) {
-  const int B = s->B, F = s->F, D = s->D, N = s->N, L = s->L, C = s->C, ld = s->ld, ldn = s->ldn;
-  const int cur = s->bank, nxt = cur ^ 1;
-  const size_t R = ES_F_CHUNK;
-  float *xn = s->scratch, *u = xn + R * F, *v = u + R * ld, *go = v + R * ld, *ro = go + R * ld, *mm = ro + R * ld;
-  float *oo = mm + R * ld, *xo = oo + R * ld, *dl = xo + R * ldn, *ho = dl + R * ldn, *qa = ho + R * s->ldc;
-  float *ap = qa + R * s->kmax;
-#if ES_S_LANES && (ES_HAVE_VNNI || ES_HAVE_AVX2I)
-  int32_t *u8 = s->u8row;
+static int ssm_run(SsmObject *s) __attribute__((ifunc("ssm_run_pick")));
 #else
-  int32_t *u8 = NULL;
+#define ssm_run es_ssm_run_base
 #endif
-  int r0 = 0, l, bad = -1, sh;
-#if ES_S_LANES
-  int nch;
-#if ES_S_HAVE16
-  if (s->l16)
-    for (; r0 + 16 <= B; r0 += nch * 16) {      /* two chunks where two are left, else one */
-      nch = r0 + 2 * 16 <= B ? 2 : 1;
-      sh = ssm_lanes16(s, r0, nch, cur, nxt);
-      if (sh >= 0 && bad < 0) bad = sh;
-    }
-#endif
-  for (; r0 + 8 <= B; r0 += nch * 8) {
-    nch = r0 + 2 * 8 <= B ? 2 : 1;
-    sh = ssm_lanes8(s, r0, nch, cur, nxt);
-    if (sh >= 0 && bad < 0) bad = sh;
-  }
-#endif
-  for (; r0 < B; r0 += ES_F_CHUNK) {
-    int rows = B - r0 < ES_F_CHUNK ? B - r0 : ES_F_CHUNK, r;
-    es_f_normalize(s->x + (size_t)r0 * F, rows, F, s->mean, s->std, xn);
-    es_s_proj(&s->enc, xn, F, rows, qa, ap, u, ld);
-    for (l = 0; l < L; l++) {
-      const es_s_layer_t *y = &s->layer[l];
-      const float *sold = s->s[cur][l] + (size_t)r0 * N;
-      float *snew = s->s[nxt][l] + (size_t)r0 * N;
-      for (r = 0; r < rows; r++) es_s_layernorm(u + (size_t)r * ld, D, y->ln_g, y->ln_b, y->eps, v + (size_t)r * ld);
-      sh = ssm_proj(s, &y->x, v, ld, rows, qa, ap, xo, ldn, u8, 0) && y->share_q;
-      sh = ssm_proj(s, &y->g, v, ld, rows, qa, ap, go, ld, u8, sh) && y->share_q;
-      if (s->sel) {
-        ssm_proj(s, &y->d, v, ld, rows, qa, ap, dl, ldn, u8, sh);
-        for (r = 0; r < rows; r++)
-          es_s_selective(y->nrate, y->thr, dl + (size_t)r * ldn, sold + (size_t)r * N, xo + (size_t)r * ldn, N,
-                         snew + (size_t)r * N);
-      } else {
-        for (r = 0; r < rows; r++)
-          es_s_fixed(y->decay, sold + (size_t)r * N, xo + (size_t)r * ldn, N, snew + (size_t)r * N);
-      }
-      ssm_proj(s, &y->r, snew, N, rows, qa, ap, ro, ld, u8, 0);
-      for (r = 0; r < rows; r++)
-        es_s_gate(ro + (size_t)r * ld, y->skip, v + (size_t)r * ld, go + (size_t)r * ld, D, mm + (size_t)r * ld);
-      ssm_proj(s, &y->o, mm, ld, rows, qa, ap, oo, ld, u8, 0);
-      for (r = 0; r < rows; r++) es_s_residual(u + (size_t)r * ld, oo + (size_t)r * ld, y->ob, D);
-    }
-    for (r = 0; r < rows; r++)
-      es_s_layernorm(u + (size_t)r * ld, D, s->lnf_g, s->lnf_b, s->lnf_eps, v + (size_t)r * ld);
-    es_s_proj(&s->head, v, ld, rows, qa, ap, ho, s->ldc);
-    for (r = 0; r < rows; r++) {
-      float *lo = s->logits + (size_t)(r0 + r) * C;
-      memcpy(lo, ho + (size_t)r * s->ldc, sizeof(float) * C);
-      if (!es_f_softmax(lo, C, s->probs + (size_t)(r0 + r) * C) && bad < 0) bad = r0 + r;
-    }
-  }
-  if (bad < 0) s->bank = nxt;
-  return bad;
-}
 
 static int ssm_go_rc(SsmObject *s) {
   int rc;
@@ -735,7 +573,7 @@ static int ssm_go_rc(SsmObject *s) {
   return rc;
 }
 
-static PyObject *ssm_go(SsmObject *s) { return rc_object(ssm_go_rc(s)); }
+static PyObject *ssm_go(SsmObject *s) { return es_rc_object(ssm_go_rc(s)); }
 
 static PyObject *ssm_run_method(SsmObject *s, PyObject *const *args, Py_ssize_t nargs) {
   (void)args;
@@ -761,16 +599,19 @@ static PyObject *ssm_set_bounds(SsmObject *s, PyObject *const *args, Py_ssize_t 
 }
 
 static int ssm_push_rc(SsmObject *s, PyObject *readings) {
-  int rc = push_rc(&s->busy, s->hi, "SsmStep", readings, s->B, s->F, s->x, s->lo);
+  int rc = es_push_rc(&s->busy, s->hi, "SsmStep", readings, s->B, s->F, s->x, s->lo);
   return rc < 0 ? rc : ssm_go_rc(s);
 }
+
+/* a Pusher's push (es_push.h) */
+int es_ssm_push(PyObject *step, PyObject *readings) { return ssm_push_rc((SsmObject *)step, readings); }
 
 static PyObject *ssm_push(SsmObject *s, PyObject *const *args, Py_ssize_t nargs) {
   if (nargs != 1) {
     PyErr_SetString(PyExc_TypeError, "push(readings) takes one argument");
     return NULL;
   }
-  return rc_object(ssm_push_rc(s, args[0]));
+  return es_rc_object(ssm_push_rc(s, args[0]));
 }
 
 static PyObject *ssm_get_bank(SsmObject *s, void *closure) {
@@ -827,7 +668,7 @@ static PyGetSetDef ssm_getset[] = {
     {"kernel", (getter)ssm_get_kernel, NULL, "the arithmetic this step runs", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
-static PyTypeObject SsmType = {
+PyTypeObject es_ssm_type = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "edgeseq.runtime.native._es_native.SsmStep",
     .tp_basicsize = sizeof(SsmObject),
@@ -842,7 +683,7 @@ static PyTypeObject SsmType = {
 
 static int ssm_bind_layer(SsmObject *s, es_s_layer_t *y, PyObject *t) {
   const int D = s->D, N = s->N;
-  if (check_tuple(t, 13, "ssm layer") < 0 ||
+  if (es_check_tuple(t, 13, "ssm layer") < 0 ||
       ssm_bind_proj(s, &y->x, PyTuple_GET_ITEM(t, 0), D, N, s->ldn, "ssm x") < 0 ||
       ssm_bind_proj(s, &y->g, PyTuple_GET_ITEM(t, 1), D, D, s->ld, "ssm gate") < 0 ||
       (s->sel && ssm_bind_proj(s, &y->d, PyTuple_GET_ITEM(t, 2), D, N, s->ldn, "ssm delta") < 0) ||
@@ -870,7 +711,7 @@ static int ssm_bind_layer(SsmObject *s, es_s_layer_t *y, PyObject *t) {
    round(clamp(x / scale)) less the zero point, in place), and True; False, x untouched, where
    this host has no AVX-512 and FMA or the scale fails ssm_recip_exact (the lanes then divide).
    For tests: the same values as x / scale divided. */
-static PyObject *ssm_quantize(PyObject *mod, PyObject *args) {
+PyObject *es_ssm_quantize(PyObject *mod, PyObject *args) {
   PyObject *x;
   Py_buffer v;
   float sc, z;
@@ -900,7 +741,7 @@ static PyObject *ssm_quantize(PyObject *mod, PyObject *args) {
   return PyBool_FromLong(ran);
 }
 
-static PyObject *ssm_step(PyObject *mod, PyObject *args) {
+PyObject *es_ssm_step_new(PyObject *mod, PyObject *args) {
   int B, F, D, N, C, sel, quant, packed = 1, l;
   PyObject *x, *logits, *probs, *mean, *std, *bank0, *bank1, *enc, *layers, *final, *head;
   SsmObject *s;
@@ -921,22 +762,22 @@ static PyObject *ssm_step(PyObject *mod, PyObject *args) {
     PyErr_SetString(PyExc_ValueError, "bank0, bank1: lists of one array per layer expected");
     return NULL;
   }
-  if (check_tuple(final, 3, "final norm") < 0) return NULL;
-  if (!(s = PyObject_New(SsmObject, &SsmType))) return NULL;
+  if (es_check_tuple(final, 3, "final norm") < 0) return NULL;
+  if (!(s = PyObject_New(SsmObject, &es_ssm_type))) return NULL;
   memset((char *)s + sizeof(PyObject), 0, sizeof(SsmObject) - sizeof(PyObject));
   s->B = B, s->F = F, s->D = D, s->N = N, s->C = C, s->L = (int)L, s->sel = sel, s->quant = quant;
 #if ES_S_LANES && ES_HAVE_VNNI
-  if (packed && vnni_supported())
+  if (packed && es_vnni_supported())
     s->lpack8 = ssm_lpack8_vnni, s->ldot8 = ssm_ldot8_vnni, s->qrow = ssm_q8row_vnni, s->dotrow = ssm_dot8row_vnni,
     s->row_vnni = 1;
 #endif
 #if ES_S_LANES && ES_HAVE_AVX2I
-  if (avx2_supported() && __builtin_cpu_supports("fma")) s->lgate8 = ssm_lgate_avx2, s->lsel8 = ssm_lselective_avx2;
+  if (es_avx2_supported() && __builtin_cpu_supports("fma")) s->lgate8 = ssm_lgate_avx2, s->lsel8 = ssm_lselective_avx2;
 #if ES_S_HAVE16
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma"))
     s->lgate16 = ssm_lgate_avx512, s->lsel16 = ssm_lselective_avx512, s->lquant16 = ssm_lquantize_avx512;
 #endif
-  if (packed && avx2_supported() && __builtin_cpu_supports("fma")) {   /* (AVX2 CPUs have FMA) */
+  if (packed && es_avx2_supported() && __builtin_cpu_supports("fma")) {   /* (AVX2 CPUs have FMA) */
     s->lpack16 = ssm_lpack16_avx2, s->ldot16 = ssm_ldot16_avx2;
     if (!s->qrow) s->qrow = ssm_q16row_avx2, s->dotrow = ssm_dot16row_avx2;
   }

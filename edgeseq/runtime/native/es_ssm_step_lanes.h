@@ -1,19 +1,19 @@
 /* es_ssm_step_lanes.h: SsmObject's step over chunks of ES_S_L streams (es_ssm_lanes.h), included
-   by es_ssm_step.h once per lane width. No include guard, by design. */
+   by es_ssm_run.h once per lane width. No include guard, by design. */
 
 /* the width's gate and decay kernels (es_ssm_avx2.h): computed, or read by code from a table */
 #if ES_S_L == 8 && ES_HAVE_AVX2I
 #define SSM_KERNELS 1
 #define SSM_LGATE s->lgate8
 #define SSM_LSEL s->lsel8
-#define SSM_LGATE_TAB ssm_lgate_tab_avx2
-#define SSM_LSEL_TAB ssm_lselective_tab_avx2
+#define SSM_LGATE_TAB es_ssm_lgate_tab_avx2
+#define SSM_LSEL_TAB es_ssm_lselective_tab_avx2
 #elif ES_S_L == 16 && ES_HAVE_AVX2I
 #define SSM_KERNELS 1
 #define SSM_LGATE s->lgate16
 #define SSM_LSEL s->lsel16
-#define SSM_LGATE_TAB ssm_lgate_tab_avx512
-#define SSM_LSEL_TAB ssm_lselective_tab_avx512
+#define SSM_LGATE_TAB es_ssm_lgate_tab_avx512
+#define SSM_LSEL_TAB es_ssm_lselective_tab_avx512
 #else
 #define SSM_KERNELS 0
 #endif
