@@ -70,7 +70,7 @@ __all__ = ["NativeStep", "AttnStep", "open_step", "available", "why_unavailable"
 
 KINDS = {"rnn": 0, "gru": 1, "lstm": 2}
 GATES = {"rnn": 1, "gru": 3, "lstm": 4}
-MAX_LAYERS = 16                     # _es_native.c ES_MAX_LAYERS
+MAX_LAYERS = 16                     # es_native.h ES_MAX_LAYERS
 NB = 16                             # es_float.h ES_F_NB: float columns are padded to it
 Q15 = 1 << 15
 FLOAT_OPS = {"Sub", "Div", "Concat", "MatMul", "Add", "Split", "Sigmoid", "Tanh", "Mul", "Gemm", "Softmax",
@@ -326,11 +326,11 @@ def _i32(a) -> np.ndarray:
     return np.ascontiguousarray(a.astype(np.int32))
 
 
-EXACT_N = 1024                      # _es_native.c ES_Q_EXACT_N: float32 sums of int8 products stay exact
+EXACT_N = 1024                      # es_rnn_step.c ES_Q_EXACT_N: float32 sums of int8 products stay exact
 
 
 def _matrix(mm, bias=None, reference=False) -> tuple:
-    """One int8 product as _es_native.c binds it: (weights, per-output {zero point x column sum,
+    """One int8 product as es_rnn_step.c binds it: (weights, per-output {zero point x column sum,
     m, s, Q12 bias} int32 [out, 4], requantization mode, columns). Weights: float32 W^T [in][np]
     holding the int8 values (np = out padded to 16), for the exact float products; reference:
     int8 rows [out][in] in blocks of 4, as es_k_matvec reads them (firmware_sim.cemit._matrix

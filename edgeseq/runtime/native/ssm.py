@@ -27,7 +27,7 @@ from edgeseq.errors import ModelFileError
 from edgeseq.runtime.native.buffers import zeros as _zeros64
 
 NB = 16                              # es_float.h ES_F_NB: product columns are padded to it
-MAX_LAYERS = 16                      # es_ssm_step.h ES_S_MAX_LAYERS
+MAX_LAYERS = 16                      # es_ssm_object.h ES_S_MAX_LAYERS
 IN_FLOAT, IN_FQ, IN_INT = 0, 1, 2    # es_ssm.h ES_S_IN_*
 EXACT_SUM = 1 << 24                  # float32 sums of integer products stay exact below this
 OPS = {"Sub", "Div", "Gemm", "LayerNormalization", "MatMul", "Add", "Split", "Mul", "Sigmoid", "Softplus",
