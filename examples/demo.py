@@ -24,11 +24,9 @@ try:
     from edgeseq.train import save_checkpoint, train
     from export import export_int8, export_model
 except ModuleNotFoundError as e:    # a Python without edgeseq (a bare `python`): one line naming the one to use
-    py, me = (p if os.path.relpath(p).startswith(os.pardir) else os.path.relpath(p) for p in (
-        os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".venv", "bin", "python"),
-        os.path.abspath(__file__)))
-    sys.exit(f"Error: {sys.executable} has no module '{e.name}'; run it with the clone's Python: `{py} {me}` "
-             "(`make demo` sets up .venv and runs this demo), or activate .venv first")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # `python -I` leaves the script's folder out
+    from _bootstrap import exit_naming_the_python
+    exit_naming_the_python(e, __file__, "(`make demo` sets up .venv and runs this demo), or activate .venv first")
 
 ARCHS = ["rnn", "gru", "lstm", "transformer", "ssm"]
 

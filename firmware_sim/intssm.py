@@ -37,6 +37,7 @@ from typing import NamedTuple
 import numpy as np
 
 from edgeseq.errors import ModelFileError
+from edgeseq.runtime.quant import strip_copies
 from firmware_sim.intcheck import INT32_MAX, _bad, _fits, _multiplier, _reach, _requant_fits, _requant_ok, check_reading
 from firmware_sim.intmath import LUT_SHIFT, LUT_SIZE, ONE_Q15, Q, SIGMOID, lut, requant
 from firmware_sim.intsim import (FixedPointReading, MatMulQ, _activation, _bias, _weights, checked_graph, model_meta,
@@ -471,15 +472,7 @@ class _Graph:
                 self.readers.setdefault(self.strip(t), []).append(n)
 
     def strip(self, t: str) -> str:
-        while True:
-            n = self.producer.get(t)
-            if n is not None and n.op_type == "Identity":
-                t = n.input[0]
-            elif (n is not None and n.op_type == "DequantizeLinear" and n.input[0] not in self.init
-                  and getattr(self.producer.get(n.input[0]), "op_type", None) == "QuantizeLinear"):
-                t = self.producer[n.input[0]].input[0]
-            else:
-                return t
+        return strip_copies(self.producer, self.init, t)
 
     def const_of(self, tensor: str, op: str, n: int) -> np.ndarray:
         """The constant [n] that an `op` node combines with `tensor`."""

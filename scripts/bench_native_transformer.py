@@ -22,7 +22,6 @@ import json
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -41,18 +40,6 @@ def export(ckpt, path):
     return path
 
 
-def interleaved(fns: dict, calls: int) -> dict:
-    """Median microseconds per call of each fn, the calls taken in turn."""
-    times = {k: np.empty(calls) for k in fns}
-    clock = time.perf_counter
-    for i in range(calls):
-        for k, fn in fns.items():
-            t0 = clock()
-            fn()
-            times[k][i] = clock() - t0
-    return {k: float(np.median(v) * 1e6) for k, v in times.items()}
-
-
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=3000)
@@ -60,7 +47,7 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
     import torch
     torch.set_num_threads(1)
-    from edgeseq.report.bench import _random_checkpoint
+    from edgeseq.report.bench import _interleaved_us, _random_checkpoint
     from edgeseq.runtime import StreamSession, native
     if not native.available():
         sys.exit(native.why_unavailable())
@@ -77,7 +64,7 @@ def main(argv=None) -> dict:
                     for _ in range(n):
                         s.push(x)
                 held = {b: s.state_nbytes() for b, s in sessions.items()}
-                us = interleaved({b: (lambda s=s: s.push(x)) for b, s in sessions.items()}, args.calls)
+                us = _interleaved_us({b: (lambda s=s: s.push(x)) for b, s in sessions.items()}, args.calls, 0)
                 assert all(s.state_nbytes() == held[b] for b, s in sessions.items())     # full and sliding
                 rows.append({"model": label, "history": n, "native_us": us["native"],
                              "onnxruntime_us": us["onnxruntime"], "speedup": us["onnxruntime"] / us["native"],

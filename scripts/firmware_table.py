@@ -20,14 +20,13 @@ command and the compiler, for `scripts/render_docs.py`. A few minutes.
 """
 
 import argparse
-import datetime
-import json
 import os
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from _firmware_figures import write_figures  # noqa: E402
 from edgeseq.errors import run_script  # noqa: E402
 
 CONFIGS = [("cortex-m4", "-O2"), ("cortex-m0plus", "-O2")]
@@ -121,15 +120,12 @@ def main():
         command = [".venv/bin/python", "scripts/firmware_table.py", "--json", args.json]
         if args.untrained_windows:
             command += ["--untrained-windows", ",".join(map(str, args.untrained_windows))]
-        out = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-               "command": " ".join(command + args.models),
-               "compiler": rows[0]["compiler"] if rows else "",
-               "untrained": ("Transformers of the default sizes from a seeded untrained checkpoint, exported static "
-                             "int8 with calibration on BasicMotions" if args.untrained_windows else None),
-               "measured": rows, "check": checks}
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(out, f, indent=1)
-            f.write("\n")
+        write_figures(args.json, {
+            "command": " ".join(command + args.models),
+            "compiler": rows[0]["compiler"] if rows else "",
+            "untrained": ("Transformers of the default sizes from a seeded untrained checkpoint, exported static "
+                          "int8 with calibration on BasicMotions" if args.untrained_windows else None),
+            "measured": rows, "check": checks})
     return 0
 
 

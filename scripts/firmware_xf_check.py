@@ -24,8 +24,6 @@ check/measure ratio.
 """
 
 import argparse
-import datetime
-import json
 import os
 import sys
 import tempfile
@@ -35,6 +33,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import numpy as np  # noqa: E402
 
+from _firmware_figures import integer_only_accuracy, write_figures  # noqa: E402
 from edgeseq.errors import run_script  # noqa: E402
 
 CONFIGS = [("cortex-m4", "-O2", False), ("cortex-m4", "-Os", False), ("cortex-m4", "-O2", True),
@@ -92,7 +91,6 @@ def calibrate(epochs: int) -> None:
 def main():
     from firmware_sim.measure import measure
     from firmware_sim.plan import check_model
-    from firmware_sim.simulate import simulate
     from firmware_sim.targets import get_target
 
     ap = argparse.ArgumentParser(description=__doc__.strip().splitlines()[0])
@@ -139,21 +137,11 @@ def main():
     for path, fpath in pairs:
         if fpath is None:
             continue
-        s = simulate(path, float_model=fpath)
-        a, n = s["accuracy"], s["never_reset"]
-        accuracy.append({"model": os.path.basename(path), "per_sequence": a, "never_reset": n,
-                         "vs_float": s["vs_float"]})
-        print(f"{os.path.basename(path)}: per sequence integer-only {a['integer_only']:.3f}, float {a['float']:.3f}, "
-              f"onnxruntime int8 {a['onnxruntime_int8']:.3f}; never reset per reading integer-only "
-              f"{n['integer_only']:.4f}, float {n['float']:.4f}, onnxruntime int8 {n['onnxruntime_int8']:.4f}; "
-              f"logits vs float {s['vs_float']['mean_rel']:.2%} of range")
+        accuracy.append(integer_only_accuracy(path, fpath))
     if args.json:
-        out = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-               "command": "scripts/firmware_xf_check.py " + " ".join(sys.argv[1:]),
-               "compiler": rows[0]["compiler"] if rows else "", "measured": rows, "accuracy": accuracy}
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(out, f, indent=1)
-            f.write("\n")
+        write_figures(args.json, {"command": "scripts/firmware_xf_check.py " + " ".join(sys.argv[1:]),
+                                  "compiler": rows[0]["compiler"] if rows else "", "measured": rows,
+                                  "accuracy": accuracy})
     tmp.cleanup()
     return 0
 

@@ -9,31 +9,19 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from measure_external import read_ts  # noqa: E402  (the .ts reader the other measurements use)
 
-def read_ts(path):
-    """Parse a UEA/UCR .ts file with equal-length multivariate series and a class label."""
-    labels, series, classes = [], [], None
-    in_data = False
-    for line in Path(path).read_text().splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        if not in_data:
-            if line.lower().startswith("@classlabel"):
-                classes = line.split()[2:]
-            if line.lower() == "@data":
-                in_data = True
-            continue
-        *dims, label = line.split(":")
-        series.append([[float(v) for v in d.split(",")] for d in dims])
-        labels.append(label)
-    X = np.asarray(series, dtype=np.float32).transpose(0, 2, 1)  # (N, F, T) -> (N, T, F)
-    return X, labels, classes
+
+def read_split(path):
+    """An equal-length .ts file -> X (N, T, F) float32, its labels, the class names in header order."""
+    series, labels, classes = read_ts(Path(path).read_text())
+    return np.stack(series), labels, classes
 
 
 def main(src):
-    X_tr, l_tr, classes = read_ts(Path(src) / "BasicMotions_TRAIN.ts")
-    X_te, l_te, _ = read_ts(Path(src) / "BasicMotions_TEST.ts")
+    X_tr, l_tr, classes = read_split(Path(src) / "BasicMotions_TRAIN.ts")
+    X_te, l_te, _ = read_split(Path(src) / "BasicMotions_TEST.ts")
     index = {c: i for i, c in enumerate(classes)}
     out = Path(__file__).resolve().parents[1] / "edgeseq" / "data" / "basicmotions.npz"
     np.savez_compressed(

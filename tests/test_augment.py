@@ -299,7 +299,7 @@ def test_cli_train_takes_augment_settings_and_refuses_bad_ones(tmp_path, monkeyp
 
 
 def test_tune_space_may_choose_augmentation():
-    from edgeseq.tune_space import check_space, describe as describe_trial
+    from edgeseq.tune.space import check_space, describe as describe_trial
     assert check_space({"arch": ["gru"], "augment": ["default", "none"]})["augment"] == ["default", "none"]
     assert check_space({"arch": ["gru"], "augment": ["auto", "light"]})["augment"] == ["auto", "light"]
     with pytest.raises(UsageError, match="search space 'augment' must be a non-empty list of auto, none, default, light"):

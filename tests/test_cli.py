@@ -319,7 +319,9 @@ def test_example_scripts_end_in_one_error_line(capsys, exc, code, line):
     assert e.value.code == code and capsys.readouterr().err == line
 
 
-EXAMPLES = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*.py"))
+# The example scripts; examples/_*.py are modules they import, not scripts.
+EXAMPLES = sorted(p for p in (Path(__file__).resolve().parents[1] / "examples").glob("*.py")
+                  if not p.name.startswith("_"))
 
 
 @pytest.mark.parametrize("script", EXAMPLES, ids=lambda p: p.name)

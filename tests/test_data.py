@@ -350,12 +350,13 @@ def test_the_stream_loss_grace_follows_the_data(monkeypatch):
     """TrainConfig.grace None: the training streams leave out grace_for(training lengths) readings
     after each change of label (3 on the vowels); a number sets it. The metrics record it."""
     import edgeseq.train as T
-    seen, real = [], T.training_streams
+    from edgeseq.train import loop                     # where train() looks the name up
+    seen, real = [], loop.training_streams
 
     def spy(split, streams, grace, *args, **kwargs):
         seen.append(grace)
         return real(split, streams, grace, *args, **kwargs)
-    monkeypatch.setattr(T, "training_streams", spy)
+    monkeypatch.setattr(loop, "training_streams", spy)
     ckpt = T.train("gru", "japanesevowels", T.TrainConfig(epochs=1), {"hidden": 8}, progress=False)
     assert seen and set(seen) == {3} and ckpt["metrics"]["stream_grace"] == 3      # recorded, as used
     seen.clear()

@@ -43,6 +43,22 @@ def test_figures_are_rendered_from_their_json():
                        + "; run python scripts/render_docs.py")
 
 
+def test_clang_scaling_is_the_measured_table():
+    """firmware_sim.targets.CLANG (which `check --compiler clang` scales by) is the compiler table's
+    figures: clang's .text and cycles as multiples of gcc's, and clang's stack, per core and kind."""
+    import json
+
+    from firmware_sim.targets import CLANG
+    rows = json.loads((ROOT / "docs" / "figures" / "compilers.json").read_text())["rows"]
+    measured = {}
+    for r in rows:
+        g, c = r["gcc"], r["clang"]
+        measured.setdefault(r["core"], {})[g["arch"]] = (
+            round(c["text_bytes"] / g["text_bytes"], 2), c["stack_bytes"],
+            round(c["cycles_per_step"] / g["cycles_per_step"], 2))
+    assert CLANG == measured, "firmware_sim/targets.py CLANG differs from docs/figures/compilers.json"
+
+
 def test_every_renderer_has_a_region():
     rd = render_docs()
     used = set()

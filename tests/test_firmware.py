@@ -22,6 +22,7 @@ from firmware_sim.intsim import from_onnx, multiplier, requant
 from firmware_sim.plan import Buffer, check_model, graph_buffers, macs_and_ops, plan, run_shapes
 from firmware_sim.simulate import simulate
 from firmware_sim.targets import get_target, load_targets
+from helpers import assert_c_never_says, gcc_strict, host_stream, simulated
 
 RECURRENT = ["rnn", "gru", "lstm"]
 
@@ -118,35 +119,19 @@ def _readings(n=1200):
     return np.concatenate([ds.test.X[i, :ds.test.lengths[i]] for i in range(len(ds.test))])[:n]
 
 
-def _simulated(m, xq):
-    state, want = m.init_state(1), []
-    for x in xq:
-        logits, state = m.step(x[None], state)
-        want.append(list(logits[0]) + [int(np.argmax(logits[0]))])
-    return np.array(want)
-
-
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc on the host")
 @pytest.mark.parametrize("arch", RECURRENT)
 def test_emitted_c_is_bit_exact_with_the_simulator(int8, arch, tmp_path):
     m = from_onnx(int8(arch, "static")[0])
     report = emit(m, tmp_path, prefix="gesture")
     exe = tmp_path / "stream"
-    cc = subprocess.run(["gcc", "-std=c99", "-O2", "-Wall", "-Wextra", "-Wconversion", "-Werror", "-pedantic", "-o", str(exe),
-                         str(tmp_path / "gesture_example.c"), str(tmp_path / "gesture_model.c"),
-                         str(tmp_path / "es_tables.c")],
-                        capture_output=True, text=True)
-    assert cc.returncode == 0, cc.stderr[-3000:]
-    code = "".join((tmp_path / f).read_text() for f in ("gesture_model.h", "gesture_model.c", "es_kernels.h"))
-    code = re.sub(r"/\*.*?\*/", "", code, flags=re.S)                       # the code, not its comments
-    for banned in ("malloc", "float", "double", "int64_t", "long long"):
-        assert banned not in code, banned
+    gcc_strict(exe, [tmp_path / f for f in ("gesture_example.c", "gesture_model.c", "es_tables.c")])
+    assert_c_never_says(tmp_path, ("gesture_model.h", "gesture_model.c", "es_kernels.h"),
+                        ("malloc", "float", "double", "int64_t", "long long"))
     xq = m.to_fixed(_readings())
-    run = subprocess.run([str(exe)], input="\n".join(" ".join(map(str, r)) for r in xq) + "\n",
-                         capture_output=True, text=True, timeout=60)
-    got = np.array([[int(v) for v in line.split()] for line in run.stdout.splitlines()])
+    got = host_stream(exe, xq)
     assert got.shape == (1200, len(m.labels) + 1)
-    assert np.array_equal(got, _simulated(m, xq))
+    assert np.array_equal(got, simulated(m, xq))
     G = {"rnn": 1, "gru": 3, "lstm": 4}[arch]
     assert report["int8_weights"] == G * m.hidden * (8 + m.hidden) + 4 * m.hidden       # rows padded to 4
     assert report["scratch_bytes"] == 8 * G * m.hidden + 2 * m.hidden + 2 * m.hidden
@@ -169,10 +154,7 @@ def test_two_models_and_two_files_link_into_one_program(int8, tmp_path):
                                      "  gru_a_reset(&g); lstm_b_reset(&l);\n  lstm_b_step(x, &l, z, work);\n"
                                      "  return other(x, &g, y, work) + lstm_b_argmax(z) >= 0 ? 0 : 1;\n}\n")
     exe = tmp_path / "both"
-    cc = subprocess.run(["gcc", "-std=c99", "-O2", "-Wall", "-Wextra", "-Wconversion", "-Werror", "-pedantic", "-o", str(exe),
-                         *(str(tmp_path / f) for f in ("main.c", "other.c", "gru_a_model.c", "lstm_b_model.c", "es_tables.c"))],
-                        capture_output=True, text=True)
-    assert cc.returncode == 0, cc.stderr[-3000:]
+    gcc_strict(exe, [tmp_path / f for f in ("main.c", "other.c", "gru_a_model.c", "lstm_b_model.c", "es_tables.c")])
     assert subprocess.run([str(exe)]).returncode == 0
     with pytest.raises(UsageError, match="must be a C name"):
         emit(from_onnx(int8("gru", "static")[0]), tmp_path, prefix="2fast")

@@ -12,6 +12,7 @@ from firmware_sim.cemit import layout
 from firmware_sim.intsim import from_onnx
 from firmware_sim.plan import check_model
 from firmware_sim.targets import get_target
+from helpers import assert_lean_step
 
 pytest.importorskip("unicorn", reason="pip install unicorn (edgeseq[firmware]) to run the step on an emulated core")
 pytest.importorskip("elftools", reason="pip install pyelftools (edgeseq[firmware])")
@@ -41,14 +42,7 @@ def measured(int8):
 def test_the_step_runs_bit_exact_on_an_emulated_core(measured, arch, core, opt, portable):
     r = measured(arch, core, opt, portable)          # measure() raises if any logit differs
     assert r["bit_exact_readings"] == 1000
-    assert r["dsp_path"] == (core == "cortex-m4" and not portable)
-    assert r["helper_instructions_per_step"] == {}, r["helper_instructions_per_step"]     # no 64-bit helpers
-    assert 0 < r["stack_bytes"] <= 512 and r["sections"]["data"] == 0 and r["sections"]["bss"] == 0
-    mix = dict(r["mix_top"])
-    if r["dsp_path"]:
-        assert "smlad" in mix and r["instructions_per_mac"] < 3.5
-    else:
-        assert "smlad" not in mix and r["instructions_per_mac"] < 13
+    assert_lean_step(r, core, portable, mac_under=(3.5, 13))
 
 
 @pytest.mark.parametrize("target,core", [("nrf52840", "cortex-m4"), ("rp2040", "cortex-m0plus")])

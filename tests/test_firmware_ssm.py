@@ -4,28 +4,24 @@ emitted C bit-exact with the simulator on the host (odd widths included) and on 
 Cortex-M4 (SMLAD and portable paths) and M0+, the CLI, and a constant the step cannot hold
 refused in one line. The 3,000-reading emulated check is scripts/firmware_ssm_check.py."""
 
-import re
 import shutil
-import subprocess
 
 import numpy as np
 import onnx
 import pytest
-import torch
 from click.testing import CliRunner
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import numpy_helper
 
-import edgeseq
 from edgeseq.cli import cli
 from edgeseq.errors import ModelFileError
-from edgeseq.models import build_model, config_dict, make_config
 from firmware_sim.cemit import emit
 from firmware_sim.intsim import from_onnx
 from firmware_sim.intssm import LayerNormQ
 from firmware_sim.simulate import simulate
-from helpers import export_step
+from helpers import (assert_c_never_says, assert_lean_step, export_step, gcc_strict, host_stream, measure_once, readings,
+                     simulated, tiny_ssm_checkpoint)
 
 F, C = 3, 4
 
@@ -82,37 +78,9 @@ def test_integer_only_accuracy_is_within_one_point_of_float_on_both_protocols(mo
 def _tiny(tmp_path, selective: bool, d_model: int, d_state: int):
     """An untrained, seeded two-layer SSM on F channels, weights livelier than the default
     init, exported static int8 (calibrated on seeded readings)."""
-    cfg = make_config("ssm", n_features=F, n_classes=C, d_model=d_model, d_state=d_state, layers=2,
-                      selective=selective)
-    torch.manual_seed(0)
-    model = build_model("ssm", cfg)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "log_" not in name:
-                p.mul_(2.0)
-    mean, std = np.arange(F, dtype=np.float32), np.full(F, 2.0, np.float32)
-    model.norm.set(mean, std)
-    ckpt = {"edgeseq_version": edgeseq.__version__, "arch": "ssm", "config": config_dict(cfg),
-            "state_dict": model.state_dict(), "normalization": {"mean": mean.tolist(), "std": std.tolist()},
-            "labels": [f"c{i}" for i in range(C)], "features": [f"f{i}" for i in range(F)]}
+    ckpt = tiny_ssm_checkpoint(selective, d_model, d_state, C, F)
     path = tmp_path / f"tiny-{selective}.onnx"
-    return export_step(ckpt, path, "static", _readings(60, 4, seed=1))
-
-
-def _readings(n, streams, seed=0):
-    """Raw readings around the tiny models' mean, now and then far out (the int8 input saturates)."""
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((n, streams, F)) * 3 + np.arange(F)
-    x[rng.random((n, streams)) < 0.02] *= 40
-    return x.astype(np.float32)
-
-
-def _simulated(m, xq):
-    state, want = m.init_state(1), []
-    for x in xq:
-        logits, state = m.step(x[None], state)
-        want.append(list(logits[0]) + [int(np.argmax(logits[0]))])
-    return np.array(want)
+    return export_step(ckpt, path, "static", readings(60, 4, seed=1, features=F))
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc on the host")
@@ -123,41 +91,18 @@ def test_emitted_c_is_bit_exact_with_the_simulator(tmp_path, selective, d_model,
     report = emit(m, tmp_path / "c", prefix="motion")
     d = tmp_path / "c"
     exe = tmp_path / "stream"
-    cc = subprocess.run(["gcc", "-std=c99", "-O2", "-Wall", "-Wextra", "-Wconversion", "-Werror", "-pedantic", "-o", str(exe),
-                         *(str(d / f) for f in ("motion_example.c", "motion_model.c", "es_tables.c", "es_ssm_tables.c"))],
-                        capture_output=True, text=True)
-    assert cc.returncode == 0, cc.stderr[-3000:]
-    code = "".join((d / f).read_text() for f in ("motion_model.h", "motion_model.c", "es_kernels.h", "es_ssm_int.h"))
-    code = re.sub(r"/\*.*?\*/", "", code, flags=re.S)
-    for banned in ("malloc", "float", "double", "int64_t", "long long", "math.h"):
-        assert banned not in code, banned
-    xq = m.to_fixed(_readings(400, 1, seed=2)[:, 0])
-    run = subprocess.run([str(exe)], input="\n".join(" ".join(map(str, r)) for r in xq) + "\n",
-                         capture_output=True, text=True, timeout=60)
-    got = np.array([[int(v) for v in line.split()] for line in run.stdout.splitlines()])
-    assert np.array_equal(got, _simulated(m, xq))
+    gcc_strict(exe, [d / f for f in ("motion_example.c", "motion_model.c", "es_tables.c", "es_ssm_tables.c")])
+    assert_c_never_says(d, ("motion_model.h", "motion_model.c", "es_kernels.h", "es_ssm_int.h"),
+                        ("malloc", "float", "double", "int64_t", "long long", "math.h"))
+    xq = m.to_fixed(readings(400, 1, seed=2, features=F)[:, 0])
+    assert np.array_equal(host_stream(exe, xq), simulated(m, xq))
     assert report["state_bytes"] == 4 * 2 * d_state and report["scratch_bytes"] % 4 == 0
-
-
-def _emulation():
-    pytest.importorskip("unicorn", reason="pip install unicorn (edgeseq[firmware])")
-    pytest.importorskip("elftools", reason="pip install pyelftools (edgeseq[firmware])")
-    if shutil.which("arm-none-eabi-gcc") is None:
-        pytest.skip("arm-none-eabi-gcc not found: apt-get install gcc-arm-none-eabi")
 
 
 @pytest.fixture(scope="module")
 def measured(models):
-    cache = {}
-
-    def get(variant, core, opt, portable=False):
-        _emulation()
-        from firmware_sim.measure import measure
-        key = variant, core, opt, portable
-        if key not in cache:                       # measure() raises if any logit differs from the simulator
-            cache[key] = measure(models[variant][1], core, opt, readings=300, counted=1, portable=portable)
-        return cache[key]
-    return get
+    measure = measure_once(readings=300, counted=1)
+    return lambda variant, core, opt, portable=False: measure(models[variant][1], core, opt, portable)
 
 
 @pytest.mark.parametrize("variant,core,opt,portable", [("fixed", "cortex-m4", "-O2", False),
@@ -167,14 +112,7 @@ def measured(models):
 def test_the_step_runs_bit_exact_on_an_emulated_core(measured, variant, core, opt, portable):
     r = measured(variant, core, opt, portable)
     assert r["bit_exact_readings"] == 300 and r["arch"] == "ssm" and r["selective"] == (variant == "selective")
-    assert r["dsp_path"] == (core == "cortex-m4" and not portable)
-    assert r["helper_instructions_per_step"] == {}
-    assert 0 < r["stack_bytes"] <= 512 and r["sections"]["data"] == 0 and r["sections"]["bss"] == 0
-    mix = dict(r["mix_top"])
-    if r["dsp_path"]:
-        assert "smlad" in mix and r["instructions_per_mac"] < 5
-    else:
-        assert "smlad" not in mix and r["instructions_per_mac"] < 16
+    assert_lean_step(r, core, portable, mac_under=(5, 16))
 
 
 @pytest.mark.parametrize("variant,target,core", [("fixed", "nrf52840", "cortex-m4"),

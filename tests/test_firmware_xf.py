@@ -8,7 +8,6 @@ scripts/firmware_xf_check.py."""
 
 import re
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -17,15 +16,15 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-import edgeseq
 from edgeseq.cli import cli
 from edgeseq.errors import DataError
-from edgeseq.models import build_model, config_dict, make_config
+from edgeseq.models import build_model, make_config
 from firmware_sim.cemit import emit
 from firmware_sim.intsim import from_onnx
 from firmware_sim.intxf import NO_WINDOW, softmax_q15
 from firmware_sim.simulate import simulate
-from helpers import export_step
+from helpers import (assert_c_never_says, assert_lean_step, checkpoint_of, export_step, gcc_strict, host_stream,
+                     measure_once, readings, simulated, skip_without_emulator)
 
 F, C = 3, 4
 RESET_AT = 150                      # the host and emulated runs reset the stream here
@@ -83,32 +82,9 @@ def _tiny(tmp_path, d_model: int, heads: int, window: int, layers: int = 2, posi
     with torch.no_grad():
         for p in model.parameters():
             p.mul_(2.0)
-    mean, std = np.arange(F, dtype=np.float32), np.full(F, 2.0, np.float32)
-    model.norm.set(mean, std)
-    ckpt = {"edgeseq_version": edgeseq.__version__, "arch": "transformer", "config": config_dict(cfg),
-            "state_dict": model.state_dict(), "normalization": {"mean": mean.tolist(), "std": std.tolist()},
-            "labels": [f"c{i}" for i in range(C)], "features": [f"f{i}" for i in range(F)]}
-    return export_step(ckpt, tmp_path / f"tiny-{d_model}-{heads}-{window}-{positions}.onnx", "static",
-                       _readings(60, 4, seed=1))
-
-
-def _readings(n, streams, seed=0):
-    """Raw readings around the tiny models' mean, now and then far out (the int8 input saturates)."""
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((n, streams, F)) * 3 + np.arange(F)
-    x[rng.random((n, streams)) < 0.02] *= 40
-    return x.astype(np.float32)
-
-
-def _simulated(m, xq, reset_at=RESET_AT):
-    """Logits (and argmax) of one stream, reset before reading `reset_at`."""
-    state, want = m.init_state(1), []
-    for i, x in enumerate(xq):
-        if i == reset_at:
-            state = m.init_state(1)
-        logits, state = m.step(x[None], state)
-        want.append(list(logits[0]) + [int(np.argmax(logits[0]))])
-    return np.array(want)
+    return export_step(checkpoint_of("transformer", cfg, model),
+                       tmp_path / f"tiny-{d_model}-{heads}-{window}-{positions}.onnx", "static",
+                       readings(60, 4, seed=1, features=F))
 
 
 HOST = r"""#include <stdio.h>
@@ -147,42 +123,19 @@ def test_emitted_c_is_bit_exact_with_the_simulator(tmp_path, d_model, heads, win
     report = emit(m, d, prefix="t")
     (d / "host.c").write_text(HOST)
     exe = tmp_path / "stream"
-    srcs = [str(d / f) for f in ("host.c", "t_model.c", "es_tables.c", "es_ssm_tables.c", "es_xf_tables.c")]
-    cc = subprocess.run(["gcc", "-std=c99", "-O2", "-Wall", "-Wextra", "-Wconversion", "-Werror", "-pedantic", f"-DRESET_AT={RESET_AT}",
-                         "-o", str(exe), *srcs], capture_output=True, text=True)
-    assert cc.returncode == 0, cc.stderr[-3000:]
-    code = "".join((d / f).read_text() for f in ("t_model.h", "t_model.c", "es_kernels.h", "es_ssm_int.h",
-                                                 "es_xf_int.h"))
-    code = re.sub(r"/\*.*?\*/", "", code, flags=re.S)
-    for banned in ("malloc", "float", "double", "int64_t", "long long", "math.h"):
-        assert banned not in code, banned
-    xq = m.to_fixed(_readings(400, 1, seed=2)[:, 0])
-    run = subprocess.run([str(exe)], input="\n".join(" ".join(map(str, r)) for r in xq) + "\n",
-                         capture_output=True, text=True, timeout=60)
-    got = np.array([[int(v) for v in line.split()] for line in run.stdout.splitlines()])
-    assert np.array_equal(got, _simulated(m, xq))
+    gcc_strict(exe, [d / f for f in ("host.c", "t_model.c", "es_tables.c", "es_ssm_tables.c", "es_xf_tables.c")],
+               f"-DRESET_AT={RESET_AT}")
+    assert_c_never_says(d, ("t_model.h", "t_model.c", "es_kernels.h", "es_ssm_int.h", "es_xf_int.h"),
+                        ("malloc", "float", "double", "int64_t", "long long", "math.h"))
+    xq = m.to_fixed(readings(400, 1, seed=2, features=F)[:, 0])
+    assert np.array_equal(host_stream(exe, xq), simulated(m, xq, RESET_AT))
     assert report["state_bytes"] == 8 + report["cache_bytes"] and report["scratch_bytes"] % 4 == 0
-
-
-def _emulation():
-    pytest.importorskip("unicorn", reason="pip install unicorn (edgeseq[firmware])")
-    pytest.importorskip("elftools", reason="pip install pyelftools (edgeseq[firmware])")
-    if shutil.which("arm-none-eabi-gcc") is None:
-        pytest.skip("arm-none-eabi-gcc not found: apt-get install gcc-arm-none-eabi")
 
 
 @pytest.fixture(scope="module")
 def measured(trained):
-    cache = {}
-
-    def get(core, opt, portable=False):
-        _emulation()
-        from firmware_sim.measure import measure
-        key = core, opt, portable
-        if key not in cache:                       # measure() raises if any logit differs from the simulator
-            cache[key] = measure(trained[1], core, opt, readings=300, counted=1, portable=portable)
-        return cache[key]
-    return get
+    measure = measure_once(readings=300, counted=1)
+    return lambda core, opt, portable=False: measure(trained[1], core, opt, portable)
 
 
 @pytest.mark.parametrize("core,opt,portable", [("cortex-m4", "-O2", False), ("cortex-m4", "-O2", True),
@@ -191,25 +144,18 @@ def test_the_step_runs_bit_exact_on_an_emulated_core(measured, core, opt, portab
     """300 never-reset readings (the window-16 ring wraps 18 times), counted at a full window."""
     r = measured(core, opt, portable)
     assert r["bit_exact_readings"] == 300 and r["arch"] == "transformer" and r["window"] == 16
-    assert r["dsp_path"] == (core == "cortex-m4" and not portable)
-    assert r["helper_instructions_per_step"] == {}
-    assert 0 < r["stack_bytes"] <= 512 and r["sections"]["data"] == 0 and r["sections"]["bss"] == 0
-    mix = dict(r["mix_top"])
-    if r["dsp_path"]:
-        assert "smlad" in mix and r["instructions_per_mac"] <= 6          # d_model 16: 4 at d_model 32 (the check script)
-    else:
-        assert "smlad" not in mix and r["instructions_per_mac"] <= 16
+    assert_lean_step(r, core, portable, mac_at_most=(6, 16))      # SMLAD at d_model 16: 4 at d_model 32 (the check script)
 
 
 @pytest.mark.parametrize("core", ["cortex-m4", "cortex-m0plus"])
 def test_a_reset_on_an_emulated_core_is_the_simulator_reset(trained, tmp_path, core):
-    _emulation()
+    skip_without_emulator()
     from firmware_sim import emulate, toolchain
     from firmware_sim.measure import CHUNK, HARNESS, readings_for
     m = from_onnx(trained[1])
     X, _ = readings_for(m, None, 2 * RESET_AT)
     xq = m.to_fixed(X)
-    want = _simulated(m, xq)[:, :-1]
+    want = simulated(m, xq, RESET_AT)[:, :-1]
     emit(m, tmp_path, prefix="es")
     (tmp_path / "harness.c").write_text(HARNESS.format(n=CHUNK))
     srcs = [tmp_path / f for f in ("harness.c", "es_model.c", "es_tables.c", "es_ssm_tables.c", "es_xf_tables.c")]

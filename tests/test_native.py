@@ -8,13 +8,12 @@ import onnx
 import pytest
 import torch
 
-import edgeseq
-from edgeseq import contract
 from edgeseq.errors import UsageError
-from edgeseq.models import build_model, config_dict, make_config
+from edgeseq.models import build_model, make_config
 from edgeseq.runtime import native
 from edgeseq.runtime.model import open_model
-from helpers import assert_close, run_without_torch, export_step
+from helpers import (assert_close, assert_stream_computes_what_it_computes_alone, checkpoint_of, native_stream,
+                     readings, run_without_torch, step_and_ort_loop, tiny_models)
 
 needs_ext = pytest.mark.skipif(not native.available(), reason=native.why_unavailable() or "native step not built")
 
@@ -39,64 +38,15 @@ def tiny_checkpoint(arch: str, hidden: int = 8) -> dict:
                                                                   # for a few readings after an outlier
             else:
                 p.mul_(3.0)
-    mean, std = np.arange(F, dtype=np.float32), np.full(F, 2.0, np.float32)
-    model.norm.set(mean, std)
-    return {"edgeseq_version": edgeseq.__version__, "arch": arch, "config": config_dict(cfg),
-            "state_dict": model.state_dict(), "normalization": {"mean": mean.tolist(), "std": std.tolist()},
-            "labels": [f"c{i}" for i in range(C)], "features": [f"f{i}" for i in range(F)]}
-
-
-def readings(n, streams, seed=0):
-    """Raw readings around the training mean, now and then far out (the int8 input saturates)."""
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((n, streams, F)) * 3 + np.arange(F)
-    x[rng.random((n, streams)) < 0.02] *= 40
-    return x.astype(np.float32)
+    return checkpoint_of(arch, cfg, model)
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """(arch, scheme) -> path: float (the fused step graph as exported) or static int8 (the
     split graph quantized by onnxruntime's static QDQ quantizer, as export_int8 does)."""
-    root = tmp_path_factory.mktemp("native")
-    cache = {}
-
-    def get(arch, scheme="float", hidden=8):
-        if (arch, scheme, hidden) in cache:
-            return cache[arch, scheme, hidden]
-        ckpt = tiny_checkpoint(arch, hidden)
-        path = root / f"{arch}-{scheme}-{hidden}.onnx"
-        export_step(ckpt, path, scheme, readings(60, 4, seed=1), {} if scheme == "static" else None)
-        cache[arch, scheme, hidden] = path
-        return path
-    return get
-
-
-def ort_stream(path, X, reset_at=None):
-    """Logits [T, B, C] and the final state of a plain onnxruntime loop, state fed back; the
-    last stream starts again at reading `reset_at`."""
-    sess, meta = open_model(path)
-    state = [np.zeros((X.shape[1], s.shape[1]), np.float32) for s in meta.state]
-    out = []
-    for t, x in enumerate(X):
-        if t == reset_at:
-            for a in state:
-                a[-1] = 0
-        res = sess.run(None, {contract.READING: x, **{s.name: v for s, v in zip(meta.state, state)}})
-        out.append(res[0])
-        state = res[2:]
-    return np.stack(out), state
-
-
-def native_stream(step, X, field="logits", reset_at=None):
-    out = []
-    for t, x in enumerate(X):
-        if t == reset_at:
-            step.reset(stream=step.streams - 1)
-        step.x[:] = x
-        assert step.run() == -1
-        out.append(getattr(step, field).copy())
-    return np.stack(out)
+    get = tiny_models(tmp_path_factory.mktemp("native"), tiny_checkpoint, readings(60, 4, seed=1), {})
+    return lambda arch, scheme="float", hidden=8: get(arch, scheme, hidden)
 
 
 # -- float: onnxruntime's numbers ----------------------------------------------------------
@@ -105,12 +55,8 @@ def native_stream(step, X, field="logits", reset_at=None):
 @pytest.mark.parametrize("streams", STREAMS)
 @pytest.mark.parametrize("arch", RECURRENT)
 def test_float_matches_onnxruntime(tiny, arch, streams):
-    path = tiny(arch)
-    _, meta = open_model(path)
-    assert native.supports(meta, path) is None
     X = readings(T, streams)
-    ref, ref_state = ort_stream(path, X, reset_at=T // 2)
-    step = native.NativeStep(path, meta, streams)
+    step, (ref, _, ref_state) = step_and_ort_loop(tiny(arch), X, reset_at=T // 2)
     got = native_stream(step, X, reset_at=T // 2)
     scale = max(1.0, float(np.abs(ref).max()))
     assert_close(got, ref, f"{arch} logits", atol=1e-5 * scale)
@@ -125,12 +71,7 @@ def test_float_matches_onnxruntime(tiny, arch, streams):
 def test_float_streams_do_not_depend_on_each_other(tiny):
     """Stream 3 of 7 computes what it computes alone, to the bit (the same sums in the same
     order whatever tile it falls in)."""
-    path = tiny("lstm")
-    _, meta = open_model(path)
-    X = readings(50, 7)
-    many = native_stream(native.NativeStep(path, meta, 7), X)
-    one = native_stream(native.NativeStep(path, meta, 1), X[:, 3:4])
-    assert np.array_equal(many[:, 3:4], one)
+    assert_stream_computes_what_it_computes_alone(tiny("lstm"), readings(50, 7))
 
 
 @needs_ext

@@ -6,20 +6,18 @@ files moved between the backends, the corner cases (window 1, one head, d_model 
 cache grown to 10,000 readings), edited files (ALiBi's slopes and metadata included), threads,
 and a runtime free of torch and onnx."""
 
-import threading
-
 import numpy as np
 import onnx
 import pytest
 import torch
 
-import edgeseq
-from edgeseq.errors import HistoryFullError, UsageError
-from edgeseq.models import build_model, config_dict, make_config
+from edgeseq.errors import HistoryFullError
+from edgeseq.models import build_model, make_config
 from edgeseq.runtime import StreamSession, native
 from edgeseq.runtime.model import open_model
 from edgeseq.runtime.statefile import load_state, save_state
-from helpers import assert_close, run_without_torch, export_step
+from helpers import (assert_close, assert_runs_on_onnxruntime_only, checkpoint_of, edited, in_threads,
+                     readings as noisy_readings, run_without_torch, swap_op, tiny_models)
 
 pytestmark = pytest.mark.skipif(not native.available(), reason=native.why_unavailable() or "native step not built")
 
@@ -44,37 +42,19 @@ def tiny_checkpoint(name: str, seed: int = 0) -> dict:
     with torch.no_grad():                      # livelier than the default init: logits spread over a few units
         for p in model.parameters():
             p.mul_(1.5)
-    mean, std = np.arange(F, dtype=np.float32), np.full(F, 2.0, np.float32)
-    model.norm.set(mean, std)
-    return {"edgeseq_version": edgeseq.__version__, "arch": "transformer", "config": config_dict(cfg),
-            "state_dict": model.state_dict(), "normalization": {"mean": mean.tolist(), "std": std.tolist()},
-            "labels": [f"c{i}" for i in range(C)], "features": [f"f{i}" for i in range(F)]}
+    return checkpoint_of("transformer", cfg, model)
 
 
 def readings(n, streams, seed=0):
-    """Raw readings around the training mean, now and then far out."""
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((n, streams, F)) * 3 + np.arange(F)
-    x[rng.random((n, streams)) < 0.02] *= 20
-    return x.astype(np.float32)
+    """Raw readings around the training mean, now and then 20 times further out."""
+    return noisy_readings(n, streams, seed, far=20)
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """(name, scheme) -> path: the step graph as exported (float) or quantized by onnxruntime's
     static QDQ quantizer as export_int8 does (scheme "static")."""
-    root = tmp_path_factory.mktemp("attn")
-    cache = {}
-
-    def get(name, scheme="float"):
-        if (name, scheme) in cache:
-            return cache[name, scheme]
-        ckpt = tiny_checkpoint(name)
-        path = root / f"{name}-{scheme}.onnx"
-        export_step(ckpt, path, scheme, readings(60, 4, seed=1), {})
-        cache[name, scheme] = path
-        return path
-    return get
+    return tiny_models(tmp_path_factory.mktemp("attn"), tiny_checkpoint, readings(60, 4, seed=1), {})
 
 
 def both(path, streams, **kw):
@@ -290,20 +270,8 @@ def test_bounded_ring_holds_its_window_only(tiny):
 
 # -- what does not run natively -------------------------------------------------------------
 
-def _edit(src, dst, edit):
-    m = onnx.load(str(src))
-    edit(m)
-    onnx.save(m, str(dst))
-    return dst
-
-
 def test_edited_files_fall_back_and_are_refused(tiny, tmp_path):
     from onnx import numpy_helper
-
-    def swap(op_from, op_to):
-        def edit(m):
-            next(n for n in m.graph.node if n.op_type == op_from).op_type = op_to
-        return edit
 
     def const(pick, change):
         def edit(m):
@@ -327,19 +295,15 @@ def test_edited_files_fall_back_and_are_refused(tiny, tmp_path):
         return edit
 
     slopes = const(lambda t: t.data_type == onnx.TensorProto.FLOAT and list(t.dims) == [1, 2, 1, 1], lambda a: -a)
-    cases = [("w7", "float", swap("Erf", "Tanh")), ("w7", "float", invert_mask),
+    cases = [("w7", "float", swap_op("Erf", "Tanh")), ("w7", "float", invert_mask),
              ("w7", "float", const(lambda t: t.name.endswith("qkv.bias"), nan)),
              ("w7", "float", const(lambda t: t.data_type == onnx.TensorProto.INT64 and list(t.dims) == [] and
                                    numpy_helper.to_array(t) == 7, lambda a: np.array(5, a.dtype))),  # the window
-             ("w7", "static", swap("Erf", "Sigmoid")),
+             ("w7", "static", swap_op("Erf", "Sigmoid")),
              ("w7-alibi", "float", slopes), ("w7-alibi", "static", slopes),                 # ALiBi's slopes < 0
              ("w7-alibi", "float", config(positions="none")), ("w7", "float", config(positions="alibi"))]
     for i, (name, scheme, edit) in enumerate(cases):
-        path = _edit(tiny(name, scheme), tmp_path / f"edited{i}.onnx", edit)
-        s = StreamSession(path, streams=2)
-        assert s.backend == "onnxruntime", i
-        with pytest.raises(UsageError, match=f"backend 'native' cannot run '{path}'"):
-            StreamSession(path, backend="native")
+        assert_runs_on_onnxruntime_only(edited(tiny(name, scheme), tmp_path / f"edited{i}.onnx", edit), i)
 
 
 def test_the_probe_catches_a_step_that_computes_otherwise(tiny):
@@ -370,11 +334,7 @@ def test_threads_share_a_native_transformer_session(tiny):
     def push():
         for x in X:
             s.push(x)
-    threads = [threading.Thread(target=push) for _ in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    in_threads(push, 3)
     assert s.position[0] == 600 and s.history == 7
 
 

@@ -9,21 +9,19 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-import torch
 
-import edgeseq
 from edgeseq import contract
 from edgeseq.errors import UsageError
-from edgeseq.models import build_model, config_dict, make_config
 from edgeseq.runtime import StreamSession, native
 from edgeseq.runtime.model import open_model
 from edgeseq.runtime.statefile import load_state, save_state
-from helpers import assert_close, export_step
-from test_native import native_stream, readings
+from helpers import (assert_close, assert_runs_on_onnxruntime_only, assert_stream_computes_what_it_computes_alone,
+                     edited, export_step, in_threads, native_stream, ort_loop, readings, step_and_ort_loop, swap_op,
+                     tiny_models, tiny_ssm_checkpoint)
 
 needs_ext = pytest.mark.skipif(not native.available(), reason=native.why_unavailable() or "native step not built")
 
-F, C, T = 3, 4, 1000
+T = 1000
 STREAMS = [1, 7]
 # (selective, d_model, d_state): widths that are neither multiples of 16 (the product panels)
 # nor, for the states, of 4; and "wide", whose are (whole 16 x 16 transposes in the lanes)
@@ -31,57 +29,13 @@ VARIANTS = {"fixed": (False, 12, 6), "selective": (True, 10, 5), "small": (True,
 FLOAT_RTOL = 1e-4
 
 
-def tiny_checkpoint(selective: bool, d_model: int, d_state: int, n_classes: int = C) -> dict:
-    """Untrained and seeded, two layers (the layer-to-layer path), weights livelier than the default init."""
-    cfg = make_config("ssm", n_features=F, n_classes=n_classes, d_model=d_model, d_state=d_state, layers=2,
-                      selective=selective)
-    torch.manual_seed(0)
-    model = build_model("ssm", cfg)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if "log_" not in name:                    # decay rates as initialised: fast and slow states
-                p.mul_(2.0)
-    mean, std = np.arange(F, dtype=np.float32), np.full(F, 2.0, np.float32)
-    model.norm.set(mean, std)
-    return {"edgeseq_version": edgeseq.__version__, "arch": "ssm", "config": config_dict(cfg),
-            "state_dict": model.state_dict(), "normalization": {"mean": mean.tolist(), "std": std.tolist()},
-            "labels": [f"c{i}" for i in range(n_classes)], "features": [f"f{i}" for i in range(F)]}
-
-
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """(variant, scheme) -> path: float (the step graph as exported) or static int8 (the split
     graph, the state given its own copy, quantized by onnxruntime's static QDQ quantizer, as
     export_int8 does)."""
-    root = tmp_path_factory.mktemp("native_ssm")
-    cache = {}
-
-    def get(variant, scheme="float"):
-        if (variant, scheme) in cache:
-            return cache[variant, scheme]
-        ckpt = tiny_checkpoint(*VARIANTS[variant])
-        path = root / f"{variant}-{scheme}.onnx"
-        export_step(ckpt, path, scheme, readings(60, 4, seed=1), {"outputs": True})
-        cache[variant, scheme] = path
-        return path
-    return get
-
-
-def ort_loop(path, X, reset_at=None):
-    """(logits [T, B, C], probs [T, B, C], final state) of a plain onnxruntime loop, state fed
-    back; the last stream starts again at reading `reset_at`."""
-    sess, meta = open_model(path)
-    state = [np.zeros((X.shape[1], s.shape[1]), np.float32) for s in meta.state]
-    logits, probs = [], []
-    for t, x in enumerate(X):
-        if t == reset_at:
-            for a in state:
-                a[-1] = 0
-        res = sess.run(None, {contract.READING: x, **{s.name: v for s, v in zip(meta.state, state)}})
-        logits.append(res[0])
-        probs.append(res[1])
-        state = res[2:]
-    return np.stack(logits), np.stack(probs), state
+    return tiny_models(tmp_path_factory.mktemp("native_ssm"), lambda variant: tiny_ssm_checkpoint(*VARIANTS[variant]),
+                       readings(60, 4, seed=1), {"outputs": True})
 
 
 # -- float: onnxruntime's numbers ----------------------------------------------------------
@@ -90,12 +44,8 @@ def ort_loop(path, X, reset_at=None):
 @pytest.mark.parametrize("streams", STREAMS)
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_float_matches_onnxruntime(tiny, variant, streams):
-    path = tiny(variant)
-    _, meta = open_model(path)
-    assert native.supports(meta, path) is None
     X = readings(T, streams)
-    ref, ref_probs, ref_state = ort_loop(path, X, reset_at=T // 2)
-    step = native.NativeStep(path, meta, streams)
+    step, (ref, ref_probs, ref_state) = step_and_ort_loop(tiny(variant), X, reset_at=T // 2)
     assert step.kernel == "ssm float32"
     got, got_probs = [], []
     for t, x in enumerate(X):
@@ -123,12 +73,8 @@ def test_int8_matches_onnxruntime(tiny, variant, streams):
     """Static int8: the QLinearMatMul integers, onnxruntime's rounding; the float parts (norms,
     decay, state) differ by float32 rounding, which now and then moves a value across a
     rounding boundary of the next quantization: within the probe's int8 tolerance throughout."""
-    path = tiny(variant, "static")
-    _, meta = open_model(path)
-    assert native.supports(meta, path) is None
     X = readings(T, streams)
-    ref, _, ref_state = ort_loop(path, X, reset_at=T // 2)
-    step = native.NativeStep(path, meta, streams)
+    step, (ref, _, ref_state) = step_and_ort_loop(tiny(variant, "static"), X, reset_at=T // 2)
     assert step.int8 and step.kernel.startswith("ssm int8 QDQ (exact integer products: ")
     got = native_stream(step, X, reset_at=T // 2)
     span = float(ref.max() - ref.min())
@@ -189,7 +135,7 @@ def test_int8_gate_and_decay_read_by_output_code_are_the_computed_ones_to_the_bi
             if t.name in names:
                 t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) / np.float32(25), t.name))
     X = readings(300, 27, seed=7)
-    for path in (tiny(variant, "static"), _edit(tiny(variant, "static"), tmp_path / "cut.onnx", edit)):
+    for path in (tiny(variant, "static"), edited(tiny(variant, "static"), tmp_path / "cut.onnx", edit)):
         _, meta = open_model(path)
         by_code, computed = native.NativeStep(path, meta, 27), native.NativeStep(path, meta, 27, vnni=False)
         if native.simd().startswith("x86-64-v"):
@@ -213,7 +159,7 @@ def test_a_projection_over_256_outputs_computes_and_the_kernel_names_the_tables_
     computed, while the decay (4 states) is read by code; `kernel` says so, and the results are
     the computed path's to the bit (9 streams: one chunk in lanes, one by rows)."""
     path = tmp_path / "wide-gate.onnx"
-    export_step(tiny_checkpoint(True, 260, 4), path, "static", readings(60, 4, seed=1), {"outputs": True})
+    export_step(tiny_ssm_checkpoint(True, 260, 4), path, "static", readings(60, 4, seed=1), {"outputs": True})
     _, meta = open_model(path)
     by_code, computed = native.NativeStep(path, meta, 9), native.NativeStep(path, meta, 9, vnni=False)
     if native.simd().startswith("x86-64-v"):
@@ -228,12 +174,7 @@ def test_a_projection_over_256_outputs_computes_and_the_kernel_names_the_tables_
 @pytest.mark.parametrize("scheme", ["float", "static"])
 def test_streams_do_not_depend_on_each_other(tiny, scheme):
     """Stream 3 of 7 computes what it computes alone, to the bit."""
-    path = tiny("selective", scheme)
-    _, meta = open_model(path)
-    X = readings(50, 7)
-    many = native_stream(native.NativeStep(path, meta, 7), X)
-    one = native_stream(native.NativeStep(path, meta, 1), X[:, 3:4])
-    assert np.array_equal(many[:, 3:4], one)
+    assert_stream_computes_what_it_computes_alone(tiny("selective", scheme), readings(50, 7))
 
 
 @needs_ext
@@ -409,7 +350,6 @@ def test_sessions_pick_native_and_state_interchanges_with_onnxruntime(tiny, tmp_
 def test_a_session_shared_by_threads_loses_no_push(tiny):
     """Four threads pushing the same reading into one native session (enough streams that the C
     step releases the GIL): every push is applied once, as 400 pushes in a row would be."""
-    import threading
     path = tiny("selective", "static")
     x = readings(1, 256, seed=4)[0]
     shared, serial = StreamSession(path, streams=256), StreamSession(path, streams=256)
@@ -418,11 +358,7 @@ def test_a_session_shared_by_threads_loses_no_push(tiny):
     def pusher():
         for _ in range(100):
             shared.push(x)
-    threads = [threading.Thread(target=pusher) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    in_threads(pusher, 4)
     for _ in range(400):
         serial.push(x)
     assert list(shared.position) == [400] * 256
@@ -430,19 +366,6 @@ def test_a_session_shared_by_threads_loses_no_push(tiny):
 
 
 # -- what the native step refuses ----------------------------------------------------------
-
-def _edit(src, dst, edit):
-    m = onnx.load(str(src))
-    edit(m)
-    onnx.save(m, str(dst))
-    return dst
-
-
-def _swap(op_from, op_to):
-    def edit(m):
-        next(n for n in m.graph.node if n.op_type == op_from).op_type = op_to
-    return edit
-
 
 def _set_constant(name_end, value):
     def edit(m):
@@ -461,18 +384,15 @@ def test_an_edited_file_runs_its_graph(tiny, tmp_path):
     onnxruntime under auto and is refused by name under native."""
     one = next(t.name for t in onnx.load(str(tiny("selective"))).graph.initializer
                if t.name.startswith("scalar_tensor"))
-    cases = [(tiny("fixed"), _swap("Sigmoid", "Tanh")), (tiny("selective"), _set_constant(one, 0.9)),
-             (tiny("selective"), _swap("Softplus", "Relu")), (tiny("selective"), _set_constant("threshold_cast", np.inf)),
-             (tiny("fixed", "static"), _swap("Sigmoid", "Tanh")),
+    cases = [(tiny("fixed"), swap_op("Sigmoid", "Tanh")), (tiny("selective"), _set_constant(one, 0.9)),
+             (tiny("selective"), swap_op("Softplus", "Relu")), (tiny("selective"), _set_constant("threshold_cast", np.inf)),
+             (tiny("fixed", "static"), swap_op("Sigmoid", "Tanh")),
              (tiny("fixed", "static"), _set_constant("ssm0_x_bias", np.nan))]
     for i, (src, edit) in enumerate(cases):
-        path = _edit(src, tmp_path / f"edited{i}.onnx", edit)
+        path = edited(src, tmp_path / f"edited{i}.onnx", edit)
         _, meta = open_model(path)
         assert native.supports(meta, path) is not None, i
-        s = StreamSession(path, streams=2)
-        assert s.backend == "onnxruntime", i
-        with pytest.raises(UsageError, match=f"backend 'native' cannot run '{path}'"):
-            StreamSession(path, backend="native")
+        s = assert_runs_on_onnxruntime_only(path, i)
         x = readings(1, 2)[0]
         assert np.array_equal(s.push_logits(x), StreamSession(path, streams=2, backend="onnxruntime").push_logits(x))
 
@@ -494,7 +414,7 @@ def test_the_packed_output_stage_rounds_a_small_negative_to_plus_zero(tiny, tmp_
             else:
                 continue
             t.CopyFrom(numpy_helper.from_array(a, t.name))
-    path = _edit(tiny("fixed", "static"), tmp_path / "signed-zero.onnx", edit)
+    path = edited(tiny("fixed", "static"), tmp_path / "signed-zero.onnx", edit)
     _, meta = open_model(path)
     assert native.supports(meta, path) is None
     X = readings(5, 9, seed=2)                          # streams 0-7 in a lane chunk, stream 8 by rows
@@ -520,7 +440,7 @@ def test_saturated_gates_and_decays_agree_in_lanes_rows_and_onnxruntime(tiny, tm
         for t in m.graph.initializer:
             if t.name in ("ssm0_in", "ssm0_in_bias"):
                 t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t) * np.float32(60), t.name))
-    path = _edit(tiny(variant), tmp_path / f"{variant}-hot.onnx", edit)
+    path = edited(tiny(variant), tmp_path / f"{variant}-hot.onnx", edit)
     _, meta = open_model(path)
     assert native.supports(meta, path) is None
     X = readings(200, 17, seed=3)                       # streams 0-15 in lanes, stream 16 by rows
@@ -549,7 +469,7 @@ def test_every_class_count_leaves_the_lanes_row_by_row(tmp_path, n_classes):
     streams); a NaN reading in one lane leaves the others' probabilities written and its own as
     they were."""
     path = tmp_path / f"c{n_classes}.onnx"
-    export_step(tiny_checkpoint(True, 10, 5, n_classes), path, "float", readings(60, 4, seed=1),
+    export_step(tiny_ssm_checkpoint(True, 10, 5, n_classes), path, "float", readings(60, 4, seed=1),
                 {"outputs": True})
     _, meta = open_model(path)
     X = readings(30, 29, seed=5)

@@ -168,7 +168,7 @@ def test_every_accuracy_is_shown_with_its_schedule(report):
 
 def test_progress_off_a_terminal_is_plain_lines(report):
     _, _, screen = report                                  # CliRunner's streams are not terminals
-    t = r"(\d+s|\d+m\d\ds|\d+h\d\dm)"                                   # edgeseq.train_plan.clock
+    t = r"(\d+s|\d+m\d\ds|\d+h\d\dm)"                                   # edgeseq.train.plan.clock
     for phase in ("models", "memory", "latency", "throughput", "rss", "mcu"):
         assert re.search(rf"^report: {phase}: \d+ steps?, {t} in all so far$", screen, re.M), phase
         assert re.search(rf"^report: {phase} done in {t}, {t} in all$", screen, re.M), phase

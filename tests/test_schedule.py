@@ -15,7 +15,7 @@ from edgeseq.errors import UsageError
 from edgeseq.runtime.evaluate import grace_for
 from edgeseq.train import (DEFAULTS, TrainConfig, diagnose, epoch_budget, model_from_checkpoint, train,
                            validation_scores, validation_split)
-from edgeseq.train_plan import CHUNK_MAX, CHUNK_MIN, chunk_for, plan_epoch
+from edgeseq.train.plan import CHUNK_MAX, CHUNK_MIN, chunk_for, plan_epoch
 
 TINY = {"hidden": 8}
 

@@ -458,13 +458,27 @@ def test_a_model_replaced_while_a_session_opens_is_read_once(tmp_path, monkeypat
 
 # -- a restored state the model cannot have written: refused, session unchanged ------------------
 
+def _pushed(path, backend, X):
+    """A two-stream session of `path` on `backend` after the readings X [T, 2, F], and its snapshot."""
+    from edgeseq.runtime import StreamSession
+    s = StreamSession(path, streams=2, backend=backend)
+    for r in X:
+        s.push(r)
+    return s, s.snapshot()
+
+
+def _state_copy(snap):
+    """A snapshot's position and a copy of its state, to edit."""
+    return {"position": snap["position"], "state": [a.copy() for a in snap["state"]]}
+
+
 def test_a_state_the_model_cannot_write_is_refused_on_both_backends(models, tmp_path, monkeypatch):
     import edgeseq.runtime.session_state as session_module
     from edgeseq.errors import UsageError
     from edgeseq.runtime import StreamSession
     from edgeseq.runtime.statefile import StateFileError, load_state, save_state
-    from test_native_ssm import tiny_checkpoint as ssm_checkpoint
-    ssm = _float_file(ssm_checkpoint(False, 6, 5), tmp_path / "ssm.onnx")
+    from helpers import tiny_ssm_checkpoint
+    ssm = _float_file(tiny_ssm_checkpoint(False, 6, 5), tmp_path / "ssm.onnx")
     X = np.random.default_rng(0).standard_normal((4, 2, 3)).astype(np.float32) + np.arange(3, dtype=np.float32)
     cases = [(models["gru"], 0, 3e38, "holds 3e+38 (stream 1), beyond +-1.03125: a GRU's hidden state is a tanh "
                                       "output, within [-1, 1]"),
@@ -475,11 +489,8 @@ def test_a_state_the_model_cannot_write_is_refused_on_both_backends(models, tmp_
              (ssm, 0, 1e30, "holds 1e+30 (stream 1), beyond +-1.84467e+19")]
     for i, (path, which, value, fragment) in enumerate(cases):
         for backend in ("native", "onnxruntime"):
-            s = StreamSession(path, streams=2, backend=backend)
-            for r in X:
-                s.push(r)
-            before = s.snapshot()
-            bad = {"position": before["position"], "state": [a.copy() for a in before["state"]]}
+            s, before = _pushed(path, backend, X)
+            bad = _state_copy(before)
             bad["state"][which][1] = value
             with pytest.raises(UsageError, match=re.escape(fragment)):
                 s.restore(bad)
@@ -490,7 +501,7 @@ def test_a_state_the_model_cannot_write_is_refused_on_both_backends(models, tmp_
             with pytest.raises(StateFileError, match=re.escape(fragment)):
                 load_state(tmp_path / f"{i}{backend}.state", s)
             assert same_state(s.snapshot(), before)
-            within = {"position": before["position"], "state": [a.copy() for a in before["state"]]}
+            within = _state_copy(before)
             within["state"][which][1] = np.clip(before["state"][which][1], -1, 1)
             s.restore(within)                                # what the model can write is taken
     one = StreamSession(models["gru"])
@@ -502,11 +513,8 @@ def test_a_state_the_model_cannot_write_is_refused_on_both_backends(models, tmp_
     assert r.exit_code == 0 and "a GRU's hidden state is a tanh output" in r.stderr and "moved it to" in r.stderr
     monkeypatch.setattr(session_module, "STATE_BOUND", float("inf"))    # past the bound: the probe step decides
     for backend in ("native", "onnxruntime"):
-        s = StreamSession(ssm, streams=2, backend=backend)
-        for r in X:
-            s.push(r)
-        before = s.snapshot()
-        bad = {"position": before["position"], "state": [a.copy() for a in before["state"]]}
+        s, before = _pushed(ssm, backend, X)
+        bad = _state_copy(before)
         bad["state"][0][1] = 3e38
         with pytest.raises(UsageError, match="snapshot state gives NaN or Inf for stream 1 one step on"):
             s.restore(bad)

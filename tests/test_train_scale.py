@@ -65,12 +65,21 @@ def test_lanes_hold_every_reading_once_each_piece_from_zero_state():
     assert plan.lane_len == int(lane_totals(pieces(lengths, 700), plan.lanes, 40).max())
 
 
-@pytest.mark.parametrize("arch,settings", [("gru", {"hidden": 8}), ("lstm", {"hidden": 8, "layers": 2}),
-                                           ("ssm", {"d_model": 8, "d_state": 4}),
-                                           ("transformer", {"d_model": 8, "heads": 2, "window": 7})])
-def test_a_fresh_row_forgets_its_carry(arch, settings):
+# small models of every architecture that trains on streams: (arch, settings)
+SMALL = [("gru", {"hidden": 8}), ("lstm", {"hidden": 8, "layers": 2}), ("ssm", {"d_model": 8, "d_state": 4}),
+         ("transformer", {"d_model": 8, "heads": 2, "window": 7})]
+
+
+def _seeded(arch, settings):
+    """An untrained model on 3 channels and 4 classes, in eval mode, built after torch.manual_seed(0)
+    (the readings a test draws next come from the same seeded generator)."""
     torch.manual_seed(0)
-    model = build_model(arch, make_config(arch, n_features=3, n_classes=4, **settings)).eval()
+    return build_model(arch, make_config(arch, n_features=3, n_classes=4, **settings)).eval()
+
+
+@pytest.mark.parametrize("arch,settings", SMALL)
+def test_a_fresh_row_forgets_its_carry(arch, settings):
+    model = _seeded(arch, settings)
     X = torch.randn(3, 30, 3)
     with torch.no_grad():
         _, carry = model.forward_stream(X[:, :20])
@@ -83,12 +92,9 @@ def test_a_fresh_row_forgets_its_carry(arch, settings):
     assert not torch.allclose(alone[~fresh], carried[~fresh], atol=1e-3)      # the carry mattered
 
 
-@pytest.mark.parametrize("arch,settings", [("gru", {"hidden": 8}), ("lstm", {"hidden": 8, "layers": 2}),
-                                           ("ssm", {"d_model": 8, "d_state": 4}),
-                                           ("transformer", {"d_model": 8, "heads": 2, "window": 7})])
+@pytest.mark.parametrize("arch,settings", SMALL)
 def test_chunked_sequence_logits_equal_one_pass(arch, settings):
-    torch.manual_seed(0)
-    model = build_model(arch, make_config(arch, n_features=3, n_classes=4, **settings)).eval()
+    model = _seeded(arch, settings)
     X = torch.randn(5, 61, 3)
     lengths = torch.tensor([61, 13, 40, 1, 29])
     with torch.no_grad():

@@ -7,22 +7,15 @@ import pytest
 import torch
 
 from edgeseq.models import build_model, make_config
-from edgeseq.models.transformer import MASKED, SPAN
+from edgeseq.models.transformer import MASKED, SPAN, join_carry
 from helpers import assert_close
 
 
 def reference_stream(model, x, carry=None, fresh=None):
     """`forward_stream` as plain math: (logits (B, T, C), carry)."""
     c = model.config
-    B, T, _ = x.shape
-    if carry is None:
-        full, seen = x, torch.ones(B, T, dtype=torch.bool)
-    else:
-        past, past_seen = carry
-        if fresh is not None:
-            past_seen = past_seen & ~fresh.unsqueeze(1)
-        full = torch.cat([past, x], dim=1)                       # (B, N, F)
-        seen = torch.cat([past_seen, torch.ones(B, T, dtype=torch.bool)], dim=1)
+    T = x.shape[1]
+    full, seen = join_carry(x, carry, fresh)                   # (B, N, F), (B, N): the carry as forward_stream joins it
     N = full.shape[1]
     i = torch.arange(N)
     back = i.unsqueeze(1) - i.unsqueeze(0)                     # (N, N): readings back

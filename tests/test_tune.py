@@ -15,8 +15,8 @@ pytest.importorskip("optuna", reason="optuna not installed: pip install '.[tune]
 
 from edgeseq.cli import cli  # noqa: E402
 from edgeseq.errors import UsageError  # noqa: E402
-from edgeseq.report.tune_pages import dominates, front  # noqa: E402
 from edgeseq.tune import OBJECTIVES, QUICK_SPACE, check_space, make_sampler, suggest, tune  # noqa: E402
+from edgeseq.tune.pages import dominates, front  # noqa: E402
 from helpers import one_error_line  # noqa: E402
 
 
@@ -234,7 +234,7 @@ def test_workers_started_together_draw_apart_and_one_worker_reproduces(sampler, 
     The ask path only, no training; the shared study in SQLite, as `--storage` gives it."""
     import optuna
 
-    from edgeseq.tune_storage import close_storage, open_storage
+    from edgeseq.tune.storage import close_storage, open_storage
 
     def study(storage):
         if not optuna.get_all_study_names(storage):
@@ -281,7 +281,7 @@ def test_runs_that_start_together_on_a_new_sqlite_file_both_open_it(tmp_path, mo
     import optuna
     import sqlalchemy.exc
 
-    from edgeseq.tune_storage import close_storage, open_storage
+    from edgeseq.tune.storage import close_storage, open_storage
 
     real, calls = optuna.storages.RDBStorage, []
 
@@ -350,7 +350,7 @@ def test_untrained_firmware_figures_are_the_trained_models(arch, settings, tmp_p
 
     from edgeseq.data import load_dataset
     from edgeseq.train import DEFAULTS, train
-    from edgeseq.tune_figures import firmware_figures, untrained_figures
+    from edgeseq.tune.figures import firmware_figures, untrained_figures
     from export import export_int8
     from firmware_sim.targets import get_target
 

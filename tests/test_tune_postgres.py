@@ -24,7 +24,7 @@ pytest.importorskip("optuna", reason="optuna not installed: pip install '.[tune]
 from edgeseq.cli import cli  # noqa: E402
 from edgeseq.gateway.broker import free_port  # noqa: E402
 from edgeseq.tune import QUICK_SPACE  # noqa: E402
-from edgeseq.tune_storage import close_storage, open_storage  # noqa: E402
+from edgeseq.tune.storage import close_storage, open_storage  # noqa: E402
 from helpers import one_error_line  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -54,9 +54,9 @@ def tune(data, target, targets_file, trials, jobs, seed, sampler, max_latency_ms
       edgeseq tune --out runs/tune --study tune --trials 10        # resume: 10 more trials
       edgeseq tune --out runs/b --storage postgresql://me@db/tune --study gestures --trials 10
     """
-    from edgeseq.report.tune_pages import table
     from edgeseq.tune import QUICK_SPACE, TuneInterrupted
     from edgeseq.tune import tune as tune_fn
+    from edgeseq.tune.pages import table
 
     try:
         with _writing(out):

@@ -104,6 +104,20 @@ def split_heads(t: torch.Tensor, heads: int) -> torch.Tensor:
     return t.view(B, T, heads, C // heads).transpose(1, 2)  # (B, nh, T, hs)
 
 
+def join_carry(x: torch.Tensor, carry=None, fresh=None) -> tuple:
+    """A chunk x (B, T, F) after the `carry` of the chunk before it (None: the stream starts here),
+    `fresh` (B,) bool: rows that start from nothing here -> (the carried readings then the chunk's
+    (B, ctx + T, F), the mask of those each row may see (B, ctx + T))."""
+    B, T, _ = x.shape
+    if carry is None:
+        return x, torch.ones(B, T, dtype=torch.bool)
+    past, past_seen = carry
+    if fresh is not None:
+        past_seen = past_seen & ~fresh.unsqueeze(1)               # (B, ctx)
+    full = torch.cat([past, x], dim=1)                           # (B, ctx + T, F)
+    return full, torch.cat([past_seen, torch.ones(B, T, dtype=torch.bool)], dim=1)
+
+
 class SelfAttention(nn.Module):
     def __init__(self, c: TransformerConfig):
         super().__init__()
@@ -261,15 +275,8 @@ class Transformer(nn.Module):
         would in deployment (the runtime slides the cache); without positions, where the window
         sits in the stream does not matter, so the logits are those of one pass over the whole
         stream (or, from a fresh row, over its own readings)."""
-        B, T, _ = x.shape
-        if carry is None:
-            full, seen = x, torch.ones(B, T, dtype=torch.bool)
-        else:
-            past, past_seen = carry
-            if fresh is not None:
-                past_seen = past_seen & ~fresh.unsqueeze(1)               # (B, ctx)
-            full = torch.cat([past, x], dim=1)                           # (B, ctx + T, F)
-            seen = torch.cat([past_seen, torch.ones(B, T, dtype=torch.bool)], dim=1)
+        T = x.shape[1]
+        full, seen = join_carry(x, carry, fresh)                         # (B, ctx + T, F), (B, ctx + T)
         ctx = full.shape[1] - T
         blind = ~seen[:, :ctx].any(1)                                    # (B,): rows that see none of their carry
         if self.config.positions in SHIFT_INVARIANT and ctx and bool(blind.any()) and not bool(blind.all()):

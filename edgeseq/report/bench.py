@@ -26,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
+from edgeseq.report.bench_kit import _interleaved_us, _random_checkpoint
+
 
 def _median_us(fn, repeats: int, warmup: int) -> dict:
     for _ in range(warmup):
@@ -50,22 +52,6 @@ def identity_model(features: int):
     m.ir_version = contract.IR_VERSION
     onnx.checker.check_model(m)
     return m.SerializeToString()
-
-
-def _random_checkpoint(arch, **overrides):
-    import torch
-    import edgeseq
-    from edgeseq.data import load_dataset, Normalization
-    from edgeseq.models import build_model, config_dict, make_config
-    ds = load_dataset("basicmotions")
-    torch.manual_seed(0)
-    cfg = make_config(arch, n_features=ds.n_features, n_classes=len(ds.labels), **overrides)
-    model = build_model(arch, cfg).eval()
-    norm = Normalization.fit(ds.train)
-    model.norm.set(norm.mean, norm.std)
-    return {"edgeseq_version": edgeseq.__version__, "arch": arch, "config": config_dict(cfg),
-            "state_dict": model.state_dict(), "normalization": norm.to_json(), "labels": ds.labels,
-            "features": ds.features}
 
 
 class _Recompute:
@@ -290,22 +276,6 @@ def run_bench(repeats: int = 2000, warmup: int = 200, cache_lengths=(16, 256, 10
             from edgeseq.report.bench_archs import run_arch_steps
             out["archs"] = run_arch_steps(Path(tmp), repeats, warmup, lambda: floor.run_with_iobinding(b))
     return out
-
-
-def _interleaved_us(fns: dict, rounds: int, warmup: int, stat=np.median) -> dict:
-    """Median (or `stat`, e.g. np.min) us per call of each function, timed in turn within each
-    round (one call each), so that a busy moment of a shared machine falls on all of them alike."""
-    for _ in range(warmup):
-        for fn in fns.values():
-            fn()
-    times = {k: np.empty(rounds) for k in fns}
-    clock = time.perf_counter
-    for i in range(rounds):
-        for k, fn in fns.items():
-            t0 = clock()
-            fn()
-            times[k][i] = clock() - t0
-    return {k: float(stat(v) * 1e6) for k, v in times.items()}
 
 
 def run_backends(gru_ckpt, tmp: Path, repeats: int, warmup: int, floor_call,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgeseq.report.bench import _interleaved_us, _random_checkpoint
+from edgeseq.report.bench_kit import _interleaved_us, _random_checkpoint
 
 HISTORIES = (16, 50, 256, 1024)
 GEMM_N = 512                            # the single-thread GEMM the bound is measured on (n x n by n x n)

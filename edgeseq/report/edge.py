@@ -84,7 +84,7 @@ class _Phase:
     """One phase of `Progress`: update() after each step, close() at the end."""
 
     def __init__(self, p: Progress, name: str, total: int):
-        from edgeseq.train_plan import clock
+        from edgeseq.train import clock
         self.p, self.name, self.total, self.done, self.clock = p, name, total, 0, clock
         self.t0 = self.last = time.perf_counter()
         self.bar = None

@@ -14,7 +14,8 @@ are constants has
   or a graph input of static shape), and an axis within the input's rank.
 
 Blocked quantization (`block_size`) has other shape rules and is left to onnxruntime. numpy
-only: the graph comes from `edgeseq.runtime.native.onnxfile`.
+only: the graph comes from `edgeseq.runtime.native.onnxfile`. `strip_copies` follows a tensor
+back through the copies a QDQ graph makes of it, for the walks that read such a graph.
 """
 
 from __future__ import annotations
@@ -24,6 +25,21 @@ import numpy as np
 from edgeseq.errors import ModelFileError
 
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
+
+
+def strip_copies(producer: dict, init: dict, tensor: str) -> str:
+    """The tensor that `tensor` copies: back through Identity nodes and QuantizeLinear ->
+    DequantizeLinear pairs on activations (a DequantizeLinear of a constant is a tensor of its
+    own). `producer`: each tensor's node; `init`: the constants by name."""
+    while True:
+        n = producer.get(tensor)
+        if n is not None and n.op_type == "Identity":
+            tensor = n.input[0]
+        elif (n is not None and n.op_type == "DequantizeLinear" and n.input[0] not in init
+              and getattr(producer.get(n.input[0]), "op_type", None) == "QuantizeLinear"):
+            tensor = producer[n.input[0]].input[0]
+        else:
+            return tensor
 
 
 def _first_bad(a: np.ndarray) -> str:

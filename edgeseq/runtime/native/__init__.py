@@ -50,6 +50,7 @@ from edgeseq.runtime.native import attn as _attn
 from edgeseq.runtime.native.buffers import zeros as _zeros64
 from edgeseq.runtime.native import ssm as _ssm
 from edgeseq.runtime.native.onnxfile import Graph, read_graph
+from edgeseq.runtime.native.schemes import scheme_reason
 from edgeseq.runtime.native.probing import (  # noqa: F401  (importable from here, as before)
     FLOAT_PROBE_RTOL, INT8_PROBE_Q12, INT8_PROBE_RTOL, INT8_PROBE_STEPS, PROBE_READINGS, PROBE_STREAMS, _agree,
     output_grid, probe, probe_tolerance)
@@ -131,13 +132,8 @@ def _meta_reason(meta) -> str | None:
         return _attn.meta_reason(meta)                     # the KV cache: attn.py
     if meta.arch not in KINDS and meta.arch != "ssm":
         return f"the native step runs rnn, gru, lstm and ssm models, not {meta.arch}: onnxruntime only"
-    q = meta.quantization
-    if q:
-        scheme = q.get("scheme")
-        if scheme == "dynamic":
-            return "int8 dynamic scales activations per call: onnxruntime only"
-        if scheme != "static":
-            return f"int8 scheme {scheme!r} runs on onnxruntime only (the native step runs static int8)"
+    if reason := scheme_reason(meta):
+        return reason
     if meta.arch == "ssm":
         return _ssm.meta_reason(meta)
     per = 2 if meta.arch == "lstm" else 1

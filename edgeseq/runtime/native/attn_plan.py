@@ -11,6 +11,7 @@ import numpy as np
 from edgeseq import contract
 from edgeseq.errors import ModelFileError
 from edgeseq.runtime.native.onnxfile import Graph
+from edgeseq.runtime.native.schemes import scheme_reason
 
 MAX_LAYERS = 16                     # es_attn.h ES_A_MAX_LAYERS
 MASK_AT_MOST = -1e4                 # the graph's masked-score constant must send exp() to 0 in float32
@@ -23,13 +24,8 @@ def meta_reason(meta) -> str | None:
     """Why the metadata alone rules the native Transformer step out, or None."""
     if meta.arch != "transformer":
         return f"a {meta.arch} model with a growing cache is no edgeseq transformer: onnxruntime only"
-    q = meta.quantization
-    if q:
-        scheme = q.get("scheme")
-        if scheme == "dynamic":
-            return "int8 dynamic scales activations per call: onnxruntime only"
-        if scheme != "static":
-            return f"int8 scheme {scheme!r} runs on onnxruntime only (the native step runs static int8)"
+    if reason := scheme_reason(meta):
+        return reason
     specs = meta.state
     L = len(specs) // 2
     want = [f"{kv}.{layer}" for layer in range(L) for kv in ("key", "value")]

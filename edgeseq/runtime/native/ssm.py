@@ -25,6 +25,7 @@ import numpy as np
 from edgeseq import contract
 from edgeseq.errors import ModelFileError
 from edgeseq.runtime.native.buffers import zeros as _zeros64
+from edgeseq.runtime.quant import strip_copies
 
 NB = 16                              # es_float.h ES_F_NB: product columns are padded to it
 MAX_LAYERS = 16                      # es_ssm_object.h ES_S_MAX_LAYERS
@@ -80,15 +81,7 @@ class _Walk:
 
     def strip(self, tensor: str) -> str:
         """What `fq` would return as the source, marking nothing (to tell inputs apart)."""
-        while True:
-            n = self.producer.get(tensor)
-            if n is not None and n.op_type == "Identity":
-                tensor = n.input[0]
-            elif (n is not None and n.op_type == "DequantizeLinear" and n.input[0] not in self.init
-                  and self.peek(n.input[0]) == "QuantizeLinear"):
-                tensor = self.producer[n.input[0]].input[0]
-            else:
-                return tensor
+        return strip_copies(self.producer, self.init, tensor)
 
     def through(self, tensor: str) -> str:
         """The tensor an Identity chain copies."""

@@ -1,5 +1,6 @@
 """A tune trial's figures: accuracy on both protocols of its int8 model, and the calibrated
-`firmware check` on the study's target (before training too, for the limits)."""
+`firmware check` on the study's target (before training too, for the limits); the objectives
+the study ranks them on (`OBJECTIVES`) and the limits they may break (`over_limits`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,26 @@ import tempfile
 from pathlib import Path
 
 from edgeseq.errors import EdgeseqError
+
+# (key, direction, label); the order is the order of the study's values.
+OBJECTIVES = (
+    ("never_reset_accuracy", "maximize", "never reset"),
+    ("per_sequence_accuracy", "maximize", "per sequence"),
+    ("latency_us", "minimize", "us/reading"),
+    ("flash_kb", "minimize", "flash KB"),
+    ("ram_kb", "minimize", "RAM KB"),
+)
+
+
+def over_limits(m: dict, caps: dict) -> list:
+    """What a trial's figures `m` break: ['flash 11.1 KB > 8 KB', ...]."""
+    out = []
+    if caps["latency_ms"] is not None and m["latency_us"] / 1000 > caps["latency_ms"]:
+        out.append(f"latency {m['latency_us'] / 1000:.3g} ms > {caps['latency_ms']:g} ms")
+    for key, name in (("ram_kb", "RAM"), ("flash_kb", "flash")):
+        if m[key] > caps[key]:
+            out.append(f"{name} {m[key]:.1f} KB > {caps[key]:g} KB")
+    return out
 
 
 def firmware_figures(model: str, target) -> dict:

@@ -1,7 +1,7 @@
 """How a training epoch is cut into updates, and the progress shown while it runs.
 
 `plan_epoch` sizes an epoch: how many parallel streams and lanes of single sequences, how many
-updates (the method is described in `edgeseq.train`); `training_streams` and `sequence_lanes`
+updates (the method is described in `edgeseq.train.loop`); `training_streams` and `sequence_lanes`
 lay out one epoch's readings for it; `Progress` reports on stderr. numpy only: no torch.
 """
 
@@ -12,15 +12,12 @@ import math
 import sys
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from edgeseq.data import Split, since_change
 from edgeseq.data.augment import cut_pieces
-
-if TYPE_CHECKING:
-    from edgeseq.train import TrainConfig
+from edgeseq.train.config import TrainConfig
 
 
 def training_streams(split: Split, streams: int, grace: int, rng: np.random.Generator, join: float = 0.0,

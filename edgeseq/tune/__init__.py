@@ -25,7 +25,7 @@ target, limits, search space, sampler, seed): resuming or joining it takes them 
 target is kept as its whole profile (a `--targets-file` one too), so workers and resumed runs
 plan on the same part without reading the file.
 
-**Seeds** (`edgeseq.tune_sampler`): each trial's sampler seed comes from `--seed` and the trial's
+**Seeds** (`edgeseq.tune.sampler`): each trial's sampler seed comes from `--seed` and the trial's
 number, which the storage gives one trial only. Workers on one study (`--jobs`, or several
 commands on one `--storage` started together) never draw alike; one worker on a new study draws
 the same trials for a seed, and a study resumed after its run finished the trials an unbroken run
@@ -50,9 +50,9 @@ from pathlib import Path
 import numpy as np
 
 from edgeseq.errors import DataError, EdgeseqError, UsageError
-from edgeseq.tune_storage import _optuna, close_storage, open_storage, redact
-from edgeseq.tune_figures import int8_figures, untrained_figures
-from edgeseq.tune_space import APPLIES, QUICK_SPACE, SCHEDULE, SPACE, check_space, describe, suggest  # noqa: F401
+from edgeseq.tune.figures import OBJECTIVES, int8_figures, over_limits, untrained_figures
+from edgeseq.tune.space import APPLIES, QUICK_SPACE, SCHEDULE, SPACE, check_space, describe, suggest  # noqa: F401
+from edgeseq.tune.storage import _optuna, close_storage, open_storage, redact
 
 DEFAULT_STUDY = "tune"
 STUDY_ATTR = "edgeseq_tune"       # the study's settings, a JSON dict in its user attributes
@@ -61,14 +61,6 @@ POPULATION = 10                   # NSGA-II: trials per generation (the first on
 STUDY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 SAMPLERS = ("nsga2", "tpe")
 
-# (key, direction, label); the order is the order of the study's values.
-OBJECTIVES = (
-    ("never_reset_accuracy", "maximize", "never reset"),
-    ("per_sequence_accuracy", "maximize", "per sequence"),
-    ("latency_us", "minimize", "us/reading"),
-    ("flash_kb", "minimize", "flash KB"),
-    ("ram_kb", "minimize", "RAM KB"),
-)
 
 class TuneInterrupted(EdgeseqError):
     """Ctrl-C: the finished trials are in the storage; the message says how to resume."""
@@ -139,17 +131,6 @@ class Search:
         return {"latency_ms": s["max_latency_ms"],
                 "ram_kb": min(x for x in (s["max_ram_kb"], self.target.sram_kb) if x is not None),
                 "flash_kb": min(x for x in (s["max_flash_kb"], self.target.flash_kb) if x is not None)}
-
-
-def over_limits(m: dict, caps: dict) -> list:
-    """What a trial's figures `m` break: ['flash 11.1 KB > 8 KB', ...]."""
-    out = []
-    if caps["latency_ms"] is not None and m["latency_us"] / 1000 > caps["latency_ms"]:
-        out.append(f"latency {m['latency_us'] / 1000:.3g} ms > {caps['latency_ms']:g} ms")
-    for key, name in (("ram_kb", "RAM"), ("flash_kb", "flash")):
-        if m[key] > caps[key]:
-            out.append(f"{name} {m[key]:.1f} KB > {caps[key]:g} KB")
-    return out
 
 
 def constraints(trial) -> list:
@@ -230,10 +211,10 @@ def progress_line(t, caps) -> str:
 
 def make_sampler(name: str, seed: int):
     """The study's sampler ('nsga2' or 'tpe') in one worker: each trial draws with a seed derived
-    from `seed` and its number in the study (`edgeseq.tune_sampler`), so workers on one study never
+    from `seed` and its number in the study (`edgeseq.tune.sampler`), so workers on one study never
     draw alike, however they were started, and one worker draws the same trials for a seed."""
     optuna = _optuna()
-    from edgeseq.tune_sampler import PerTrialSeed
+    from edgeseq.tune.sampler import PerTrialSeed
 
     def make(trial_seed: int):
         with warnings.catch_warnings():
@@ -433,12 +414,12 @@ def tune(out, data: str | None = None, target: str | None = None, trials: int = 
     trials for a `seed`, and a study resumed after its run finished draws what an unbroken run
     would have. Not reproducible: a study run by several workers at once (`jobs` > 1, or other
     runs on a shared `storage`), though each draws its own trials (each trial's sampler seed
-    comes from `seed` and its number in the study, `edgeseq.tune_sampler`).
+    comes from `seed` and its number in the study, `edgeseq.tune.sampler`).
 
     UsageError for a bad option or one that disagrees with the study's; DataError for a targets
     file that cannot be used; TuneInterrupted on Ctrl-C (the finished trials stay in the storage)."""
     from edgeseq.data import load_dataset
-    from edgeseq.report.tune_pages import summarize, write_pages
+    from edgeseq.tune.pages import summarize, write_pages
 
     optuna = _optuna()
     out = Path(out)

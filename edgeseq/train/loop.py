@@ -54,11 +54,9 @@ given seed and thread count.
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -67,131 +65,19 @@ from torch import nn
 
 import edgeseq
 from edgeseq.data import Dataset, Normalization, Split, load_dataset, since_change
-from edgeseq.data.augment import AUTO, NONE, Augment, Augmenter, check_augment, for_data, resolve_triples
-from edgeseq.errors import DataError, ModelFileError, UsageError, printable
+from edgeseq.data.augment import Augmenter, for_data, resolve_triples
+from edgeseq.errors import DataError, UsageError, printable
 from edgeseq.models import build_model, check_arch, config_dict, make_config
 from edgeseq.models.transformer import SHIFT_INVARIANT, TransformerConfig, window_for
 from edgeseq.runtime.evaluate import GRACE, grace_for
-
-# the epoch plan and progress are part of edgeseq.train's interface too, hence names unused here
-from edgeseq.train_plan import Plan, Progress, clock, lane_totals, pieces, plan_epoch, sequence_lanes, training_streams  # noqa: F401
-
-CHECKPOINT = "checkpoint.pt"
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    epochs: int | None = None  # passes over the training split; None: until the validation score stops
-                               # improving (`patience`), within the data's budget (`epoch_budget`)
-    batch_size: int = 8       # single sequences per update at least; long data gets more (see `updates`)
-    lr: float = 3e-3          # AdamW peak learning rate, cosine-decayed to 0
-    weight_decay: float = 1e-2
-    clip: float = 1.0         # gradient-norm clip, recurrent nets need it
-    seed: int = 0
-    aux_weight: float = 0.5   # weight of the loss on predictions after every reading past the first quarter
-    streams: int = 8          # TBPTT: parallel training streams at least (the split joined in a random order)
-    chunk: int | None = None  # TBPTT: readings per update in each stream and lane; the state carries over,
-                              # detached. None: the training sequences' median length, 50 to 256 (`chunk_for`)
-    seq_max: int = 1000       # single sequences longer than this train as pieces of at most this many
-                              # readings, each from zero state: the start matters for a few hundred
-                              # readings; past that the streams train what a never-reset device sees
-    updates: int = 50         # stream updates per epoch at most: past it, more parallel streams and larger
-                              # minibatches (wider fused calls) instead of more updates, so an epoch's
-                              # time follows its readings, not readings x sequence length
-    grace: int | None = None  # TBPTT: readings after each change of label left out of the stream loss; None:
-                              # the continuous protocol's grace for the training data (`grace_for`: a quarter
-                              # of the median sequence length, 1 to 20), so short sequences are learnt too
-    stream_weight: float = 1.0  # weight of the stream loss; 0 trains on single sequences only
-    threads: int = 1          # torch intra-op threads while training: these models are too small for a
-                              # thread pool, and on a busy 2-core machine 2 threads trained the default
-                              # GRU in 287 s against 25 s with 1; one thread also gives the same weights
-                              # for a seed on any core count
-    augment: Augment | str | dict = NONE  # the training split's augmentation, drawn anew each epoch
-                                          # (edgeseq.data.augment): an Augment, its fields, 'none', 'default',
-                                          # 'light' or 'auto' (by the data's channels, `for_data`)
-    val_fraction: float = 0.2  # share of the training sequences held out to decide when to stop (epochs None)
-    patience: int = 12        # epochs without a better validation score before training stops, and at least
-                              # `patience_updates` updates' worth; the learning rate halves after a third of that
-    patience_updates: int = 100
-    budget_updates: int = 3000  # epochs None: at most this many updates in all (small sets: many epochs) ...
-    budget_readings: int = 20_000_000  # ... and at most this many training readings run (long recordings: few)
-    min_epochs: int = 10      # epochs None: never fewer epochs in the budget than this
-    final_share: float = 0.25  # epochs None: after stopping, the validation sequences join the rest for this
-                               # share of the kept epoch's count, the learning rate annealed to 0 (0: none)
-
-
-# Per-architecture defaults, chosen on BasicMotions (figures in README). Augmentation is AUTO for
-# the streaming architectures: on several channels the full set (on BasicMotions it raised the mean
-# test accuracy of each on both protocols over seeds 0-6: scripts/measure_augment.py, docs/augment.md);
-# on one channel jitter and join only (scripts/measure_ucr.py, docs/training.md). The bidirectional ones have one protocol, unmeasured.
-# The SSM learns BasicMotions in the fewest epochs and stops on a shorter patience, which kept its training
-# time within twice the earlier fixed schedule's (docs/training.md).
-DEFAULTS = {
-    "rnn": TrainConfig(lr=3e-3, augment=AUTO),
-    "gru": TrainConfig(lr=5e-3, augment=AUTO),
-    "lstm": TrainConfig(lr=5e-3, augment=AUTO),
-    "transformer": TrainConfig(lr=2e-3, augment=AUTO),
-    "ssm": TrainConfig(lr=5e-3, augment=AUTO, patience=10, patience_updates=80),
-    "bigru": TrainConfig(lr=5e-3, stream_weight=0.0),
-    "bilstm": TrainConfig(lr=5e-3, stream_weight=0.0),
-}
+from edgeseq.train.config import DEFAULTS, TRAIN_LIMITS, TRAIN_OPTIONS, TrainConfig, check_train_config
+from edgeseq.train.plan import Plan, Progress, plan_epoch, sequence_lanes, training_streams
 
 
 def sequence_batches(n: int, b: int, gen: torch.Generator) -> list:
     """One epoch's minibatches of whole sequences: a random order, [(indices (b,) LongTensor)]."""
     perm = torch.randperm(n, generator=gen)
     return [perm[i:i + b] for i in range(0, n, b)]
-
-
-# What each TrainConfig field may be: (whole number?, smallest, largest); lr and clip must be above 0.
-TRAIN_LIMITS = {
-    "epochs": (True, 1, 100_000),
-    "batch_size": (True, 1, 100_000),
-    "lr": (False, 0.0, 10.0),
-    "weight_decay": (False, 0.0, 10.0),
-    "clip": (False, 0.0, 1e6),
-    "seed": (True, 0, 2**32 - 1),             # numpy's seed range
-    "aux_weight": (False, 0.0, 1e3),
-    "streams": (True, 1, 100_000),
-    "chunk": (True, 1, 1_000_000),
-    "seq_max": (True, 1, 100_000_000),
-    "updates": (True, 1, 1_000_000),
-    "grace": (True, 0, 1_000_000),
-    "stream_weight": (False, 0.0, 1e3),
-    "threads": (True, 1, 1024),
-    "val_fraction": (False, 0.0, 0.5),
-    "patience": (True, 1, 100_000),
-    "patience_updates": (True, 0, 100_000_000),
-    "budget_updates": (True, 1, 100_000_000),
-    "budget_readings": (True, 1, 10**13),
-    "min_epochs": (True, 1, 100_000),
-    "final_share": (False, 0.0, 1.0),
-}
-
-
-TRAIN_OPTIONS = ("epochs", "lr", "seed")      # the training settings `edgeseq train` has an option for
-EARLY_SETTINGS = ("patience", "patience_updates", "val_fraction", "budget_updates", "budget_readings", "min_epochs",
-                  "final_share")              # the ones only the default schedule (epochs None) reads
-TRAIN_SETTINGS = ("patience", "patience_updates", "val_fraction", "budget_updates", "budget_readings", "min_epochs",
-                  "final_share", "batch_size",
-                  "weight_decay", "clip", "aux_weight", "streams", "chunk", "seq_max", "updates", "grace",
-                  "stream_weight", "threads")   # the ones `edgeseq train --set NAME=VALUE` takes
-
-
-def check_train_config(tc: TrainConfig) -> TrainConfig:
-    """`tc` with its augmentation as an Augment (`check_augment`); UsageError naming the first
-    training setting of the wrong type or out of range."""
-    for name, (whole, lo, hi) in TRAIN_LIMITS.items():
-        v = getattr(tc, name)
-        if v is None and name in ("grace", "epochs", "chunk"):
-            continue
-        number = isinstance(v, (int, float)) and not isinstance(v, bool) and (isinstance(v, int) or not whole)
-        positive = name in ("lr", "clip")
-        if not number or not lo <= v <= hi or (positive and v <= 0):          # NaN fails `lo <= v`
-            what = "a whole number" if whole else "a number"
-            rng = f"above {lo} up to {hi}" if positive else f"in {lo}..{hi}"
-            raise UsageError(f"training setting {name} must be {what} {rng}, got {v!r}")
-    return replace(tc, augment=check_augment(tc.augment))
 
 
 def check_trainable(dataset: Dataset) -> None:
@@ -729,134 +615,3 @@ def accuracy(model, split) -> float:
     return float((logits.argmax(-1).numpy() == split.y).mean())
 
 
-def model_from_checkpoint(ckpt: dict):
-    model = build_model(ckpt["arch"], ckpt["config"])
-    model.load_state_dict(ckpt["state_dict"])
-    return model.eval()
-
-
-def torch_bytes(obj) -> bytes:
-    """`obj` as torch.save writes it, in memory: written to disk by `write_files`, a full disk
-    gives an OSError naming the file (torch's own writer gives a RuntimeError without one)."""
-    import io
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    return buf.getvalue()
-
-
-def write_files(files: dict) -> None:
-    """Write {path: bytes} all or nothing (`edgeseq.runtime.statefile.write_files`)."""
-    from edgeseq.runtime.statefile import write_files as write_all
-    write_all(files)
-
-
-CURVE = "training_curve.png"
-
-
-def curve_png(ckpt: dict) -> bytes | None:
-    """The training curve as a PNG (matplotlib): training loss, validation loss and accuracy and
-    the learning rate per epoch, the kept epoch marked. None without matplotlib or a curve."""
-    curve = ckpt.get("metrics", {}).get("curve")
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return None
-    if not curve:
-        return None
-    import io
-    e = [p["epoch"] for p in curve]
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
-    ax.plot(e, [p["loss"] for p in curve], label="training loss")
-    scored = [p for p in curve if "val_loss" in p]
-    if scored:
-        ax.plot([p["epoch"] for p in scored], [p["val_loss"] for p in scored], label="validation loss")
-        ax2.plot([p["epoch"] for p in scored], [p["val_accuracy"] for p in scored], label="validation accuracy",
-                 color="C2")
-        ax2.set_ylim(0, 1.02)
-    else:
-        ax2.set_title("no validation split", fontsize=8)
-    ax.set_yscale("log")
-    final = [p["epoch"] for p in curve if p.get("final")]
-    if final:
-        ax.axvspan(final[0] - 0.5, final[-1] + 0.5, color="0.9", label="all training sequences")
-    best = ckpt["metrics"].get("schedule", {}).get("best_epoch")
-    lr = ax2.twinx()
-    lr.plot(e, [p["lr"] for p in curve], color="0.4", lw=0.8, label="learning rate")
-    lr.set_ylabel("learning rate", fontsize=8)
-    for a in (ax, ax2):
-        if best:
-            a.axvline(best, color="0.6", ls="--", lw=1, label=f"kept: epoch {best}")
-        a.set_xlabel("epoch")
-        if a.get_legend_handles_labels()[0]:
-            a.legend(fontsize=7)
-    s = ckpt["metrics"].get("schedule", {})
-    fig.suptitle(f"{ckpt['arch']} on {ckpt['dataset']}: {s.get('epochs_run', len(curve))} epochs, "
-                 f"{s.get('mode', 'fixed')}{'' if s.get('converged', True) else ' (not converged)'}", fontsize=9)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=90)
-    plt.close(fig)
-    return buf.getvalue()
-
-
-def save_checkpoint(ckpt: dict, out_dir: str | os.PathLike) -> Path:
-    """Write `checkpoint.pt`, a readable `metrics.json` (the training curve included) and, where
-    matplotlib is installed, `training_curve.png` into `out_dir`, all or nothing
-    (`write_files`): a failed write (a full disk) raises an OSError naming the file and leaves
-    the old checkpoint as it was, with no temporary file behind."""
-    out = Path(out_dir)
-    summary = {k: ckpt[k] for k in ("arch", "config", "train_config", "labels", "features", "dataset", "metrics")}
-    summary["data_path"] = ckpt.get("data_path")
-    data = torch_bytes(ckpt)
-    out.mkdir(parents=True, exist_ok=True)
-    files = {out / CHECKPOINT: data, out / "metrics.json": (json.dumps(summary, indent=2) + "\n").encode()}
-    png = curve_png(ckpt)
-    if png is not None:
-        files[out / CURVE] = png
-    write_files(files)
-    return out / CHECKPOINT
-
-
-def quiet_torch_load(path):
-    """torch.load(weights_only=True) of `path` without the warnings torch prints for a file it
-    refuses (a raw pickle): the caller turns the exception into one `Error:` line."""
-    import warnings
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return torch.load(path, map_location="cpu", weights_only=True)   # tensors and plain data only: no code runs
-
-
-def load_checkpoint(path: str | os.PathLike) -> dict:
-    """A run directory (holding checkpoint.pt) or the .pt file itself."""
-    p = Path(path)
-    if p.is_dir():
-        p = p / CHECKPOINT
-    if not p.exists():
-        raise ModelFileError(f"no checkpoint at '{path}': run `edgeseq train --out {path}` first")
-    try:
-        ckpt = quiet_torch_load(p)
-    except Exception as e:
-        raise ModelFileError(f"'{p}' is not a readable edgeseq checkpoint ({type(e).__name__}); train it again") from None
-    if not isinstance(ckpt, dict) or "arch" not in ckpt or "state_dict" not in ckpt:
-        raise ModelFileError(f"'{p}' is not an edgeseq checkpoint; train one with `edgeseq train`")
-    return ckpt
-
-
-def parse_overrides(items) -> dict:
-    """['hidden=32', 'layers=2'] -> {'hidden': 32, 'layers': 2}: each value as JSON (32, 0.1,
-    true) or else as text ('sinusoid'); the model's config then checks type and range."""
-    out = {}
-    for item in items or ():
-        if "=" not in item or not item.split("=", 1)[0].strip():
-            raise UsageError(f"--set takes NAME=VALUE, got '{item}'")
-        k, v = item.split("=", 1)
-        k = k.strip()
-        if k in out:
-            raise UsageError(f"--set {k} is given twice; give each setting once")
-        try:
-            out[k] = json.loads(v)
-        except json.JSONDecodeError:
-            out[k] = v.strip()
-    return out

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from edgeseq.errors import EdgeseqError
 from edgeseq.report.edge_pages import COLORS
-from edgeseq.tune import OBJECTIVES, describe, over_limits
+from edgeseq.tune.figures import OBJECTIVES, over_limits
+from edgeseq.tune.space import describe
 
 FILES = ("pareto.json", "pareto.csv", "pareto.png", "pareto.html")
 

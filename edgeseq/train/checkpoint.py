@@ -1,0 +1,131 @@
+"""A training run on disk: `save_checkpoint` writes checkpoint.pt, metrics.json and the training
+curve's PNG all or nothing; `load_checkpoint` reads one back and `model_from_checkpoint`
+rebuilds its model."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import torch
+
+from edgeseq.errors import ModelFileError
+from edgeseq.models import build_model
+
+CHECKPOINT = "checkpoint.pt"
+
+
+def model_from_checkpoint(ckpt: dict):
+    model = build_model(ckpt["arch"], ckpt["config"])
+    model.load_state_dict(ckpt["state_dict"])
+    return model.eval()
+
+
+def torch_bytes(obj) -> bytes:
+    """`obj` as torch.save writes it, in memory: written to disk by `write_files`, a full disk
+    gives an OSError naming the file (torch's own writer gives a RuntimeError without one)."""
+    import io
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
+def write_files(files: dict) -> None:
+    """Write {path: bytes} all or nothing (`edgeseq.runtime.statefile.write_files`)."""
+    from edgeseq.runtime.statefile import write_files as write_all
+    write_all(files)
+
+
+CURVE = "training_curve.png"
+
+
+def curve_png(ckpt: dict) -> bytes | None:
+    """The training curve as a PNG (matplotlib): training loss, validation loss and accuracy and
+    the learning rate per epoch, the kept epoch marked. None without matplotlib or a curve."""
+    curve = ckpt.get("metrics", {}).get("curve")
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    if not curve:
+        return None
+    import io
+    e = [p["epoch"] for p in curve]
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(9, 3.4))
+    ax.plot(e, [p["loss"] for p in curve], label="training loss")
+    scored = [p for p in curve if "val_loss" in p]
+    if scored:
+        ax.plot([p["epoch"] for p in scored], [p["val_loss"] for p in scored], label="validation loss")
+        ax2.plot([p["epoch"] for p in scored], [p["val_accuracy"] for p in scored], label="validation accuracy",
+                 color="C2")
+        ax2.set_ylim(0, 1.02)
+    else:
+        ax2.set_title("no validation split", fontsize=8)
+    ax.set_yscale("log")
+    final = [p["epoch"] for p in curve if p.get("final")]
+    if final:
+        ax.axvspan(final[0] - 0.5, final[-1] + 0.5, color="0.9", label="all training sequences")
+    best = ckpt["metrics"].get("schedule", {}).get("best_epoch")
+    lr = ax2.twinx()
+    lr.plot(e, [p["lr"] for p in curve], color="0.4", lw=0.8, label="learning rate")
+    lr.set_ylabel("learning rate", fontsize=8)
+    for a in (ax, ax2):
+        if best:
+            a.axvline(best, color="0.6", ls="--", lw=1, label=f"kept: epoch {best}")
+        a.set_xlabel("epoch")
+        if a.get_legend_handles_labels()[0]:
+            a.legend(fontsize=7)
+    s = ckpt["metrics"].get("schedule", {})
+    fig.suptitle(f"{ckpt['arch']} on {ckpt['dataset']}: {s.get('epochs_run', len(curve))} epochs, "
+                 f"{s.get('mode', 'fixed')}{'' if s.get('converged', True) else ' (not converged)'}", fontsize=9)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=90)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def save_checkpoint(ckpt: dict, out_dir: str | os.PathLike) -> Path:
+    """Write `checkpoint.pt`, a readable `metrics.json` (the training curve included) and, where
+    matplotlib is installed, `training_curve.png` into `out_dir`, all or nothing
+    (`write_files`): a failed write (a full disk) raises an OSError naming the file and leaves
+    the old checkpoint as it was, with no temporary file behind."""
+    out = Path(out_dir)
+    summary = {k: ckpt[k] for k in ("arch", "config", "train_config", "labels", "features", "dataset", "metrics")}
+    summary["data_path"] = ckpt.get("data_path")
+    data = torch_bytes(ckpt)
+    out.mkdir(parents=True, exist_ok=True)
+    files = {out / CHECKPOINT: data, out / "metrics.json": (json.dumps(summary, indent=2) + "\n").encode()}
+    png = curve_png(ckpt)
+    if png is not None:
+        files[out / CURVE] = png
+    write_files(files)
+    return out / CHECKPOINT
+
+
+def quiet_torch_load(path):
+    """torch.load(weights_only=True) of `path` without the warnings torch prints for a file it
+    refuses (a raw pickle): the caller turns the exception into one `Error:` line."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.load(path, map_location="cpu", weights_only=True)   # tensors and plain data only: no code runs
+
+
+def load_checkpoint(path: str | os.PathLike) -> dict:
+    """A run directory (holding checkpoint.pt) or the .pt file itself."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / CHECKPOINT
+    if not p.exists():
+        raise ModelFileError(f"no checkpoint at '{path}': run `edgeseq train --out {path}` first")
+    try:
+        ckpt = quiet_torch_load(p)
+    except Exception as e:
+        raise ModelFileError(f"'{p}' is not a readable edgeseq checkpoint ({type(e).__name__}); train it again") from None
+    if not isinstance(ckpt, dict) or "arch" not in ckpt or "state_dict" not in ckpt:
+        raise ModelFileError(f"'{p}' is not an edgeseq checkpoint; train one with `edgeseq train`")
+    return ckpt
