@@ -18,7 +18,7 @@ demo: setup
 	$(PY) examples/demo.py
 
 test: setup firmware-tools services
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto --dist loadfile
 
 # The Cortex-M tests cross-compile the emitted C: install the compiler where apt can (as root);
 # elsewhere those tests skip and say what is missing.

@@ -46,7 +46,7 @@ UNITS = [
     ("es_ssm_lanes8_v4.c", "state-space step, 8-stream lanes, x86-64-v4 (AVX-512)"),
     ("es_ssm_lanes16_v4.c", "state-space step, 16-stream lanes, x86-64-v4 (AVX-512)"),
     ("es_ssm_step.c", "state-space step's type and its VNNI, AVX2 and AVX-512 kernels"),
-    ("_es_native.c", "module, reading checks, Gate, Lock and Pusher"),
+    ("_es_native.c", "module, reading checks, the steps' run, push and set_bounds, Gate, Lock and Pusher"),
 ]
 HEADERS = [os.path.join("firmware_sim", "kernels", "es_kernels.h")] + [
     os.path.join(NATIVE, h) for h in (

@@ -1,5 +1,7 @@
-"""Shared, session-scoped fixtures: each architecture is trained and exported once per run."""
+"""Shared, session-scoped fixtures: each architecture is trained once per run (once for all
+pytest-xdist workers, whichever needs it first) and exported once."""
 
+import os
 import sys
 from pathlib import Path
 
@@ -10,7 +12,29 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from edgeseq.data import load_dataset  # noqa: E402
 
-torch.set_num_threads(2)
+# Under pytest-xdist (`-n 2`, the default in pyproject.toml) each worker takes one core.
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+torch.set_num_threads(1 if WORKER else 2)
+
+
+def run_root(tmp_path_factory) -> Path:
+    """The folder of this run that every xdist worker sees (a worker's own base temp is below it)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if WORKER else base
+
+
+def made_once(tmp_path_factory, name: str, make, load):
+    """load(folder) of a folder that make(folder) filled, made by the first worker to ask and read
+    by the others; a lock keeps the rest waiting while it is made."""
+    from filelock import FileLock
+    root = run_root(tmp_path_factory) / "made-once"
+    root.mkdir(exist_ok=True)
+    folder, done = root / name, root / f"{name}.done"
+    with FileLock(str(root / f"{name}.lock")):
+        if not done.exists():
+            make(folder)
+            done.touch()
+    return load(folder)
 
 
 @pytest.fixture(scope="session")
@@ -19,29 +43,45 @@ def basicmotions():
 
 
 @pytest.fixture(scope="session")
-def trained(basicmotions):
-    """arch -> checkpoint trained with that architecture's default schedule and seed 0."""
-    from edgeseq.train import train
+def trained(basicmotions, tmp_path_factory):
+    """arch -> checkpoint trained with that architecture's default schedule and seed 0 (every
+    worker reads the one saved checkpoint back, so all see the same dict)."""
+    from edgeseq.train import load_checkpoint, save_checkpoint, train
     cache = {}
 
     def get(arch):
         if arch not in cache:
-            cache[arch] = train(arch, basicmotions, progress=False)
+            cache[arch] = made_once(tmp_path_factory, f"trained-{arch}",
+                                    lambda d: save_checkpoint(train(arch, basicmotions, progress=False), d),
+                                    load_checkpoint)
         return cache[arch]
     return get
+
+
+def exported_once(tmp_path_factory, name: str, export):
+    """(path, report) of export(path) -> report, made once for all workers: the model file alone in
+    its folder, the report kept beside that folder as JSON."""
+    import json
+
+    def make(folder):
+        model = folder / "model" / f"{name}.onnx"
+        model.parent.mkdir(parents=True)
+        (folder / "report.json").write_text(json.dumps(export(model)))
+
+    return made_once(tmp_path_factory, f"exported-{name}", make,
+                     lambda folder: (folder / "model" / f"{name}.onnx",
+                                     json.loads((folder / "report.json").read_text())))
 
 
 @pytest.fixture(scope="session")
 def exported(trained, tmp_path_factory):
     """arch -> (path of the exported model, export report)."""
     from export import export_model
-    root = tmp_path_factory.mktemp("models")
     cache = {}
 
     def get(arch):
         if arch not in cache:
-            path = root / f"{arch}.onnx"
-            cache[arch] = (path, export_model(trained(arch), path))
+            cache[arch] = exported_once(tmp_path_factory, arch, lambda path: export_model(trained(arch), path))
         return cache[arch]
     return get
 
@@ -49,14 +89,13 @@ def exported(trained, tmp_path_factory):
 @pytest.fixture(scope="session")
 def int8(trained, tmp_path_factory):
     """(arch, scheme) -> (path, export report), exported once per run."""
-    root = tmp_path_factory.mktemp("int8")
+    from export import export_int8
     cache = {}
 
     def get(arch, scheme):
         if (arch, scheme) not in cache:
-            path = root / f"{arch}-{scheme}.onnx"
-            from export import export_int8
-            cache[arch, scheme] = (path, export_int8(trained(arch), path, scheme))
+            cache[arch, scheme] = exported_once(tmp_path_factory, f"{arch}-{scheme}",
+                                                lambda path: export_int8(trained(arch), path, scheme))
         return cache[arch, scheme]
     return get
 

@@ -32,6 +32,13 @@ class Normalize(nn.Module):
         return (x - self.mean) / self.std
 
 
+def output_layers(config) -> tuple:
+    """(final LayerNorm, dropout, linear head) of a stacked model of width `config.d_model`,
+    created in this order: the seeded initial weights depend on it."""
+    return (nn.LayerNorm(config.d_model), nn.Dropout(config.dropout),
+            nn.Linear(config.d_model, config.n_classes))
+
+
 @dataclass(frozen=True)
 class RecurrentConfig:
     n_features: int = 6      # sensor channels per reading

@@ -55,7 +55,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from edgeseq import contract
-from edgeseq.models.common import Normalize, last_valid
+from edgeseq.models.common import Normalize, last_valid, output_layers
 
 SCAN_CHUNK = 8                # readings per chunk of the parallel scan: work and memory O(T * SCAN_CHUNK * d_state)
 TIMESCALES = (1.0, 100.0)     # initial 1/(λΔ) range in readings: a reading's worth up to a whole sequence
@@ -197,9 +197,7 @@ class SSM(nn.Module):
         self.norm = Normalize(config.n_features)
         self.encoder = nn.Linear(config.n_features, config.d_model)
         self.layers = nn.ModuleList(SSMLayer(config) for _ in range(config.layers))
-        self.ln_f = nn.LayerNorm(config.d_model)
-        self.drop = nn.Dropout(config.dropout)
-        self.head = nn.Linear(config.d_model, config.n_classes)
+        self.ln_f, self.drop, self.head = output_layers(config)
 
     def _hidden(self, x, state=None):
         """x (B, T, F), state (per layer (B, d_state)) or None -> (normalised outputs of the last

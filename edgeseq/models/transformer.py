@@ -40,7 +40,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from edgeseq import contract
-from edgeseq.models.common import Normalize, last_valid
+from edgeseq.models.common import Normalize, last_valid, output_layers
 
 POSITIONS = ("none", "sinusoid", "alibi")
 SHIFT_INVARIANT = ("none", "alibi")   # positions under which a window looks the same anywhere in a stream
@@ -188,9 +188,7 @@ class Transformer(nn.Module):
         self.norm = Normalize(config.n_features)
         self.embed = nn.Linear(config.n_features, config.d_model)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.layers))
-        self.ln_f = nn.LayerNorm(config.d_model)
-        self.drop = nn.Dropout(config.dropout)
-        self.head = nn.Linear(config.d_model, config.n_classes)
+        self.ln_f, self.drop, self.head = output_layers(config)
         if config.positions == "alibi":
             self.register_buffer("slopes", alibi_slopes(config.heads), persistent=False)
 

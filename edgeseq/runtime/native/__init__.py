@@ -47,6 +47,7 @@ import numpy as np
 from edgeseq import contract
 from edgeseq.errors import EdgeseqError, ModelFileError, UsageError
 from edgeseq.runtime.native import attn as _attn
+from edgeseq.runtime.native.bound import BoundStep
 from edgeseq.runtime.native.buffers import zeros as _zeros64
 from edgeseq.runtime.native import ssm as _ssm
 from edgeseq.runtime.native.onnxfile import Graph, read_graph
@@ -363,7 +364,7 @@ def open_step(path, meta, streams: int = 1, max_history: int | None = None, on_f
     return NativeStep(path, meta, streams, graph=graph)
 
 
-class NativeStep:
+class NativeStep(BoundStep):
     """One recurrent step graph bound to C, for `streams` streams.
 
     Buffers (allocated once and bound to C: write into them, never rebind the attributes):
@@ -405,17 +406,11 @@ class NativeStep:
 
     def __init__(self, path: str | os.PathLike, meta, streams: int = 1, reference: bool = False,
                  vnni: bool = True, graph: Graph | None = None):
-        if _ext is None:
-            raise UsageError(why_unavailable())
         reason = _meta_reason(meta)
         if reason is None and meta.arch == "transformer":
             reason = "a transformer's step with its cache is an AttnStep (native.open_step builds it)"
-        if reason:
-            raise UsageError(f"'{path}' cannot run natively: {reason}")
-        if isinstance(streams, bool) or not isinstance(streams, (int, np.integer)) or streams < 1:
-            raise UsageError(f"streams must be a whole number >= 1, got {streams!r}")
-        B, F, C = int(streams), len(meta.features), len(meta.labels)
-        self.path, self.meta, self.streams = str(path), meta, B
+        self._open(path, meta, streams, reason)
+        B, F, C = self.streams, len(meta.features), len(meta.labels)
         self.int8 = bool(meta.quantization)
         graph = read_graph(path) if graph is None else graph
         self.grid = output_grid(graph) if self.int8 else 0.0
@@ -434,27 +429,23 @@ class NativeStep:
                 raise ModelFileError(msg if str(path) in msg else f"'{path}': {msg}") from None
         else:
             self._bind_float(_float_plan(meta, graph, path), KINDS[meta.arch], B, F, C)
-        self.run = self._step.run              # the C methods themselves: no Python frame per call
-        self.push = self._step.push
-        self.set_bounds = self._step.set_bounds
-        self.kernel = self._step.kernel
 
     def _bind_float(self, plan, kind, B, F, C):
         H = plan["H"]
         self.hidden, self.layers = H, plan["L"]
         self._banks = [[_zeros64((B, H)) for _ in self.meta.state] for _ in range(2)]
         self._keep = plan                      # the weights the Step points into
-        self._step = _ext.float_step(kind, B, F, H, C, self.x, self.logits, self.probs, plan["mean"], plan["std"],
-                                     self._banks[0], self._banks[1],
-                                     [(dense, ox, oh) for dense, ox, oh in plan["layers"]], plan["head"])
+        self._bind(_ext.float_step(kind, B, F, H, C, self.x, self.logits, self.probs, plan["mean"], plan["std"],
+                                   self._banks[0], self._banks[1],
+                                   [(dense, ox, oh) for dense, ox, oh in plan["layers"]], plan["head"]))
 
     def _bind_ssm(self, plan, B, F, C, packed=True):
         self.hidden, self.layers = plan["N"], plan["L"]
         self._banks = [[_zeros64((B, plan["N"])) for _ in self.meta.state] for _ in range(2)]
         self._keep = plan                      # the weights the step points into
-        self._step = _ext.ssm_step(B, F, plan["D"], plan["N"], C, plan["selective"], self.int8, self.x, self.logits,
-                                   self.probs, plan["mean"], plan["std"], self._banks[0], self._banks[1], plan["enc"],
-                                   plan["layers"], plan["final"], plan["head"], packed)
+        self._bind(_ext.ssm_step(B, F, plan["D"], plan["N"], C, plan["selective"], self.int8, self.x, self.logits,
+                                 self.probs, plan["mean"], plan["std"], self._banks[0], self._banks[1], plan["enc"],
+                                 plan["layers"], plan["final"], plan["head"], packed))
 
     def _bind_int8(self, m, kind, B, F, C, reference, vnni):
         from firmware_sim.intsim import SIGMOID, TANH
@@ -474,8 +465,8 @@ class NativeStep:
         head = (_matrix(m.head, m.head_b, reference), int(m.head_hq[0]), int(m.head_hq[1]), int(m.head.in_zp))
         self._sig, self._tanh = np.ascontiguousarray(SIGMOID, np.int16), np.ascontiguousarray(TANH, np.int16)
         self._keep = (feat, layers, head)
-        self._step = _ext.int8_step(kind, B, F, H, C, self.x, self.logits, self.logits_q12, self.probs, self._int,
-                                    feat, layers, head, self._sig, self._tanh, bool(reference), bool(vnni))
+        self._bind(_ext.int8_step(kind, B, F, H, C, self.x, self.logits, self.logits_q12, self.probs, self._int,
+                                  feat, layers, head, self._sig, self._tanh, bool(reference), bool(vnni)))
 
     # -- state ---------------------------------------------------------------------------
 

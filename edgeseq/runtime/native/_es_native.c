@@ -1,10 +1,10 @@
 /* edgeseq.runtime.native._es_native: the recurrent (Step, es_rnn_step.c), Transformer (AttnStep,
    es_attn_step.c) and state-space (SsmStep, es_ssm_step.c) steps in C for the host.
 
-   This unit is the module: its functions, the helpers the steps share (buffers, readings, push's
-   checks, the CPU's features), Gate (the reading and logits checks of a step run by
-   onnxruntime), and Lock and Pusher (es_push.h). es_native.h lists the units and what they
-   share; setup.py compiles them in parallel. */
+   This unit is the module: its functions, the helpers the steps share (buffers, readings, the
+   CPU's features, and every step's run, push and set_bounds: ES_STEP_HEAD), Gate (the reading
+   and logits checks of a step run by onnxruntime), and Lock and Pusher (es_push.h). es_native.h
+   lists the units and what they share; setup.py compiles them in parallel. */
 #include "es_native.h"
 
 #ifdef ES_NUMPY       /* numpy's C API where setup.py found numpy: readings and copies without the buffer protocol */
@@ -42,13 +42,26 @@ void *es_bind_view(Py_buffer *views, int *nviews, int max, PyObject *obj, Py_ssi
   return v->buf;
 }
 
-int es_get_int(PyObject *seq, Py_ssize_t i, long lo, long hi, long *out, const char *what) {
+void *es_malloc(size_t bytes) {
+  void *p = PyMem_Malloc(bytes);
+  return p != NULL ? p : PyErr_NoMemory();
+}
+
+/* seq[i] as a long (into l), or where l is NULL as a double (into d): 0, else -1 with an exception */
+static int get_number(PyObject *seq, Py_ssize_t i, long *l, double *d) {
   PyObject *o = PySequence_GetItem(seq, i);
-  long v;
   if (o == NULL) return -1;
-  v = PyLong_AsLong(o);
+  if (l != NULL)
+    *l = PyLong_AsLong(o);
+  else
+    *d = PyFloat_AsDouble(o);
   Py_DECREF(o);
-  if (v == -1 && PyErr_Occurred()) return -1;
+  return ((l != NULL ? *l == -1 : *d == -1.0) && PyErr_Occurred()) ? -1 : 0;
+}
+
+int es_get_int(PyObject *seq, Py_ssize_t i, long lo, long hi, long *out, const char *what) {
+  long v;
+  if (get_number(seq, i, &v, NULL) < 0) return -1;
   if (v < lo || v > hi) {
     PyErr_Format(PyExc_ValueError, "%s: %ld outside %ld..%ld", what, v, lo, hi);
     return -1;
@@ -63,6 +76,26 @@ int es_check_tuple(PyObject *t, Py_ssize_t n, const char *what) {
     return -1;
   }
   return 0;
+}
+
+int es_get_float(PyObject *seq, Py_ssize_t i, float *out, const char *what) {
+  double v;
+  if (get_number(seq, i, NULL, &v) < 0) return -1;
+  if (!isfinite(v)) {
+    PyErr_Format(PyExc_ValueError, "%s: not a finite number", what);
+    return -1;
+  }
+  *out = (float)v;
+  return 0;
+}
+
+Py_ssize_t es_layer_count(PyObject *layers, int max) {
+  Py_ssize_t L;
+  if (!PyList_Check(layers) || (L = PyList_GET_SIZE(layers)) < 1 || L > max) {
+    PyErr_Format(PyExc_ValueError, "layers: a list of 1 to %d layers expected", max);
+    return -1;
+  }
+  return L;
 }
 
 /* -- the CPU's features, for the steps' kernels picked at run time --------------------------- */
@@ -83,10 +116,6 @@ int es_avx2_supported(void) {
   return __builtin_cpu_supports("avx2");
 }
 #endif
-
-/* -- Step.run, SsmStep.run, AttnStep.run -------------------------------------------------- */
-
-PyObject *es_rc_object(int rc) { return rc == ES_PUSH_ERROR ? NULL : PyLong_FromLong(rc); }
 
 /* -- readings ------------------------------------------------------------------------------ */
 
@@ -170,20 +199,123 @@ static int take_reading(PyObject *obj, int B, int F, float *x, const float *hi, 
   return rc;
 }
 
-/* push's checks and step, the answer as run()'s or take_reading's code (ES_PUSH_ERROR: raised) */
-int es_push_rc(int *busy, const float *hi, const char *what, PyObject *readings, int B, int F, float *x,
-               const float *lo) {
+/* -- the steps' run(), push() and set_bounds() (es_native.h: ES_STEP_HEAD) ------------------ */
+
+void *es_step_alloc(PyTypeObject *type, int max_views, int (*run)(es_step_t *)) {
+  es_step_t *s = PyObject_New(es_step_t, type);
+  if (s == NULL) return NULL;
+  memset((char *)s + sizeof(PyObject), 0, (size_t)type->tp_basicsize - sizeof(PyObject));
+  s->run = run;
+  s->max_views = max_views;
+  if (!(s->views = PyMem_Calloc((size_t)max_views, sizeof(Py_buffer)))) {
+    Py_DECREF(s);
+    return PyErr_NoMemory();
+  }
+  return s;
+}
+
+void es_step_free(es_step_t *s) {
+  int i;
+  for (i = 0; i < s->nviews; i++) PyBuffer_Release(&s->views[i]);
+  PyMem_Free(s->views);
+  Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+void *es_step_bind(es_step_t *s, PyObject *obj, Py_ssize_t itemsize, Py_ssize_t count, int writable,
+                   const char *what) {
+  return es_bind_view(s->views, &s->nviews, s->max_views, obj, itemsize, count, writable, what);
+}
+
+void *es_step_bind_item(es_step_t *s, PyObject *seq, Py_ssize_t i, Py_ssize_t count, int writable, const char *what) {
+  PyObject *o = PySequence_GetItem(seq, i);
+  void *p;
+  if (o == NULL) return NULL;
+  p = o == Py_None ? NULL : es_step_bind(s, o, 4, count, writable, what);
+  if (o == Py_None) PyErr_Format(PyExc_ValueError, "%s: an array expected, got None", what);
+  Py_DECREF(o);
+  return p;
+}
+
+int es_step_bind_io(es_step_t *s, PyObject *x, PyObject *logits, PyObject *probs, int C, float **logits_out,
+                    float **probs_out) {
+  if (!(s->x = es_step_bind(s, x, 4, (Py_ssize_t)s->B * s->F, 0, "x")) ||
+      !(*logits_out = es_step_bind(s, logits, 4, (Py_ssize_t)s->B * C, 1, "logits")) ||
+      !(*probs_out = es_step_bind(s, probs, 4, (Py_ssize_t)s->B * C, 1, "probs")))
+    return -1;
+  return 0;
+}
+
+/* the type's name: "Step", "SsmStep", "AttnStep" */
+static const char *step_name(es_step_t *s) { return strrchr(Py_TYPE(s)->tp_name, '.') + 1; }
+
+/* one call of the step, with the GIL released where it does enough work */
+static int step_go(es_step_t *s) {
   int rc;
-  if (hi == NULL) {
+  if (s->busy) {
+    PyErr_Format(PyExc_RuntimeError, "%s.run() called while another call runs; serialize calls", step_name(s));
+    return ES_PUSH_ERROR;
+  }
+  s->busy = 1;
+  if (s->work > ES_NOGIL_WORK) {
+    Py_BEGIN_ALLOW_THREADS
+    rc = s->run(s);
+    Py_END_ALLOW_THREADS
+  } else {
+    rc = s->run(s);
+  }
+  s->busy = 0;
+  return rc;
+}
+
+int es_step_push(PyObject *step, PyObject *readings) {
+  es_step_t *s = (es_step_t *)step;
+  int rc;
+  if (s->hi == NULL) {
     PyErr_SetString(PyExc_RuntimeError, "push() before set_bounds()");
     return ES_PUSH_ERROR;
   }
-  if (*busy) {
-    PyErr_Format(PyExc_RuntimeError, "%s.push() called while another call runs; serialize calls", what);
+  if (s->busy) {
+    PyErr_Format(PyExc_RuntimeError, "%s.push() called while another call runs; serialize calls", step_name(s));
     return ES_PUSH_ERROR;
   }
-  rc = take_reading(readings, B, F, x, hi, lo);
-  return rc < 0 ? rc : 0;
+  rc = take_reading(readings, s->B, s->F, s->x, s->hi, s->lo);
+  return rc < 0 ? rc : step_go(s);
+}
+
+/* run()'s and push()'s answer as a Python int (NULL for ES_PUSH_ERROR) */
+static PyObject *rc_object(int rc) { return rc == ES_PUSH_ERROR ? NULL : PyLong_FromLong(rc); }
+
+PyObject *es_step_run_m(PyObject *s, PyObject *const *args, Py_ssize_t nargs) {
+  (void)args;
+  if (nargs != 0) {
+    PyErr_SetString(PyExc_TypeError, "run() takes no arguments");
+    return NULL;
+  }
+  return rc_object(step_go((es_step_t *)s));
+}
+
+PyObject *es_step_push_m(PyObject *s, PyObject *const *args, Py_ssize_t nargs) {
+  if (nargs != 1) {
+    PyErr_SetString(PyExc_TypeError, "push(readings) takes one argument");
+    return NULL;
+  }
+  return rc_object(es_step_push(s, args[0]));
+}
+
+/* set_bounds(hi, lo): float32 [F] each, lo None for |v| <= hi */
+PyObject *es_step_set_bounds_m(PyObject *step, PyObject *const *args, Py_ssize_t nargs) {
+  es_step_t *s = (es_step_t *)step;
+  if (nargs != 2) {
+    PyErr_SetString(PyExc_TypeError, "set_bounds(hi, lo) takes two arguments");
+    return NULL;
+  }
+  if (s->hi != NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "bounds are set once");
+    return NULL;
+  }
+  if (!(s->hi = es_step_bind(s, args[0], 4, s->F, 0, "hi"))) return NULL;
+  if (args[1] != Py_None && !(s->lo = es_step_bind(s, args[1], 4, s->F, 0, "lo"))) return NULL;
+  Py_RETURN_NONE;
 }
 
 /* -- Gate: the reading and logits checks of a step run elsewhere (onnxruntime) ----------------- */
@@ -254,15 +386,10 @@ static PyMethodDef gate_methods[] = {
     {"finite", (PyCFunction)gate_finite, METH_NOARGS, "finite() -> bool: every logit is finite"},
     {NULL, NULL, 0, NULL}};
 
-static PyTypeObject GateType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "edgeseq.runtime.native._es_native.Gate",
-    .tp_basicsize = sizeof(GateObject),
-    .tp_dealloc = (destructor)gate_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "The reading and logits checks of a step graph run by onnxruntime; build it with gate().",
-    .tp_methods = gate_methods,
-};
+static PyTypeObject GateType = ES_TYPE(
+    "Gate", GateObject, gate_dealloc, Py_TPFLAGS_DEFAULT,
+    "The reading and logits checks of a step graph run by onnxruntime; build it with gate().",
+    .tp_methods = gate_methods);
 
 /* -- Lock and Pusher: a native session's lock and push, for every step -------------------- */
 

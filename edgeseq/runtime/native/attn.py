@@ -34,6 +34,7 @@ import numpy as np
 
 from edgeseq import contract
 from edgeseq.errors import ModelFileError, UsageError
+from edgeseq.runtime.native.bound import BoundStep
 from edgeseq.runtime.native.buffers import zeros as _zeros64
 from edgeseq.runtime.native.onnxfile import Graph, read_graph
 
@@ -78,7 +79,7 @@ def _product(p: dict) -> tuple:
     return (W.reshape(-1), b, np_, 1, float(in_s), in_z, 0, 1.0, 0.0, acc_bias, scale, post)
 
 
-class AttnStep:
+class AttnStep(BoundStep):
     """One Transformer step graph bound to C, for `streams` streams, with its KV cache ring.
 
     Buffers (allocated once and bound to C; write into them, never rebind the attributes):
@@ -96,14 +97,8 @@ class AttnStep:
 
     def __init__(self, path: str | os.PathLike, meta, streams: int = 1, max_history: int | None = None,
                  on_full: str = "slide", graph: Graph | None = None):
-        from edgeseq.runtime.native import _ext, output_grid, why_unavailable
-        if _ext is None:
-            raise UsageError(why_unavailable())
-        reason = meta_reason(meta)
-        if reason:
-            raise UsageError(f"'{path}' cannot run natively: {reason}")
-        if isinstance(streams, bool) or not isinstance(streams, (int, np.integer)) or streams < 1:
-            raise UsageError(f"streams must be a whole number >= 1, got {streams!r}")
+        from edgeseq.runtime.native import output_grid
+        _ext = self._open(path, meta, streams, meta_reason(meta))
         if max_history is not None and (not isinstance(max_history, (int, np.integer)) or max_history < 1):
             raise UsageError(f"max_history must be None or a whole number >= 1, got {max_history!r}")
         if on_full not in ("slide", "error"):
@@ -111,8 +106,8 @@ class AttnStep:
         if graph is None:
             graph = read_graph(path)
         p = plan(meta, graph, path)
-        B, F, C, D, L = int(streams), p["F"], p["C"], p["D"], p["L"]
-        self.path, self.meta, self.streams, self.int8 = str(path), meta, B, p["int8"]
+        B, F, C, D, L = self.streams, p["F"], p["C"], p["D"], p["L"]
+        self.int8 = p["int8"]
         self.grid = output_grid(graph) if self.int8 else 0.0
         self.heads, self.head_dim, self.layers, self.d_model = p["NH"], p["HD"], L, D
         self.window, self.max_history, self.on_full = p["window"], max_history, on_full
@@ -135,12 +130,8 @@ class AttnStep:
         self._keep = (layers, consts, p)           # the arrays the step points into
         embed, head = _product(p["embed"]), _product(p["head"])
         self._keep += (embed, head)
-        self._step = _ext.attn_step(sizes, (self.x, self.logits, self.probs, self.pos, self._hist, self._ring),
-                                    consts, embed, layers, head)
-        self.run = self._step.run
-        self.push = self._step.push
-        self.set_bounds = self._step.set_bounds
-        self.kernel = self._step.kernel
+        self._bind(_ext.attn_step(sizes, (self.x, self.logits, self.probs, self.pos, self._hist, self._ring),
+                                  consts, embed, layers, head))
 
     # -- the cache ---------------------------------------------------------------------------
 

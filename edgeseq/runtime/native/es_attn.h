@@ -100,6 +100,12 @@ ES_F_INLINE void es_a_layernorm(const float *ES_F_RESTRICT x, int D, const float
   for (k = 0; k < D; k++) y[k] = (float)(((double)x[k] - mean) * inv * w[k] + b[k]);
 }
 
+/* a residual connection: h += y */
+ES_F_INLINE void es_a_residual(float *ES_F_RESTRICT h, const float *ES_F_RESTRICT y, int D) {
+  int k;
+  for (k = 0; k < D; k++) h[k] += y[k];
+}
+
 /* the input of an int8 product on its grid, minus the zero point (an integer, as a float) */
 ES_F_INLINE float es_a_q(float x, float s, float z) {
   float q = rintf(x / s) + z;
@@ -342,9 +348,7 @@ ES_F_INLINE int es_attn_step(es_attn_t *a) {
       es_a_linear(&ly->proj, t, km, rows, tq, ap, y, npm);
       for (r = 0; r < rows; r++) {
         float *h = hr + (size_t)r * D;
-        const float *yr = y + (size_t)r * npm;
-        int k;
-        for (k = 0; k < D; k++) h[k] += yr[k];
+        es_a_residual(h, y + (size_t)r * npm, D);
         es_a_layernorm(h, D, ly->ln2_w, ly->ln2_b, ly->ln2_eps, t + (size_t)r * km);
       }
       es_a_linear(&ly->fc1, t, km, rows, tq, ap, y, npm);
@@ -354,12 +358,7 @@ ES_F_INLINE int es_attn_step(es_attn_t *a) {
         es_a_gelu(tr, FF, a->gelu_div, a->gelu_one, a->gelu_half);
       }
       es_a_linear(&ly->fc2, t, km, rows, tq, ap, y, npm);
-      for (r = 0; r < rows; r++) {
-        float *h = hr + (size_t)r * D;
-        const float *yr = y + (size_t)r * npm;
-        int k;
-        for (k = 0; k < D; k++) h[k] += yr[k];
-      }
+      for (r = 0; r < rows; r++) es_a_residual(hr + (size_t)r * D, y + (size_t)r * npm, D);
     }
     for (r = 0; r < rows; r++) es_a_layernorm(hr + (size_t)r * D, D, a->lnf_w, a->lnf_b, a->lnf_eps, t + (size_t)r * km);
     es_a_linear(&a->head, t, km, rows, tq, ap, y, npm);

@@ -1,6 +1,6 @@
 /* The Transformer step's Python type (AttnStep) for edgeseq.runtime.native._es_native.
    Included once, by es_attn_step.c; it shares _es_native.c's buffer and reading helpers
-   (es_bind_view, es_get_int, es_check_tuple, es_push_rc: es_native.h); the arithmetic is
+   (es_get_int, es_check_tuple and the steps' ES_STEP_HEAD: es_native.h); the arithmetic is
    es_attn.h's. Layouts are built by edgeseq/runtime/native/attn.py.
 
      attn_step(sizes, bufs, consts, embed, layers, head) -> AttnStep
@@ -20,41 +20,30 @@
 #define ES_A_MAX_VIEWS (24 + 24 * ES_A_MAX_LAYERS)
 
 typedef struct {
-  PyObject_HEAD
+  ES_STEP_HEAD                      /* work: products, then the attention's rows for the ring's R */
   es_attn_t a;
   es_a_linear_t *lin[2 + 4 * ES_A_MAX_LAYERS];
   int32_t blk[2 + 4 * ES_A_MAX_LAYERS][4];
-  int nlin, busy, quant;
-  long work;
-  Py_buffer views[ES_A_MAX_VIEWS];
-  int nviews;
+  int nlin, quant;
+  long products;                    /* the products' multiply-adds a call */
   Py_buffer ring;
   int has_ring;
-  const float *hi, *lo;
 } AttnObject;
 
 static void attn_dealloc(AttnObject *s) {
-  int i;
-  for (i = 0; i < s->nviews; i++) PyBuffer_Release(&s->views[i]);
   if (s->has_ring) PyBuffer_Release(&s->ring);
   PyMem_Free(s->a.scratch);
-  Py_TYPE(s)->tp_free((PyObject *)s);
+  es_step_free((es_step_t *)s);
 }
 
 static void *attn_bind(AttnObject *s, PyObject *obj, Py_ssize_t itemsize, Py_ssize_t count, int writable,
                        const char *what) {
-  return es_bind_view(s->views, &s->nviews, ES_A_MAX_VIEWS, obj, itemsize, count, writable, what);
+  return es_step_bind((es_step_t *)s, obj, itemsize, count, writable, what);
 }
 
 static void *attn_bind_item(AttnObject *s, PyObject *seq, Py_ssize_t i, Py_ssize_t count, int writable,
                             const char *what) {
-  PyObject *o = PySequence_GetItem(seq, i);
-  void *p;
-  if (o == NULL) return NULL;
-  p = o == Py_None ? NULL : attn_bind(s, o, 4, count, writable, what);
-  if (o == Py_None) PyErr_Format(PyExc_ValueError, "%s: an array expected, got None", what);
-  Py_DECREF(o);
-  return p;
+  return es_step_bind_item((es_step_t *)s, seq, i, count, writable, what);
 }
 
 /* an optional float32 [count] array (None: NULL, no error) */
@@ -68,21 +57,6 @@ static int attn_bind_opt(AttnObject *s, PyObject *seq, Py_ssize_t i, Py_ssize_t 
     return -1;
   }
   Py_DECREF(o);
-  return 0;
-}
-
-static int attn_get_float(PyObject *t, Py_ssize_t i, float *out, const char *what) {
-  PyObject *o = PySequence_GetItem(t, i);
-  double v;
-  if (o == NULL) return -1;
-  v = PyFloat_AsDouble(o);
-  Py_DECREF(o);
-  if (v == -1.0 && PyErr_Occurred()) return -1;
-  if (!isfinite(v)) {
-    PyErr_Format(PyExc_ValueError, "%s: not a finite number", what);
-    return -1;
-  }
-  *out = (float)v;
   return 0;
 }
 
@@ -109,8 +83,8 @@ static int attn_bind_linear(AttnObject *s, es_a_linear_t *p, PyObject *t, int K,
   if (!(p->d.w = attn_bind_item(s, t, 0, (Py_ssize_t)K * np, 0, what)) ||
       !(p->d.b = attn_bind_item(s, t, 1, np, 0, what)))
     return -1;
-  if (attn_get_float(t, 4, &p->in_s, what) < 0 || attn_get_float(t, 5, &p->in_z, what) < 0 ||
-      attn_get_float(t, 7, &p->out_s, what) < 0 || attn_get_float(t, 8, &p->out_z, what) < 0)
+  if (es_get_float(t, 4, &p->in_s, what) < 0 || es_get_float(t, 5, &p->in_z, what) < 0 ||
+      es_get_float(t, 7, &p->out_s, what) < 0 || es_get_float(t, 8, &p->out_z, what) < 0)
     return -1;
   if (attn_bind_opt(s, t, 9, N, &p->acc_bias, what) < 0 || attn_bind_opt(s, t, 10, N, &p->mul, what) < 0 ||
       attn_bind_opt(s, t, 11, N, &p->bias, what) < 0)
@@ -121,7 +95,7 @@ static int attn_bind_linear(AttnObject *s, es_a_linear_t *p, PyObject *t, int K,
   }
   if (K > s->a.k_max) s->a.k_max = K;
   if ((int)np > s->a.np_max) s->a.np_max = (int)np;
-  s->work += (long)K * np;
+  s->products += (long)K * np;
   return 0;
 }
 
@@ -161,8 +135,35 @@ static int attn_set_ring(AttnObject *s, PyObject *ring, int64_t R) {
   s->ring = v;
   s->has_ring = 1;
   s->a.ring = (float *)v.buf;
+  s->work = s->products + (long)a->B * a->L * 2 * a->D * (long)(R < (1L << 20) ? R : (1L << 20));
   return 0;
 }
+
+#if defined(__x86_64__) || (defined(__i386__) && defined(__SSE__))
+#include <xmmintrin.h>
+#endif
+
+/* The step with subnormal floats flushed to zero (x86: MXCSR's FTZ and DAZ for the call, then
+   restored). Over a long history the softmax weights of old rows fall below FLT_MIN (ALiBi's
+   slopes take thousands off their scores), and on x86 every product with, or result that is, a
+   subnormal float costs a microcode assist of ~100 cycles: at 1,024 cached readings the weighted
+   sum of the values took 10x the time of the scores over the same keys. A weight or partial sum
+   below 1.2e-38 (next to weights that sum to 1) becomes 0. */
+ES_CLONES static int attn_run(es_attn_t *a) {
+#if defined(__x86_64__) || (defined(__i386__) && defined(__SSE__))
+  const unsigned int csr = _mm_getcsr();
+  int rc;
+  _mm_setcsr(csr | 0x8040u);        /* FTZ (bit 15), DAZ (bit 6) */
+  rc = es_attn_step(a);
+  _mm_setcsr(csr);
+  return rc;
+#else
+  return es_attn_step(a);
+#endif
+}
+
+/* the step (es_step_t.run) */
+static int attn_step_run(es_step_t *s) { return attn_run(&((AttnObject *)s)->a); }
 
 PyObject *es_attn_step_new(PyObject *mod, PyObject *args) {
   PyObject *sizes, *bufs, *consts, *embed, *layers, *head;
@@ -190,31 +191,32 @@ PyObject *es_attn_step_new(PyObject *mod, PyObject *args) {
     PyErr_SetString(PyExc_ValueError, "layers: a list of one tuple per layer expected");
     return NULL;
   }
-  if (!(s = PyObject_New(AttnObject, &es_attn_type))) return NULL;
-  memset((char *)s + sizeof(PyObject), 0, sizeof(AttnObject) - sizeof(PyObject));
+  if (!(s = es_step_alloc(&es_attn_type, ES_A_MAX_VIEWS, attn_step_run))) return NULL;
   a = &s->a;
   a->B = (int)v[0], a->F = (int)v[1], a->D = (int)v[2], a->NH = (int)v[3], a->L = (int)v[4], a->FF = (int)v[5];
   a->C = (int)v[6], a->HD = a->D / a->NH;
   a->max_history = v[8], a->full_error = (int)v[9], a->growable = (int)v[10];
+  s->B = a->B, s->F = a->F;
   if (!(a->x = attn_bind_item(s, bufs, 0, (Py_ssize_t)a->B * a->F, 0, "x")) ||
       !(a->logits = attn_bind_item(s, bufs, 1, (Py_ssize_t)a->B * a->C, 1, "logits")) ||
       !(a->probs = attn_bind_item(s, bufs, 2, (Py_ssize_t)a->B * a->C, 1, "probs")))
     goto fail;
+  s->x = (float *)a->x;
   {
     PyObject *o = PySequence_GetItem(bufs, 3);
     if (o == NULL) goto fail;
-    a->pos = es_bind_view(s->views, &s->nviews, ES_A_MAX_VIEWS, o, 8, a->B, 1, "position");
+    a->pos = attn_bind(s, o, 8, a->B, 1, "position");
     Py_DECREF(o);
     if (a->pos == NULL) goto fail;
     o = PySequence_GetItem(bufs, 4);
     if (o == NULL) goto fail;
-    a->hist = es_bind_view(s->views, &s->nviews, ES_A_MAX_VIEWS, o, 8, 1, 1, "history");
+    a->hist = attn_bind(s, o, 8, 1, 1, "history");
     Py_DECREF(o);
     if (a->hist == NULL) goto fail;
   }
-  if (attn_get_float(consts, 0, &a->score_div, "score_div") < 0 || attn_get_float(consts, 1, &a->gelu_div, "gelu") < 0 ||
-      attn_get_float(consts, 2, &a->gelu_one, "gelu") < 0 || attn_get_float(consts, 3, &a->gelu_half, "gelu") < 0 ||
-      attn_get_float(consts, 9, &a->lnf_eps, "lnf_eps") < 0)
+  if (es_get_float(consts, 0, &a->score_div, "score_div") < 0 || es_get_float(consts, 1, &a->gelu_div, "gelu") < 0 ||
+      es_get_float(consts, 2, &a->gelu_one, "gelu") < 0 || es_get_float(consts, 3, &a->gelu_half, "gelu") < 0 ||
+      es_get_float(consts, 9, &a->lnf_eps, "lnf_eps") < 0)
     goto fail;
   if (!(a->mean = attn_bind_item(s, consts, 4, a->F, 0, "mean")) ||
       !(a->std = attn_bind_item(s, consts, 5, a->F, 0, "std")) ||
@@ -229,9 +231,9 @@ PyObject *es_attn_step_new(PyObject *mod, PyObject *args) {
     es_a_layer_t *ly = &a->layer[l];
     if (es_check_tuple(t, 10, "layer") < 0) goto fail;
     if (!(ly->ln1_w = attn_bind_item(s, t, 0, a->D, 0, "ln1")) || !(ly->ln1_b = attn_bind_item(s, t, 1, a->D, 0, "ln1")) ||
-        attn_get_float(t, 2, &ly->ln1_eps, "ln1 eps") < 0 ||
+        es_get_float(t, 2, &ly->ln1_eps, "ln1 eps") < 0 ||
         !(ly->ln2_w = attn_bind_item(s, t, 3, a->D, 0, "ln2")) || !(ly->ln2_b = attn_bind_item(s, t, 4, a->D, 0, "ln2")) ||
-        attn_get_float(t, 5, &ly->ln2_eps, "ln2 eps") < 0 ||
+        es_get_float(t, 5, &ly->ln2_eps, "ln2 eps") < 0 ||
         attn_bind_linear(s, &ly->qkv, PyTuple_GET_ITEM(t, 6), a->D, 3 * a->D, "qkv") < 0 ||
         attn_bind_linear(s, &ly->proj, PyTuple_GET_ITEM(t, 7), a->D, a->D, "proj") < 0 ||
         attn_bind_linear(s, &ly->fc1, PyTuple_GET_ITEM(t, 8), a->D, a->FF, "fc1") < 0 ||
@@ -240,7 +242,7 @@ PyObject *es_attn_step_new(PyObject *mod, PyObject *args) {
   }
   if (attn_bind_linear(s, &a->head, head, a->D, a->C, "head") < 0) goto fail;
   for (i = 0; i < s->nlin; i++) s->quant |= s->lin[i]->quant;
-  s->work *= a->B;                  /* the products; the attention's rows are added per call */
+  s->products *= a->B;              /* the attention's rows are added for each ring (attn_set_ring) */
   {
     PyObject *o = PySequence_GetItem(bufs, 5);
     int rc;
@@ -253,89 +255,6 @@ PyObject *es_attn_step_new(PyObject *mod, PyObject *args) {
 fail:
   Py_DECREF(s);
   return NULL;
-}
-
-#if defined(__x86_64__) || (defined(__i386__) && defined(__SSE__))
-#include <xmmintrin.h>
-#endif
-
-/* The step with subnormal floats flushed to zero (x86: MXCSR's FTZ and DAZ for the call, then
-   restored). Over a long history the softmax weights of old rows fall below FLT_MIN (ALiBi's
-   slopes take thousands off their scores), and on x86 every product with, or result that is, a
-   subnormal float costs a microcode assist of ~100 cycles: at 1,024 cached readings the weighted
-   sum of the values took 10x the time of the scores over the same keys. A weight or partial sum
-   below 1.2e-38 (next to weights that sum to 1) becomes 0. */
-ES_CLONES static int attn_run(es_attn_t *a) {
-#if defined(__x86_64__) || (defined(__i386__) && defined(__SSE__))
-  const unsigned int csr = _mm_getcsr();
-  int rc;
-  _mm_setcsr(csr | 0x8040u);        /* FTZ (bit 15), DAZ (bit 6) */
-  rc = es_attn_step(a);
-  _mm_setcsr(csr);
-  return rc;
-#else
-  return es_attn_step(a);
-#endif
-}
-
-static int attn_go_rc(AttnObject *s) {
-  int rc;
-  if (s->busy) {
-    PyErr_SetString(PyExc_RuntimeError, "AttnStep.run() called while another call runs; serialize calls");
-    return ES_PUSH_ERROR;
-  }
-  s->busy = 1;
-  if (s->work + (long)s->a.B * s->a.L * 2 * s->a.D * (long)(s->a.R < (1L << 20) ? s->a.R : (1L << 20)) >
-      ES_NOGIL_WORK) {
-    Py_BEGIN_ALLOW_THREADS
-    rc = attn_run(&s->a);
-    Py_END_ALLOW_THREADS
-  } else {
-    rc = attn_run(&s->a);
-  }
-  s->busy = 0;
-  return rc;
-}
-
-static PyObject *attn_go(AttnObject *s) { return es_rc_object(attn_go_rc(s)); }
-
-static PyObject *attn_run_m(AttnObject *s, PyObject *const *args, Py_ssize_t nargs) {
-  (void)args;
-  if (nargs != 0) {
-    PyErr_SetString(PyExc_TypeError, "run() takes no arguments");
-    return NULL;
-  }
-  return attn_go(s);
-}
-
-static int attn_push_rc(AttnObject *s, PyObject *readings) {
-  int rc = es_push_rc(&s->busy, s->hi, "AttnStep", readings, s->a.B, s->a.F, (float *)s->a.x, s->lo);
-  return rc < 0 ? rc : attn_go_rc(s);
-}
-
-/* a Pusher's push (es_push.h) */
-int es_attn_push(PyObject *step, PyObject *readings) { return attn_push_rc((AttnObject *)step, readings); }
-
-static PyObject *attn_push(AttnObject *s, PyObject *const *args, Py_ssize_t nargs) {
-  if (nargs != 1) {
-    PyErr_SetString(PyExc_TypeError, "push(readings) takes one argument");
-    return NULL;
-  }
-  return es_rc_object(attn_push_rc(s, args[0]));
-}
-
-static PyObject *attn_set_bounds(AttnObject *s, PyObject *const *args, Py_ssize_t nargs) {
-  if (nargs != 2) {
-    PyErr_SetString(PyExc_TypeError, "set_bounds(hi, lo) takes two arguments");
-    return NULL;
-  }
-  if (s->hi != NULL) {
-    PyErr_SetString(PyExc_RuntimeError, "bounds are set once");
-    return NULL;
-  }
-  if (!(s->hi = attn_bind(s, args[0], 4, s->a.F, 0, "hi"))) return NULL;
-  if (args[1] != Py_None && !(s->lo = attn_bind(s, args[1], 4, s->a.F, 0, "lo"))) return NULL;
-  Py_RETURN_NONE;
 }
 
 static PyObject *attn_set_ring_m(AttnObject *s, PyObject *const *args, Py_ssize_t nargs) {
@@ -365,13 +284,9 @@ static PyObject *attn_get_rows(AttnObject *s, void *closure) {
 }
 
 static PyMethodDef attn_methods[] = {
-    {"run", (PyCFunction)(void (*)(void))attn_run_m, METH_FASTCALL,
-     "run() -> int: advance every stream one reading; -1 adopted, i >= 0 stream i gave NaN/Inf (nothing adopted), "
-     "-4 history full (on_full error), -5 the ring must grow first"},
-    {"set_bounds", (PyCFunction)(void (*)(void))attn_set_bounds, METH_FASTCALL,
-     "set_bounds(hi, lo): float32 [F] each (lo None: |reading| <= hi), the range push() takes; set once"},
-    {"push", (PyCFunction)(void (*)(void))attn_push, METH_FASTCALL,
-     "push(readings) -> int: copy, check (-2 out of range, -3 not a float32 [B, F] buffer) and run()"},
+    ES_STEP_METHODS("run() -> int: advance every stream one reading; -1 adopted, i >= 0 stream i gave NaN/Inf "
+                    "(nothing adopted), -4 history full (on_full error), -5 the ring must grow first",
+                    "push(readings) -> int: copy, check (-2 out of range, -3 not a float32 [B, F] buffer) and run()"),
     {"set_ring", (PyCFunction)(void (*)(void))attn_set_ring_m, METH_FASTCALL,
      "set_ring(ring, R): bind float32 [L][2][B][D][R] as the cache (laid out by the caller)"},
     {NULL, NULL, 0, NULL}};
@@ -381,13 +296,6 @@ static PyGetSetDef attn_getset[] = {
     {"rows", (getter)attn_get_rows, NULL, "ring rows per stream and layer", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
-PyTypeObject es_attn_type = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "edgeseq.runtime.native._es_native.AttnStep",
-    .tp_basicsize = sizeof(AttnObject),
-    .tp_dealloc = (destructor)attn_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A bound Transformer step with its KV cache ring; build it with attn_step().",
-    .tp_methods = attn_methods,
-    .tp_getset = attn_getset,
-};
+PyTypeObject es_attn_type = ES_TYPE("AttnStep", AttnObject, attn_dealloc, Py_TPFLAGS_DEFAULT,
+                                    "A bound Transformer step with its KV cache ring; build it with attn_step().",
+                                    .tp_methods = attn_methods, .tp_getset = attn_getset);

@@ -4,7 +4,8 @@
    step, per instruction set and part, so that setup.py compiles them in parallel and no compiler
    process holds every specialisation at once (as one unit it took 6 minutes and 1.2 GB):
 
-     _es_native.c            the module: its functions, the buffer and reading helpers, Gate,
+     _es_native.c            the module: its functions, the buffer and reading helpers, what
+                             every step does alike (ES_STEP_HEAD: run, push, set_bounds), Gate,
                              and Lock and Pusher (es_push.h)
      es_rnn_step.c           Step: the RNN, GRU and LSTM steps, float32 and int8 (es_float.h,
                              es_kernels.h)
@@ -76,6 +77,12 @@
 /* ES_PUSH_ERROR: a Python exception is set (a call while another runs, push before set_bounds) */
 #define ES_PUSH_ERROR (-100)
 
+/* a type of this module: its name, object, destructor, flags and doc, then any other slots */
+#define ES_TYPE(name, object, dealloc, flags, doc, ...)                                            \
+  {PyVarObject_HEAD_INIT(NULL, 0) .tp_name = "edgeseq.runtime.native._es_native." name,           \
+   .tp_basicsize = sizeof(object), .tp_dealloc = (destructor)(dealloc), .tp_flags = (flags),      \
+   .tp_doc = (doc), __VA_ARGS__}
+
 /* -- _es_native.c ---------------------------------------------------------------------------- */
 
 /* A C-contiguous buffer of `count` items of `itemsize` bytes (count < 0: any), held in
@@ -83,31 +90,91 @@
    ValueError naming `what`. */
 ES_HIDDEN void *es_bind_view(Py_buffer *views, int *nviews, int max, PyObject *obj, Py_ssize_t itemsize,
                              Py_ssize_t count, int writable, const char *what);
+/* PyMem_Malloc(bytes), or NULL with a MemoryError */
+ES_HIDDEN void *es_malloc(size_t bytes);
 /* seq[i] as an int within lo..hi, else -1 with a ValueError naming `what` */
 ES_HIDDEN int es_get_int(PyObject *seq, Py_ssize_t i, long lo, long hi, long *out, const char *what);
 /* 0 where t is a tuple of n items, else -1 with a ValueError */
 ES_HIDDEN int es_check_tuple(PyObject *t, Py_ssize_t n, const char *what);
-/* push's checks and its copy of the readings into x: 0 to step, else take_reading's code, or
-   ES_PUSH_ERROR (raised) */
-ES_HIDDEN int es_push_rc(int *busy, const float *hi, const char *what, PyObject *readings, int B, int F, float *x,
-                         const float *lo);
-/* run()'s and push()'s answer as a Python int (NULL for ES_PUSH_ERROR) */
-ES_HIDDEN PyObject *es_rc_object(int rc);
+/* seq[i] as a finite float, else -1 with a ValueError naming `what` */
+ES_HIDDEN int es_get_float(PyObject *seq, Py_ssize_t i, float *out, const char *what);
+/* the length of `layers`, a list of 1 to max layers, else -1 with a ValueError */
+ES_HIDDEN Py_ssize_t es_layer_count(PyObject *layers, int max);
 ES_HIDDEN int es_vnni_supported(void);
 #if ES_HAVE_AVX2I
 ES_HIDDEN int es_avx2_supported(void);
 #endif
 
-/* -- the steps: their types, constructors and pushes (a Pusher's callback) ----------------- */
+/* -- the steps (Step, SsmStep, AttnStep): what they share ------------------------------------ */
+
+typedef struct es_step es_step_t;
+
+/* The fields every step object starts with, as every object starts with PyObject_HEAD: what
+   run(), push(), set_bounds() and a Pusher do the same for every step (es_step_*, _es_native.c).
+   A step is not re-entrant: the caller serializes calls; a second call while one runs with the
+   GIL released raises RuntimeError. */
+#define ES_STEP_HEAD                                                                                \
+  PyObject_HEAD                                                                                     \
+  int (*run)(es_step_t *);          /* the step itself: -1 adopted, else the type's code */        \
+  long work;                        /* multiply-adds a call: above ES_NOGIL_WORK without the GIL */ \
+  int B, F, busy;                   /* streams, features; busy: a call runs */                     \
+  float *x;                         /* [B][F] readings, which push copies in */                    \
+  const float *hi, *lo;             /* [F] the bounds push checks (set_bounds; lo NULL: |v| <= hi) */ \
+  Py_buffer *views;                 /* the buffers bound, held until the step dies */              \
+  int nviews, max_views;
+
+struct es_step {
+  ES_STEP_HEAD
+};
+
+/* A new step of `type` (tp_basicsize bytes, all but the object header zero) that runs `run` and
+   binds up to max_views buffers; NULL with an exception */
+ES_HIDDEN void *es_step_alloc(PyTypeObject *type, int max_views, int (*run)(es_step_t *));
+/* the end of a step's tp_dealloc: its buffers released, the object freed */
+ES_HIDDEN void es_step_free(es_step_t *s);
+/* es_bind_view into the step's views */
+ES_HIDDEN void *es_step_bind(es_step_t *s, PyObject *obj, Py_ssize_t itemsize, Py_ssize_t count, int writable,
+                             const char *what);
+/* seq[i], float32 [count], into the step's views; NULL with a ValueError (None too) */
+ES_HIDDEN void *es_step_bind_item(es_step_t *s, PyObject *seq, Py_ssize_t i, Py_ssize_t count, int writable,
+                                  const char *what);
+/* x float32 [B, F], logits and probs float32 [B, C] (writable): 0, else -1 with a ValueError */
+ES_HIDDEN int es_step_bind_io(es_step_t *s, PyObject *x, PyObject *logits, PyObject *probs, int C,
+                              float **logits_out, float **probs_out);
+/* a Pusher's push (es_push.h): push()'s checks and copy, then the step; run()'s code, or
+   take_reading's (-2, -3), or ES_PUSH_ERROR (raised) */
+ES_HIDDEN int es_step_push(PyObject *step, PyObject *readings);
+/* run(), push(readings) and set_bounds(hi, lo), the methods of every step */
+ES_HIDDEN PyObject *es_step_run_m(PyObject *s, PyObject *const *args, Py_ssize_t nargs);
+ES_HIDDEN PyObject *es_step_push_m(PyObject *s, PyObject *const *args, Py_ssize_t nargs);
+ES_HIDDEN PyObject *es_step_set_bounds_m(PyObject *s, PyObject *const *args, Py_ssize_t nargs);
+/* their PyMethodDef entries, with the docs of the type's run() and push() */
+#define ES_STEP_METHODS(run_doc, push_doc)                                                          \
+  {"run", (PyCFunction)(void (*)(void))es_step_run_m, METH_FASTCALL, run_doc},                      \
+  {"set_bounds", (PyCFunction)(void (*)(void))es_step_set_bounds_m, METH_FASTCALL,                  \
+   "set_bounds(hi, lo): float32 [F] each (lo None: |reading| <= hi), the range push() takes; set once"}, \
+  {"push", (PyCFunction)(void (*)(void))es_step_push_m, METH_FASTCALL, push_doc}
+/* a step's type `type` whose methods are these three (type##_methods) and attributes getset's */
+#define ES_STEP_TYPE(type, name, object, dealloc, doc, getset, run_doc, push_doc)                   \
+  static PyMethodDef type##_methods[] = {ES_STEP_METHODS(run_doc, push_doc), {NULL, NULL, 0, NULL}}; \
+  PyTypeObject type = ES_TYPE(name, object, dealloc, Py_TPFLAGS_DEFAULT, doc, .tp_methods = type##_methods, \
+                              .tp_getset = getset)
+/* run()'s doc where a stream's NaN/Inf is its only other answer (Step, SsmStep), and push()'s
+   answers where run()'s are those */
+#define ES_STEP_RUN_DOC                                                                             \
+  "run() -> int: advance every stream one reading; -1 when adopted, else the first stream with NaN/Inf logits " \
+  "(no state changed)"
+#define ES_STEP_PUSH_CODES                                                                          \
+  "-1 adopted, i >= 0 stream i gave NaN/Inf (no state changed), -2 a reading out of range (not run), -3 not a " \
+  "C-contiguous float32 [B, F] buffer (nothing done)"
+
+/* -- the steps: their types and constructors ------------------------------------------------ */
 
 ES_HIDDEN extern PyTypeObject es_step_type, es_attn_type, es_ssm_type;
 ES_HIDDEN PyObject *es_float_step(PyObject *mod, PyObject *args);           /* es_rnn_step.c */
 ES_HIDDEN PyObject *es_int8_step(PyObject *mod, PyObject *args);
-ES_HIDDEN int es_step_push(PyObject *step, PyObject *readings);
 ES_HIDDEN PyObject *es_attn_step_new(PyObject *mod, PyObject *args);        /* es_attn_step.c */
-ES_HIDDEN int es_attn_push(PyObject *step, PyObject *readings);
 ES_HIDDEN PyObject *es_ssm_step_new(PyObject *mod, PyObject *args);         /* es_ssm_step.c */
 ES_HIDDEN PyObject *es_ssm_quantize(PyObject *mod, PyObject *args);
-ES_HIDDEN int es_ssm_push(PyObject *step, PyObject *readings);
 
 #endif /* ES_NATIVE_H */

@@ -10,8 +10,7 @@
        answer (a reading out of range or of another type or shape, NaN/Inf logits, a full
        cache) releases the lock and returns slow(readings): the session's Python path, which
        converts, checks, raises or grows exactly as before; no stream has changed by then.
-   Included by _es_native.c; the steps' pushes are es_step_push, es_ssm_push and es_attn_push
-   (es_native.h). */
+   Included by _es_native.c; every step's push is es_step_push (es_native.h). */
 
 typedef struct {
   PyObject_HEAD
@@ -86,15 +85,8 @@ static PyMethodDef lock_methods[] = {
     {"locked", (PyCFunction)lock_locked, METH_NOARGS, "locked() -> bool"},
     {NULL, NULL, 0, NULL}};
 
-static PyTypeObject LockType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "edgeseq.runtime.native._es_native.Lock",
-    .tp_basicsize = sizeof(LockObject),
-    .tp_dealloc = (destructor)lock_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A native session's lock; build it with lock().",
-    .tp_methods = lock_methods,
-};
+static PyTypeObject LockType = ES_TYPE("Lock", LockObject, lock_dealloc, Py_TPFLAGS_DEFAULT,
+                                       "A native session's lock; build it with lock().", .tp_methods = lock_methods);
 
 /* -- Pusher -------------------------------------------------------------------------------- */
 
@@ -102,7 +94,6 @@ typedef struct {
   PyObject_HEAD
   vectorcallfunc vectorcall;
   PyObject *step, *lock, *probs, *count_obj, *slow, *copy_name, *exact;
-  int (*push)(PyObject *step, PyObject *readings);
   Py_buffer count_view;
   int64_t *count;
 } PusherObject;
@@ -119,7 +110,7 @@ static PyObject *pusher_call(PusherObject *p, PyObject *const *args, size_t narg
   }
   if (nargs == 1 && kwnames == NULL && (PyObject *)Py_TYPE(args[0]) == p->exact) {
     lock_take(l);
-    rc = p->push(p->step, args[0]);
+    rc = es_step_push(p->step, args[0]);
     if (rc == -1) {
       PyObject *out;
       (*p->count)++;
@@ -159,10 +150,7 @@ static PyObject *pusher_new(PyObject *mod, PyObject *args) {
   p->vectorcall = (vectorcallfunc)pusher_call;
   p->step = p->lock = p->probs = p->count_obj = p->slow = p->copy_name = p->exact = NULL;
   p->count = NULL;
-  if (Py_IS_TYPE(step, &es_step_type)) p->push = es_step_push;
-  else if (Py_IS_TYPE(step, &es_ssm_type)) p->push = es_ssm_push;
-  else if (Py_IS_TYPE(step, &es_attn_type)) p->push = es_attn_push;
-  else {
+  if (!Py_IS_TYPE(step, &es_step_type) && !Py_IS_TYPE(step, &es_ssm_type) && !Py_IS_TYPE(step, &es_attn_type)) {
     PyErr_SetString(PyExc_TypeError, "pusher: step must be a Step, SsmStep or AttnStep");
     Py_DECREF(p);
     return NULL;
@@ -190,22 +178,25 @@ static PyObject *pusher_new(PyObject *mod, PyObject *args) {
   return (PyObject *)p;
 }
 
+/* the i-th reference the collector may clear, or NULL past the last (count_obj is dropped by
+   dealloc alone: count_view points into it) */
+static PyObject **pusher_ref(PusherObject *p, int i) {
+  PyObject **refs[] = {&p->step, &p->lock, &p->probs, &p->slow, &p->exact};
+  return i < (int)(sizeof refs / sizeof refs[0]) ? refs[i] : NULL;
+}
+
 static int pusher_traverse(PusherObject *p, visitproc visit, void *arg) {
-  Py_VISIT(p->step);
-  Py_VISIT(p->lock);
-  Py_VISIT(p->probs);
+  PyObject **r;
+  int i;
+  for (i = 0; (r = pusher_ref(p, i)) != NULL; i++) Py_VISIT(*r);
   Py_VISIT(p->count_obj);
-  Py_VISIT(p->slow);
-  Py_VISIT(p->exact);
   return 0;
 }
 
 static int pusher_clear(PusherObject *p) {
-  Py_CLEAR(p->step);
-  Py_CLEAR(p->lock);
-  Py_CLEAR(p->probs);
-  Py_CLEAR(p->slow);
-  Py_CLEAR(p->exact);
+  PyObject **r;
+  int i;
+  for (i = 0; (r = pusher_ref(p, i)) != NULL; i++) Py_CLEAR(*r);
   return 0;
 }
 
@@ -222,15 +213,8 @@ static PyObject *pusher_tp_call(PyObject *self, PyObject *args, PyObject *kwargs
   return PyVectorcall_Call(self, args, kwargs);
 }
 
-static PyTypeObject PusherType = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "edgeseq.runtime.native._es_native.Pusher",
-    .tp_basicsize = sizeof(PusherObject),
-    .tp_dealloc = (destructor)pusher_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
-    .tp_vectorcall_offset = offsetof(PusherObject, vectorcall),
-    .tp_call = pusher_tp_call,
-    .tp_traverse = (traverseproc)pusher_traverse,
-    .tp_clear = (inquiry)pusher_clear,
-    .tp_doc = "push(readings) -> probabilities: a native session's push in one call; build it with pusher().",
-};
+static PyTypeObject PusherType = ES_TYPE(
+    "Pusher", PusherObject, pusher_dealloc, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    "push(readings) -> probabilities: a native session's push in one call; build it with pusher().",
+    .tp_vectorcall_offset = offsetof(PusherObject, vectorcall), .tp_call = pusher_tp_call,
+    .tp_traverse = (traverseproc)pusher_traverse, .tp_clear = (inquiry)pusher_clear);

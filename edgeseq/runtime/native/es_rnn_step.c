@@ -47,12 +47,9 @@ typedef struct {
 } es_q_layer_t;
 
 typedef struct {
-  PyObject_HEAD
-  int quant, kind, B, F, H, L, C, bank, busy;
-  long work;
-  Py_buffer views[ES_MAX_VIEWS];
-  int nviews;
-  float *x, *logits, *probs;
+  ES_STEP_HEAD
+  int quant, kind, H, L, C, bank;
+  float *logits, *probs;
   /* float */
   const float *mean, *std;
   es_f_dense_t layer[ES_MAX_LAYERS], head;
@@ -78,17 +75,14 @@ typedef struct {
   int32_t *lut_sig, *lut_tanh;     /* the tables packed: knot in the low 16 bits, the step to the next above */
   uint8_t *va, *vah;               /* VNNI, one chunk: unsigned inputs (a + 128) of x and of h products */
   int32_t *vpack, *vgx, *vgh;      /* VNNI, one chunk: packed inputs, int32 products */
-  /* readings: the bounds a reading must lie within (push) */
-  const float *hi, *lo;
 } StepObject;
 
 static void *bind(StepObject *s, PyObject *obj, Py_ssize_t itemsize, Py_ssize_t count, int writable, const char *what) {
-  return es_bind_view(s->views, &s->nviews, ES_MAX_VIEWS, obj, itemsize, count, writable, what);
+  return es_step_bind((es_step_t *)s, obj, itemsize, count, writable, what);
 }
 
 static void step_dealloc(StepObject *s) {
   int i;
-  for (i = 0; i < s->nviews; i++) PyBuffer_Release(&s->views[i]);
   PyMem_Free(s->scratch);
   PyMem_Free(s->gx);
   PyMem_Free(s->qscratch);
@@ -97,14 +91,7 @@ static void step_dealloc(StepObject *s) {
   PyMem_Free(s->va);
   for (i = 0; i < ES_MAX_LAYERS; i++) PyMem_Free(s->ql[i].x.mem), PyMem_Free(s->ql[i].h.mem);
   PyMem_Free(s->qhead.mem);
-  Py_TYPE(s)->tp_free((PyObject *)s);
-}
-
-static StepObject *new_step(void) {
-  StepObject *s = PyObject_New(StepObject, &es_step_type);
-  if (s == NULL) return NULL;
-  memset((char *)s + sizeof(PyObject), 0, sizeof(StepObject) - sizeof(PyObject));
-  return s;
+  es_step_free((es_step_t *)s);
 }
 
 static void *bind_item(StepObject *s, PyObject *seq, Py_ssize_t i, Py_ssize_t itemsize, Py_ssize_t count,
@@ -533,72 +520,12 @@ ES_CLONES static int int8_run(StepObject *s) {
   return -1;
 }
 
-/* -- Step.run ----------------------------------------------------------------------------- */
+/* -- Step ---------------------------------------------------------------------------------- */
 
-static int step_go_rc(StepObject *s) {
-  int rc;
-  if (s->busy) {
-    PyErr_SetString(PyExc_RuntimeError, "Step.run() called while another call runs; serialize calls");
-    return ES_PUSH_ERROR;
-  }
-  s->busy = 1;
-  if (s->work > ES_NOGIL_WORK) {
-    Py_BEGIN_ALLOW_THREADS
-    rc = s->quant ? int8_run(s) : float_run(s);
-    Py_END_ALLOW_THREADS
-  } else {
-    rc = s->quant ? int8_run(s) : float_run(s);
-  }
-  s->busy = 0;
-  return rc;
-}
-
-static PyObject *step_go(StepObject *s) { return es_rc_object(step_go_rc(s)); }
-
-static PyObject *step_run(StepObject *s, PyObject *const *args, Py_ssize_t nargs) {
-  (void)args;
-  if (nargs != 0) {
-    PyErr_SetString(PyExc_TypeError, "run() takes no arguments");
-    return NULL;
-  }
-  return step_go(s);
-}
-
-/* set_bounds(hi, lo): float32 [F] each, lo None for |v| <= hi */
-static int bind_bounds(StepObject *s, PyObject *const *args, Py_ssize_t nargs, int F, const float **hi,
-                       const float **lo) {
-  if (nargs != 2) {
-    PyErr_SetString(PyExc_TypeError, "set_bounds(hi, lo) takes two arguments");
-    return -1;
-  }
-  if (*hi != NULL) {
-    PyErr_SetString(PyExc_RuntimeError, "bounds are set once");
-    return -1;
-  }
-  if (!(*hi = bind(s, args[0], 4, F, 0, "hi"))) return -1;
-  if (args[1] != Py_None && !(*lo = bind(s, args[1], 4, F, 0, "lo"))) return -1;
-  return 0;
-}
-
-static PyObject *step_set_bounds(StepObject *s, PyObject *const *args, Py_ssize_t nargs) {
-  if (bind_bounds(s, args, nargs, s->F, &s->hi, &s->lo) < 0) return NULL;
-  Py_RETURN_NONE;
-}
-
-static int step_push_rc(StepObject *s, PyObject *readings) {
-  int rc = es_push_rc(&s->busy, s->hi, "Step", readings, s->B, s->F, s->x, s->lo);
-  return rc < 0 ? rc : step_go_rc(s);
-}
-
-/* a Pusher's push (es_push.h) */
-int es_step_push(PyObject *step, PyObject *readings) { return step_push_rc((StepObject *)step, readings); }
-
-static PyObject *step_push(StepObject *s, PyObject *const *args, Py_ssize_t nargs) {
-  if (nargs != 1) {
-    PyErr_SetString(PyExc_TypeError, "push(readings) takes one argument");
-    return NULL;
-  }
-  return es_rc_object(step_push_rc(s, args[0]));
+/* the step (es_step_t.run) */
+static int step_run(es_step_t *step) {
+  StepObject *s = (StepObject *)step;
+  return s->quant ? int8_run(s) : float_run(s);
 }
 
 static PyObject *step_get_bank(StepObject *s, void *closure) {
@@ -614,42 +541,25 @@ static PyObject *step_get_kernel(StepObject *s, void *closure) {
   return PyUnicode_FromString("int8 as exact float32 products");
 }
 
-static PyMethodDef step_methods[] = {
-    {"run", (PyCFunction)(void (*)(void))step_run, METH_FASTCALL,
-     "run() -> int: advance every stream one reading; -1 when adopted, else the first stream with NaN/Inf logits "
-     "(no state changed)"},
-    {"set_bounds", (PyCFunction)(void (*)(void))step_set_bounds, METH_FASTCALL,
-     "set_bounds(hi, lo): float32 [F] each (lo None: |reading| <= hi), the range push() takes; set once"},
-    {"push", (PyCFunction)(void (*)(void))step_push, METH_FASTCALL,
-     "push(readings) -> int: copy float32 [B, F] readings into x, check them against the bounds and run: "
-     "-1 adopted, i >= 0 stream i gave NaN/Inf (no state changed), -2 a reading out of range (not run), "
-     "-3 not a C-contiguous float32 [B, F] buffer (nothing done)"},
-    {NULL, NULL, 0, NULL}};
-
 static PyGetSetDef step_getset[] = {
     {"bank", (getter)step_get_bank, NULL, "float models: the state bank (0 or 1) that holds the current state", NULL},
     {"kernel", (getter)step_get_kernel, NULL, "the products' kernel this step runs", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
-PyTypeObject es_step_type = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "edgeseq.runtime.native._es_native.Step",
-    .tp_basicsize = sizeof(StepObject),
-    .tp_dealloc = (destructor)step_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A bound recurrent step; build it with float_step() or int8_step().",
-    .tp_methods = step_methods,
-    .tp_getset = step_getset,
-};
+ES_STEP_TYPE(es_step_type, "Step", StepObject, step_dealloc,
+             "A bound recurrent step; build it with float_step() or int8_step().", step_getset, ES_STEP_RUN_DOC,
+             "push(readings) -> int: copy float32 [B, F] readings into x, check them against the bounds and run: "
+             ES_STEP_PUSH_CODES);
 
 /* -- constructors ------------------------------------------------------------------------ */
 
-static int check_sizes(int kind, int B, int F, int H, int C) {
+/* the number of layers, or -1 with a ValueError (a size out of range, or not a list of layers) */
+static Py_ssize_t check_sizes(int kind, int B, int F, int H, int C, PyObject *layers) {
   if (kind < 0 || kind > 2 || B < 1 || F < 1 || H < 1 || C < 1 || H > (1 << 16) || F > (1 << 16) || C > (1 << 16)) {
     PyErr_SetString(PyExc_ValueError, "sizes out of range");
     return -1;
   }
-  return 0;
+  return es_layer_count(layers, ES_MAX_LAYERS);
 }
 
 PyObject *es_float_step(PyObject *mod, PyObject *args) {
@@ -661,25 +571,19 @@ PyObject *es_float_step(PyObject *mod, PyObject *args) {
   if (!PyArg_ParseTuple(args, "iiiiiOOOOOOOOO", &kind, &B, &F, &H, &C, &x, &logits, &probs, &mean, &std, &bank0,
                         &bank1, &layers, &head))
     return NULL;
-  if (check_sizes(kind, B, F, H, C) < 0) return NULL;
-  if (!PyList_Check(layers) || (L = PyList_GET_SIZE(layers)) < 1 || L > ES_MAX_LAYERS) {
-    PyErr_SetString(PyExc_ValueError, "layers: a list of 1 to 16 layers expected");
-    return NULL;
-  }
+  if ((L = check_sizes(kind, B, F, H, C, layers)) < 0) return NULL;
   per = kind == ES_F_LSTM ? 2 : 1;
   nst = L * per;
   if (!PyList_Check(bank0) || !PyList_Check(bank1) || PyList_GET_SIZE(bank0) != nst || PyList_GET_SIZE(bank1) != nst) {
     PyErr_SetString(PyExc_ValueError, "bank0, bank1: lists of one array per state tensor expected");
     return NULL;
   }
-  if (!(s = new_step())) return NULL;
+  if (!(s = es_step_alloc(&es_step_type, ES_MAX_VIEWS, step_run))) return NULL;
   s->quant = 0;
   s->kind = kind;
   s->B = B, s->F = F, s->H = H, s->C = C, s->L = (int)L;
-  if (!(s->x = bind(s, x, 4, (Py_ssize_t)B * F, 0, "x")) ||
-      !(s->logits = bind(s, logits, 4, (Py_ssize_t)B * C, 1, "logits")) ||
-      !(s->probs = bind(s, probs, 4, (Py_ssize_t)B * C, 1, "probs")) || !(s->mean = bind(s, mean, 4, F, 0, "mean")) ||
-      !(s->std = bind(s, std, 4, F, 0, "std")))
+  if (es_step_bind_io((es_step_t *)s, x, logits, probs, C, &s->logits, &s->probs) < 0 ||
+      !(s->mean = bind(s, mean, 4, F, 0, "mean")) || !(s->std = bind(s, std, 4, F, 0, "std")))
     goto fail;
   for (l = 0; l < L; l++) {
     int k;
@@ -716,12 +620,9 @@ PyObject *es_float_step(PyObject *mod, PyObject *args) {
   if (s->head.np > s->np_max) s->np_max = s->head.np;
   s->work += (long)B * H * s->head.np;
   s->k_max = (F > H ? F : H) + H;
-  s->scratch = PyMem_Malloc(sizeof(float) * ((size_t)ES_F_CHUNK * F + (size_t)ES_F_CHUNK * s->k_max +
-                                             (size_t)2 * ES_F_CHUNK * s->np_max));
-  if (!s->scratch) {
-    PyErr_NoMemory();
+  if (!(s->scratch = es_malloc(sizeof(float) * ((size_t)ES_F_CHUNK * F + (size_t)ES_F_CHUNK * s->k_max +
+                                                (size_t)2 * ES_F_CHUNK * s->np_max))))
     goto fail;
-  }
   return (PyObject *)s;
 fail:
   Py_DECREF(s);
@@ -806,18 +707,14 @@ PyObject *es_int8_step(PyObject *mod, PyObject *args) {
   if (!PyArg_ParseTuple(args, "iiiiiOOOOOOOOOO|pp", &kind, &B, &F, &H, &C, &x, &logits, &logits_q12, &probs, &state,
                         &feat, &layers, &head, &sig, &tanh_, &reference, &vnni))
     return NULL;
-  if (check_sizes(kind, B, F, H, C) < 0) return NULL;
-  if (!PyList_Check(layers) || (L = PyList_GET_SIZE(layers)) < 1 || L > ES_MAX_LAYERS) {
-    PyErr_SetString(PyExc_ValueError, "layers: a list of 1 to 16 layers expected");
-    return NULL;
-  }
+  if ((L = check_sizes(kind, B, F, H, C, layers)) < 0) return NULL;
   per = kind == ES_F_LSTM ? 2 : 1;
   if (!PyList_Check(state) || PyList_GET_SIZE(state) != L * per) {
     PyErr_SetString(PyExc_ValueError, "state: a list of one array per state tensor expected");
     return NULL;
   }
   if (es_check_tuple(feat, 5, "feat") < 0 || es_check_tuple(head, 4, "head") < 0) return NULL;
-  if (!(s = new_step())) return NULL;
+  if (!(s = es_step_alloc(&es_step_type, ES_MAX_VIEWS, step_run))) return NULL;
   s->quant = 1;
   s->reference = reference;
   s->vnni = !reference && vnni && es_vnni_supported();
@@ -827,16 +724,11 @@ PyObject *es_int8_step(PyObject *mod, PyObject *args) {
   f_pad = (F + 3) & ~3, h_pad = (H + 3) & ~3;
   s->n_a = f_pad > h_pad ? f_pad : h_pad;
   s->h_pad = h_pad;
-  if (!(s->x = bind(s, x, 4, (Py_ssize_t)B * F, 0, "x")) ||
-      !(s->logits = bind(s, logits, 4, (Py_ssize_t)B * C, 1, "logits")) ||
+  if (es_step_bind_io((es_step_t *)s, x, logits, probs, C, &s->logits, &s->probs) < 0 ||
       !(s->logits_q12 = bind(s, logits_q12, 4, (Py_ssize_t)B * C, 1, "logits_q12")) ||
-      !(s->probs = bind(s, probs, 4, (Py_ssize_t)B * C, 1, "probs")) ||
       !(s->sigmoid = bind(s, sig, 2, 2049, 0, "sigmoid")) || !(s->tanh = bind(s, tanh_, 2, 2049, 0, "tanh")))
     goto fail;
-  if (!(s->lut_sig = PyMem_Malloc(sizeof(int32_t) * 2 * 2048))) {
-    PyErr_NoMemory();
-    goto fail;
-  }
+  if (!(s->lut_sig = es_malloc(sizeof(int32_t) * 2 * 2048))) goto fail;
   s->lut_tanh = s->lut_sig + 2048;
   for (l = 0; l < 2048; l++) {
     int32_t ds = (int32_t)s->sigmoid[l + 1] - s->sigmoid[l], dt = (int32_t)s->tanh[l + 1] - s->tanh[l];

@@ -200,12 +200,15 @@ ES_F_INLINE float es_s_softplus(float d, float thr) {
   return d > thr ? d : sp;
 }
 
-/* fixed decay: s' = decay ⊙ s + x */
-ES_F_INLINE void es_s_fixed(const float *ES_F_RESTRICT decay, const float *ES_F_RESTRICT s,
-                            const float *ES_F_RESTRICT x, int n, float *ES_F_RESTRICT out) {
-  int k;
-  for (k = 0; k < n; k++) out[k] = decay[k] * s[k] + x[k];
-}
+/* fixed decay: s' = decay ⊙ s + x; T float for a row (es_s_fixed), a vector of ES_S_L lanes, one
+   per stream, for a chunk (es_s_lfixed, es_ssm_lanes.h): the same operations either way */
+#define ES_S_FIXED(name, T)                                                                         \
+  ES_F_INLINE void name(const float *ES_F_RESTRICT decay, const T *ES_F_RESTRICT s, const T *ES_F_RESTRICT x, \
+                        int n, T *ES_F_RESTRICT out) {                                             \
+    int k;                                                                                          \
+    for (k = 0; k < n; k++) out[k] = decay[k] * s[k] + x[k];                                        \
+  }
+ES_S_FIXED(es_s_fixed, float)
 
 /* selective: a = exp(nrate ⊙ softplus(δ)) (nrate = -λ), s' = a ⊙ s + (1 - a) ⊙ x */
 ES_F_INLINE void es_s_selective(const float *ES_F_RESTRICT nrate, float thr, const float *ES_F_RESTRICT d,
@@ -226,12 +229,13 @@ ES_F_INLINE void es_s_gate(const float *ES_F_RESTRICT r, const float *ES_F_RESTR
   for (k = 0; k < n; k++) out[k] = (r[k] + skip[k] * v[k]) * (g[k] * es_f_sigmoid(g[k]));
 }
 
-/* the residual: u = (u + o) + b */
-ES_F_INLINE void es_s_residual(float *ES_F_RESTRICT u, const float *ES_F_RESTRICT o, const float *ES_F_RESTRICT b,
-                               int n) {
-  int k;
-  for (k = 0; k < n; k++) u[k] = (u[k] + o[k]) + b[k];
-}
+/* the residual: u = (u + o) + b; T as ES_S_FIXED's (es_s_residual, es_s_lresidual) */
+#define ES_S_RESIDUAL(name, T)                                                                      \
+  ES_F_INLINE void name(T *ES_F_RESTRICT u, const T *ES_F_RESTRICT o, const float *ES_F_RESTRICT b, int n) { \
+    int k;                                                                                          \
+    for (k = 0; k < n; k++) u[k] = (u[k] + o[k]) + b[k];                                            \
+  }
+ES_S_RESIDUAL(es_s_residual, float)
 
 /* -- a chunk of streams at a time, one per vector lane -------------------------------------------
    At many streams a chunk of ES_S_L streams runs with its activations stored feature-major,

@@ -496,11 +496,8 @@ ES_F_INLINE void es_s_lnormalize(const float *ES_F_RESTRICT x, int F, const floa
   for (f = 0; f < F; f++) out[f] = (out[f] - mean[f]) / std[f];
 }
 
-ES_F_INLINE void es_s_lfixed(const float *ES_F_RESTRICT decay, const es_s_v *ES_F_RESTRICT s,
-                             const es_s_v *ES_F_RESTRICT x, int n, es_s_v *ES_F_RESTRICT out) {
-  int k;
-  for (k = 0; k < n; k++) out[k] = decay[k] * s[k] + x[k];
-}
+/* es_s_fixed, lane by lane (es_ssm.h) */
+ES_S_FIXED(es_s_lfixed, es_s_v)
 
 /* each feature's lanes as a loop over floats, which the compiler vectorizes as it does the rows' */
 ES_F_INLINE void es_s_lselective(const float *ES_F_RESTRICT nrate, float thr, const es_s_v *ES_F_RESTRICT d,
@@ -537,11 +534,8 @@ ES_F_INLINE void es_s_lgate(const es_s_v *ES_F_RESTRICT r, const float *ES_F_RES
   }
 }
 
-ES_F_INLINE void es_s_lresidual(es_s_v *ES_F_RESTRICT u, const es_s_v *ES_F_RESTRICT o, const float *ES_F_RESTRICT b,
-                                int n) {
-  int k;
-  for (k = 0; k < n; k++) u[k] = (u[k] + o[k]) + b[k];
-}
+/* es_s_residual, lane by lane (es_ssm.h) */
+ES_S_RESIDUAL(es_s_lresidual, es_s_v)
 
 /* u[h] = (u[h] + es_s_proj(a[h])) + rb, as es_s_lproj into o[h] then es_s_lresidual: a float
    projection with no output stage whose out fills its tiles adds to u as its tiles finish */

@@ -27,12 +27,9 @@ typedef struct {
 } es_s_layer_t;
 
 typedef struct {
-  PyObject_HEAD
-  int quant, sel, B, F, D, N, L, C, bank, busy;
-  long work;
-  Py_buffer views[ES_S_MAX_VIEWS];
-  int nviews;
-  float *x, *logits, *probs;
+  ES_STEP_HEAD
+  int quant, sel, D, N, L, C, bank;
+  float *logits, *probs;
   const float *mean, *std;
   es_s_proj_t enc, head;
   es_s_layer_t layer[ES_S_MAX_LAYERS];
@@ -76,7 +73,6 @@ typedef struct {
   int row_vnni;
   int32_t *u8row;                   /* in scratch: ES_F_CHUNK rows' packed inputs, (kmax + 1) / 2 words each */
 #endif
-  const float *hi, *lo;
 } SsmObject;
 
 /* The step (es_ssm_run.h) for one instruction set: es_ssm_run_<isa> (-1 adopted, else the first

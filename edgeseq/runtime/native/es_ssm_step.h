@@ -17,33 +17,12 @@
 #include "es_ssm_object.h"
 
 static void *ssm_bind(SsmObject *s, PyObject *obj, Py_ssize_t count, int writable, const char *what) {
-  return es_bind_view(s->views, &s->nviews, ES_S_MAX_VIEWS, obj, 4, count, writable, what);
+  return es_step_bind((es_step_t *)s, obj, 4, count, writable, what);
 }
 
 static void *ssm_bind_item(SsmObject *s, PyObject *seq, Py_ssize_t i, Py_ssize_t count, int writable,
                            const char *what) {
-  PyObject *o = PySequence_GetItem(seq, i);
-  void *p;
-  if (o == NULL) return NULL;
-  p = o == Py_None ? NULL : ssm_bind(s, o, count, writable, what);
-  if (o == Py_None) PyErr_Format(PyExc_ValueError, "%s: an array expected, got None", what);
-  Py_DECREF(o);
-  return p;
-}
-
-static int get_float(PyObject *seq, Py_ssize_t i, float *out, const char *what) {
-  PyObject *o = PySequence_GetItem(seq, i);
-  double v;
-  if (o == NULL) return -1;
-  v = PyFloat_AsDouble(o);
-  Py_DECREF(o);
-  if (v == -1.0 && PyErr_Occurred()) return -1;
-  if (!isfinite(v)) {
-    PyErr_Format(PyExc_ValueError, "%s: not a finite number", what);
-    return -1;
-  }
-  *out = (float)v;
-  return 0;
+  return es_step_bind_item((es_step_t *)s, seq, i, count, writable, what);
 }
 
 #if ES_S_LANES && ES_S_HAVE16
@@ -52,10 +31,7 @@ static int ssm_int8_weights(es_s_proj_t *p) {
   const int K = p->K, np = p->f.np, k4n = (K + 3) / 4;
   const int32_t zoff = (int32_t)p->in_z + 128;
   int k, o;
-  if (!(p->vw = PyMem_Malloc(sizeof(int32_t) * ((size_t)k4n * np + np)))) {
-    PyErr_NoMemory();
-    return -1;
-  }
+  if (!(p->vw = es_malloc(sizeof(int32_t) * ((size_t)k4n * np + np)))) return -1;
   p->vcorr = p->vw + (size_t)k4n * np;
   p->k4 = k4n;
   memset(p->vw, 0, sizeof(int32_t) * ((size_t)k4n * np + np));
@@ -95,9 +71,9 @@ static int ssm_bind_proj(SsmObject *s, es_s_proj_t *p, PyObject *t, int K, int o
   if (es_check_tuple(t, 14, what) < 0 || es_get_int(t, 4, K, K, &k, what) < 0 ||
       es_get_int(t, 5, out, out, &o, what) < 0 || es_get_int(t, 6, ld, ld, &np, what) < 0 ||
       es_get_int(t, 7, 0, 2, &in_mode, what) < 0 ||
-      es_get_int(t, 10, 0, 1, &out_q, what) < 0 || get_float(t, 8, &p->in_s, what) < 0 ||
-      get_float(t, 9, &p->in_z, what) < 0 || get_float(t, 11, &p->out_d, what) < 0 ||
-      get_float(t, 12, &p->out_z, what) < 0 || get_float(t, 13, &p->out_s, what) < 0)
+      es_get_int(t, 10, 0, 1, &out_q, what) < 0 || es_get_float(t, 8, &p->in_s, what) < 0 ||
+      es_get_float(t, 9, &p->in_z, what) < 0 || es_get_float(t, 11, &p->out_d, what) < 0 ||
+      es_get_float(t, 12, &p->out_z, what) < 0 || es_get_float(t, 13, &p->out_s, what) < 0)
     return -1;
   if ((in_mode && !(p->in_s > 0.0f)) || (out_q && !(p->out_d > 0.0f)) ||
       (in_mode && (p->in_z < -128.0f || p->in_z > 127.0f)) || (out_q && (p->out_z < -128.0f || p->out_z > 127.0f))) {
@@ -555,64 +531,8 @@ static int ssm_run(SsmObject *s) __attribute__((ifunc("ssm_run_pick")));
 #define ssm_run es_ssm_run_base
 #endif
 
-static int ssm_go_rc(SsmObject *s) {
-  int rc;
-  if (s->busy) {
-    PyErr_SetString(PyExc_RuntimeError, "SsmStep.run() called while another call runs; serialize calls");
-    return ES_PUSH_ERROR;
-  }
-  s->busy = 1;
-  if (s->work > ES_NOGIL_WORK) {
-    Py_BEGIN_ALLOW_THREADS
-    rc = ssm_run(s);
-    Py_END_ALLOW_THREADS
-  } else {
-    rc = ssm_run(s);
-  }
-  s->busy = 0;
-  return rc;
-}
-
-static PyObject *ssm_go(SsmObject *s) { return es_rc_object(ssm_go_rc(s)); }
-
-static PyObject *ssm_run_method(SsmObject *s, PyObject *const *args, Py_ssize_t nargs) {
-  (void)args;
-  if (nargs != 0) {
-    PyErr_SetString(PyExc_TypeError, "run() takes no arguments");
-    return NULL;
-  }
-  return ssm_go(s);
-}
-
-static PyObject *ssm_set_bounds(SsmObject *s, PyObject *const *args, Py_ssize_t nargs) {
-  if (nargs != 2) {
-    PyErr_SetString(PyExc_TypeError, "set_bounds(hi, lo) takes two arguments");
-    return NULL;
-  }
-  if (s->hi != NULL) {
-    PyErr_SetString(PyExc_RuntimeError, "bounds are set once");
-    return NULL;
-  }
-  if (!(s->hi = ssm_bind(s, args[0], s->F, 0, "hi"))) return NULL;
-  if (args[1] != Py_None && !(s->lo = ssm_bind(s, args[1], s->F, 0, "lo"))) return NULL;
-  Py_RETURN_NONE;
-}
-
-static int ssm_push_rc(SsmObject *s, PyObject *readings) {
-  int rc = es_push_rc(&s->busy, s->hi, "SsmStep", readings, s->B, s->F, s->x, s->lo);
-  return rc < 0 ? rc : ssm_go_rc(s);
-}
-
-/* a Pusher's push (es_push.h) */
-int es_ssm_push(PyObject *step, PyObject *readings) { return ssm_push_rc((SsmObject *)step, readings); }
-
-static PyObject *ssm_push(SsmObject *s, PyObject *const *args, Py_ssize_t nargs) {
-  if (nargs != 1) {
-    PyErr_SetString(PyExc_TypeError, "push(readings) takes one argument");
-    return NULL;
-  }
-  return es_rc_object(ssm_push_rc(s, args[0]));
-}
+/* the step (es_step_t.run) */
+static int ssm_step_run(es_step_t *s) { return ssm_run((SsmObject *)s); }
 
 static PyObject *ssm_get_bank(SsmObject *s, void *closure) {
   (void)closure;
@@ -647,37 +567,17 @@ static void ssm_dealloc(SsmObject *s) {
     PyMem_Free(y->x.vw2), PyMem_Free(y->g.vw2), PyMem_Free(y->d.vw2), PyMem_Free(y->r.vw2), PyMem_Free(y->o.vw2);
     PyMem_Free(y->g.tab), PyMem_Free(y->d.tab);
   }
-  for (i = 0; i < s->nviews; i++) PyBuffer_Release(&s->views[i]);
   PyMem_Free(s->scratch);
-  Py_TYPE(s)->tp_free((PyObject *)s);
+  es_step_free((es_step_t *)s);
 }
-
-static PyMethodDef ssm_methods[] = {
-    {"run", (PyCFunction)(void (*)(void))ssm_run_method, METH_FASTCALL,
-     "run() -> int: advance every stream one reading; -1 when adopted, else the first stream with NaN/Inf logits "
-     "(no state changed)"},
-    {"set_bounds", (PyCFunction)(void (*)(void))ssm_set_bounds, METH_FASTCALL,
-     "set_bounds(hi, lo): float32 [F] each (lo None: |reading| <= hi), the range push() takes; set once"},
-    {"push", (PyCFunction)(void (*)(void))ssm_push, METH_FASTCALL,
-     "push(readings) -> int: as Step.push: -1 adopted, i >= 0 stream i gave NaN/Inf (no state changed), -2 a "
-     "reading out of range (not run), -3 not a C-contiguous float32 [B, F] buffer (nothing done)"},
-    {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef ssm_getset[] = {
     {"bank", (getter)ssm_get_bank, NULL, "the state bank (0 or 1) that holds the current state", NULL},
     {"kernel", (getter)ssm_get_kernel, NULL, "the arithmetic this step runs", NULL},
     {NULL, NULL, NULL, NULL, NULL}};
 
-PyTypeObject es_ssm_type = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "edgeseq.runtime.native._es_native.SsmStep",
-    .tp_basicsize = sizeof(SsmObject),
-    .tp_dealloc = (destructor)ssm_dealloc,
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = "A bound state-space step; build it with ssm_step().",
-    .tp_methods = ssm_methods,
-    .tp_getset = ssm_getset,
-};
+ES_STEP_TYPE(es_ssm_type, "SsmStep", SsmObject, ssm_dealloc, "A bound state-space step; build it with ssm_step().",
+             ssm_getset, ES_STEP_RUN_DOC, "push(readings) -> int: as Step.push: " ES_STEP_PUSH_CODES);
 
 /* -- constructor --------------------------------------------------------------------------- */
 
@@ -690,8 +590,10 @@ static int ssm_bind_layer(SsmObject *s, es_s_layer_t *y, PyObject *t) {
       ssm_bind_proj(s, &y->r, PyTuple_GET_ITEM(t, 3), N, D, s->ld, "ssm readout") < 0 ||
       ssm_bind_proj(s, &y->o, PyTuple_GET_ITEM(t, 4), D, D, s->ld, "ssm out") < 0 ||
       !(y->ln_g = ssm_bind_item(s, t, 5, D, 0, "ssm ln weight")) ||
-      !(y->ln_b = ssm_bind_item(s, t, 6, D, 0, "ssm ln bias")) || get_float(t, 7, &y->eps, "ssm ln epsilon") < 0 ||
-      (s->sel ? !(y->nrate = ssm_bind_item(s, t, 9, N, 0, "ssm rate")) || get_float(t, 10, &y->thr, "ssm threshold") < 0
+      !(y->ln_b = ssm_bind_item(s, t, 6, D, 0, "ssm ln bias")) ||
+      es_get_float(t, 7, &y->eps, "ssm ln epsilon") < 0 ||
+      (s->sel ? !(y->nrate = ssm_bind_item(s, t, 9, N, 0, "ssm rate")) ||
+                    es_get_float(t, 10, &y->thr, "ssm threshold") < 0
               : !(y->decay = ssm_bind_item(s, t, 8, N, 0, "ssm decay"))) ||
       !(y->skip = ssm_bind_item(s, t, 11, D, 0, "ssm skip")) ||
       !(y->ob = ssm_bind_item(s, t, 12, D, 0, "ssm out bias")))
@@ -754,17 +656,13 @@ PyObject *es_ssm_step_new(PyObject *mod, PyObject *args) {
     PyErr_SetString(PyExc_ValueError, "sizes out of range");
     return NULL;
   }
-  if (!PyList_Check(layers) || (L = PyList_GET_SIZE(layers)) < 1 || L > ES_S_MAX_LAYERS) {
-    PyErr_SetString(PyExc_ValueError, "layers: a list of 1 to 16 layers expected");
-    return NULL;
-  }
+  if ((L = es_layer_count(layers, ES_S_MAX_LAYERS)) < 0) return NULL;
   if (!PyList_Check(bank0) || !PyList_Check(bank1) || PyList_GET_SIZE(bank0) != L || PyList_GET_SIZE(bank1) != L) {
     PyErr_SetString(PyExc_ValueError, "bank0, bank1: lists of one array per layer expected");
     return NULL;
   }
   if (es_check_tuple(final, 3, "final norm") < 0) return NULL;
-  if (!(s = PyObject_New(SsmObject, &es_ssm_type))) return NULL;
-  memset((char *)s + sizeof(PyObject), 0, sizeof(SsmObject) - sizeof(PyObject));
+  if (!(s = es_step_alloc(&es_ssm_type, ES_S_MAX_VIEWS, ssm_step_run))) return NULL;
   s->B = B, s->F = F, s->D = D, s->N = N, s->C = C, s->L = (int)L, s->sel = sel, s->quant = quant;
 #if ES_S_LANES && ES_HAVE_VNNI
   if (packed && es_vnni_supported())
@@ -787,10 +685,8 @@ PyObject *es_ssm_step_new(PyObject *mod, PyObject *args) {
   s->ldc = (C + ES_F_NB - 1) / ES_F_NB * ES_F_NB;
   s->kmax = F > D ? F : D;
   s->kmax = s->kmax > N ? s->kmax : N;
-  if (!(s->x = ssm_bind(s, x, (Py_ssize_t)B * F, 0, "x")) ||
-      !(s->logits = ssm_bind(s, logits, (Py_ssize_t)B * C, 1, "logits")) ||
-      !(s->probs = ssm_bind(s, probs, (Py_ssize_t)B * C, 1, "probs")) || !(s->mean = ssm_bind(s, mean, F, 0, "mean")) ||
-      !(s->std = ssm_bind(s, std, F, 0, "std")))
+  if (es_step_bind_io((es_step_t *)s, x, logits, probs, C, &s->logits, &s->probs) < 0 ||
+      !(s->mean = ssm_bind(s, mean, F, 0, "mean")) || !(s->std = ssm_bind(s, std, F, 0, "std")))
     goto fail;
   for (l = 0; l < L; l++)
     if (!(s->s[0][l] = ssm_bind_item(s, bank0, l, (Py_ssize_t)B * N, 1, "state")) ||
@@ -801,7 +697,7 @@ PyObject *es_ssm_step_new(PyObject *mod, PyObject *args) {
     if (ssm_bind_layer(s, &s->layer[l], PyList_GET_ITEM(layers, l)) < 0) goto fail;
   if (!(s->lnf_g = ssm_bind_item(s, final, 0, D, 0, "final norm weight")) ||
       !(s->lnf_b = ssm_bind_item(s, final, 1, D, 0, "final norm bias")) ||
-      get_float(final, 2, &s->lnf_eps, "final norm epsilon") < 0 ||
+      es_get_float(final, 2, &s->lnf_eps, "final norm epsilon") < 0 ||
       ssm_bind_proj(s, &s->head, head, D, C, s->ldc, "ssm head") < 0)
     goto fail;
 #if ES_S_LANES && ES_HAVE_AVX2I
@@ -854,7 +750,7 @@ PyObject *es_ssm_step_new(PyObject *mod, PyObject *args) {
 #if ES_HAVE_VNNI || ES_HAVE_AVX2I
     rows += sizeof(int32_t) * ES_F_CHUNK * (size_t)((s->kmax + 1) / 2);      /* u8row */
 #endif
-    s->scratch = PyMem_Malloc(rows + lanes + 64);
+    s->scratch = es_malloc(rows + lanes + 64);
     if (s->scratch)
       s->lanes = (float *)(void *)(((uintptr_t)((char *)s->scratch + rows) + 63) & ~(uintptr_t)63);
 #if ES_HAVE_VNNI || ES_HAVE_AVX2I
@@ -862,13 +758,10 @@ PyObject *es_ssm_step_new(PyObject *mod, PyObject *args) {
                                                    (size_t)((s->kmax + 1) / 2));
 #endif
 #else
-    s->scratch = PyMem_Malloc(rows);
+    s->scratch = es_malloc(rows);
 #endif
   }
-  if (!s->scratch) {
-    PyErr_NoMemory();
-    goto fail;
-  }
+  if (!s->scratch) goto fail;
   return (PyObject *)s;
 fail:
   Py_DECREF(s);
