@@ -35,12 +35,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=".", help="where runs/ and models/ go")
     ap.add_argument("--archs", nargs="+", default=ARCHS, choices=ARCHS)
+    ap.add_argument("--json", metavar="PATH", help="also write the summary's figures as JSON (docs/figures/demo.json "
+                                                  "renders the README's table: scripts/render_docs.py)")
     args = ap.parse_args()
     out = Path(args.out)
     ds = load_dataset("basicmotions")
     print(f"BasicMotions: {len(ds.train)} train / {len(ds.test)} test sequences of "
           f"{ds.train.X.shape[1]} readings x {ds.n_features} channels; classes {', '.join(ds.labels)}\n")
-    rows = []
+    rows, figures = [], []
     for arch in args.archs:
         ckpt = train(arch, ds, progress=True)
         save_checkpoint(ckpt, out / "runs" / arch)
@@ -69,6 +71,13 @@ def main():
         rows.append((arch, ev["accuracy"], ev["continuous"]["reading_accuracy"], q["int8_continuous_accuracy"],
                      rep["bytes"], q["bytes"], sess.state_nbytes(), sess.state_nbytes_at(4096),
                      np.median(times) * 1e6, sess.backend))
+        figures.append({"arch": arch, "config": ckpt["config"], "per_sequence": ev["accuracy"],
+                        "continuous": ev["continuous"]["reading_accuracy"],
+                        "int8_continuous": q["int8_continuous_accuracy"],
+                        "train_seconds": ckpt["metrics"]["train_seconds"], "bytes": rep["bytes"], "int8_bytes": q["bytes"],
+                        "state_bytes_100": sess.state_nbytes(), "state_bytes_4096": sess.state_nbytes_at(4096),
+                        "median_push_us": float(np.median(times) * 1e6),
+                        "backend": sess.backend})
 
     print("\n             per seq    continuous   int8 cont.   file bytes   int8 bytes   state after 100"
           "   state after 4096   median step (backend)")
@@ -83,6 +92,20 @@ def main():
           "cache grows "
           "by one row per reading up to the window it was trained with, then slides."
           f"\n{next_steps(out, 'gru' if 'gru' in args.archs else args.archs[0])}")
+    if args.json:
+        write_json(args.json, figures)
+
+
+def write_json(path, figures: list) -> None:
+    """The summary's figures, what ran them and when, as `scripts/render_docs.py` reads them."""
+    import json
+    from datetime import datetime, timezone
+
+    from edgeseq.report.bench import machine_info
+    d = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+         "command": ".venv/bin/python examples/demo.py --json " + str(path),
+         "machine": machine_info(), "torch_threads": __import__("torch").get_num_threads(), "rows": figures}
+    Path(path).write_text(json.dumps(d, indent=1) + "\n")
 
 
 def _shown(path, program=False) -> str:

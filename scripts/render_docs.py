@@ -27,6 +27,8 @@ Sources:
   - docs/figures/compilers.json `python scripts/firmware_compilers.py --json docs/figures/compilers.json
                                  models/{rnn,gru,lstm,ssm,transformer}-int8.onnx` (after `make demo`; the
                                  command is recorded in the JSON)
+  - docs/figures/demo.json      `.venv/bin/python examples/demo.py --json docs/figures/demo.json` (what
+                                 `make demo` runs, plus the JSON)
 
 Standard library only, so it runs wherever the docs build.
 """
@@ -49,6 +51,7 @@ SOURCES = {
     "gateway": "docs/figures/gateway.json",
     "ucr": "docs/figures/ucr.json",
     "compilers": "docs/figures/compilers.json",
+    "demo": "docs/figures/demo.json",
 }
 
 REGION = re.compile(r"<!-- figures:(?P<name>[a-z0-9-]+) -->\n(?P<body>.*?)<!-- /figures:(?P=name) -->", re.S)
@@ -277,6 +280,36 @@ def render_firmware_summary(d: dict, source: str) -> str:
     return "\n\n".join([f"*{_firmware_how(d)}; cycles fitted to the steps measured on emulated cores.*", table])
 
 
+def _model_name(arch: str, c: dict) -> str:
+    """'GRU (hidden 64)', 'Transformer (d 32, 2 layers, 4 heads, window 50, ALiBi)', ... from a config."""
+    if arch in ("rnn", "gru", "lstm"):
+        return f"{arch.upper()} (hidden {c['hidden']}" + (f", {c['layers']} layers)" if c.get("layers", 1) > 1 else ")")
+    if arch == "transformer":
+        pos = {"alibi": "ALiBi", "sin": "sinusoidal positions", "none": "no positions"}.get(c.get("positions"),
+                                                                                           c.get("positions"))
+        return (f"Transformer (d {c['d_model']}, {c['layers']} layers, {c['heads']} heads, window {c['window']}, "
+                f"{pos})")
+    return f"SSM (d {c['d_model']}, {c['d_state']} states, {c['layers']} layers)"
+
+
+def render_demo(d: dict, source: str) -> str:
+    """The README's table of the five streaming models, from `examples/demo.py --json`."""
+    rows = []
+    for r in d["rows"]:
+        c = r["config"]
+        state = (f"{r['state_bytes_4096'] // c['window']:,} B per reading, up to {c['window']} "
+                 f"({r['state_bytes_4096']:,} B)" if r["arch"] == "transformer" else f"{r['state_bytes_100']:,} B")
+        rows.append([_model_name(r["arch"], c), f"{r['per_sequence']:.3f} / {r['continuous']:.3f}",
+                     f"{r['int8_continuous']:.3f}", f"{r['train_seconds']:.1f} s",
+                     f"{r['bytes'] / 1000:.0f} KB ({r['int8_bytes'] / 1000:.0f} KB)", state,
+                     f"{r['median_push_us']:.1f} us ({r['backend']})"])
+    table = _table(["model", "test accuracy (per sequence / continuous)", "int8 continuous", "train time",
+                    "file (int8)", "state per stream", "push (step backend)"], rows)
+    n = d.get("torch_threads", 1)
+    how = f"`{d['command']}` (`make demo` with the JSON), {n} torch thread{'s' if n != 1 else ''}"
+    return "\n\n".join([machine_line(d, source, how), table])
+
+
 def _span(values, fmt: str) -> str:
     """'lo-hi' of values in a format, one figure where both read the same."""
     lo, hi = format(min(values), fmt), format(max(values), fmt)
@@ -474,6 +507,7 @@ RENDERERS = {
     "firmware-summary": ("firmware", render_firmware_summary),
     "compilers": ("compilers", render_compilers),
     "gateway": ("gateway", render_gateway),
+    "demo": ("demo", render_demo),
 }
 
 

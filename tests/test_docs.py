@@ -59,6 +59,27 @@ def test_clang_scaling_is_the_measured_table():
     assert CLANG == measured, "firmware_sim/targets.py CLANG differs from docs/figures/compilers.json"
 
 
+def test_the_demo_json_renders_the_readme_table(tmp_path):
+    """`examples/demo.py --json` writes what the README's table renders from: one row per model,
+    named from its config, with the machine and the date."""
+    import json
+    spec = importlib.util.spec_from_file_location("demo", ROOT / "examples" / "demo.py")
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    row = {"arch": "gru", "config": {"hidden": 64, "layers": 1}, "per_sequence": 1.0, "continuous": 0.99375,
+           "int8_continuous": 0.9925, "train_seconds": 8.93, "bytes": 77812, "int8_bytes": 26173,
+           "state_bytes_100": 256, "state_bytes_4096": 256, "median_push_us": 1.58, "backend": "native"}
+    demo.write_json(tmp_path / "demo.json", [row, {**row, "arch": "transformer", "state_bytes_100": 25600,
+                                                    "state_bytes_4096": 25600, "config": {
+                                                        "d_model": 32, "layers": 2, "heads": 4, "window": 50,
+                                                        "positions": "alibi"}}])
+    d = json.loads((tmp_path / "demo.json").read_text())
+    text = render_docs().render_demo(d, "demo.json")
+    assert "| GRU (hidden 64) | 1.000 / 0.994 | 0.993 | 8.9 s | 78 KB (26 KB) | 256 B | 1.6 us (native) |" in text
+    assert "| Transformer (d 32, 2 layers, 4 heads, window 50, ALiBi) |" in text
+    assert "512 B per reading, up to 50 (25,600 B)" in text and f"measured {d['date']}" in text
+
+
 def test_every_renderer_has_a_region():
     rd = render_docs()
     used = set()
