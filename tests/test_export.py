@@ -121,3 +121,20 @@ def test_export_rejects_bad_requests(trained, tmp_path):
     with pytest.raises(UsageError, match="transformer only"):
         export_model(trained("gru"), tmp_path / "gru.onnx", max_history=10)
     assert os.listdir(tmp_path) == []
+
+
+def test_the_registry_built_once_changes_no_graph_and_is_put_back(monkeypatch):
+    """export builds torch's table of ONNX functions once per process: the graph is byte for byte
+    the one torch builds afresh, and torch's own method is back after each export."""
+    import contextlib
+
+    import export.step as step
+    from torch.onnx._internal.exporter import _registration
+    from edgeseq.report.bench import _random_checkpoint
+    ckpt = _random_checkpoint("gru", hidden=8)
+    before = _registration.ONNXRegistry.__dict__["from_torchlib"]
+    cached = [step.build_graph(ckpt, split=True)[0].SerializeToString() for _ in range(2)]
+    assert _registration.ONNXRegistry.__dict__["from_torchlib"] is before and step._REGISTRIES
+    monkeypatch.setattr(step, "_registry_built_once", contextlib.nullcontext)
+    fresh = step.build_graph(ckpt, split=True)[0].SerializeToString()
+    assert cached[0] == cached[1] == fresh
