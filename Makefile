@@ -9,6 +9,8 @@ TORCH ?= torch==2.13.0
 
 $(STAMP): pyproject.toml Makefile
 	python3 -m venv $(VENV)
+	@echo "installing edgeseq with its train, translate, pi and dev extras and $(TORCH) into $(VENV): a few minutes,"
+	@echo "about 1.5 of them compiling the native step extension on 2 cores (pip install -v shows a line per unit)"
 	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH)" -e ".[train,translate,pi,dev]"
 	touch $(STAMP)
 

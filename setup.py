@@ -101,10 +101,14 @@ class BuildExt(build_ext):
         cc = self.compiler
         if cc.compiler_type not in ("unix", "cygwin", "mingw32"):       # those compile through _compile
             return super().build_extension(ext)
-        jobs = os.environ.get("EDGESEQ_BUILD_JOBS", "")
-        jobs = int(jobs) if jobs.isdigit() and int(jobs) > 0 else os.cpu_count() or 1
+        raw = os.environ.get("EDGESEQ_BUILD_JOBS", "")
+        if raw and not (raw.isdigit() and int(raw) > 0):
+            raise SystemExit(f"EDGESEQ_BUILD_JOBS={raw!r}: give how many units to compile at once, a whole "
+                             "number of 1 or more, or unset it for one per CPU")
+        jobs = int(raw) if raw else os.cpu_count() or 1
         serial = cc.compile
         t0 = time.monotonic()
+        compiled = []
 
         def compile_parallel(sources, output_dir=None, macros=None, include_dirs=None, debug=0,
                              extra_preargs=None, extra_postargs=None, depends=None):
@@ -125,6 +129,7 @@ class BuildExt(build_ext):
                 cc._compile(obj, src, ext_, cc_args, extra_postargs + flags.get(os.path.normpath(src), []), pp_opts)
                 print(f"edgeseq native: compiled {os.path.basename(src)} in {time.monotonic() - t:.0f} s", flush=True)
 
+            compiled.extend(todo)
             pool = ThreadPoolExecutor(max_workers=max(1, min(jobs, len(todo))))
             try:
                 for _ in pool.map(one, todo):     # re-raises a unit's CompileError here
@@ -138,7 +143,10 @@ class BuildExt(build_ext):
             super().build_extension(ext)
         finally:
             cc.compile = serial
-        print(f"edgeseq native: built {ext.name} in {time.monotonic() - t0:.0f} s", flush=True)
+        if compiled:
+            print(f"edgeseq native: built {ext.name} in {time.monotonic() - t0:.0f} s", flush=True)
+        else:
+            print(f"edgeseq native: {ext.name} is up to date (nothing compiled)", flush=True)
 
 
 # numpy's headers where numpy is importable at build time (pyproject's build requirements list

@@ -38,6 +38,8 @@ def main():
     ap.add_argument("--json", metavar="PATH", help="also write the summary's figures as JSON (docs/figures/demo.json "
                                                   "renders the README's table: scripts/render_docs.py)")
     args = ap.parse_args()
+    if args.json:
+        check_json_path(args.json)
     out = Path(args.out)
     ds = load_dataset("basicmotions")
     print(f"BasicMotions: {len(ds.train)} train / {len(ds.test)} test sequences of "
@@ -96,6 +98,18 @@ def main():
         write_json(args.json, figures)
 
 
+def check_json_path(path) -> None:
+    """Refuse, before any training, a --json path that cannot be written: UsageError (one line)."""
+    from edgeseq.errors import UsageError
+    p = Path(path)
+    if p.is_dir():
+        raise UsageError(f"--json {path}: that is a folder; give a file name, e.g. {p / 'demo.json'}")
+    if not p.parent.is_dir():
+        raise UsageError(f"--json {path}: the folder {p.parent} does not exist; create it or give another path")
+    if not os.access(p.parent, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise UsageError(f"--json {path}: cannot write there; give a path you can write")
+
+
 def write_json(path, figures: list) -> None:
     """The summary's figures, what ran them and when, as `scripts/render_docs.py` reads them."""
     import json
@@ -103,7 +117,7 @@ def write_json(path, figures: list) -> None:
 
     from edgeseq.report.bench import machine_info
     d = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-         "command": ".venv/bin/python examples/demo.py --json " + str(path),
+         "command": " ".join(["python", "examples/demo.py", *map(shlex.quote, sys.argv[1:])]),
          "machine": machine_info(), "torch_threads": __import__("torch").get_num_threads(), "rows": figures}
     Path(path).write_text(json.dumps(d, indent=1) + "\n")
 

@@ -161,8 +161,9 @@ t0=$SECONDS
 in_root "rm -rf $VENV && python3 -m venv $VENV && cd $SRC && nice -n 10 $VENV/bin/pip install -v --log $RUN/pip-times.log '.[pi]' > $RUN/pip.log 2>&1" ||
   { tail -30 "$ROOT$RUN/pip.log" >&2; die "pip install '.[pi]' failed in the arm64 root (log: $ROOT$RUN/pip.log)"; }
 t_install=$((SECONDS - t0))
-grep -E 'gcc .*_es_native\.c' "$ROOT$RUN/pip.log" | head -1 | sed 's/^ *//' >&2 || true
-warnings=$(grep -cE '_es_native\.c.*warning:|\.h:[0-9]+:[0-9]+: warning:' "$ROOT$RUN/pip.log" || true)
+grep -E 'edgeseq native: compiling [0-9]+ of' "$ROOT$RUN/pip.log" | head -1 | sed 's/^ *//' >&2 || true
+# The extension is several translation units (edgeseq/runtime/native/*.c and their headers).
+warnings=$(grep -cE '[^ ]*\.(c|h):[0-9]+:[0-9]+: warning:' "$ROOT$RUN/pip.log" || true)
 so=$(in_root "ls $VENV/lib/python3*/site-packages/edgeseq/runtime/native/_es_native*.so" 2>/dev/null || true)
 [ -n "$so" ] || { grep -iE 'error|warning' "$ROOT$RUN/pip.log" | head -20 >&2; die "the C extension was not built in the root (setup.py treats it as optional; log: $ROOT$RUN/pip.log)"; }
 neon=$(in_root "objdump -d $so | grep -cE '\\s(fmla|fmul|fadd)\\s+v[0-9]+\\.4s'" || true)
@@ -187,7 +188,7 @@ done
 # -- 5. figures -------------------------------------------------------------------------------
 say "figures (arm64 under qemu user emulation on $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'); $(date -u '+%F %H:%M UTC'))"
 "$HOST_PY" - "$ROOT$RUN" "$EMU" "$t_root" "$t_install" "$pipcache" "$warnings" "$neon" <<'EOF'
-import datetime, json, re, sys
+import json, re, sys
 run, emu, t_root, t_install, pipcache, warnings, neon = sys.argv[1:]
 c = json.load(open(f"{run}/check.json"))
 demo = {}
@@ -198,16 +199,11 @@ for b in ("native", "onnxruntime"):
 print(f"root: {c['machine']}, Python {c['python']}, numpy {c['numpy']}, onnxruntime {c['onnxruntime']}; "
       f"emulation: {emu}; root build: {t_root}{' s' if t_root != 'cached' else ''}; "
       f"venv + pip install '.[pi]': {t_install} s (pip cache {pipcache})")
-compile_s = None
-stamps = [(datetime.datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S,%f"), line)
-          for line in open(f"{run}/pip-times.log", errors="replace")
-          for m in [re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d,\d+) ", line)] if m]
-for i, (t, line) in enumerate(stamps[:-1]):
-    if "gcc" in line and "_es_native.c -o" in line:
-        compile_s = (stamps[i + 1][0] - t).total_seconds()
-        break
-print(f"  of which gcc -O3 of _es_native.c (aarch64 gcc, emulated): "
-      f"{'n/a' if compile_s is None else f'{compile_s:.0f} s'}; {warnings} compiler warnings; "
+# setup.py compiles the extension's units in parallel and ends with "edgeseq native: built NAME in N s".
+built = [m.group(1) for line in open(f"{run}/pip.log", errors="replace")
+         for m in [re.search(r"edgeseq native: built \S+ in (\d+) s", line)] if m]
+print(f"  of which the native extension's build (aarch64 gcc, emulated): "
+      f"{built[-1] + ' s' if built else 'n/a'}; {warnings} compiler warnings; "
       f"{neon} NEON float vector instructions (fmla/fmul/fadd .4s) in the extension")
 print(f"torch: imported {c['torch_imported']}, installed {c['torch_installed']}; native extension: "
       f"{c['native_available']} ({c['simd']})")

@@ -13,7 +13,8 @@ protocols: per sequence (each test sequence from zero state, the prediction afte
 reading) and never reset (the test sequences joined end to end in 3 seeded orders, one stream
 each, scored per reading past the grace period, `edgeseq.runtime.evaluate`). Rows are added to
 the JSON file as each model finishes, so a long run can be stopped and resumed (`--redo` trains
-again what it holds). `table` prints the Markdown table docs/ucr.md shows.
+again what it holds). `table` prints the Markdown table in the
+`figures:ucr` region of docs/training.md.
 
 The published figures beside ours (`PUBLISHED`) are accuracies on the same splits:
 1-NN DTW with a full warping window, from the UCR archive 2018 (Dau et al., "The UCR time

@@ -28,7 +28,7 @@ Sources:
                                  models/{rnn,gru,lstm,ssm,transformer}-int8.onnx` (after `make demo`; the
                                  command is recorded in the JSON)
   - docs/figures/demo.json      `.venv/bin/python examples/demo.py --json docs/figures/demo.json` (what
-                                 `make demo` runs, plus the JSON)
+                                 `make demo` runs, plus the JSON; the command is recorded in the JSON)
 
 Standard library only, so it runs wherever the docs build.
 """
@@ -306,7 +306,7 @@ def render_demo(d: dict, source: str) -> str:
     table = _table(["model", "test accuracy (per sequence / continuous)", "int8 continuous", "train time",
                     "file (int8)", "state per stream", "push (step backend)"], rows)
     n = d.get("torch_threads", 1)
-    how = f"`{d['command']}` (`make demo` with the JSON), {n} torch thread{'s' if n != 1 else ''}"
+    how = f"`{d['command']}` (what `make demo` runs, with --json), {n} torch thread{'s' if n != 1 else ''}"
     return "\n\n".join([machine_line(d, source, how), table])
 
 

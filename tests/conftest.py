@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from edgeseq.data import load_dataset  # noqa: E402
 
-# Under pytest-xdist (`-n 2`, the default in pyproject.toml) each worker takes one core.
+# Under pytest-xdist (`make test` runs `-n auto`) each worker takes one core.
 WORKER = os.environ.get("PYTEST_XDIST_WORKER")
 torch.set_num_threads(1 if WORKER else 2)
 
@@ -64,6 +64,8 @@ def exported_once(tmp_path_factory, name: str, export):
     import json
 
     def make(folder):
+        import shutil
+        shutil.rmtree(folder, ignore_errors=True)          # what an earlier, failed export left
         model = folder / "model" / f"{name}.onnx"
         model.parent.mkdir(parents=True)
         (folder / "report.json").write_text(json.dumps(export(model)))

@@ -204,7 +204,7 @@ def _echo_json(obj):
 _PROGRAM = {"main": False}     # True when running as the `edgeseq` program (not inside another process)
 
 # Options that several commands take with the same meaning and help.
-_json_option = click.option("--json", "as_json", is_flag=True)
+_json_option = click.option("--json", "as_json", is_flag=True, help="Print the result as one JSON document instead of the text summary.")
 _seed_option = click.option("--seed", type=click.IntRange(0, 2**32 - 1), default=0, show_default=True)
 _provider_option = click.option("--provider", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
 _backend_option = click.option(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from edgeseq.cli._common import Finite, _echo_json, _errors, _json_option, _writing
+from edgeseq.cli._common import Finite, _echo_json, _errors, _writing
 from edgeseq.errors import EdgeseqError
 
 _limit = Finite(min=0, min_open=True)
@@ -30,7 +30,8 @@ _limit = Finite(min=0, min_open=True)
 @click.option("--out", required=True, type=click.Path(), help="Folder for the study, the front and the chosen model.")
 @click.option("--quick", is_flag=True, help="A tiny search space (rnn and gru of 4-8 units, 1-2 epochs): a smoke test.")
 @click.option("--quiet", is_flag=True, help="No progress lines.")
-@_json_option
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON (what pareto.json holds: the trials, "
+              "the Pareto front and the chosen model's test scores).")
 @_errors
 def tune(data, target, targets_file, trials, jobs, seed, sampler, max_latency_ms, max_ram_kb, max_flash_kb, storage,
          study, out, quick, quiet, as_json):
