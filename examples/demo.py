@@ -44,7 +44,7 @@ def main():
     ds = load_dataset("basicmotions")
     print(f"BasicMotions: {len(ds.train)} train / {len(ds.test)} test sequences of "
           f"{ds.train.X.shape[1]} readings x {ds.n_features} channels; classes {', '.join(ds.labels)}\n")
-    rows, figures = [], []
+    figures = []
     for arch in args.archs:
         ckpt = train(arch, ds, progress=True)
         save_checkpoint(ckpt, out / "runs" / arch)
@@ -70,9 +70,6 @@ def main():
         print(f"{arch:11s} trained in {ckpt['metrics']['train_seconds']:5.1f} s ({how}); exported {model} "
               f"(ORT vs torch max diff {rep['max_abs_diff']:.1e}); streamed a '{label}' sequence -> "
               f"'{guess}' ({probs.max():.2f})")
-        rows.append((arch, ev["accuracy"], ev["continuous"]["reading_accuracy"], q["int8_continuous_accuracy"],
-                     rep["bytes"], q["bytes"], sess.state_nbytes(), sess.state_nbytes_at(4096),
-                     np.median(times) * 1e6, sess.backend))
         figures.append({"arch": arch, "config": ckpt["config"], "per_sequence": ev["accuracy"],
                         "continuous": ev["continuous"]["reading_accuracy"],
                         "int8_continuous": q["int8_continuous_accuracy"],
@@ -83,9 +80,10 @@ def main():
 
     print("\n             per seq    continuous   int8 cont.   file bytes   int8 bytes   state after 100"
           "   state after 4096   median step (backend)")
-    for arch, acc, cont, qcont, size, qsize, s100, s4096, us, backend in rows:
-        print(f"{arch:11s}  {acc:7.3f}   {cont:10.3f}   {qcont:10.3f}   {size:10,d}   {qsize:10,d}   {s100:13,d} B   "
-              f"{s4096:14,d} B   {us:8.1f} us ({backend})")
+    for f in figures:
+        print(f"{f['arch']:11s}  {f['per_sequence']:7.3f}   {f['continuous']:10.3f}   {f['int8_continuous']:10.3f}   "
+              f"{f['bytes']:10,d}   {f['int8_bytes']:10,d}   {f['state_bytes_100']:13,d} B   "
+              f"{f['state_bytes_4096']:14,d} B   {f['median_push_us']:8.1f} us ({f['backend']})")
     print("\nper seq: accuracy at each test sequence's end, every sequence its own stream from zero state."
           "\ncontinuous: per-reading accuracy on the test sequences joined end to end, never reset "
           "(20 readings after each change not scored), as a device sees them."
