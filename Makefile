@@ -20,7 +20,7 @@ demo: setup
 	$(PY) examples/demo.py
 
 test: setup firmware-tools services
-	$(PY) -m pytest -n auto --dist loadfile
+	$(PY) -m pytest -n auto --dist loadfile --no-loadscope-reorder
 
 # The Cortex-M tests cross-compile the emitted C: install the compiler where apt can (as root);
 # elsewhere those tests skip and say what is missing.

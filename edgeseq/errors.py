@@ -26,6 +26,18 @@ def printable(text) -> str:
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
+def redact_url(url: str) -> str:
+    """`url` with the password in its user part replaced by `***` (scheme://user:***@host...), for
+    messages and logs. The user part runs to the last `@`, so a password holding `/`, `?`, `#`
+    or `@` is hidden whole; a URL without one comes back as it is."""
+    import re
+    m = re.match(r"([A-Za-z][A-Za-z0-9+.-]*://)(.*)@(.*)", url, re.S)
+    if m is None:
+        return url
+    user = m.group(2).split(":", 1)[0]
+    return f"{m.group(1)}{user}:***@{m.group(3)}" if ":" in m.group(2) else url
+
+
 def one_line(text) -> str:
     """An error message as one line, shown safely: runs of white space (a library message may
     quote a multi-line OS error) become one space, then any control or format character left

@@ -311,3 +311,21 @@ def assert_lean_step(r, core, portable, mac_under=None, mac_at_most=None):
         assert r["instructions_per_mac"] < mac_under[path], r["instructions_per_mac"]
     else:
         assert r["instructions_per_mac"] <= mac_at_most[path], r["instructions_per_mac"]
+
+
+def _nats_server_present() -> tuple:
+    from edgeseq.gateway.broker import find_server
+    try:
+        import nats  # noqa: F401
+        have_py = True
+    except ModuleNotFoundError:
+        have_py = False
+    return find_server() is not None, have_py
+
+
+HAVE_NATS_SERVER, HAVE_NATS_PY = _nats_server_present()
+# Tests against a real nats-server (JetStream, MQTT) started per test on loopback ports.
+needs_server = __import__("pytest").mark.skipif(
+    not (HAVE_NATS_SERVER and HAVE_NATS_PY),
+    reason="nats-server not installed (apt-get install nats-server; `make test` installs it as root)"
+    if not HAVE_NATS_SERVER else "nats-py not installed (pip install nats-py)")

@@ -5,6 +5,7 @@ twice, MQTT devices, back-pressure. Without nats-server or nats-py these tests s
 (`make test` installs nats-server as root with apt)."""
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -18,18 +19,11 @@ import pytest
 from edgeseq.gateway.batcher import Batcher
 from edgeseq.runtime.session import StreamSession
 
-try:
-    import nats  # noqa: F401
-    HAVE_NATS_PY = True
-except ModuleNotFoundError:
-    HAVE_NATS_PY = False
+from edgeseq.gateway.broker import LocalBroker, find_server
+from helpers import HAVE_NATS_PY, needs_server
 
-from edgeseq.gateway.broker import LocalBroker, find_server  # noqa: E402
-
-needs_server = pytest.mark.skipif(
-    find_server() is None or not HAVE_NATS_PY,
-    reason="nats-server not installed (apt-get install nats-server; `make test` installs it as root)"
-    if find_server() is None else "nats-py not installed (pip install nats-py)")
+if HAVE_NATS_PY:
+    import nats
 
 
 def _readings(features, devices=6, T=40, seed=0):
@@ -55,6 +49,30 @@ def test_batched_rounds_equal_one_session_per_device(exported, int8):
             ref = np.stack([s.push(x)[0] for x in rows])
             np.testing.assert_array_equal(np.stack(got[d]), ref, err_msg=f"{path.name} {d}")
             assert devs[d].position == 25
+
+
+def test_a_stored_state_is_checked_before_it_is_decompressed(exported):
+    """A device state from the bucket larger than the model's state can be, or compressed (it
+    could inflate far past its stored bytes), is refused before any array is read."""
+    import io
+
+    from edgeseq.gateway import wire
+    b = Batcher(exported("gru")[0])
+    good = wire.encode_state(b._blank, 3, 2, b.model_sha256, 7, boot=1)
+    st = wire.decode_state(good, max_bytes=b.max_state_bytes)
+    assert (st["position"], st["last_seq"], st["stream_seq"], st["boot"]) == (3, 2, 7, 1)
+    assert b.check_arrays(st["arrays"]) and len(good) <= b.max_state_bytes < len(good) + 70_000
+    with pytest.raises(wire.BadMessage, match="more than this model's state"):
+        wire.decode_state(good + b"\0" * b.max_state_bytes, max_bytes=b.max_state_bytes)
+    bomb = io.BytesIO()
+    np.savez_compressed(bomb, s0=np.zeros((1, 4_000_000), np.float32), position=np.int64(0), last_seq=np.int64(0),
+                        model=np.str_(b.model_sha256))
+    assert len(bomb.getvalue()) < 100_000                       # 16 MB of zeros in a few KB
+    with pytest.raises(wire.BadMessage, match="compressed"):
+        wire.decode_state(bomb.getvalue(), max_bytes=b.max_state_bytes)
+    for junk in (b"", b"PK\x03\x04" + b"\0" * 40, bytes(range(256))):
+        with pytest.raises(wire.BadMessage):
+            wire.decode_state(junk, max_bytes=b.max_state_bytes)
 
 
 def test_a_refused_reading_leaves_its_device_and_the_others_advance(exported):
@@ -103,6 +121,13 @@ async def _run_gateway(model, url, body, **kw):
         await task
 
 
+def _streams_made(model, url, **kw):
+    """A gateway with settings `kw` starts (making the streams with its limits) and stops."""
+    async def nothing(gw):
+        return None
+    return asyncio.run(_run_gateway(model, url, nothing, **kw))
+
+
 def _check_equal(got, ref):
     for d, rows in ref.items():
         assert sorted(got.get(d, {})) == list(range(len(rows))), f"{d}: missing or extra predictions"
@@ -136,7 +161,7 @@ def test_malformed_messages_are_dead_lettered_and_the_gateway_goes_on(broker, ex
            json.dumps({"seq": 102, "x": [1e30] * F}).encode(),
            b'{"seq": 103, "x": ' + b"[" * 2000 + b"]" * 2000 + b"}",                      # nesting too deep
            ('{"seq": 104, "x": [' + "9" * 400 + ", 0" * (F - 1) + "]}").encode(),           # an integer beyond float
-           b"", bytes(range(256))]
+           b"", bytes(range(256)), b"junk" * 10_000]                # 40 KB: only 1 KB of it is dead-lettered
 
     async def body(gw):
         nc = await nats.connect(broker.url)
@@ -149,11 +174,14 @@ def test_malformed_messages_are_dead_lettered_and_the_gateway_goes_on(broker, ex
         got = await devices.predictions(broker.url, 12, timeout=90)
         js = nc.jetstream()
         dead = await js.subscribe(f"{wire.DEAD_SUBJECT}.>", stream=wire.DEAD, ordered_consumer=True)
-        reasons = [(await dead.next_msg(timeout=30)).headers["Edgeseq-Error"] for _ in range(len(bad))]
+        letters = [await dead.next_msg(timeout=30) for _ in range(len(bad))]
+        reasons = [m.headers["Edgeseq-Error"] for m in letters]
+        sizes = sorted((len(m.data), int(m.headers["Edgeseq-Size"])) for m in letters)
         await nc.close()
-        return got, reasons
-    gw, (got, reasons) = asyncio.run(_run_gateway(model, broker.url, body))
+        return got, reasons, sizes
+    gw, (got, reasons, sizes) = asyncio.run(_run_gateway(model, broker.url, body))
     assert gw.stats["dead"] == len(bad) and gw.stats["duplicates"] == 1
+    assert sizes[-1] == (1024, 40_000) and all(a == min(b, 1024) for a, b in sizes)
     assert any("not JSON" in r for r in reasons) and any("'seq'" in r for r in reasons)
     assert any("list of" in r for r in reasons) and any("standard deviations" in r for r in reasons)
     assert any("too large for float32" in r for r in reasons)
@@ -273,18 +301,20 @@ def test_devices_speak_mqtt_through_the_same_server(broker, exported):
 
 
 @needs_server
-def test_a_full_backlog_refuses_readings_instead_of_growing(broker, exported):
+def test_full_backlogs_refuse_readings_instead_of_growing(broker, exported):
+    """EDGESEQ_IN holds at most max_backlog readings, and at most max_device_backlog of one
+    device: a device that floods is refused past its own share while its neighbours go on."""
     from nats.js.errors import APIError
 
     from edgeseq.gateway import devices
     model = str(exported("gru")[0])
-    X = _readings(StreamSession(model).n_features, devices=1, T=30)
-
-    async def nothing(gw):
-        return None
-    asyncio.run(_run_gateway(model, broker.url, nothing, max_backlog=20))   # creates the streams, then stops
-    with pytest.raises(APIError, match="maximum messages exceeded"):
-        asyncio.run(devices.replay(broker.url, X))
+    X = _readings(StreamSession(model).n_features, devices=3, T=12)
+    _streams_made(model, broker.url, max_backlog=20, max_device_backlog=8)
+    with pytest.raises(APIError, match="maximum messages per subject exceeded"):
+        asyncio.run(devices.replay(broker.url, {"dev-0": X["dev-0"]}))          # 12 readings, 8 stored
+    assert asyncio.run(devices.replay(broker.url, {"dev-1": X["dev-1"]}, stop=8))["published"] == 8
+    with pytest.raises(APIError, match="maximum messages exceeded"):         # 16 stored, 4 more fit
+        asyncio.run(devices.replay(broker.url, {"dev-2": X["dev-2"]}, stop=8))
 
 
 def test_serve_without_nats_server_says_how_to_install_it(runner, exported, monkeypatch):
@@ -302,6 +332,7 @@ def test_serve_print_config_gives_the_partition_mapping(runner, exported):
     assert r.exit_code == 0
     assert '"edgeseq.in.*": "edgeseq.part.{{partition(16,1)}}.{{wildcard(1)}}"' in r.output
     assert "jetstream" in r.output and "server_name:" in r.output      # nats-server's MQTT needs a name
+    assert "authorization {" in r.output                                # the fleet's users (runs/fleet here)
 
 
 def test_gateway_settings_are_checked(exported):
@@ -335,20 +366,28 @@ def test_serve_on_a_taken_port_says_which_option_to_change(runner, exported):
 @needs_server
 def test_serve_without_nats_starts_a_local_server_and_serves(tmp_path, exported):
     """The embedded default: `edgeseq serve MODEL` starts nats-server here (JetStream under
-    --store, MQTT on) and serves devices through it until --duration ends."""
+    --store, MQTT on, the --fleet's devices admitted) and serves devices through it until
+    --duration ends."""
+    pytest.importorskip("bcrypt", reason="bcrypt not installed (pip install '.[gateway]')")
     from edgeseq.gateway import devices
     from edgeseq.gateway.broker import free_port
+    from edgeseq.gateway.fleet import Fleet, with_credentials
     model = str(exported("gru")[0])
+    X = _readings(StreamSession(model).n_features, devices=3, T=5)
+    fleet = Fleet(tmp_path / "fleet")
+    passwords = {d: fleet.add_device(d) for d in X}
     port, mqtt_port = free_port(), free_port()
     proc = subprocess.Popen([sys.executable, "-m", "edgeseq", "serve", model, "--store", str(tmp_path / "js"),
                              "--port", str(port), "--mqtt-port", str(mqtt_port), "--duration", "20",
-                             "--status-every", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                             "--fleet", str(fleet.root), "--status-every", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
+        _wait_for(proc, "3 device(s) in")
         _wait_for(proc, "took partition 7")
-        X = _readings(StreamSession(model).n_features, devices=3, T=5)
         url = f"nats://127.0.0.1:{port}"
-        asyncio.run(devices.replay(url, X))
-        _check_equal(asyncio.run(devices.predictions(url, 15, timeout=90)), devices.reference(model, X))
+        asyncio.run(devices.replay(url, X, passwords=passwords))
+        got = asyncio.run(devices.predictions(with_credentials(url, *fleet.gateway_credentials()), 15, timeout=90))
+        _check_equal(got, devices.reference(model, X))
         proc.send_signal(signal.SIGINT)
         out = proc.communicate(timeout=30)[0]
     finally:
@@ -356,6 +395,7 @@ def test_serve_without_nats_starts_a_local_server_and_serves(tmp_path, exported)
             proc.kill()
     assert proc.returncode == 0, out
     assert "stopped: 15 readings, 15 predictions" in out
+    assert fleet.gateway_credentials()[1] not in out and not any(p in out for p in passwords.values())
     assert (tmp_path / "js" / "jetstream").is_dir()
 
 
@@ -421,7 +461,8 @@ def test_subjects_no_partition_holds_are_dead_lettered(broker, exported):
         await nc.close()
         return msg
     gw, msg = asyncio.run(_run_gateway(model, broker.url, body))
-    assert msg.subject == "edgeseq.dead.site_dev-1" and "one-token device id" in msg.headers["Edgeseq-Error"]
+    # never under a device id it is not (site_dev-1 could be a real device's)
+    assert msg.subject == "edgeseq.dead._.invalid" and "one-token device id" in msg.headers["Edgeseq-Error"]
 
 
 @needs_server
@@ -447,9 +488,18 @@ def test_a_device_that_reboots_and_counts_from_zero_is_started_over(broker, expo
             await asyncio.sleep(0.05)
         dev = next(d for part in gw.parts.values() for d in part.devices.values())
         out.append((dev.position, dev.last_seq))
-        return out
-    gw, out = asyncio.run(_run_gateway(model, broker.url, body))
+        nc = await nats.connect(broker.url)                 # every prediction stored, the reboot's too
+        sub = await nc.jetstream().subscribe(f"{wire.OUT_SUBJECT}.>", stream=wire.PREDICTIONS, ordered_consumer=True)
+        stored = []
+        with contextlib.suppress(Exception):
+            while True:
+                p = json.loads((await sub.next_msg(timeout=5 if len(stored) < 12 else 1)).data)
+                stored.append((p["boot"], p["seq"]))
+        await nc.close()
+        return out, stored
+    gw, (out, stored) = asyncio.run(_run_gateway(model, broker.url, body))
     assert out == [(4, 3)] and gw.stats["resets"] == 1 and gw.stats["duplicates"] == 1
+    assert stored == [(0, t) for t in range(8)] + [(1, t) for t in range(4)], stored
     s = StreamSession(model)
     for t in range(8, 12):
         s.push(X[t])
@@ -475,7 +525,7 @@ def test_serve_against_an_address_nobody_listens_on_is_one_line(runner, exported
     from edgeseq.cli import cli
     from edgeseq.gateway.broker import free_port
     for url, code, text in ((f"nats://127.0.0.1:{free_port()}", 1, "cannot reach the NATS server"),
-                            ("http://127.0.0.1:4222", 2, "nats://host:port"), ("garbage", 2, "nats://host:port")):
+                            ("http://127.0.0.1:4222", 2, "host:port"), ("garbage", 2, "host:port")):
         t0 = time.monotonic()
         r = runner.invoke(cli, ["serve", str(exported("gru")[0]), "--nats", url])
         assert r.exit_code == code and text in r.output and len(r.output.strip().splitlines()) == 1, r.output

@@ -5,7 +5,7 @@ exit 2 when the request itself was wrong. torch is imported only inside the comm
 train or export, so `stream` and `eval` work with the runtime-only install.
 
 One module per command or group (train, export, evaluate: eval and compare, stream, bench,
-report, firmware, translate, tune, serve); `_common` holds the error boundary and what they share.
+report, firmware, translate, tune, serve, devices); `_common` holds the error boundary and what they share.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import click
 
 from edgeseq import __version__
-from edgeseq.cli import bench, evaluate, export, firmware, report, serve, stream, train, translate, tune
+from edgeseq.cli import bench, devices, evaluate, export, firmware, report, serve, stream, train, translate, tune
 from edgeseq.cli._common import _PROGRAM, MAX_HISTORY, Finite, History, _Cli, _writing
 
 __all__ = ["MAX_HISTORY", "Finite", "History", "_writing", "cli", "main"]
@@ -35,6 +35,7 @@ def cli():
       edgeseq report --out reports/edge
       edgeseq firmware check models/gru-int8.onnx --target nrf52840
       edgeseq translate run models/mt "Save the notebook" --beam 4
+      edgeseq devices add pump-7
       edgeseq serve models/gru-int8.onnx --partitions 8
       edgeseq tune --out runs/tune --trials 20 --jobs 2 --max-flash-kb 64
     """
@@ -46,6 +47,7 @@ cli.add_command(evaluate.compare)
 cli.add_command(evaluate.eval_cmd)
 cli.add_command(stream.stream)
 cli.add_command(serve.serve)
+cli.add_command(devices.devices)
 cli.add_command(bench.bench)
 cli.add_command(report.report)
 cli.add_command(firmware.firmware)

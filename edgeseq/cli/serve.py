@@ -9,6 +9,8 @@ import click
 
 from edgeseq.cli._common import MAX_HISTORY, History, _backend_option, _errors
 
+RELOAD_SECONDS = 2.0             # how often a running server looks for fleet changes
+
 
 @click.command()
 @click.argument("model", type=click.Path(exists=True, dir_okay=False))
@@ -23,6 +25,8 @@ from edgeseq.cli._common import MAX_HISTORY, History, _backend_option, _errors
               help="A dead gateway's partitions are taken over this long after its last renewal.")
 @click.option("--max-batch", type=click.IntRange(1, 1024), default=1024, show_default=True,
               help="Devices per multi-stream push at most.")
+@click.option("--max-device-backlog", type=click.IntRange(1, 10_000_000), default=10_000, show_default=True,
+              help="Readings of one device waiting in the stream at most; past it the server refuses its new ones.")
 @click.option("--max-history", type=History(), help=f"Transformer: bound on cached readings (1 to {MAX_HISTORY:,}).")
 @click.option("--store", default="runs/nats", show_default=True, type=click.Path(file_okay=False),
               help="Without --nats: where the local nats-server keeps JetStream's files.")
@@ -30,7 +34,10 @@ from edgeseq.cli._common import MAX_HISTORY, History, _backend_option, _errors
               help="Without --nats: the local server's NATS port.")
 @click.option("--mqtt-port", type=click.IntRange(0, 65535), default=1883, show_default=True,
               help="Without --nats: the local server's MQTT port (0: no MQTT).")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Without --nats: the address to listen on.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Without --nats: the address to listen on "
+              "(0.0.0.0: every interface; the server admits the --fleet's devices only).")
+@click.option("--fleet", default="runs/fleet", show_default=True, type=click.Path(file_okay=False),
+              help="Folder of the devices' credentials (`edgeseq devices add NAME`) and the gateway's own.")
 @click.option("--status-every", type=click.FloatRange(0), default=10.0, show_default=True,
               help="Seconds between status lines (JSON) on stderr; 0: none.")
 @click.option("--duration", type=click.FloatRange(0, min_open=True), help="Stop after this many seconds.")
@@ -40,48 +47,60 @@ from edgeseq.cli._common import MAX_HISTORY, History, _backend_option, _errors
               "(its devices start over).")
 @_backend_option
 @_errors
-def serve(model, url, partitions, name, snapshot_every, lease_seconds, max_batch, max_history, store, port,
-          mqtt_port, host, status_every, duration, print_config, replace_model, backend):
+def serve(model, url, partitions, name, snapshot_every, lease_seconds, max_batch, max_device_backlog, max_history,
+          store, port, mqtt_port, host, fleet, status_every, duration, print_config, replace_model, backend):
     """Serve MODEL to many devices: readings in over NATS or MQTT, predictions out, each
     device's state kept in JetStream.
 
     Devices publish readings to `edgeseq.in.<device>` (MQTT: `edgeseq/in/<device>`) as JSON
     {"seq": n, "x": [...]}, seq rising by one per device; predictions come out on
     `edgeseq.out.<device>` (MQTT `edgeseq/out/<device>`) as JSON {"device", "seq", "position",
-    "label", "prob"}; malformed readings go to `edgeseq.dead.<device>` with the reason. Start
+    "label", "prob"}; malformed readings go to `edgeseq.dead.<device>` with the reason. The
+    local server admits only the devices in --fleet (`edgeseq devices add NAME`), each allowed
+    to publish its own readings only, and the gateway (its credentials in --fleet). Start
     more gateways (same MODEL, --nats and --partitions) to share the partitions; one that dies is
     replaced within --lease-seconds and a bit, and no reading is lost or applied twice.
 
     \b
+      edgeseq devices add pump-7                              # its credentials, shown once
       edgeseq serve models/gru-int8.onnx                      # a local nats-server, MQTT on 1883
       edgeseq serve models/gru-int8.onnx --nats nats://gw:4222 --name gw2
       edgeseq serve models/gru-int8.onnx --print-config       # the mapping for your own server
     """
     from edgeseq.gateway.broker import LocalBroker, mapping_block
+    from edgeseq.gateway.fleet import Fleet, with_credentials
 
+    crew = Fleet(fleet)
     if print_config:
         click.echo(f"server_name: edgeseq\njetstream {{}}\nmqtt {{ listen: 0.0.0.0:1883 }}\n"
-                   f"{mapping_block(partitions)}", nl=False)
+                   f"{crew.authorization_block(partitions)}{mapping_block(partitions)}", nl=False)
+        click.echo(f"# the gateway connects as {crew.gateway_credentials()[0]} with the password in "
+                   f"{crew.gateway_file}; devices as in `edgeseq devices list --fleet {fleet}`", err=True)
         return
     if duration is not None and not duration == duration:
         raise click.BadParameter("give a number of seconds", param_hint="--duration")
     from edgeseq.gateway.service import Gateway
 
     echo = lambda line: click.echo(line, err=True)  # noqa: E731
+    if url is not None and "@" not in url and crew.gateway_file.exists():
+        url = with_credentials(url, *crew.gateway_credentials())      # the server --print-config configured
     gw = Gateway(model, url or "nats://placeholder", partitions=partitions, name=name, snapshot_every=snapshot_every,
                  lease_seconds=lease_seconds, max_batch=max_batch, backend=backend, max_history=max_history,
+                 max_device_backlog=max_device_backlog,
                  replace_model=replace_model, echo=echo)
     broker = None
     if url is None:
         if mqtt_port == port:
             raise click.BadParameter(f"--port and --mqtt-port are both {port}; give them different ports")
         broker = LocalBroker(store, partitions=partitions, port=port, mqtt_port=mqtt_port or None,
-                             mqtt=bool(mqtt_port), host=host).start()
-        gw.url = broker.url
+                             mqtt=bool(mqtt_port), host=host, fleet=crew).start()
+        gw.url = broker.gateway_url
+        n = len(crew.devices())
         echo(f"nats-server: {broker.url}" + (f", MQTT {broker.mqtt_url}" if broker.mqtt_url else "")
-             + f", JetStream in {store}")
+             + f", JetStream in {store}; {n} device(s) in {fleet}"
+             + ("" if n else " (add one: edgeseq devices add NAME)"))
     try:
-        asyncio.run(_serve(gw, duration, status_every))
+        asyncio.run(_serve(gw, duration, status_every, broker, echo))
     finally:
         if broker is not None:
             broker.stop()
@@ -89,11 +108,24 @@ def serve(model, url, partitions, name, snapshot_every, lease_seconds, max_batch
                f"{gw.stats['dead']:,} dead letters, {gw.stats['duplicates']:,} duplicates", err=True)
 
 
-async def _serve(gw, duration, status_every):
+async def _serve(gw, duration, status_every, broker=None, echo=None):
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     if duration:
         loop.call_later(duration, stop.set)
-    await gw.run(stop, status_every=status_every)
+
+    async def reload():                       # devices added or removed while it runs
+        while broker is not None:
+            await asyncio.sleep(RELOAD_SECONDS)
+            try:
+                if broker.reload():
+                    echo(f"fleet changed: the server now admits {len(broker.fleet.devices())} device(s)")
+            except Exception as e:  # noqa: BLE001 - a damaged fleet file: keep what the server has
+                echo(f"fleet not reloaded: {e}")
+    watcher = asyncio.ensure_future(reload())
+    try:
+        await gw.run(stop, status_every=status_every)
+    finally:
+        watcher.cancel()

@@ -23,13 +23,14 @@ class Device:
     """One device's stream: `arrays` (float32, one per state tensor, batch axis of 1),
     `position` (readings since its start or reset), `last_seq` (the last sequence number
     applied, -1 before any), `stream_seq` (the stream sequence of the last message it consumed,
-    0 before any), `dirty` (changed since its state was last stored)."""
+    0 before any), `dirty` (changed since its state was last stored), `boot` (resets seen: part of
+    each prediction's id, so a device that counts from 0 again is never taken for a duplicate)."""
 
-    __slots__ = ("name", "arrays", "position", "last_seq", "stream_seq", "dirty", "seen")
+    __slots__ = ("name", "arrays", "position", "last_seq", "stream_seq", "dirty", "seen", "boot")
 
-    def __init__(self, name: str, arrays: list, position: int = 0, last_seq: int = -1):
+    def __init__(self, name: str, arrays: list, position: int = 0, last_seq: int = -1, boot: int = 0):
         self.name, self.arrays, self.position, self.last_seq = name, arrays, int(position), int(last_seq)
-        self.stream_seq, self.dirty, self.seen = 0, False, 0.0
+        self.stream_seq, self.dirty, self.seen, self.boot = 0, False, 0.0, int(boot)
 
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self.arrays)
@@ -58,6 +59,17 @@ class Batcher:
         self.model_sha256, self.backend = self.one.model_sha256, self.one.backend
         self._blank = self.one.snapshot()["state"]
         self._sessions = {1: self.one}
+        self.max_state_bytes = self._state_bytes()
+
+    def _state_bytes(self) -> int:
+        """The most bytes a stored device state of this model can take (`wire.encode_state`): its
+        arrays (a Transformer's cache at its longest) and 64 KiB for the rest."""
+        if not self.one.growing:
+            return sum(a.nbytes for a in self._blank) + 65536
+        rows = self.max_history or getattr(self.meta, "max_history", None) or (1 << 20)
+        per_row = sum(int(np.prod(a.shape[:2] + a.shape[3:])) * a.itemsize if a.ndim >= 3 else a.nbytes
+                      for a in self._blank)
+        return per_row * int(rows) + 65536
 
     def new_device(self, name: str) -> Device:
         return Device(name, [a.copy() for a in self._blank])

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -44,16 +45,39 @@ def mapping_block(partitions: int) -> str:
 
 
 def server_config(store_dir: str | os.PathLike, port: int, mqtt_port: int | None, partitions: int,
-                  host: str = "127.0.0.1", name: str = "edgeseq") -> str:
+                  host: str = "127.0.0.1", name: str = "edgeseq", fleet=None) -> str:
     """nats-server configuration text: client port, JetStream stored under `store_dir`, MQTT on
-    `mqtt_port` (None: off) and the partition mapping. Raises UsageError for a partition count
-    outside 1..MAX_PARTITIONS."""
+    `mqtt_port` (None: off), the partition mapping and, with a `fleet`
+    (`edgeseq.gateway.fleet.Fleet`), its authorization block (NATS and MQTT alike). Raises
+    UsageError for a partition count outside 1..MAX_PARTITIONS, and for a server without a fleet
+    that would listen beyond loopback (anyone on the network could publish as any device)."""
     check_partitions(partitions)
-    text = (f"server_name: {name}\nlisten: {host}:{int(port)}\n"
+    if fleet is None and not is_loopback(host):
+        raise UsageError(f"a server listening on {host} without authorization lets anyone on the network publish as "
+                         "any device; listen on 127.0.0.1, or give the server a fleet of device credentials "
+                         "(`edgeseq devices add NAME`)")
+    text = (f"server_name: {name}\nlisten: {_hostport(host, port)}\n"
             f'jetstream {{ store_dir: "{Path(store_dir).resolve()}" }}\n')
     if mqtt_port:
-        text += f"mqtt {{ listen: {host}:{int(mqtt_port)} }}\n"
+        text += f"mqtt {{ listen: {_hostport(host, mqtt_port)} }}\n"
+    if fleet is not None:
+        text += fleet.authorization_block(partitions)
     return text + mapping_block(partitions)
+
+
+def _hostport(host: str, port: int) -> str:
+    return f'"[{host}]:{int(port)}"' if ":" in host else f"{host}:{int(port)}"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (a name or an address) is this machine's loopback only."""
+    import ipaddress
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def check_partitions(partitions) -> int:
@@ -78,16 +102,20 @@ def _listening(host: str, port: int) -> bool:
 class LocalBroker:
     """A nats-server child process (JetStream, MQTT, the partition mapping) in `workdir`.
 
-    >>> with LocalBroker(workdir, partitions=8) as b:
+    >>> with LocalBroker(workdir, partitions=8, fleet=Fleet("runs/fleet")) as b:
     ...     b.url, b.mqtt_url            # nats://127.0.0.1:PORT, mqtt://127.0.0.1:PORT
+    ...     b.gateway_url                # nats://edgeseq-gateway:PASSWORD@127.0.0.1:PORT
 
     Ports default to free ones; JetStream's files stay in `workdir/jetstream` (so a broker
-    restarted on the same directory keeps its streams). Raises UsageError when nats-server is
-    not installed (saying how to install it) or does not start (with its last log line).
+    restarted on the same directory keeps its streams). With a `fleet` the server admits its
+    devices and the gateway only (`edgeseq.gateway.fleet`), and `reload()` applies a changed
+    fleet; without one it listens on loopback only, open to every local process. Raises
+    UsageError when nats-server is not installed (saying how to install it) or does not start
+    (with its last log line), and as `server_config`.
     """
 
     def __init__(self, workdir: str | os.PathLike, partitions: int = 8, port: int | None = None,
-                 mqtt_port: int | None = None, mqtt: bool = True, host: str = "127.0.0.1"):
+                 mqtt_port: int | None = None, mqtt: bool = True, host: str = "127.0.0.1", fleet=None):
         self.binary = find_server()
         if self.binary is None:
             raise UsageError(f"nats-server not found: {INSTALL_HINT}")
@@ -96,10 +124,42 @@ class LocalBroker:
         self.port = port or free_port(host)
         self.mqtt_port = (mqtt_port or free_port(host)) if mqtt else None
         self.proc = None
+        self.fleet = fleet
+        self.fleet_version = None
 
     @property
     def url(self) -> str:
         return f"nats://{self.host}:{self.port}"
+
+    @property
+    def gateway_url(self) -> str:
+        """`url` with the gateway's credentials in it (the plain `url` without a fleet)."""
+        if self.fleet is None:
+            return self.url
+        from edgeseq.gateway.fleet import with_credentials
+        return with_credentials(self.url, *self.fleet.gateway_credentials())
+
+    def _write_config(self) -> Path:
+        conf = self.workdir / "nats.conf"
+        self.fleet_version = self.fleet.version() if self.fleet is not None else None
+        text = server_config(self.workdir, self.port, self.mqtt_port, self.partitions, self.host, fleet=self.fleet)
+        tmp = conf.with_name(".nats.conf.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)   # it holds password hashes
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, conf)
+        return conf
+
+    def reload(self) -> bool:
+        """Apply the fleet's credentials if they changed since the server read them (nats-server
+        reloads its configuration on SIGHUP; connected devices stay connected, a removed one is
+        dropped). True when it reloaded."""
+        if self.fleet is None or self.proc is None or self.proc.poll() is not None \
+                or self.fleet.version() == self.fleet_version:
+            return False
+        self._write_config()
+        self.proc.send_signal(signal.SIGHUP)
+        return True
 
     @property
     def mqtt_url(self) -> str | None:
@@ -117,8 +177,7 @@ class LocalBroker:
                                  "port" + (" (or 0 for no MQTT)" if what == "MQTT" else "") +
                                  ", or --nats URL to use a server that already runs")
         self.workdir.mkdir(parents=True, exist_ok=True)
-        conf = self.workdir / "nats.conf"
-        conf.write_text(server_config(self.workdir, self.port, self.mqtt_port, self.partitions, self.host))
+        conf = self._write_config()
         self.log = self.workdir / "nats.log"
         with open(self.log, "wb") as log:            # this run's output only: its last line says why
             self.proc = subprocess.Popen([self.binary, "-c", str(conf)], stdout=log, stderr=subprocess.STDOUT,

@@ -14,14 +14,23 @@ from edgeseq.gateway.service import _nats
 
 
 async def replay(url: str, readings: dict, rate_hz: float = 0.0, start: int = 0, stop: int | None = None,
-                 acked: bool = True, seq_offset: int = 0) -> dict:
+                 acked: bool = True, seq_offset: int = 0, passwords: dict | None = None) -> dict:
     """Publish readings[device] (float32 [T, features]) rows start..stop, every device's reading
     t in turn before any t+1, as sequence numbers t + seq_offset; rate_hz > 0 paces each
     device at that many readings a second. acked=True waits for JetStream's acknowledgement of
-    each (a full stream raises); False publishes without waiting. Returns {"published": n,
-    "seconds": s, "sent_at": {(device, seq): monotonic seconds}}."""
+    each (a full stream raises); False publishes without waiting. `passwords` {device:
+    password} (`edgeseq devices add`): each device on its own connection with its own
+    credentials, as devices are (it can publish only its own readings, so acked must be False:
+    a device may not call JetStream's API); else one connection at `url` (credentials in it, if
+    any) publishes for all. Returns {"published": n, "seconds": s, "sent_at": {(device, seq):
+    monotonic seconds}}."""
     nats, _, _ = _nats()
-    nc = await nats.connect(url)
+    if passwords:
+        from edgeseq.gateway.fleet import with_credentials
+        own = {d: await nats.connect(with_credentials(url, d, passwords[d]), allow_reconnect=False)
+               for d in readings}
+        acked = False
+    nc = await nats.connect(url) if not passwords else next(iter(own.values()))
     js = nc.jetstream(timeout=10)
     sent = {}
     n = 0
@@ -41,11 +50,13 @@ async def replay(url: str, readings: dict, rate_hz: float = 0.0, start: int = 0,
                 if acked:
                     await js.publish(subject, payload)
                 else:
-                    await nc.publish(subject, payload)
+                    await (own[device] if passwords else nc).publish(subject, payload)
                 n += 1
-        await nc.flush()
+        for c in (own.values() if passwords else [nc]):
+            await c.flush()
     finally:
-        await nc.close()
+        for c in (own.values() if passwords else [nc]):
+            await c.close()
     return {"published": n, "seconds": time.monotonic() - t0, "sent_at": sent}
 
 

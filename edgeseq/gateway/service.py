@@ -19,11 +19,13 @@ How it holds together:
   takes a partition over replays the stream from the mark on; a device's stored state says which
   of those readings it already holds, so none is lost and none applied twice, and the predictions
   are those of one uninterrupted session (JetStream drops a prediction published again, by its
-  `Nats-Msg-Id`, within its duplicate window).
+  `Nats-Msg-Id`, device:boot:seq, within its duplicate window).
 - Back-pressure: each partition's consumer has at most `max_pending` readings delivered and
   not yet acknowledged (acknowledged once applied), so the server stops sending to a gateway that
-  falls behind; JetStream holds the rest, and a full EDGESEQ_IN (`max_backlog` readings) refuses new ones (publishers see the error)
-  instead of growing without bound.
+  falls behind; JetStream holds the rest, and a full EDGESEQ_IN (`max_backlog` readings, or 1
+  GiB) refuses new ones (publishers see the error) instead of growing without bound. One device
+  holds at most `max_device_backlog` of them (JetStream's per-subject limit, new ones refused):
+  a device that floods can neither fill the stream nor bury its neighbours' readings.
 """
 
 from __future__ import annotations
@@ -43,7 +45,13 @@ from edgeseq.gateway import wire
 from edgeseq.gateway.batcher import Batcher
 
 ROUND_MESSAGES = 4096           # messages taken into one processing round at most
-PREDICTIONS_KEPT = 1_000_000    # EDGESEQ_OUT keeps the newest this many predictions
+PREDICTIONS_KEPT = 1_000_000    # EDGESEQ_OUT keeps the newest this many predictions ...
+PREDICTION_BYTES = 1 << 30      # ... and at most this many bytes of them
+READING_BYTES = 1 << 30         # EDGESEQ_IN holds at most this many bytes of readings waiting ...
+READING_MAX = 64 * 1024         # ... each message at most this many (a reading is tens of bytes a value)
+DEAD_KEPT, DEAD_BYTES = 100_000, 64 << 20   # EDGESEQ_DEAD keeps the newest this many, in at most this many bytes
+DEAD_PREFIX = 1024              # a dead letter carries this many bytes of the message at most
+ACK_SOON = 5.0                  # seconds a quiet partition's readings wait for their acknowledgement at most
 MISSING = "nats-py is not installed: pip install nats-py (or pip install '.[gateway]' in edgeseq's clone)"
 
 
@@ -69,6 +77,7 @@ class Partition:
         self.since_snapshot = 0
         self.last_msg = None          # the last message applied and not yet acknowledged
         self.unacked = 0              # messages delivered since the last acknowledgement
+        self.unacked_since = 0.0      # when the first of them arrived (monotonic seconds)
 
     async def deliver(self, msg) -> None:
         self.buf.append(msg)
@@ -83,7 +92,8 @@ class Gateway:
     name: this gateway's id (default host-pid); snapshot_every: readings of a partition between
     stored states; lease_seconds: how long a lease outlives its last renewal (a partition is
     taken over within about 1.25x this after its gateway dies); idle_seconds: a device silent this
-    long is stored and dropped from memory; `stats` counts readings, predictions, duplicates
+    long is stored and dropped from memory; max_backlog, max_device_backlog: readings waiting in
+    EDGESEQ_IN in all and per device at most; `stats` counts readings, predictions, duplicates
     (a sequence number already applied: skipped), gaps (numbers skipped), dead (malformed or
     refused readings, sent to edgeseq.dead.<device>). Raises UsageError (settings, nats-py
     missing, a server without JetStream)."""
@@ -91,12 +101,14 @@ class Gateway:
     def __init__(self, model, url: str, partitions: int = 8, name: str | None = None, snapshot_every: int = 1000,
                  lease_seconds: float = 5.0, max_batch: int = 1024, backend: str | None = None,
                  max_history: int | None = None, idle_seconds: float = 300.0,
-                 max_pending: int = 20000, max_backlog: int = 1_000_000, replace_model: bool = False, echo=None):
+                 max_pending: int = 20000, max_backlog: int = 1_000_000, max_device_backlog: int = 10_000,
+                 replace_model: bool = False, echo=None):
         from edgeseq.gateway.broker import check_partitions
         _nats()
         self.P = check_partitions(partitions)
         for what, v, lo in (("snapshot_every", snapshot_every, 1),
-                            ("max_pending", max_pending, 1), ("max_backlog", max_backlog, 1)):
+                            ("max_pending", max_pending, 1), ("max_backlog", max_backlog, 1),
+                            ("max_device_backlog", max_device_backlog, 1)):
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 raise UsageError(f"{what} must be a whole number >= {lo}, got {v!r}")
         for what, v in (("lease_seconds", lease_seconds), ("idle_seconds", idle_seconds)):
@@ -113,6 +125,7 @@ class Gateway:
         self.batcher = Batcher(model, backend=backend, max_history=max_history, max_batch=max_batch)
         self.snapshot_every, self.lease_seconds, self.idle_seconds = snapshot_every, float(lease_seconds), idle_seconds
         self.max_backlog, self.replace_model = max_backlog, bool(replace_model)
+        self.max_device_backlog = max_device_backlog
         self.unmapped = None          # partition 0's owner dead-letters readings no partition holds
         self._said: dict = {}
         self.wake: asyncio.Event | None = None
@@ -122,6 +135,12 @@ class Gateway:
         self.stats = Counter()
         self.echo = echo or (lambda line: None)
         self._epoch = 0
+
+    @property
+    def where(self) -> str:
+        """The server's URL as logs and errors show it: any password as `***`."""
+        from edgeseq.gateway.fleet import redact
+        return redact(self.url)
 
     # -- setup ------------------------------------------------------------------------------
 
@@ -133,16 +152,28 @@ class Gateway:
         try:
             await loop.run_in_executor(None, lambda: socket.create_connection((host, port), timeout=5).close())
         except OSError as e:
-            raise EdgeseqError(f"cannot reach the NATS server at {self.url} ({e.strerror or type(e).__name__}); start "
+            raise EdgeseqError(f"cannot reach the NATS server at {self.where} ({e.strerror or type(e).__name__}); start "
                                "one (`edgeseq serve` without --nats starts nats-server here) or fix --nats") from None
+        refused = []
+
+        async def first_error(e):
+            refused.append(e)
         try:
             self.nc = await asyncio.wait_for(nats.connect(
-                self.url, name=f"edgeseq-gateway-{self.name}", max_reconnect_attempts=-1, connect_timeout=5,
-                allow_reconnect=True, error_cb=self._nats_error, disconnected_cb=self._nats_note("disconnected"),
-                reconnected_cb=self._nats_note("reconnected")), 20)
+                self.url, name=f"edgeseq-gateway-{self.name}", max_reconnect_attempts=0, connect_timeout=5,
+                allow_reconnect=False, error_cb=first_error), 20)
         except Exception as e:  # noqa: BLE001 - nats-py raises several kinds for one cause
-            raise EdgeseqError(f"no NATS server answered at {self.url} ({type(e).__name__}); something listens there "
-                               "but does not speak NATS: check --nats") from None
+            if any("authoriz" in str(x).lower() or "authentic" in str(x).lower() for x in [*refused, e]):
+                raise EdgeseqError(f"the NATS server at {self.where} refused the gateway's credentials; without "
+                                   "--nats `edgeseq serve` uses its own (in --fleet), with --nats give "
+                                   "nats://USER:PASSWORD@host:port of a user allowed edgeseq.> and $JS.>") from None
+            raise EdgeseqError(f"no NATS server answered at {self.where} ({type(e).__name__}); something listens "
+                               "there but does not speak NATS: check --nats") from None
+        await self.nc.close()
+        self.nc = await asyncio.wait_for(nats.connect(      # the credentials work: now the connection that stays
+            self.url, name=f"edgeseq-gateway-{self.name}", max_reconnect_attempts=-1, connect_timeout=5,
+            allow_reconnect=True, error_cb=self._nats_error, disconnected_cb=self._nats_note("disconnected"),
+            reconnected_cb=self._nats_note("reconnected")), 20)
         self.js = self.nc.jetstream(timeout=10)
         await self._streams()
         self.leases = await self._bucket(wire.LEASE_BUCKET, ttl=self.lease_seconds)
@@ -171,10 +202,14 @@ class Gateway:
         # A partition's readings are purged from the stream once the state that holds them is stored
         # (with the partition's mark), so max_backlog bounds what is not yet stored.
         specs = [(wire.READINGS, [f"{wire.PART_SUBJECT}.>", f"{wire.IN_SUBJECT}.>"],
-                  dict(max_msgs=self.max_backlog, discard=api.DiscardPolicy.NEW)),
-                 (wire.PREDICTIONS, [f"{wire.OUT_SUBJECT}.>"], dict(max_msgs=PREDICTIONS_KEPT, discard=api.DiscardPolicy.OLD,
-                                                                 duplicate_window=120.0)),
-                 (wire.DEAD, [f"{wire.DEAD_SUBJECT}.>"], dict(max_msgs=100_000, discard=api.DiscardPolicy.OLD))]
+                  dict(max_msgs=self.max_backlog, max_bytes=READING_BYTES, max_msg_size=READING_MAX,
+                       max_msgs_per_subject=self.max_device_backlog, discard_new_per_subject=True,
+                       discard=api.DiscardPolicy.NEW)),
+                 (wire.PREDICTIONS, [f"{wire.OUT_SUBJECT}.>"], dict(max_msgs=PREDICTIONS_KEPT, max_bytes=PREDICTION_BYTES,
+                                                                 discard=api.DiscardPolicy.OLD, duplicate_window=120.0)),
+                 (wire.DEAD, [f"{wire.DEAD_SUBJECT}.>"], dict(max_msgs=DEAD_KEPT, max_bytes=DEAD_BYTES,
+                                                             max_msg_size=DEAD_PREFIX + 4096,
+                                                             discard=api.DiscardPolicy.OLD))]
         for name, subjects, limits in specs:
             try:
                 await self.js.stream_info(name)
@@ -182,10 +217,10 @@ class Gateway:
                 try:
                     await self.js.add_stream(api.StreamConfig(name=name, subjects=subjects, **limits))
                 except self.errors.ServiceUnavailableError:
-                    raise UsageError(f"the NATS server at {self.url} has no JetStream: start it with -js "
+                    raise UsageError(f"the NATS server at {self.where} has no JetStream: start it with -js "
                                      "(or `jetstream {}` in its configuration)") from None
             except self.errors.ServiceUnavailableError:
-                raise UsageError(f"the NATS server at {self.url} has no JetStream: start it with -js "
+                raise UsageError(f"the NATS server at {self.where} has no JetStream: start it with -js "
                                  "(or `jetstream {}` in its configuration)") from None
 
     async def _bucket(self, bucket, ttl=None):
@@ -328,9 +363,10 @@ class Gateway:
             data = None
         if data:
             try:
-                arrays, position, last_seq, stream_seq, sha = wire.decode_state(data)
-                if sha == self.batcher.model_sha256 and self.batcher.check_arrays(arrays):
-                    dev.arrays, dev.position, dev.last_seq, dev.stream_seq = arrays, position, last_seq, stream_seq
+                st = wire.decode_state(data, max_bytes=self.batcher.max_state_bytes)
+                if st["model"] == self.batcher.model_sha256 and self.batcher.check_arrays(st["arrays"]):
+                    dev.arrays, dev.position, dev.last_seq = st["arrays"], st["position"], st["last_seq"]
+                    dev.stream_seq, dev.boot = st["stream_seq"], st["boot"]
                 else:
                     self.stats["state_mismatch"] += 1
                     self._say("model", f"device {name}: its stored state is for another model; starting it over "
@@ -349,7 +385,7 @@ class Gateway:
         dirty = [d for d in part.devices.values() if d.dirty]
         for lo in range(0, len(dirty), 256):
             await asyncio.gather(*(self.state.put(f"d.{d.name}", wire.encode_state(
-                d.arrays, d.position, d.last_seq, sha, d.stream_seq)) for d in dirty[lo:lo + 256]))
+                d.arrays, d.position, d.last_seq, sha, d.stream_seq, d.boot)) for d in dirty[lo:lo + 256]))
         for d in dirty:
             d.dirty = False
         await self.state.put(f"m.{part.p}", json.dumps({"stream_seq": part.applied_seq, "gateway": self.name}).encode())
@@ -368,17 +404,24 @@ class Gateway:
                 self.stats["devices_left"] += 1
 
     async def _sweep(self):
-        """Devices silent for idle_seconds leave memory: their partition's state is stored first."""
-        old = time.monotonic() - self.idle_seconds
+        """Devices silent for idle_seconds leave memory: their partition's state is stored first.
+        A partition whose readings have waited ACK_SOON seconds unacknowledged (a quiet one) is
+        stored too, so JetStream never redelivers them after its ack_wait."""
+        now = time.monotonic()
+        old = now - self.idle_seconds
         for part in list(self.parts.values()):
-            if any(d.seen < old for d in part.devices.values()):
+            if any(d.seen < old for d in part.devices.values()) or \
+                    part.unacked and now - part.unacked_since >= ACK_SOON:
                 await self._snapshot(part)
 
     # -- readings -------------------------------------------------------------------------
 
     async def _dead(self, device: str, payload: bytes, reason: str):
+        """Dead-letter a message: its first DEAD_PREFIX bytes, the reason and its full size in
+        headers (Edgeseq-Error, Edgeseq-Size)."""
         self.stats["dead"] += 1
-        await self.nc.publish(wire.dead_subject(device), payload, headers={"Edgeseq-Error": reason[:500]})
+        await self.nc.publish(wire.dead_subject(device), payload[:DEAD_PREFIX],
+                              headers={"Edgeseq-Error": reason[:500], "Edgeseq-Size": str(len(payload))})
 
     def _applied(self, dev, seq: int, sseq: int) -> None:
         if dev.last_seq >= 0 and seq > dev.last_seq + 1:
@@ -387,7 +430,7 @@ class Gateway:
 
     async def _unmapped(self, msgs: list):
         for m in msgs:
-            await self._dead(m.subject.split(".", 2)[-1].replace(".", "_")[:wire.MAX_DEVICE], m.data,
+            await self._dead(m.subject.split(".", 2)[-1], m.data,
                              f"subject {m.subject[:200]!r} is not {wire.IN_SUBJECT}.<device> with a one-token device "
                              "id (MQTT: edgeseq/in/<device>), or the server lacks the partition mapping "
                              "(`edgeseq serve MODEL --print-config`)")
@@ -409,9 +452,13 @@ class Gateway:
             if part is None or part.epoch != epoch:
                 continue                          # delivered before the partition was dropped: the next owner replays
             touched.append(part)
+            seen = part.applied_seq
             for m in msgs:
                 device = m.subject.split(".", 3)[3] if m.subject.count(".") >= 3 else ""
                 sseq = wire.stream_seq(m.reply)
+                if sseq and sseq <= seen:
+                    self.stats["redelivered"] += 1    # handled already (its ack was still due): never twice
+                    continue
                 dev = part.devices.get(device)
                 if dev is None:
                     if not wire._DEVICE.fullmatch(device) or len(device) > wire.MAX_DEVICE:
@@ -436,7 +483,9 @@ class Gateway:
                 pending.setdefault(dev, []).append((seq, x, reset, part, sseq, m.data))
             if msgs:
                 part.last_msg = msgs[-1]
-                part.applied_seq = wire.stream_seq(msgs[-1].reply) or part.applied_seq
+                part.applied_seq = max(part.applied_seq, wire.stream_seq(msgs[-1].reply))
+                if not part.unacked:
+                    part.unacked_since = now
                 part.unacked += len(msgs)
         while pending:
             items, refs = [], []
@@ -447,6 +496,7 @@ class Gateway:
                 if reset and seq != dev.last_seq:  # a new recording (a device rebooted): numbering starts again
                     self.batcher.reset(dev)
                     dev.last_seq = -1
+                    dev.boot += 1
                     self.stats["resets"] += 1
                 elif seq <= dev.last_seq:
                     self.stats["duplicates"] += 1
@@ -468,8 +518,8 @@ class Gateway:
                 k = int(out.argmax())
                 await self.nc.publish(f"{wire.OUT_SUBJECT}.{dev.name}",
                                       wire.encode_prediction(dev.name, seq, dev.position, self.batcher.labels[k],
-                                                             out[k]),
-                                      headers={"Nats-Msg-Id": f"{dev.name}:{seq}"})
+                                                             out[k], dev.boot),
+                                      headers={"Nats-Msg-Id": f"{dev.name}:{dev.boot}:{seq}"})
                 self.stats["predictions"] += 1
             self.stats["readings"] += len(items)
         for part in set(touched):
@@ -485,7 +535,8 @@ class Gateway:
     async def run(self, stop: asyncio.Event | None = None, status_every: float = 0.0):
         """Serve until `stop` is set (or forever); then store every partition's state and hand
         its lease back. `status_every` > 0 echoes a status line (JSON) that often (seconds).
-        Raises EdgeseqError when the server cannot be reached, UsageError when it cannot serve
+        Raises EdgeseqError when the server cannot be reached or refuses the credentials, or
+        when `stop` is set before it connected; UsageError when it cannot serve
         this deployment (no JetStream, another model or partition count, the mapping)."""
         stop = stop or asyncio.Event()
         self.ready = self.ready or asyncio.Event()
@@ -497,10 +548,11 @@ class Gateway:
             connect.cancel()
             with contextlib.suppress(BaseException):
                 await connect
-            return
+            raise EdgeseqError(f"stopped before the gateway had connected to the NATS server at {self.where}: "
+                               "nothing was served")
         connect.result()
         self.echo(f"gateway {self.name}: {self.batcher.meta.arch} on the {self.batcher.backend} backend, "
-                  f"{self.P} partitions, NATS at {self.url}")
+                  f"{self.P} partitions, NATS at {self.where}")
         next_lease = next_status = 0.0
         next_mapping = time.monotonic() + 10
         try:
@@ -562,5 +614,7 @@ def _address(url: str) -> tuple[str, int]:
     except ValueError:
         u, port = None, 0
     if u is None or u.scheme not in ("nats", "tls") or not u.hostname:
-        raise UsageError(f"--nats {url!r}: give the server as nats://host:port (or tls://host:port)")
+        from edgeseq.errors import redact_url
+        raise UsageError(f"--nats {redact_url(url)!r}: give the server as nats://[user:password@]host:port (or "
+                         "tls://...), with any / ? # @ or : in the password percent-encoded (/ as %2F)")
     return u.hostname, port

@@ -9,8 +9,10 @@ the per-device state kept in JetStream's key-value store.
   a reset received again before any later reading of the device (an MQTT QoS 1 redelivery) is
   applied once.
 - A prediction: subject `edgeseq.out.<device>` (MQTT `edgeseq/out/<device>`), payload JSON
-  `{"device", "seq", "position", "label", "prob"}`, header `Nats-Msg-Id: <device>:<seq>` so
-  JetStream drops a prediction published twice (after a gateway takes a partition over).
+  `{"device", "seq", "boot", "position", "label", "prob"}`, header `Nats-Msg-Id:
+  <device>:<boot>:<seq>` (`boot` counts the device's resets) so JetStream drops a prediction
+  published twice (after a gateway takes a partition over) but never one after a reboot that
+  counts from 0 again.
 - A malformed message goes to `edgeseq.dead.<device>` (`edgeseq.dead._.invalid` when the device
   id itself is bad) as received, with the reason in header `Edgeseq-Error`.
 - A device's state: key `d.<device>` in bucket `edgeseq_state`, an .npz (numpy's format,
@@ -117,30 +119,45 @@ def dead_subject(device: str) -> str:
         return f"{DEAD_SUBJECT}._.invalid"
 
 
-def encode_prediction(device: str, seq: int, position: int, label: str, prob: float) -> bytes:
+def encode_prediction(device: str, seq: int, position: int, label: str, prob: float, boot: int = 0) -> bytes:
     """A prediction message's payload (JSON bytes); `label` is JSON-escaped (json.dumps)."""
-    return (f'{{"device":"{device}","seq":{int(seq)},"position":{int(position)},"label":{json.dumps(label)},'
-            f'"prob":{round(float(prob), 6)!r}}}').encode()
+    return (f'{{"device":"{device}","seq":{int(seq)},"boot":{int(boot)},"position":{int(position)},'
+            f'"label":{json.dumps(label)},"prob":{round(float(prob), 6)!r}}}').encode()
 
 
-def encode_state(arrays: list, position: int, last_seq: int, model_sha256: str, stream_seq: int = 0) -> bytes:
-    """A device's state as .npz bytes: `arrays` (float32, one per state tensor, batch axis 1),
-    its position, the last `seq` applied and the stream sequence of the last message applied."""
+def encode_state(arrays: list, position: int, last_seq: int, model_sha256: str, stream_seq: int = 0,
+                 boot: int = 0) -> bytes:
+    """A device's state as .npz bytes (np.savez: members stored, not compressed): `arrays`
+    (float32, one per state tensor, batch axis 1), its position, the last `seq` applied, the
+    stream sequence of the last message applied and its `boot` (resets seen so far)."""
     buf = io.BytesIO()
     np.savez(buf, position=np.int64(position), last_seq=np.int64(last_seq), stream_seq=np.int64(stream_seq),
-             model=np.str_(model_sha256),
+             boot=np.int64(boot), model=np.str_(model_sha256),
              **{f"s{i}": np.ascontiguousarray(a, np.float32) for i, a in enumerate(arrays)})
     return buf.getvalue()
 
 
-def decode_state(data: bytes) -> tuple[list, int, int, int, str]:
-    """(arrays, position, last_seq, stream_seq, model sha256) from `encode_state` bytes. Arrays
+def decode_state(data: bytes, max_bytes: int | None = None) -> dict:
+    """{"arrays", "position", "last_seq", "stream_seq", "boot", "model"} from `encode_state`
+    bytes. Before anything is decompressed or read: bytes beyond `max_bytes` (what this model's
+    state can take) and any member that is compressed (it could inflate far beyond its stored
+    size) are refused, so a stored state never costs more memory than its own bytes. Arrays
     only (allow_pickle=False). Raises BadMessage for anything else."""
+    import zipfile
+    if max_bytes is not None and len(data) > max_bytes:
+        raise BadMessage(f"stored state is {len(data):,} bytes, more than this model's state can take ({max_bytes:,})")
+    try:
+        infos = zipfile.ZipFile(io.BytesIO(data)).infolist()
+    except Exception as e:  # noqa: BLE001 - bad zip of any kind
+        raise BadMessage(f"stored state unreadable ({type(e).__name__})") from None
+    if len(infos) > 64 or any(i.compress_type != zipfile.ZIP_STORED or i.flag_bits & 0x1 for i in infos):
+        raise BadMessage("stored state is not one the gateway writes (compressed, encrypted or too many members)")
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as z:
             n = sum(1 for k in z.files if re.fullmatch(r"s\d+", k))
-            arrays = [np.array(z[f"s{i}"], np.float32) for i in range(n)]
-            return (arrays, int(z["position"]), int(z["last_seq"]), int(z["stream_seq"]) if "stream_seq" in z.files
-                    else 0, str(z["model"]))
+            return {"arrays": [np.array(z[f"s{i}"], np.float32) for i in range(n)], "position": int(z["position"]),
+                    "last_seq": int(z["last_seq"]),
+                    "stream_seq": int(z["stream_seq"]) if "stream_seq" in z.files else 0,
+                    "boot": int(z["boot"]) if "boot" in z.files else 0, "model": str(z["model"])}
     except Exception as e:  # noqa: BLE001 - any unreadable bytes are one kind of failure here
-        raise BadMessage(f"stored state unreadable ({type(e).__name__}: {e})") from None
+        raise BadMessage(f"stored state unreadable ({type(e).__name__}: {str(e)[:200]})") from None

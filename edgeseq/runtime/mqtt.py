@@ -39,7 +39,7 @@ from collections import deque
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-from edgeseq.errors import UsageError, printable
+from edgeseq.errors import UsageError, printable, redact_url
 
 DEFAULT_QUEUE = 10_000   # predictions held while the broker is away: 200 s at 50 Hz, about 200 B of memory each
 WINDOW = 100             # handed to paho and not yet acknowledged, at most: paho's own queue stays short
@@ -76,7 +76,7 @@ class BrokerURL:
 
 def _redact(url: str) -> str:
     """`url` for an error message: a password replaced by ***, cut to 80 characters."""
-    text = re.sub(r"(//[^/@]*?:)[^/@]*@", r"\1***@", url)
+    text = redact_url(url)
     return text if len(text) <= 80 else text[:77] + "..."
 
 

@@ -1,0 +1,211 @@
+"""Who may publish what to the gateway's server: each device's credentials and the gateway's own.
+
+A fleet is a folder (default `runs/fleet`) that `edgeseq devices add NAME` writes and `edgeseq
+serve` reads:
+
+- `fleet.json` (mode 0600): each device's user name (its device id) and the bcrypt hash of its
+  password, never the password itself. nats-server checks a password against such a hash
+  (`authorization { users = [...] }`, NATS and MQTT alike).
+- `gateway.json` (mode 0600): the gateway's own user and password (the gateway must present
+  it), made on first use.
+
+Permissions (`authorization_block`): a device may publish only its own readings, the subject
+`edgeseq.in.<id>` (MQTT `edgeseq/in/<id>`) as the server's partition mapping rewrites it
+(`edgeseq.part.<p>.<id>`: nats-server checks a publish after the mapping), and subscribe only
+to its own predictions `edgeseq.out.<id>`; nothing else (no other device's subjects, no
+JetStream API, no key-value bucket). The gateway user has no limits. A connection without
+credentials is refused.
+
+Passwords are 32 random bytes (`secrets.token_urlsafe`), shown once by `add_device`. bcrypt
+(pyca/bcrypt) at cost `BCRYPT_ROUNDS`: the server spends one hash (tens of ms) per connection,
+not per message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import time
+from pathlib import Path
+from urllib.parse import quote, urlsplit, urlunsplit
+
+from edgeseq.errors import UsageError, redact_url
+from edgeseq.gateway import wire
+
+BCRYPT_ROUNDS = 11
+GATEWAY_USER = "edgeseq-gateway"
+MISSING = "bcrypt is not installed: pip install bcrypt (or pip install '.[gateway]' in edgeseq's clone)"
+
+
+def _bcrypt():
+    try:
+        import bcrypt
+    except ModuleNotFoundError:
+        raise UsageError(MISSING) from None
+    return bcrypt
+
+
+def partition_of(device: str, partitions: int) -> int:
+    """The partition nats-server's `partition(P, 1)` mapping puts `device` in: FNV-1a 32-bit of
+    the id's bytes modulo P (nats-server's subject_transform.go, getHashPartition)."""
+    h = 0x811C9DC5
+    for b in device.encode():
+        h = ((h ^ b) * 0x01000193) & 0xFFFFFFFF
+    return h % partitions
+
+
+def redact(url: str | None) -> str | None:
+    """`url` with any password replaced by `***` (nats://user:***@host:4222), for logs and errors."""
+    return redact_url(url) if url else url
+
+
+def with_credentials(url: str, user: str, password: str) -> str:
+    """nats://host:port with `user` and `password` in it (each percent-encoded)."""
+    u = urlsplit(url)
+    host = u.netloc.rsplit("@", 1)[-1]
+    return urlunsplit((u.scheme, f"{quote(user, safe='')}:{quote(password, safe='')}@{host}", u.path, u.query,
+                       u.fragment))
+
+
+class Fleet:
+    """The credentials in folder `root` (see the module's docstring). Raises UsageError for a
+    folder that cannot be used (a file where the folder should be, a damaged fleet.json)."""
+
+    def __init__(self, root: str | os.PathLike):
+        self.root = Path(root)
+        if self.root.exists() and not self.root.is_dir():
+            raise UsageError(f"--fleet {self.root}: that is a file, not a folder; give a folder for the fleet's "
+                             "credentials")
+        self.file, self.gateway_file = self.root / "fleet.json", self.root / "gateway.json"
+
+    # -- reading and writing ----------------------------------------------------------------
+
+    def _read(self, path: Path) -> dict:
+        try:
+            doc = json.loads(path.read_text())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as e:
+            raise UsageError(f"{path} cannot be read ({type(e).__name__}); restore it from a backup, or move it "
+                             "away and add the devices again") from None
+        if not isinstance(doc, dict):
+            raise UsageError(f"{path} is not an edgeseq fleet file; move it away and add the devices again")
+        return doc
+
+    def _write(self, path: Path, doc: dict) -> None:
+        """Atomically, mode 0600: a reader sees the old file or the new one, never half of one."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(OSError):
+            os.chmod(self.root, 0o700)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+    @contextlib.contextmanager
+    def _locked(self):
+        """One writer at a time (two `devices add` at once both land)."""
+        import fcntl
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / ".lock", "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    def devices(self) -> dict:
+        """{device id: {"hash": bcrypt hash, "added": UTC time}} of every device."""
+        devs = self._read(self.file).get("devices", {})
+        if not isinstance(devs, dict) or not all(isinstance(v, dict) and isinstance(v.get("hash"), str)
+                                                 for v in devs.values()):
+            raise UsageError(f"{self.file} is damaged (devices without a password hash); move it away and add the "
+                             "devices again")
+        for d in devs:
+            try:
+                wire.check_device(d)
+            except wire.BadMessage as e:
+                raise UsageError(f"{self.file} is damaged ({e}); move it away and add the devices again") from None
+        return devs
+
+    def version(self) -> float:
+        """A number that changes whenever the credentials do (for a running server to reload)."""
+        try:
+            return self.file.stat().st_mtime_ns
+        except FileNotFoundError:
+            return 0
+
+    # -- changes ----------------------------------------------------------------------------
+
+    def add_device(self, device: str, rotate: bool = False) -> str:
+        """Add `device` (its id: 1-128 letters, digits, '-' or '_') and return its new password,
+        the only time it is shown. `rotate` gives a device that exists a new password (the old
+        one stops working when the server reloads). UsageError for a bad id, an id that exists
+        (without `rotate`), one that does not (with it) or the gateway's own user name."""
+        try:
+            wire.check_device(device)
+        except wire.BadMessage as e:
+            raise UsageError(f"{e}; pick another device id") from None
+        if device == GATEWAY_USER:
+            raise UsageError(f"'{GATEWAY_USER}' is the gateway's own user; pick another device id")
+        bcrypt = _bcrypt()
+        password = secrets.token_urlsafe(32)
+        digest = bcrypt.hashpw(password.encode(), bcrypt.gensalt(BCRYPT_ROUNDS)).decode()
+        with self._locked():
+            doc = self._read(self.file)
+            devs = doc.setdefault("devices", {})
+            if device in devs and not rotate:
+                raise UsageError(f"device '{device}' is already in {self.root}; --rotate gives it a new password")
+            if device not in devs and rotate:
+                raise UsageError(f"device '{device}' is not in {self.root}; add it without --rotate")
+            devs[device] = {"hash": digest, "added": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            doc["version"] = 1
+            self._write(self.file, doc)
+        return password
+
+    def remove_device(self, device: str) -> None:
+        """Remove `device`: the server refuses it once it reloads. UsageError when it is not there."""
+        with self._locked():
+            doc = self._read(self.file)
+            if device not in doc.get("devices", {}):
+                raise UsageError(f"device '{device}' is not in {self.root} (`edgeseq devices list` shows who is)")
+            del doc["devices"][device]
+            self._write(self.file, doc)
+
+    def gateway_credentials(self) -> tuple[str, str]:
+        """(user, password) the gateway connects with, made (and stored, mode 0600) the first time."""
+        with self._locked():
+            doc = self._read(self.gateway_file)
+            if not (isinstance(doc.get("password"), str) and doc.get("user") == GATEWAY_USER
+                    and isinstance(doc.get("hash"), str)):
+                bcrypt = _bcrypt()
+                password = secrets.token_urlsafe(32)
+                doc = {"user": GATEWAY_USER, "password": password,
+                       "hash": bcrypt.hashpw(password.encode(), bcrypt.gensalt(BCRYPT_ROUNDS)).decode()}
+                self._write(self.gateway_file, doc)
+        return doc["user"], doc["password"]
+
+    # -- the server's view --------------------------------------------------------------------
+
+    def authorization_block(self, partitions: int) -> str:
+        """nats-server configuration text: the gateway's user (no limits) and one user per device,
+        allowed to publish its own readings only (before and after the partition mapping for
+        `partitions`) and to subscribe to its own predictions only."""
+        self.gateway_credentials()
+        gw = self._read(self.gateway_file)
+        users = [f'    {{user: {json.dumps(GATEWAY_USER)}, password: {json.dumps(gw["hash"])}}}']
+        for d, v in sorted(self.devices().items()):
+            pub = [f"{wire.IN_SUBJECT}.{d}", f"{wire.PART_SUBJECT}.{partition_of(d, partitions)}.{d}"]
+            users.append(f"    {{user: {json.dumps(d)}, password: {json.dumps(v['hash'])}, permissions: {{"
+                         f"publish: {{allow: {json.dumps(pub)}}}, "
+                         f"subscribe: {{allow: {json.dumps([f'{wire.OUT_SUBJECT}.{d}'])}}}}}}}")
+        return "authorization {\n  users = [\n" + "\n".join(users) + "\n  ]\n}\n"

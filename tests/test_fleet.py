@@ -1,0 +1,279 @@
+"""Who may publish to `edgeseq serve`'s server: each device's own credentials, allowed its own
+readings only (NATS and MQTT), the gateway's own, and no password in any file a user shares or
+any line the tools print. Against a real nats-server started per test on free loopback ports;
+without nats-server or nats-py those tests skip and say why."""
+
+import asyncio
+import json
+import os
+import stat
+import time
+
+import numpy as np
+import pytest
+
+from edgeseq.errors import UsageError
+from edgeseq.gateway.broker import LocalBroker, find_server, server_config
+from edgeseq.gateway.fleet import GATEWAY_USER, Fleet, partition_of, redact
+
+from helpers import HAVE_NATS_PY, needs_server
+bcrypt = pytest.importorskip("bcrypt", reason="bcrypt not installed (pip install '.[gateway]')")
+
+
+def _private(path) -> bool:
+    return stat.S_IMODE(os.stat(path).st_mode) & 0o077 == 0
+
+
+def test_the_fleet_keeps_password_hashes_only_in_private_files(tmp_path):
+    f = Fleet(tmp_path / "fleet")
+    pw = f.add_device("pump-7")
+    text = f.file.read_text()
+    assert pw not in text and bcrypt.checkpw(pw.encode(), f.devices()["pump-7"]["hash"].encode())
+    user, gw = f.gateway_credentials()
+    assert user == GATEWAY_USER and gw not in f.authorization_block(4) and gw not in text
+    assert _private(f.file) and _private(f.gateway_file) and f.gateway_credentials() == (user, gw)
+    with pytest.raises(UsageError, match="already in"):
+        f.add_device("pump-7")
+    pw2 = f.add_device("pump-7", rotate=True)
+    assert pw2 != pw and not bcrypt.checkpw(pw.encode(), f.devices()["pump-7"]["hash"].encode())
+    for bad in ("a.b", "", "x" * 129, "a b", ">", "*", GATEWAY_USER):
+        with pytest.raises(UsageError):
+            f.add_device(bad)
+    with pytest.raises(UsageError, match="not in"):
+        f.add_device("other", rotate=True)
+    f.remove_device("pump-7")
+    assert f.devices() == {}
+    with pytest.raises(UsageError, match="not in"):
+        f.remove_device("pump-7")
+
+
+def test_a_damaged_fleet_file_is_one_line_and_never_half_read(tmp_path):
+    f = Fleet(tmp_path / "fleet")
+    f.add_device("a")
+    for junk, what in (("{not json", "cannot be read"), ("[1]", "not an edgeseq fleet"),
+                       (json.dumps({"devices": {"a.b": {"hash": "x"}}}), "damaged"),
+                       (json.dumps({"devices": {"a": {}}}), "damaged")):
+        f.file.write_text(junk)
+        with pytest.raises(UsageError, match=what):
+            f.authorization_block(4)
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UsageError, match="not a folder"):
+        Fleet(tmp_path / "file")
+
+
+def test_the_authorization_block_allows_a_device_its_own_subjects_only(tmp_path):
+    f = Fleet(tmp_path / "fleet")
+    f.add_device("dev-a")
+    block = f.authorization_block(8)
+    p = partition_of("dev-a", 8)
+    line = next(x for x in block.splitlines() if '"dev-a"' in x)
+    assert f'["edgeseq.in.dev-a", "edgeseq.part.{p}.dev-a"]' in line and '["edgeseq.out.dev-a"]' in line
+    gw_line = next(x for x in block.splitlines() if GATEWAY_USER in x)
+    assert "permissions" not in gw_line
+
+
+def test_a_server_beyond_loopback_needs_a_fleet(tmp_path):
+    for host in ("0.0.0.0", "192.168.1.10", "::"):
+        with pytest.raises(UsageError, match="without authorization"):
+            server_config(tmp_path, 4222, 1883, 4, host=host)
+    assert "authorization" not in server_config(tmp_path, 4222, 1883, 4, host="127.0.0.1")
+    assert "authorization" in server_config(tmp_path, 4222, 1883, 4, host="0.0.0.0", fleet=Fleet(tmp_path / "f"))
+
+
+def test_passwords_of_any_characters_are_hidden_in_urls():
+    from edgeseq.runtime.mqtt import parse_url
+    for pw in ("s3cretZq", "Zq9/xx", "p@ssZq", "a?b#cZq", "x:yZq", "Zq%2Fq"):
+        for scheme in ("nats", "mqtt"):
+            shown = redact(f"{scheme}://gw:{pw}@127.0.0.1:4222")
+            assert "Zq" not in shown and shown == f"{scheme}://gw:***@127.0.0.1:4222", shown
+        try:
+            parse_url(f"mqtt://user:{pw}@broker.local:1883/")
+        except UsageError as e:
+            assert "Zq" not in str(e), str(e)
+    assert redact("nats://127.0.0.1:4222") == "nats://127.0.0.1:4222"
+
+
+def test_devices_cli_prints_a_password_once_and_lists_no_secret(runner):
+    from edgeseq.cli import cli
+    r = runner.invoke(cli, ["devices", "add", "pump-7", "--fleet", "f"])
+    assert r.exit_code == 0, r.output
+    pw = next(x.split(": ", 1)[1] for x in r.output.splitlines() if x.startswith("password: "))
+    assert len(pw) >= 40 and bcrypt.checkpw(pw.encode(), Fleet("f").devices()["pump-7"]["hash"].encode())
+    r = runner.invoke(cli, ["devices", "list", "--fleet", "f"])
+    assert r.exit_code == 0 and "pump-7" in r.output and pw not in r.output
+    r = runner.invoke(cli, ["devices", "add", "pump-7", "--fleet", "f"])
+    assert r.exit_code == 2 and "--rotate" in r.output and len(r.output.strip().splitlines()) == 1
+    r = runner.invoke(cli, ["devices", "add", "a.b", "--fleet", "f"])
+    assert r.exit_code == 2 and "letters, digits" in r.output
+    assert runner.invoke(cli, ["devices", "remove", "pump-7", "--fleet", "f"]).exit_code == 0
+    assert Fleet("f").devices() == {}
+
+
+# -- against a real server ---------------------------------------------------------------------
+
+@pytest.fixture
+def fleet_broker(tmp_path):
+    if find_server() is None or not HAVE_NATS_PY:
+        pytest.skip("nats-server or nats-py not installed (`make test` installs them)")
+    fleet = Fleet(tmp_path / "fleet")
+    passwords = {d: fleet.add_device(d) for d in ("dev-a", "dev-b")}
+    with LocalBroker(tmp_path / "nats", partitions=4, fleet=fleet) as b:
+        yield b, passwords
+
+
+async def _refused(url: str) -> bool:
+    import nats
+    try:
+        nc = await nats.connect(url, allow_reconnect=False, max_reconnect_attempts=0, connect_timeout=5)
+    except Exception as e:  # noqa: BLE001 - nats-py raises a plain Error for 'Authorization Violation'
+        return "authorization" in str(e).lower()
+    await nc.close()
+    return False
+
+
+def _mqtt_connect(port, user=None, password=None, client_id="edgeseq-test"):
+    """(client, the CONNACK's reason code as text)."""
+    mqtt = pytest.importorskip("paho.mqtt.client", reason="paho-mqtt not installed (pip install paho-mqtt)")
+    c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=client_id)
+    if user:
+        c.username_pw_set(user, password)
+    acks = []
+    c.on_connect = lambda cl, ud, flags, rc, props: acks.append(str(rc))
+    c.connect("127.0.0.1", port)
+    c.loop_start()
+    deadline = time.monotonic() + 30
+    while not acks and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return c, (acks or ["no answer"])[0]
+
+
+@needs_server
+def test_only_a_devices_own_credentials_publish_its_readings(fleet_broker, exported):
+    """dev-a (NATS) and dev-b (MQTT) each publish their own readings; dev-a's forged readings for
+    dev-b, before and after the partition mapping, and its write to dev-b's stored state are
+    refused by the server; an anonymous client or a wrong password gets nothing in. The
+    predictions are exactly one session per device."""
+    import nats
+
+    from edgeseq.gateway import devices, wire
+    from edgeseq.gateway.fleet import with_credentials
+    from edgeseq.runtime.session import StreamSession
+
+    from test_gateway import _check_equal, _readings, _run_gateway
+    broker, pw = fleet_broker
+    model = str(exported("gru")[0])
+    X = _readings(StreamSession(model).n_features, devices=2, T=5)
+    X = {"dev-a": X["dev-0"], "dev-b": X["dev-1"]}
+    errors = []
+
+    async def body(gw):
+        assert await _refused(broker.url)
+        assert await _refused(with_credentials(broker.url, "dev-a", pw["dev-b"]))
+        assert await _refused(with_credentials(broker.url, GATEWAY_USER, pw["dev-a"]))
+        for user, password in ((None, None), ("dev-b", pw["dev-a"]), ("dev-b", "")):
+            c, rc = _mqtt_connect(broker.mqtt_port, user, password, client_id=f"x-{user}")
+            c.loop_stop()
+            c.disconnect()
+            assert rc != "Success", (user, rc)
+        await devices.replay(broker.url, {"dev-a": X["dev-a"]}, passwords=pw)
+
+        async def note(e):
+            errors.append(str(e))
+        a = await nats.connect(with_credentials(broker.url, "dev-a", pw["dev-a"]), error_cb=note,
+                               allow_reconnect=False)
+        forged = wire.encode_reading(5, np.zeros(X["dev-a"].shape[1]))
+        for subject in ("edgeseq.in.dev-b", f"edgeseq.part.{partition_of('dev-b', 4)}.dev-b",
+                        f"edgeseq.part.{(partition_of('dev-a', 4) + 1) % 4}.dev-a",
+                        f"$KV.{wire.STATE_BUCKET}.d.dev-b", "$JS.API.STREAM.PURGE.EDGESEQ_IN", "edgeseq.out.dev-b"):
+            await a.publish(subject, forged)
+        await a.flush()
+        c, rc = _mqtt_connect(broker.mqtt_port, "dev-b", pw["dev-b"], client_id="dev-b")
+        assert rc == "Success", rc
+        for t in range(5):
+            c.publish("edgeseq/in/dev-b", wire.encode_reading(t, X["dev-b"][t]), qos=1).wait_for_publish(10)
+        c.publish("edgeseq/in/dev-a", forged, qos=1).wait_for_publish(10)
+        got = await devices.predictions(broker.gateway_url, 10, timeout=90)
+        await asyncio.sleep(1.0)                              # anything forged would have arrived by now
+        got = await devices.predictions(broker.gateway_url, 11, timeout=2)
+        c.loop_stop()
+        c.disconnect()
+        await a.close()
+        return got
+    gw, got = asyncio.run(_run_gateway(model, broker.gateway_url, body))
+    _check_equal(got, devices.reference(model, X))
+    assert gw.stats["readings"] == 10 and gw.stats["dead"] == 0
+    assert sum("permissions violation" in e for e in errors) == 6, errors
+
+
+@needs_server
+def test_a_device_added_while_the_server_runs_is_admitted_and_a_removed_one_refused(fleet_broker):
+    from edgeseq.gateway.fleet import with_credentials
+    broker, _ = fleet_broker
+    pw = broker.fleet.add_device("dev-c")
+    url = with_credentials(broker.url, "dev-c", pw)
+    assert asyncio.run(_refused(url))                         # the server has not reloaded yet
+    assert broker.reload() and not broker.reload()            # once per change
+
+    async def admitted():
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if not await _refused(url):
+                return True
+            await asyncio.sleep(0.1)
+        return False
+    assert asyncio.run(admitted())
+    broker.fleet.remove_device("dev-c")
+    assert broker.reload()
+
+    async def refused():
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if await _refused(url):
+                return True
+            await asyncio.sleep(0.1)
+        return False
+    assert asyncio.run(refused())
+
+
+@needs_server
+def test_partition_of_is_the_servers_mapping(tmp_path):
+    import nats
+    ids = [f"d{i}-{'x' * (i % 7)}" for i in range(40)] + ["pump-7", "A_b-C"]
+
+    async def run(url):
+        nc = await nats.connect(url)
+        got = {}
+
+        async def cb(m):
+            got[m.subject.split(".", 3)[3]] = int(m.subject.split(".")[2])
+        await nc.subscribe("edgeseq.part.>", cb=cb)
+        for d in ids:
+            await nc.publish(f"edgeseq.in.{d}", b"x")
+        await nc.flush()
+        deadline = time.monotonic() + 30
+        while len(got) < len(ids) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        await nc.close()
+        return got
+    with LocalBroker(tmp_path / "nats", partitions=16, mqtt=False) as b:
+        got = asyncio.run(run(b.url))
+    assert got == {d: partition_of(d, 16) for d in ids}
+
+
+@needs_server
+def test_serve_says_when_its_credentials_are_refused_and_never_prints_a_password(fleet_broker, runner, exported):
+    from edgeseq.cli import cli
+    from edgeseq.gateway.broker import free_port
+    from edgeseq.gateway.fleet import with_credentials
+    broker, _ = fleet_broker
+    model = str(exported("gru")[0])
+    for url, code, text in ((with_credentials(broker.url, GATEWAY_USER, "Zq9/wrong"), 1, "refused the gateway's"),
+                            (broker.url, 1, "refused the gateway's"),
+                            (f"nats://gw:Zq9/x@127.0.0.1:{free_port()}", 2, "percent-encoded"),
+                            (f"nats://gw:Zq9%2Fx@127.0.0.1:{free_port()}", 1, "cannot reach")):
+        r = runner.invoke(cli, ["serve", model, "--nats", url, "--fleet", "elsewhere", "--duration", "30",
+                                "--partitions", "4"])
+        assert r.exit_code == code and text in r.output, r.output
+        assert "Zq9" not in r.output and "Zq9%2F" not in r.output, r.output
+    r = runner.invoke(cli, ["serve", model, "--print-config", "--fleet", str(broker.fleet.root)])
+    assert r.exit_code == 0 and "authorization" in r.output and broker.fleet.gateway_credentials()[1] not in r.output
