@@ -21,7 +21,8 @@ Sources:
                                  --untrained-windows 16,256 models/{rnn,gru,lstm,ssm,transformer}-int8.onnx`
                                  (after `make demo`; the command is recorded in the JSON)
   - docs/figures/gateway.json   `python scripts/bench_gateway.py ... --json docs/figures/gateway.json`
-                                 (the command is recorded in the JSON)
+                                 (the command is recorded in the JSON; gateway_batched.json likewise, with
+                                 --per-message)
   - docs/figures/ucr.json       `python scripts/measure_ucr.py run --sets /tmp/ucr --json docs/figures/ucr.json`
                                  (after its `convert`; the command is recorded in the JSON)
   - docs/figures/compilers.json `python scripts/firmware_compilers.py --json docs/figures/compilers.json
@@ -49,6 +50,7 @@ SOURCES = {
     "report": "docs/report/report.json",
     "firmware": "docs/figures/firmware.json",
     "gateway": "docs/figures/gateway.json",
+    "gateway-batched": "docs/figures/gateway_batched.json",
     "ucr": "docs/figures/ucr.json",
     "compilers": "docs/figures/compilers.json",
     "demo": "docs/figures/demo.json",
@@ -364,7 +366,9 @@ def render_gateway(d: dict, source: str) -> str:
     rows = []
     for r in d["phases"]:
         cpu = ", ".join(f"{k} {v:.2f}" for k, v in r["cpu_share"].items())
-        rows.append([f"{r['devices']:,} x {r['rate_hz']:g} Hz", f"{r['offered_per_s']:,}", f"{r['predictions_per_s']:,}",
+        k = r.get("readings_per_message", 1)
+        rows.append([f"{r['devices']:,} x {r['rate_hz']:g} Hz" + (f", {k} readings a message" if k > 1 else ""),
+                     f"{r['offered_per_s']:,}", f"{r['predictions_per_s']:,}",
                      f"{r['p50_ms']:,.1f} ms" if r["p50_ms"] is not None else "-",
                      f"{r['p99_ms']:,.1f} ms" if r["p99_ms"] is not None else "-", cpu])
     table = _table(["devices x rate", "offered readings/s", "predictions/s", "p50 publish to prediction", "p99",
@@ -507,6 +511,7 @@ RENDERERS = {
     "firmware-summary": ("firmware", render_firmware_summary),
     "compilers": ("compilers", render_compilers),
     "gateway": ("gateway", render_gateway),
+    "gateway-batched": ("gateway-batched", render_gateway),
     "demo": ("demo", render_demo),
 }
 

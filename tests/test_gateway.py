@@ -150,6 +150,49 @@ def test_gateway_predictions_equal_one_session_per_device(broker, int8):
 
 
 @needs_server
+def test_several_readings_a_message_equal_one_session_per_device(broker, exported):
+    """Devices sending 5 readings a message (a last message of 2), one message sent twice and a
+    message with one reading the model refuses: the predictions are one session per device, one
+    message of them per message of readings, the repeat counted as duplicates, the refused
+    reading dead-lettered by its number."""
+    from edgeseq.gateway import devices, wire
+    model = str(exported("ssm")[0])
+    X = _readings(StreamSession(model).n_features, devices=3, T=12)
+    bad = X["dev-1"][:3].copy()
+    bad[1] = 1e30
+
+    async def body(gw):
+        await devices.replay(broker.url, X, per_message=5)
+        nc = await nats.connect(broker.url)
+        await nc.publish(wire.reading_subject("dev-0"), wire.encode_reading(5, X["dev-0"][5:10]))      # again
+        await nc.publish(wire.reading_subject("dev-1"), wire.encode_reading(12, bad))
+        await nc.flush()
+        got = await devices.predictions(broker.url, 38, timeout=90)
+        dead = await nc.jetstream().subscribe(f"{wire.DEAD_SUBJECT}.>", stream=wire.DEAD, ordered_consumer=True)
+        letter = await dead.next_msg(timeout=30)
+        messages = (await nc.jetstream().stream_info(wire.PREDICTIONS)).state.messages
+        await nc.close()
+        return got, letter, messages
+    gw, (got, letter, messages) = asyncio.run(_run_gateway(model, broker.url, body))
+    assert messages == 3 * 3 + 1                     # one answer a message: 5 + 5 + 2 per device, 2 of the last
+    ref = devices.reference(model, X)
+    s = StreamSession(model)
+    for x in X["dev-1"]:
+        s.push(x)
+    for t in (0, 2):                                 # the refused reading changes nothing: 12 and 14 go on
+        p = s.push(bad[t])[0]
+        k = int(p.argmax())
+        ref["dev-1"].append((s.labels[k], round(float(p[k]), 6)))
+    assert {d: sorted(v) for d, v in got.items()} == {"dev-0": list(range(12)), "dev-1": [*range(13), 14],
+                                                      "dev-2": list(range(12))}
+    for d, rows in ref.items():
+        seqs = sorted(got[d])
+        assert [(got[d][q]["label"], got[d][q]["prob"]) for q in seqs] == rows, d
+    assert gw.stats["duplicates"] == 5 and gw.stats["dead"] == 1 and gw.stats["readings"] == 39   # 36 + 3 stepped
+    assert letter.subject == "edgeseq.dead.dev-1" and letter.headers["Edgeseq-Error"].startswith("reading 13: ")
+
+
+@needs_server
 def test_malformed_messages_are_dead_lettered_and_the_gateway_goes_on(broker, exported):
     from edgeseq.gateway import devices, wire
     model = str(exported("gru")[0])

@@ -4,7 +4,6 @@ benchmark, and a template for a device's own publisher)."""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 
 import numpy as np
@@ -14,7 +13,8 @@ from edgeseq.gateway.service import _nats
 
 
 async def replay(url: str, readings: dict, rate_hz: float = 0.0, start: int = 0, stop: int | None = None,
-                 acked: bool = True, seq_offset: int = 0, passwords: dict | None = None) -> dict:
+                 acked: bool = True, seq_offset: int = 0, passwords: dict | None = None,
+                 per_message: int = 1) -> dict:
     """Publish readings[device] (float32 [T, features]) rows start..stop, every device's reading
     t in turn before any t+1, as sequence numbers t + seq_offset; rate_hz > 0 paces each
     device at that many readings a second. acked=True waits for JetStream's acknowledgement of
@@ -22,8 +22,9 @@ async def replay(url: str, readings: dict, rate_hz: float = 0.0, start: int = 0,
     password} (`edgeseq devices add`): each device on its own connection with its own
     credentials, as devices are (it can publish only its own readings, so acked must be False:
     a device may not call JetStream's API); else one connection at `url` (credentials in it, if
-    any) publishes for all. Returns {"published": n, "seconds": s, "sent_at": {(device, seq):
-    monotonic seconds}}."""
+    any) publishes for all. `per_message` > 1 sends that many readings a message (the last
+    message of a device fewer), each message's readings numbered from its `seq`. Returns
+    {"published": readings, "seconds": s, "sent_at": {(device, seq): monotonic seconds}}."""
     nats, _, _ = _nats()
     if passwords:
         from edgeseq.gateway.fleet import with_credentials
@@ -37,21 +38,24 @@ async def replay(url: str, readings: dict, rate_hz: float = 0.0, start: int = 0,
     t0 = time.monotonic()
     stop = min(len(r) for r in readings.values()) if stop is None else stop
     try:
-        for t in range(start, stop):
+        for t in range(start, stop, per_message):
             if rate_hz:
                 due = t0 + (t - start) / rate_hz
                 delay = due - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
+            k = min(per_message, stop - t)
             for device, r in readings.items():
-                payload = wire.encode_reading(t + seq_offset, r[t])
+                payload = wire.encode_reading(t + seq_offset, r[t] if per_message == 1 else r[t:t + k])
                 subject = wire.reading_subject(device)
-                sent[(device, t + seq_offset)] = time.monotonic()
+                now = time.monotonic()
+                for i in range(k):
+                    sent[(device, t + i + seq_offset)] = now
                 if acked:
                     await js.publish(subject, payload)
                 else:
                     await (own[device] if passwords else nc).publish(subject, payload)
-                n += 1
+                n += k
         for c in (own.values() if passwords else [nc]):
             await c.flush()
     finally:
@@ -78,13 +82,13 @@ async def predictions(url: str, expect: int, timeout: float = 30.0, received: di
                 msg = await sub.next_msg(timeout=min(1.0, max(0.01, deadline - time.monotonic())))
             except Exception:  # noqa: BLE001 - nats-py's timeout: look at the clock again
                 continue
-            p = json.loads(msg.data)
-            seqs = out.setdefault(p["device"], {})
-            if p["seq"] not in seqs:
-                got += 1
-                if received is not None:
-                    received[(p["device"], p["seq"])] = time.monotonic()
-            seqs[p["seq"]] = p
+            for p in wire.predictions_of(msg.data):
+                seqs = out.setdefault(p["device"], {})
+                if p["seq"] not in seqs:
+                    got += 1
+                    if received is not None:
+                        received[(p["device"], p["seq"])] = time.monotonic()
+                seqs[p["seq"]] = p
     finally:
         await nc.close()
     return out

@@ -480,17 +480,22 @@ class Gateway:
                     await self._dead(device, m.data, f"unreadable ({type(e).__name__})")
                     dev.stream_seq, dev.dirty = sseq, True
                     continue
-                pending.setdefault(dev, []).append((seq, x, reset, part, sseq, m.data))
+                queue = pending.setdefault(dev, [])
+                if x is None:
+                    queue.append((seq, None, reset, part, sseq, m.data, False))
+                for i, row in enumerate(x if x is not None else ()):
+                    queue.append((seq + i, row, reset and i == 0, part, sseq, m.data, len(x) > 1))
             if msgs:
                 part.last_msg = msgs[-1]
                 part.applied_seq = max(part.applied_seq, wire.stream_seq(msgs[-1].reply))
                 if not part.unacked:
                     part.unacked_since = now
                 part.unacked += len(msgs)
+        outbox: dict = {}            # (device, stream sequence) -> predictions of a message of several readings
         while pending:
             items, refs = [], []
             for dev in list(pending):
-                seq, x, reset, part, sseq, data = pending[dev].pop(0)
+                seq, x, reset, part, sseq, data, several = pending[dev].pop(0)
                 if not pending[dev]:
                     del pending[dev]
                 if reset and seq != dev.last_seq:  # a new recording (a device rebooted): numbering starts again
@@ -506,22 +511,28 @@ class Gateway:
                     self._applied(dev, seq, sseq)
                     continue
                 items.append((dev, x))
-                refs.append((seq, part, sseq, data))
+                refs.append((seq, part, sseq, data, several))
             outs = self.batcher.step(items) if items else []
-            for (dev, _), (seq, part, sseq, data), out in zip(items, refs, outs):
+            for (dev, _), (seq, part, sseq, data, several), out in zip(items, refs, outs):
                 part.since_snapshot += 1
                 if isinstance(out, str):          # refused: the device's state and numbering stay as they were
-                    await self._dead(dev.name, data, out)
+                    await self._dead(dev.name, data, f"reading {seq}: {out}")
                     dev.stream_seq, dev.dirty = sseq, True
                     continue
                 self._applied(dev, seq, sseq)
                 k = int(out.argmax())
+                self.stats["predictions"] += 1
+                if several:                       # one answer per message, as it came
+                    outbox.setdefault((dev, sseq), []).append((seq, dev.position, self.batcher.labels[k], out[k]))
+                    continue
                 await self.nc.publish(f"{wire.OUT_SUBJECT}.{dev.name}",
                                       wire.encode_prediction(dev.name, seq, dev.position, self.batcher.labels[k],
                                                              out[k], dev.boot),
                                       headers={"Nats-Msg-Id": f"{dev.name}:{dev.boot}:{seq}"})
-                self.stats["predictions"] += 1
             self.stats["readings"] += len(items)
+        for (dev, _), rows in outbox.items():
+            await self.nc.publish(f"{wire.OUT_SUBJECT}.{dev.name}", wire.encode_predictions(dev.name, rows, dev.boot),
+                                  headers={"Nats-Msg-Id": f"{dev.name}:{dev.boot}:{rows[0][0]}"})
         for part in set(touched):
             if part.p in self.parts and (part.since_snapshot >= self.snapshot_every
                                          or part.unacked >= self.max_pending // 2):

@@ -3,7 +3,9 @@ the per-device state kept in JetStream's key-value store.
 
 - A reading: subject `edgeseq.in.<device>` (MQTT topic `edgeseq/in/<device>`), payload JSON
   `{"seq": 17, "x": [0.1, -2.0, ...]}`: `seq` the device's own reading number (whole, >= 0,
-  rising by one), `x` the reading (the model's features, real numbers). `{"seq": n, "reset":
+  rising by one), `x` the reading (the model's features, real numbers). Several readings in one
+  message (the telemetry convention: fewer, larger messages): `{"seq": 17, "x": [[...], [...]]}`,
+  numbered 17, 18, ..., at most MAX_READINGS. `{"seq": n, "reset":
   true}` (with or without `x`) starts the device over: its state is zeroed before `x`, if any,
   and its numbering starts again at that `seq` (a device that rebooted sends seq 0 with reset);
   a reset received again before any later reading of the device (an MQTT QoS 1 redelivery) is
@@ -12,7 +14,9 @@ the per-device state kept in JetStream's key-value store.
   `{"device", "seq", "boot", "position", "label", "prob"}`, header `Nats-Msg-Id:
   <device>:<boot>:<seq>` (`boot` counts the device's resets) so JetStream drops a prediction
   published twice (after a gateway takes a partition over) but never one after a reboot that
-  counts from 0 again.
+  counts from 0 again. A message of several readings gets one message of their predictions,
+  `{"device", "boot", "seq": [...], "position": [...], "label": [...], "prob": [...]}`, its id
+  the first `seq`'s (`predictions_of` reads either kind).
 - A malformed message goes to `edgeseq.dead.<device>` (`edgeseq.dead._.invalid` when the device
   id itself is bad) as received, with the reason in header `Edgeseq-Error`.
 - A device's state: key `d.<device>` in bucket `edgeseq_state`, an .npz (numpy's format,
@@ -34,6 +38,7 @@ STATE_BUCKET, LEASE_BUCKET = "edgeseq_state", "edgeseq_leases"
 IN_SUBJECT, PART_SUBJECT, OUT_SUBJECT, DEAD_SUBJECT = "edgeseq.in", "edgeseq.part", "edgeseq.out", "edgeseq.dead"
 MAX_DEVICE = 128
 MAX_SEQ = 2 ** 53
+MAX_READINGS = 1000             # readings one message may carry
 _DEVICE = re.compile(r"[A-Za-z0-9_-]+")
 _NUMBERS = {int, float}
 
@@ -55,17 +60,22 @@ def reading_subject(device: str) -> str:
 
 
 def encode_reading(seq: int, x, reset: bool = False) -> bytes:
-    """A reading message's payload (JSON bytes)."""
-    msg = {"seq": int(seq), "x": [float(v) for v in np.asarray(x, np.float64).ravel()]}
+    """A reading message's payload (JSON bytes): `x` one reading [features] or several in order
+    [k, features], numbered seq, seq + 1, ..."""
+    a = np.asarray(x, np.float64)
+    msg = {"seq": int(seq), "x": [[float(v) for v in row] for row in a] if a.ndim == 2 else
+           [float(v) for v in a.ravel()]}
     if reset:
         msg["reset"] = True
     return json.dumps(msg, separators=(",", ":")).encode()
 
 
 def parse_reading(payload: bytes, features: int) -> tuple[int, np.ndarray | None, bool]:
-    """(seq, x float32 [features] or None, reset) from a reading payload. Raises BadMessage
-    saying what is wrong: not JSON, not an object, seq missing or not a whole number in
-    0..2**53, x missing (without reset), not a list of `features` real numbers."""
+    """(seq, x float32 [k, features] or None, reset) from a reading payload: `x` one reading (a
+    list of `features` numbers, k = 1) or several in order (a list of up to MAX_READINGS such
+    lists, numbered seq, seq + 1, ...). Raises BadMessage saying what is wrong: not JSON, not an
+    object, seq missing or not a whole number in 0..2**53, x missing (without reset), not a
+    list of `features` real numbers (or a list of such lists)."""
     try:
         msg = json.loads(payload)
     except Exception as e:  # noqa: BLE001 - bad bytes, bad JSON, nesting too deep: all one answer
@@ -83,18 +93,25 @@ def parse_reading(payload: bytes, features: int) -> tuple[int, np.ndarray | None
         if reset:
             return seq, None, True
         raise BadMessage("no 'x': a reading needs its values as a list")
-    if type(x) is not list or len(x) != features:
-        got = f"{len(x)} values" if isinstance(x, list) else type(x).__name__
-        raise BadMessage(f"'x' must be a list of {features} numbers, got {got}")
-    if not {type(v) for v in x} <= _NUMBERS:
-        raise BadMessage("'x' holds something that is not a number")
+    rows = x if type(x) is list and x and type(x[0]) is list else [x]
+    if len(rows) > MAX_READINGS:
+        raise BadMessage(f"'x' holds {len(rows)} readings; send at most {MAX_READINGS} a message")
+    if seq + len(rows) - 1 > MAX_SEQ:
+        raise BadMessage("'seq' of the message's last reading is beyond 2**53")
+    for i, r in enumerate(rows):
+        at = f" (reading {i + 1} of {len(rows)})" if len(rows) > 1 else ""
+        if type(r) is not list or len(r) != features:
+            got = f"{len(r)} values" if isinstance(r, list) else type(r).__name__
+            raise BadMessage(f"'x' must be a list of {features} numbers (or a list of such lists), got {got}{at}")
+        if not {type(v) for v in r} <= _NUMBERS:
+            raise BadMessage(f"'x' holds something that is not a number{at}")
     try:
         with np.errstate(over="ignore", invalid="ignore"):
-            a = np.array(x, np.float32)
+            a = np.array(rows, np.float32)
     except (OverflowError, ValueError):
         raise BadMessage("'x' holds a number too large for float32") from None
     if not np.isfinite(a).all():
-        raise BadMessage("'x' holds NaN or Infinity" if not all(math.isfinite(v) for v in x) else
+        raise BadMessage("'x' holds NaN or Infinity" if not all(math.isfinite(v) for r in rows for v in r) else
                          "'x' holds a number too large for float32")
     return seq, a, reset
 
@@ -123,6 +140,25 @@ def encode_prediction(device: str, seq: int, position: int, label: str, prob: fl
     """A prediction message's payload (JSON bytes); `label` is JSON-escaped (json.dumps)."""
     return (f'{{"device":"{device}","seq":{int(seq)},"boot":{int(boot)},"position":{int(position)},'
             f'"label":{json.dumps(label)},"prob":{round(float(prob), 6)!r}}}').encode()
+
+
+def encode_predictions(device: str, rows: list, boot: int = 0) -> bytes:
+    """The predictions of one message of several readings as one message (JSON bytes), lists in
+    reading order: `{"device", "boot", "seq": [...], "position": [...], "label": [...], "prob":
+    [...]}` from rows [(seq, position, label, prob)]."""
+    return json.dumps({"device": device, "boot": int(boot), "seq": [int(r[0]) for r in rows],
+                       "position": [int(r[1]) for r in rows], "label": [r[2] for r in rows],
+                       "prob": [round(float(r[3]), 6) for r in rows]}, separators=(",", ":")).encode()
+
+
+def predictions_of(payload: bytes) -> list:
+    """[{"device", "seq", "boot", "position", "label", "prob"}] from a prediction message: one
+    (`encode_prediction`) or the several of one message (`encode_predictions`)."""
+    p = json.loads(payload)
+    if not isinstance(p["seq"], list):
+        return [p]
+    return [{"device": p["device"], "seq": s, "boot": p["boot"], "position": q, "label": lab, "prob": pr}
+            for s, q, lab, pr in zip(p["seq"], p["position"], p["label"], p["prob"])]
 
 
 def encode_state(arrays: list, position: int, last_seq: int, model_sha256: str, stream_seq: int = 0,
