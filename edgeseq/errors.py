@@ -27,15 +27,17 @@ def printable(text) -> str:
 
 
 def redact_url(url: str) -> str:
-    """`url` with the password in its user part replaced by `***` (scheme://user:***@host...), for
-    messages and logs. The user part runs to the last `@`, so a password holding `/`, `?`, `#`
-    or `@` is hidden whole; a URL without one comes back as it is."""
+    """`url` with the credentials in its user part hidden, for messages and logs: a password as
+    `***` (scheme://user:***@host...), a token (scheme://token@host) as `***` whole. The user
+    part runs from the scheme (`x://`, `x:/` or none) to the last `@`, so a password holding
+    `/`, `?`, `#` or `@` is hidden whole; text without an `@` comes back as it is."""
     import re
-    m = re.match(r"([A-Za-z][A-Za-z0-9+.-]*://)(.*)@(.*)", url, re.S)
-    if m is None:
+    if "@" not in url:
         return url
-    user = m.group(2).split(":", 1)[0]
-    return f"{m.group(1)}{user}:***@{m.group(3)}" if ":" in m.group(2) else url
+    m = re.match(r"([A-Za-z][A-Za-z0-9+.-]*:/{0,2})?(.*)@(.*)", url, re.S)
+    scheme, userinfo, rest = m.group(1) or "", m.group(2), m.group(3)
+    user = userinfo.split(":", 1)[0]
+    return f"{scheme}{user}:***@{rest}" if ":" in userinfo else f"{scheme}***@{rest}"
 
 
 def one_line(text) -> str:

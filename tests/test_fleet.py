@@ -150,8 +150,9 @@ def _mqtt_connect(port, user=None, password=None, client_id="edgeseq-test"):
 @needs_server
 def test_only_a_devices_own_credentials_publish_its_readings(fleet_broker, exported):
     """dev-a (NATS) and dev-b (MQTT) each publish their own readings; dev-a's forged readings for
-    dev-b, before and after the partition mapping, and its write to dev-b's stored state are
-    refused by the server; an anonymous client or a wrong password gets nothing in. The
+    dev-b, before and after the partition mapping, its write to dev-b's stored state, and its
+    own readings sent with a reply subject it may not write to (another device's state, the
+    deployment record, a lease, the JetStream API, dev-b's predictions) change nothing; an anonymous client or a wrong password gets nothing in. The
     predictions are exactly one session per device."""
     import nats
 
@@ -193,15 +194,28 @@ def test_only_a_devices_own_credentials_publish_its_readings(fleet_broker, expor
             c.publish("edgeseq/in/dev-b", wire.encode_reading(t, X["dev-b"][t]), qos=1).wait_for_publish(10)
         c.publish("edgeseq/in/dev-a", forged, qos=1).wait_for_publish(10)
         got = await devices.predictions(broker.gateway_url, 10, timeout=90)
+        # its own subject, with a reply subject where it may not write: JetStream would answer
+        # there as the server. A repeat of reading 0, so nothing else changes.
+        again = wire.encode_reading(0, X["dev-a"][0])
+        for reply in (f"$KV.{wire.STATE_BUCKET}.d.dev-b", f"$KV.{wire.STATE_BUCKET}.config",
+                      f"$KV.{wire.LEASE_BUCKET}.part.0", "$JS.API.STREAM.PURGE.EDGESEQ_OUT", "edgeseq.out.dev-b"):
+            await a.publish("edgeseq.in.dev-a", again, reply=reply)
+        await a.flush()
         await asyncio.sleep(1.0)                              # anything forged would have arrived by now
         got = await devices.predictions(broker.gateway_url, 11, timeout=2)
+        g = await nats.connect(broker.gateway_url)
+        js = g.jetstream()
+        out = (await js.stream_info(wire.PREDICTIONS)).state.messages
+        config = json.loads((await (await js.key_value(wire.STATE_BUCKET)).get("config")).value)
+        await g.close()
         c.loop_stop()
         c.disconnect()
         await a.close()
-        return got
-    gw, got = asyncio.run(_run_gateway(model, broker.gateway_url, body))
+        return got, out, config
+    gw, (got, out, config) = asyncio.run(_run_gateway(model, broker.gateway_url, body))
     _check_equal(got, devices.reference(model, X))
-    assert gw.stats["readings"] == 10 and gw.stats["dead"] == 0
+    assert out == 10 and config["partitions"] == 4 and gw.stats["partitions_lost"] == 0
+    assert gw.stats["readings"] == 10 and gw.stats["dead"] == 0 and gw.stats["duplicates"] == 5
     assert sum("permissions violation" in e for e in errors) == 6, errors
 
 
@@ -277,3 +291,58 @@ def test_serve_says_when_its_credentials_are_refused_and_never_prints_a_password
         assert "Zq9" not in r.output and "Zq9%2F" not in r.output, r.output
     r = runner.invoke(cli, ["serve", model, "--print-config", "--fleet", str(broker.fleet.root)])
     assert r.exit_code == 0 and "authorization" in r.output and broker.fleet.gateway_credentials()[1] not in r.output
+
+
+def test_damaged_shapes_and_the_gateways_name_in_the_fleet_are_refused(tmp_path):
+    f = Fleet(tmp_path / "fleet")
+    f.add_device("a")
+    for junk in (json.dumps({"devices": ["a"]}), "[" * 100_000 + "]" * 100_000,
+                 json.dumps({"devices": {GATEWAY_USER: {"hash": "x"}}})):
+        f.file.write_text(junk)
+        for call in (lambda: f.add_device("b"), f.devices, lambda: f.authorization_block(4)):
+            with pytest.raises(UsageError):
+                call()
+
+
+def test_a_folder_that_exists_keeps_its_mode_and_a_new_one_is_private(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o755)
+    Fleet(shared).add_device("a")
+    assert stat.S_IMODE(os.stat(shared).st_mode) == 0o755 and _private(shared / "fleet.json")
+    Fleet(tmp_path / "new").add_device("a")
+    assert stat.S_IMODE(os.stat(tmp_path / "new").st_mode) == 0o700
+    with pytest.raises(UsageError, match="not in"):
+        Fleet(tmp_path / "none").remove_device("a")
+    assert not (tmp_path / "none").exists()
+
+
+def test_url_credentials_are_decoded_and_tokens_hidden():
+    from edgeseq.errors import redact_url
+    from edgeseq.gateway.service import _credentials
+    assert _credentials("nats://gw:p%2Fa%40s%23s%3Fx%25y@127.0.0.1:4222") == (
+        "nats://127.0.0.1:4222", {"user": "gw", "password": "p/a@s#s?x%y"})
+    assert _credentials("nats://s3cret@h:1") == ("nats://h:1", {"token": "s3cret"})
+    assert _credentials("nats://h:1") == ("nats://h:1", {})
+    for url in ("gw:Zq9secret@127.0.0.1:1", "nats:/gw:Zq9secret@h", "nats://Zq9token@h:1", "tls://a:Zq9@b@h:1"):
+        assert "Zq9" not in redact_url(url), redact_url(url)
+
+
+@needs_server
+def test_a_gateway_whose_credentials_change_while_it_runs_stops(fleet_broker, exported):
+    from edgeseq.errors import EdgeseqError
+
+    from test_gateway import _run_gateway
+    broker, _ = fleet_broker
+    model = str(exported("gru")[0])
+
+    async def body(gw):
+        broker.fleet.gateway_file.unlink()                    # a new gateway password, the old one refused
+        broker.fleet.add_device("dev-z")
+        assert await asyncio.get_running_loop().run_in_executor(None, broker.reload)
+        deadline = time.monotonic() + 60
+        while not gw.refused and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        await asyncio.sleep(0.5)
+    with pytest.raises(EdgeseqError, match="no longer accepts the gateway's credentials"):
+        asyncio.run(_run_gateway(model, broker.gateway_url, body))

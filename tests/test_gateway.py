@@ -347,17 +347,21 @@ def test_devices_speak_mqtt_through_the_same_server(broker, exported):
 def test_full_backlogs_refuse_readings_instead_of_growing(broker, exported):
     """EDGESEQ_IN holds at most max_backlog readings, and at most max_device_backlog of one
     device: a device that floods is refused past its own share while its neighbours go on."""
-    from nats.js.errors import APIError
-
-    from edgeseq.gateway import devices
+    from edgeseq.gateway import devices, wire
     model = str(exported("gru")[0])
     X = _readings(StreamSession(model).n_features, devices=3, T=12)
-    _streams_made(model, broker.url, max_backlog=20, max_device_backlog=8)
-    with pytest.raises(APIError, match="maximum messages per subject exceeded"):
-        asyncio.run(devices.replay(broker.url, {"dev-0": X["dev-0"]}))          # 12 readings, 8 stored
-    assert asyncio.run(devices.replay(broker.url, {"dev-1": X["dev-1"]}, stop=8))["published"] == 8
-    with pytest.raises(APIError, match="maximum messages exceeded"):         # 16 stored, 4 more fit
-        asyncio.run(devices.replay(broker.url, {"dev-2": X["dev-2"]}, stop=8))
+    _streams_made(model, broker.url, max_backlog=20, max_device_backlog=8, snapshot_every=4)
+
+    async def flood():
+        await devices.replay(broker.url, {"dev-0": X["dev-0"]})                  # 12 readings, 8 kept
+        await devices.replay(broker.url, {"dev-1": X["dev-1"]}, stop=8)          # 8 more: 16
+        await devices.replay(broker.url, {"dev-2": X["dev-2"]}, stop=8)          # 4 of 8 fit: 20
+        nc = await nats.connect(broker.url)
+        info = await nc.jetstream().stream_info(wire.READINGS, subjects_filter=">")
+        await nc.close()
+        return info.state.messages, {k.rsplit(".", 1)[1]: v for k, v in info.state.subjects.items()}
+    total, per_device = asyncio.run(flood())
+    assert total == 20 and per_device == {"dev-0": 8, "dev-1": 8, "dev-2": 4}, (total, per_device)
 
 
 def test_serve_without_nats_server_says_how_to_install_it(runner, exported, monkeypatch):
@@ -384,7 +388,8 @@ def test_gateway_settings_are_checked(exported):
     from edgeseq.gateway.service import Gateway
     model = exported("gru")[0]
     for kw, what in ((dict(partitions=0), "--partitions"), (dict(snapshot_every=0), "snapshot_every"),
-                     (dict(lease_seconds=float("nan")), "lease_seconds"), (dict(name="a.b"), "--name")):
+                     (dict(lease_seconds=float("nan")), "lease_seconds"), (dict(name="a.b"), "--name"),
+                     (dict(max_device_backlog=1000), "above snapshot_every")):
         with pytest.raises(UsageError, match=what):
             Gateway(model, "nats://127.0.0.1:1", **kw)
 

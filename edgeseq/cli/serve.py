@@ -120,7 +120,7 @@ async def _serve(gw, duration, status_every, broker=None, echo=None):
         while broker is not None:
             await asyncio.sleep(RELOAD_SECONDS)
             try:
-                if broker.reload():
+                if await asyncio.get_running_loop().run_in_executor(None, broker.reload):
                     echo(f"fleet changed: the server now admits {len(broker.fleet.devices())} device(s)")
             except Exception as e:  # noqa: BLE001 - a damaged fleet file: keep what the server has
                 echo(f"fleet not reloaded: {e}")

@@ -153,13 +153,26 @@ class LocalBroker:
     def reload(self) -> bool:
         """Apply the fleet's credentials if they changed since the server read them (nats-server
         reloads its configuration on SIGHUP; connected devices stay connected, a removed one is
-        dropped). True when it reloaded."""
+        dropped). True when it reloaded, False when nothing changed; UsageError with the server's
+        own line when it refused the new configuration (it then keeps the old one)."""
         if self.fleet is None or self.proc is None or self.proc.poll() is not None \
                 or self.fleet.version() == self.fleet_version:
             return False
         self._write_config()
+        seen = self.log.stat().st_size
         self.proc.send_signal(signal.SIGHUP)
-        return True
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with open(self.log, "rb") as f:
+                f.seek(seen)
+                new = f.read().decode(errors="replace")
+            for line in new.splitlines():
+                if "Reloaded server configuration" in line:
+                    return True
+                if "Failed to reload" in line:
+                    raise UsageError(f"nats-server kept its old credentials: {line.split('] ', 1)[-1]}")
+            time.sleep(0.05)
+        raise UsageError(f"nats-server did not confirm the reload within 10 s; see {self.log}")
 
     @property
     def mqtt_url(self) -> str | None:

@@ -13,16 +13,15 @@ from edgeseq.gateway.service import _nats
 
 
 async def replay(url: str, readings: dict, rate_hz: float = 0.0, start: int = 0, stop: int | None = None,
-                 acked: bool = True, seq_offset: int = 0, passwords: dict | None = None,
-                 per_message: int = 1) -> dict:
+                 seq_offset: int = 0, passwords: dict | None = None, per_message: int = 1) -> dict:
     """Publish readings[device] (float32 [T, features]) rows start..stop, every device's reading
     t in turn before any t+1, as sequence numbers t + seq_offset; rate_hz > 0 paces each
-    device at that many readings a second. acked=True waits for JetStream's acknowledgement of
-    each (a full stream raises); False publishes without waiting. `passwords` {device:
-    password} (`edgeseq devices add`): each device on its own connection with its own
-    credentials, as devices are (it can publish only its own readings, so acked must be False:
-    a device may not call JetStream's API); else one connection at `url` (credentials in it, if
-    any) publishes for all. `per_message` > 1 sends that many readings a message (the last
+    device at that many readings a second. The readings stream sends no acknowledgements (a
+    device's reply subject would let JetStream write where the device may not), so this
+    publishes and flushes: a full stream drops what does not fit, as it does for a device.
+    `passwords` {device: password} (`edgeseq devices add`): each device on its own connection
+    with its own credentials, as devices are; else one connection at `url` (credentials in it,
+    if any) publishes for all. `per_message` > 1 sends that many readings a message (the last
     message of a device fewer), each message's readings numbered from its `seq`. Returns
     {"published": readings, "seconds": s, "sent_at": {(device, seq): monotonic seconds}}."""
     nats, _, _ = _nats()
@@ -30,9 +29,7 @@ async def replay(url: str, readings: dict, rate_hz: float = 0.0, start: int = 0,
         from edgeseq.gateway.fleet import with_credentials
         own = {d: await nats.connect(with_credentials(url, d, passwords[d]), allow_reconnect=False)
                for d in readings}
-        acked = False
     nc = await nats.connect(url) if not passwords else next(iter(own.values()))
-    js = nc.jetstream(timeout=10)
     sent = {}
     n = 0
     t0 = time.monotonic()
@@ -51,10 +48,7 @@ async def replay(url: str, readings: dict, rate_hz: float = 0.0, start: int = 0,
                 now = time.monotonic()
                 for i in range(k):
                     sent[(device, t + i + seq_offset)] = now
-                if acked:
-                    await js.publish(subject, payload)
-                else:
-                    await (own[device] if passwords else nc).publish(subject, payload)
+                await (own[device] if passwords else nc).publish(subject, payload)
                 n += k
         for c in (own.values() if passwords else [nc]):
             await c.flush()

@@ -23,7 +23,7 @@ How it holds together:
 - Back-pressure: each partition's consumer has at most `max_pending` readings delivered and
   not yet acknowledged (acknowledged once applied), so the server stops sending to a gateway that
   falls behind; JetStream holds the rest, and a full EDGESEQ_IN (`max_backlog` readings, or 1
-  GiB) refuses new ones (publishers see the error) instead of growing without bound. One device
+  GiB) drops new ones (it sends no acknowledgements) instead of growing without bound. One device
   holds at most `max_device_backlog` of them (JetStream's per-subject limit, new ones refused):
   a device that floods can neither fill the stream nor bury its neighbours' readings.
 """
@@ -44,7 +44,8 @@ from edgeseq.errors import EdgeseqError, UsageError
 from edgeseq.gateway import wire
 from edgeseq.gateway.batcher import Batcher
 
-ROUND_MESSAGES = 4096           # messages taken into one processing round at most
+ROUND_MESSAGES = 4096           # messages taken into one processing round at most ...
+ROUND_BYTES = 1 << 20           # ... and about this many bytes of them (a message may carry 1,000 readings)
 PREDICTIONS_KEPT = 1_000_000    # EDGESEQ_OUT keeps the newest this many predictions ...
 PREDICTION_BYTES = 1 << 30      # ... and at most this many bytes of them
 READING_BYTES = 1 << 30         # EDGESEQ_IN holds at most this many bytes of readings waiting ...
@@ -126,6 +127,9 @@ class Gateway:
         self.snapshot_every, self.lease_seconds, self.idle_seconds = snapshot_every, float(lease_seconds), idle_seconds
         self.max_backlog, self.replace_model = max_backlog, bool(replace_model)
         self.max_device_backlog = max_device_backlog
+        if max_device_backlog <= snapshot_every:
+            raise UsageError(f"max_device_backlog ({max_device_backlog}) must be above snapshot_every "
+                             f"({snapshot_every}): readings stay in the stream until their partition is stored")
         self.unmapped = None          # partition 0's owner dead-letters readings no partition holds
         self._said: dict = {}
         self.wake: asyncio.Event | None = None
@@ -135,6 +139,8 @@ class Gateway:
         self.stats = Counter()
         self.echo = echo or (lambda line: None)
         self._epoch = 0
+        self.refused = False          # the server stopped taking the gateway's credentials: `run` stops
+        self._draining = False
 
     @property
     def where(self) -> str:
@@ -158,10 +164,11 @@ class Gateway:
 
         async def first_error(e):
             refused.append(e)
+        server, creds = _credentials(self.url)
         try:
             self.nc = await asyncio.wait_for(nats.connect(
-                self.url, name=f"edgeseq-gateway-{self.name}", max_reconnect_attempts=0, connect_timeout=5,
-                allow_reconnect=False, error_cb=first_error), 20)
+                server, name=f"edgeseq-gateway-{self.name}", max_reconnect_attempts=0, connect_timeout=5,
+                allow_reconnect=False, error_cb=first_error, **creds), 20)
         except Exception as e:  # noqa: BLE001 - nats-py raises several kinds for one cause
             if any("authoriz" in str(x).lower() or "authentic" in str(x).lower() for x in [*refused, e]):
                 raise EdgeseqError(f"the NATS server at {self.where} refused the gateway's credentials; without "
@@ -171,9 +178,9 @@ class Gateway:
                                "there but does not speak NATS: check --nats") from None
         await self.nc.close()
         self.nc = await asyncio.wait_for(nats.connect(      # the credentials work: now the connection that stays
-            self.url, name=f"edgeseq-gateway-{self.name}", max_reconnect_attempts=-1, connect_timeout=5,
+            server, name=f"edgeseq-gateway-{self.name}", max_reconnect_attempts=-1, connect_timeout=5,
             allow_reconnect=True, error_cb=self._nats_error, disconnected_cb=self._nats_note("disconnected"),
-            reconnected_cb=self._nats_note("reconnected")), 20)
+            reconnected_cb=self._nats_note("reconnected"), closed_cb=self._closed, **creds), 20)
         self.js = self.nc.jetstream(timeout=10)
         await self._streams()
         self.leases = await self._bucket(wire.LEASE_BUCKET, ttl=self.lease_seconds)
@@ -190,7 +197,15 @@ class Gateway:
 
     async def _nats_error(self, e):
         self.stats["nats_errors"] += 1
+        if "authoriz" in str(e).lower() or "authentic" in str(e).lower():
+            self.refused = True
         self._say(f"nats-{type(e).__name__}", f"NATS: {type(e).__name__}: {e or 'connection trouble'}; retrying")
+
+    async def _closed(self):
+        """The connection closed for good: it reconnects forever, so only a server that refused
+        its credentials (nats-py gives up on that) or our own drain at the end closes it."""
+        if not self._draining:
+            self.refused = True
 
     def _nats_note(self, what):
         async def note():
@@ -201,10 +216,13 @@ class Gateway:
         api = self.api
         # A partition's readings are purged from the stream once the state that holds them is stored
         # (with the partition's mark), so max_backlog bounds what is not yet stored.
+        # EDGESEQ_IN sends no acknowledgements (no_ack): JetStream would publish one, as the server,
+        # to whatever reply subject a device set, a subject the device itself may not publish to
+        # (another device's state, the JetStream API).
         specs = [(wire.READINGS, [f"{wire.PART_SUBJECT}.>", f"{wire.IN_SUBJECT}.>"],
                   dict(max_msgs=self.max_backlog, max_bytes=READING_BYTES, max_msg_size=READING_MAX,
                        max_msgs_per_subject=self.max_device_backlog, discard_new_per_subject=True,
-                       discard=api.DiscardPolicy.NEW)),
+                       discard=api.DiscardPolicy.NEW, no_ack=True)),
                  (wire.PREDICTIONS, [f"{wire.OUT_SUBJECT}.>"], dict(max_msgs=PREDICTIONS_KEPT, max_bytes=PREDICTION_BYTES,
                                                                  discard=api.DiscardPolicy.OLD, duplicate_window=120.0)),
                  (wire.DEAD, [f"{wire.DEAD_SUBJECT}.>"], dict(max_msgs=DEAD_KEPT, max_bytes=DEAD_BYTES,
@@ -212,7 +230,13 @@ class Gateway:
                                                              discard=api.DiscardPolicy.OLD))]
         for name, subjects, limits in specs:
             try:
-                await self.js.stream_info(name)
+                info = await self.js.stream_info(name)
+                have = info.config
+                if any(getattr(have, k) != v for k, v in limits.items()):   # made by another version: bound it
+                    await self.js.update_stream(api.StreamConfig(name=name, subjects=have.subjects, **{
+                        **{k: getattr(have, k) for k in ("storage", "retention", "duplicate_window")
+                           if getattr(have, k, None) is not None}, **limits}))
+                    self.echo(f"stream {name}: limits set to {', '.join(f'{k}={v}' for k, v in limits.items())}")
             except self.errors.NotFoundError:
                 try:
                     await self.js.add_stream(api.StreamConfig(name=name, subjects=subjects, **limits))
@@ -239,7 +263,14 @@ class Gateway:
             with contextlib.suppress(self.errors.KeyWrongLastSequenceError):
                 await self.state.create("config", json.dumps(mine).encode())
             entry = await self.state.get("config")
-        stored = json.loads(entry.value)
+        try:
+            stored = json.loads(entry.value)
+            if not (isinstance(stored, dict) and isinstance(stored.get("partitions"), int)):
+                raise ValueError("not a deployment record")
+        except ValueError:
+            raise UsageError(f"key 'config' of bucket {wire.STATE_BUCKET} is not the deployment record a gateway "
+                             "writes; delete it (`nats kv del edgeseq_state config`) and start the gateway again") \
+                from None
         if stored["partitions"] != self.P:
             raise UsageError(f"this deployment has {stored['partitions']} partitions (stored when its first gateway "
                              f"started); run the gateway with --partitions {stored['partitions']}")
@@ -568,6 +599,10 @@ class Gateway:
         next_mapping = time.monotonic() + 10
         try:
             while not stop.is_set():
+                if self.refused:
+                    raise EdgeseqError(f"the NATS server at {self.where} closed the gateway's connection: it no "
+                                       "longer accepts the gateway's credentials (changed or removed while it ran); "
+                                       "start it again with the current ones")
                 now = time.monotonic()
                 if now >= next_lease:
                     try:
@@ -589,10 +624,14 @@ class Gateway:
                 except asyncio.TimeoutError:
                     continue
                 self.wake.clear()
-                batches, room = [], ROUND_MESSAGES      # bounded, so leases are renewed between rounds
+                batches, room, size = [], ROUND_MESSAGES, 0   # bounded, so leases are renewed between rounds
                 for part in self.parts.values():
-                    if part.buf and room > 0:
-                        take, part.buf = part.buf[:room], part.buf[room:]
+                    if part.buf and room > 0 and size < ROUND_BYTES:
+                        n = 0
+                        while n < min(room, len(part.buf)) and size < ROUND_BYTES:   # several readings a message
+                            size += len(part.buf[n].data)
+                            n += 1
+                        take, part.buf = part.buf[:n], part.buf[n:]
                         batches.append((part.p, part.epoch, take))
                         room -= len(take)
                         if part.buf:
@@ -607,6 +646,7 @@ class Gateway:
                     await self._release(p)
             with contextlib.suppress(Exception):
                 await self.leases.delete(f"gw.{self.name}")
+            self._draining = True
             with contextlib.suppress(Exception):
                 await self.nc.drain()
 
@@ -614,6 +654,21 @@ class Gateway:
         devices = [d for part in self.parts.values() for d in part.devices.values()]
         return {"gateway": self.name, "partitions": sorted(self.parts), "devices": len(devices),
                 "state_bytes": sum(d.nbytes() for d in devices), **dict(self.stats)}
+
+
+def _credentials(url: str) -> tuple[str, dict]:
+    """(the URL without credentials, nats.connect's user/password or token, percent-decoded):
+    nats-py would send `%2F` in a URL's password as it is."""
+    from urllib.parse import unquote, urlsplit, urlunsplit
+    u = urlsplit(url)
+    if "@" not in u.netloc:
+        return url, {}
+    userinfo, host = u.netloc.rsplit("@", 1)
+    bare = urlunsplit((u.scheme, host, u.path, u.query, u.fragment))
+    if ":" not in userinfo:
+        return bare, {"token": unquote(userinfo)}
+    user, password = userinfo.split(":", 1)
+    return bare, {"user": unquote(user), "password": unquote(password)}
 
 
 def _address(url: str) -> tuple[str, int]:
