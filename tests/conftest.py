@@ -124,8 +124,8 @@ def backend_suite(request, monkeypatch):
 # translation Transformer trains for about 3.5 minutes; report --quick, tune and the gateway's
 # brokers take one to two.
 LONGEST_FIRST = ("test_translate.py", "test_report.py", "test_tune.py", "test_tune_postgres.py", "test_gateway.py",
-                 "test_firmware_xf.py", "test_backends.py", "test_bad_inputs.py", "test_quantize.py",
-                 "test_native_attn.py", "test_runtime.py")
+                 "test_cluster.py", "test_firmware_xf.py", "test_backends.py", "test_bad_inputs.py",
+                 "test_quantize.py", "test_native_attn.py", "test_runtime.py")
 
 
 def pytest_collection_modifyitems(config, items):

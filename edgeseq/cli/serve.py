@@ -27,6 +27,9 @@ RELOAD_SECONDS = 2.0             # how often a running server looks for fleet ch
               help="Devices per multi-stream push at most.")
 @click.option("--max-device-backlog", type=click.IntRange(1, 10_000_000), default=10_000, show_default=True,
               help="Readings of one device waiting in the stream at most; past it the server refuses its new ones.")
+@click.option("--replicas", type=click.IntRange(1, 5), default=1, show_default=True,
+              help="Copies of every stream and bucket: 3 on a three-node JetStream cluster (--nats with the nodes' "
+              "URLs, comma-separated), so one node may die.")
 @click.option("--max-history", type=History(), help=f"Transformer: bound on cached readings (1 to {MAX_HISTORY:,}).")
 @click.option("--store", default="runs/nats", show_default=True, type=click.Path(file_okay=False),
               help="Without --nats: where the local nats-server keeps JetStream's files.")
@@ -47,8 +50,9 @@ RELOAD_SECONDS = 2.0             # how often a running server looks for fleet ch
               "(its devices start over).")
 @_backend_option
 @_errors
-def serve(model, url, partitions, name, snapshot_every, lease_seconds, max_batch, max_device_backlog, max_history,
-          store, port, mqtt_port, host, fleet, status_every, duration, print_config, replace_model, backend):
+def serve(model, url, partitions, name, snapshot_every, lease_seconds, max_batch, max_device_backlog, replicas,
+          max_history, store, port, mqtt_port, host, fleet, status_every, duration, print_config, replace_model,
+          backend):
     """Serve MODEL to many devices: readings in over NATS or MQTT, predictions out, each
     device's state kept in JetStream.
 
@@ -82,11 +86,11 @@ def serve(model, url, partitions, name, snapshot_every, lease_seconds, max_batch
     from edgeseq.gateway.service import Gateway
 
     echo = lambda line: click.echo(line, err=True)  # noqa: E731
-    if url is not None and "@" not in url and crew.gateway_file.exists():
-        url = with_credentials(url, *crew.gateway_credentials())      # the server --print-config configured
+    if url is not None and "@" not in url and crew.gateway_file.exists():      # the server --print-config configured
+        url = ",".join(with_credentials(u.strip(), *crew.gateway_credentials()) for u in url.split(","))
     gw = Gateway(model, url or "nats://placeholder", partitions=partitions, name=name, snapshot_every=snapshot_every,
                  lease_seconds=lease_seconds, max_batch=max_batch, backend=backend, max_history=max_history,
-                 max_device_backlog=max_device_backlog,
+                 max_device_backlog=max_device_backlog, replicas=replicas,
                  replace_model=replace_model, echo=echo)
     broker = None
     if url is None:

@@ -12,6 +12,7 @@ in order. `server_config` writes that configuration; a server run elsewhere need
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -45,7 +46,7 @@ def mapping_block(partitions: int) -> str:
 
 
 def server_config(store_dir: str | os.PathLike, port: int, mqtt_port: int | None, partitions: int,
-                  host: str = "127.0.0.1", name: str = "edgeseq", fleet=None) -> str:
+                  host: str = "127.0.0.1", name: str = "edgeseq", fleet=None, cluster: dict | None = None) -> str:
     """nats-server configuration text: client port, JetStream stored under `store_dir`, MQTT on
     `mqtt_port` (None: off), the partition mapping and, with a `fleet`
     (`edgeseq.gateway.fleet.Fleet`), its authorization block (NATS and MQTT alike). Raises
@@ -62,7 +63,21 @@ def server_config(store_dir: str | os.PathLike, port: int, mqtt_port: int | None
         text += f"mqtt {{ listen: {_hostport(host, mqtt_port)} }}\n"
     if fleet is not None:
         text += fleet.authorization_block(partitions)
+    if cluster is not None:
+        text += cluster_block(cluster, host)
     return text + mapping_block(partitions)
+
+
+def cluster_block(cluster: dict, host: str) -> str:
+    """nats-server `cluster` configuration text from {"name", "port", "routes": [ports of the
+    other nodes], "user", "password"}: the route listener on `host`, open only to nodes that
+    present the route credentials."""
+    from edgeseq.gateway.fleet import with_credentials
+    routes = [with_credentials(f"nats-route://{host}:{int(p)}", cluster["user"], cluster["password"])
+              for p in cluster["routes"]]
+    return (f"cluster {{\n  name: {json.dumps(cluster['name'])}\n  listen: {_hostport(host, cluster['port'])}\n"
+            f"  authorization {{ user: {json.dumps(cluster['user'])}, password: {json.dumps(cluster['password'])} }}\n"
+            f"  routes = {json.dumps(routes)}\n}}\n")
 
 
 def _hostport(host: str, port: int) -> str:
@@ -115,7 +130,8 @@ class LocalBroker:
     """
 
     def __init__(self, workdir: str | os.PathLike, partitions: int = 8, port: int | None = None,
-                 mqtt_port: int | None = None, mqtt: bool = True, host: str = "127.0.0.1", fleet=None):
+                 mqtt_port: int | None = None, mqtt: bool = True, host: str = "127.0.0.1", fleet=None,
+                 name: str = "edgeseq", cluster: dict | None = None):
         self.binary = find_server()
         if self.binary is None:
             raise UsageError(f"nats-server not found: {INSTALL_HINT}")
@@ -126,6 +142,7 @@ class LocalBroker:
         self.proc = None
         self.fleet = fleet
         self.fleet_version = None
+        self.name, self.cluster = name, cluster
 
     @property
     def url(self) -> str:
@@ -142,7 +159,8 @@ class LocalBroker:
     def _write_config(self) -> Path:
         conf = self.workdir / "nats.conf"
         self.fleet_version = self.fleet.version() if self.fleet is not None else None
-        text = server_config(self.workdir, self.port, self.mqtt_port, self.partitions, self.host, fleet=self.fleet)
+        text = server_config(self.workdir, self.port, self.mqtt_port, self.partitions, self.host, fleet=self.fleet,
+                             name=self.name, cluster=self.cluster)
         tmp = conf.with_name(".nats.conf.tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)   # it holds password hashes
         with os.fdopen(fd, "w") as f:
@@ -225,6 +243,81 @@ class LocalBroker:
         self.proc = None
 
     def __enter__(self) -> LocalBroker:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+class LocalCluster:
+    """`nodes` nats-server processes on loopback forming one JetStream cluster (each a
+    `LocalBroker` in `workdir/node-<i>`, its own server name and route port; routes
+    authenticated with a password made for this cluster). For streams and buckets replicated on
+    every node (`Gateway(replicas=3)`) a node may die and the cluster goes on.
+
+    >>> with LocalCluster(workdir, nodes=3, partitions=8) as c:
+    ...     c.url                    # nats://127.0.0.1:P1,nats://127.0.0.1:P2,nats://127.0.0.1:P3
+    ...     c.nodes[0].kill()        # SIGKILL one node
+
+    `start` returns once JetStream answers on every node (a metadata leader is elected).
+    Raises UsageError as LocalBroker does, or when JetStream is not ready within `timeout`."""
+
+    def __init__(self, workdir: str | os.PathLike, nodes: int = 3, partitions: int = 8, fleet=None):
+        import secrets
+        if not 1 <= nodes <= 9:
+            raise UsageError(f"a local cluster has 1 to 9 nodes, got {nodes}")
+        ports = [free_port() for _ in range(nodes)]
+        auth = {"name": "edgeseq", "user": "route", "password": secrets.token_urlsafe(24)}
+        self.nodes = [LocalBroker(Path(workdir) / f"node-{i}", partitions=partitions, mqtt=False, fleet=fleet,
+                                  name=f"edgeseq-{i}",
+                                  cluster={**auth, "port": ports[i], "routes": ports[:i] + ports[i + 1:]})
+                      for i in range(nodes)]
+
+    @property
+    def url(self) -> str:
+        """Every node's URL, comma-separated (what `--nats` and `Gateway` take)."""
+        return ",".join(n.url for n in self.nodes)
+
+    @property
+    def gateway_url(self) -> str:
+        return ",".join(n.gateway_url for n in self.nodes)
+
+    def start(self, timeout: float = 60.0) -> LocalCluster:
+        import asyncio
+        try:
+            for n in self.nodes:
+                n.start()
+            asyncio.run(self._ready(timeout))
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    async def _ready(self, timeout: float) -> None:
+        import asyncio
+
+        import nats
+        deadline = time.monotonic() + timeout
+        for n in self.nodes:
+            while True:
+                try:
+                    nc = await nats.connect(n.gateway_url, allow_reconnect=False, connect_timeout=2)
+                    try:
+                        await nc.jetstream(timeout=2).account_info()
+                        break
+                    finally:
+                        await nc.close()
+                except Exception as e:  # noqa: BLE001 - not yet: no metadata leader, or still starting
+                    if time.monotonic() > deadline:
+                        raise UsageError(f"the local cluster's JetStream was not ready within {timeout:.0f} s "
+                                         f"({type(e).__name__}); see {n.log}") from None
+                    await asyncio.sleep(0.2)
+
+    def stop(self) -> None:
+        for n in self.nodes:
+            n.stop()
+
+    def __enter__(self) -> LocalCluster:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -29,7 +29,7 @@ async def replay(url: str, readings: dict, rate_hz: float = 0.0, start: int = 0,
         from edgeseq.gateway.fleet import with_credentials
         own = {d: await nats.connect(with_credentials(url, d, passwords[d]), allow_reconnect=False)
                for d in readings}
-    nc = await nats.connect(url) if not passwords else next(iter(own.values()))
+    nc = await nats.connect(servers=_servers(url)) if not passwords else next(iter(own.values()))
     sent = {}
     n = 0
     t0 = time.monotonic()
@@ -63,14 +63,21 @@ async def predictions(url: str, expect: int, timeout: float = 30.0, received: di
     distinct (device, seq) have arrived or `timeout` seconds pass. Returns {device: {seq:
     prediction dict}}; `received` (if given) gets the monotonic arrival time per (device, seq)."""
     nats, api, _ = _nats()
-    nc = await nats.connect(url)
+    nc = await nats.connect(servers=_servers(url))
     js = nc.jetstream(timeout=10)
     out: dict = {}
     got = 0
     deadline = time.monotonic() + timeout
     try:
-        sub = await js.subscribe(f"{wire.OUT_SUBJECT}.>", stream=wire.PREDICTIONS, ordered_consumer=True,
-                                 deliver_policy=api.DeliverPolicy.ALL)
+        while True:                     # a cluster electing a new stream leader answers after a while
+            try:
+                sub = await js.subscribe(f"{wire.OUT_SUBJECT}.>", stream=wire.PREDICTIONS, ordered_consumer=True,
+                                         deliver_policy=api.DeliverPolicy.ALL)
+                break
+            except Exception:  # noqa: BLE001 - nats-py's timeout or 503: try again until the deadline
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
         while got < expect and time.monotonic() < deadline:
             try:
                 msg = await sub.next_msg(timeout=min(1.0, max(0.01, deadline - time.monotonic())))
@@ -86,6 +93,11 @@ async def predictions(url: str, expect: int, timeout: float = 30.0, received: di
     finally:
         await nc.close()
     return out
+
+
+def _servers(url: str) -> list:
+    """A URL, or the nodes of a cluster comma-separated, as nats.connect's server list."""
+    return [u.strip() for u in url.split(",")]
 
 
 def reference(model: str, readings: dict, backend: str | None = None) -> dict:

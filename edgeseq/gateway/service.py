@@ -94,7 +94,9 @@ class Gateway:
     stored states; lease_seconds: how long a lease outlives its last renewal (a partition is
     taken over within about 1.25x this after its gateway dies); idle_seconds: a device silent this
     long is stored and dropped from memory; max_backlog, max_device_backlog: readings waiting in
-    EDGESEQ_IN in all and per device at most; `stats` counts readings, predictions, duplicates
+    EDGESEQ_IN in all and per device at most; replicas: copies of every stream and bucket (3 on a
+    three-node JetStream cluster: one node may die); url: one server, or the nodes of a cluster
+    comma-separated; `stats` counts readings, predictions, duplicates
     (a sequence number already applied: skipped), gaps (numbers skipped), dead (malformed or
     refused readings, sent to edgeseq.dead.<device>). Raises UsageError (settings, nats-py
     missing, a server without JetStream)."""
@@ -103,13 +105,13 @@ class Gateway:
                  lease_seconds: float = 5.0, max_batch: int = 1024, backend: str | None = None,
                  max_history: int | None = None, idle_seconds: float = 300.0,
                  max_pending: int = 20000, max_backlog: int = 1_000_000, max_device_backlog: int = 10_000,
-                 replace_model: bool = False, echo=None):
+                 replicas: int = 1, replace_model: bool = False, echo=None):
         from edgeseq.gateway.broker import check_partitions
         _nats()
         self.P = check_partitions(partitions)
         for what, v, lo in (("snapshot_every", snapshot_every, 1),
                             ("max_pending", max_pending, 1), ("max_backlog", max_backlog, 1),
-                            ("max_device_backlog", max_device_backlog, 1)):
+                            ("max_device_backlog", max_device_backlog, 1), ("replicas", replicas, 1)):
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 raise UsageError(f"{what} must be a whole number >= {lo}, got {v!r}")
         for what, v in (("lease_seconds", lease_seconds), ("idle_seconds", idle_seconds)):
@@ -126,7 +128,7 @@ class Gateway:
         self.batcher = Batcher(model, backend=backend, max_history=max_history, max_batch=max_batch)
         self.snapshot_every, self.lease_seconds, self.idle_seconds = snapshot_every, float(lease_seconds), idle_seconds
         self.max_backlog, self.replace_model = max_backlog, bool(replace_model)
-        self.max_device_backlog = max_device_backlog
+        self.max_device_backlog, self.replicas = max_device_backlog, replicas
         if max_device_backlog <= snapshot_every:
             raise UsageError(f"max_device_backlog ({max_device_backlog}) must be above snapshot_every "
                              f"({snapshot_every}): readings stay in the stream until their partition is stored")
@@ -153,10 +155,20 @@ class Gateway:
     async def _connect(self):
         nats, api, errors = _nats()
         self.api, self.errors = api, errors
-        host, port = _address(self.url)
+        addresses = [_address(u.strip()) for u in self.url.split(",")]
         loop = asyncio.get_running_loop()
+
+        def reach():                              # any one node of a cluster will do
+            error = None
+            for host, port in addresses:
+                try:
+                    socket.create_connection((host, port), timeout=5).close()
+                    return
+                except OSError as e:
+                    error = e
+            raise error
         try:
-            await loop.run_in_executor(None, lambda: socket.create_connection((host, port), timeout=5).close())
+            await loop.run_in_executor(None, reach)
         except OSError as e:
             raise EdgeseqError(f"cannot reach the NATS server at {self.where} ({e.strerror or type(e).__name__}); start "
                                "one (`edgeseq serve` without --nats starts nats-server here) or fix --nats") from None
@@ -222,12 +234,13 @@ class Gateway:
         specs = [(wire.READINGS, [f"{wire.PART_SUBJECT}.>", f"{wire.IN_SUBJECT}.>"],
                   dict(max_msgs=self.max_backlog, max_bytes=READING_BYTES, max_msg_size=READING_MAX,
                        max_msgs_per_subject=self.max_device_backlog, discard_new_per_subject=True,
-                       discard=api.DiscardPolicy.NEW, no_ack=True)),
+                       discard=api.DiscardPolicy.NEW, no_ack=True, num_replicas=self.replicas)),
                  (wire.PREDICTIONS, [f"{wire.OUT_SUBJECT}.>"], dict(max_msgs=PREDICTIONS_KEPT, max_bytes=PREDICTION_BYTES,
-                                                                 discard=api.DiscardPolicy.OLD, duplicate_window=120.0)),
+                                                                 discard=api.DiscardPolicy.OLD, duplicate_window=120.0,
+                                                                 num_replicas=self.replicas)),
                  (wire.DEAD, [f"{wire.DEAD_SUBJECT}.>"], dict(max_msgs=DEAD_KEPT, max_bytes=DEAD_BYTES,
                                                              max_msg_size=DEAD_PREFIX + 4096,
-                                                             discard=api.DiscardPolicy.OLD))]
+                                                             discard=api.DiscardPolicy.OLD, num_replicas=self.replicas))]
         for name, subjects, limits in specs:
             try:
                 info = await self.js.stream_info(name)
@@ -251,7 +264,8 @@ class Gateway:
         try:
             return await self.js.key_value(bucket)
         except self.errors.BucketNotFoundError:
-            return await self.js.create_key_value(self.api.KeyValueConfig(bucket=bucket, history=1, ttl=ttl))
+            return await self.js.create_key_value(self.api.KeyValueConfig(bucket=bucket, history=1, ttl=ttl,
+                                                                          replicas=self.replicas))
 
     async def _check_deployment(self):
         """Every gateway of a deployment runs the same model with the same partition count: the
@@ -656,10 +670,14 @@ class Gateway:
                 "state_bytes": sum(d.nbytes() for d in devices), **dict(self.stats)}
 
 
-def _credentials(url: str) -> tuple[str, dict]:
+def _credentials(url: str) -> tuple:
     """(the URL without credentials, nats.connect's user/password or token, percent-decoded):
-    nats-py would send `%2F` in a URL's password as it is."""
+    nats-py would send `%2F` in a URL's password as it is. Several URLs, comma-separated (the
+    nodes of a cluster): a list of them, and the first credentials any gives."""
     from urllib.parse import unquote, urlsplit, urlunsplit
+    if "," in url:
+        parts = [_credentials(u.strip()) for u in url.split(",")]
+        return [p[0] for p in parts], next((p[1] for p in parts if p[1]), {})
     u = urlsplit(url)
     if "@" not in u.netloc:
         return url, {}
