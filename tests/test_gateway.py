@@ -578,3 +578,57 @@ def test_serve_against_an_address_nobody_listens_on_is_one_line(runner, exported
         r = runner.invoke(cli, ["serve", str(exported("gru")[0]), "--nats", url])
         assert r.exit_code == code and text in r.output and len(r.output.strip().splitlines()) == 1, r.output
         assert time.monotonic() - t0 < 60             # one attempt, no reconnect loop (that would take minutes)
+
+
+@needs_server
+def test_metrics_are_served_to_prometheus_with_its_password_only(broker, exported, tmp_path):
+    """`--metrics-port`: 401 without the password in metrics.json or with another; with it the
+    counters, gauges and the latency histogram in Prometheus's text format."""
+    pytest.importorskip("prometheus_client", reason="prometheus-client not installed (pip install '.[gateway]')")
+    import base64
+    import urllib.error
+    import urllib.request
+
+    from edgeseq.gateway import devices
+    from edgeseq.gateway.broker import free_port
+    from edgeseq.gateway.metrics import GatewayMetrics, scrape_password, serve_metrics
+    model = str(exported("gru")[0])
+    X = _readings(StreamSession(model).n_features, devices=3, T=10)
+    password = scrape_password(tmp_path / "fleet")
+    assert scrape_password(tmp_path / "fleet") == password and stat_private(tmp_path / "fleet" / "metrics.json")
+    port = free_port()
+
+    def scrape(auth):
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics")
+        if auth:
+            req.add_header("Authorization", "Basic " + base64.b64encode(auth.encode()).decode())
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, r.read().decode()
+        except urllib.error.HTTPError as e:
+            return e.code, ""
+
+    async def body(gw):
+        gw.metrics = GatewayMetrics(gw)
+        httpd = serve_metrics(gw.metrics, "127.0.0.1", port, password)
+        try:
+            await devices.replay(broker.url, X)
+            await devices.predictions(broker.url, 30, timeout=90)
+            loop = asyncio.get_running_loop()
+            return [await loop.run_in_executor(None, scrape, a)
+                    for a in (None, "prometheus:wrong", f"admin:{password}", f"prometheus:{password}")]
+        finally:
+            httpd.shutdown()
+    gw, answers = asyncio.run(_run_gateway(model, broker.url, body))
+    assert [code for code, _ in answers] == [401, 401, 401, 200]
+    text = answers[-1][1]
+    name = gw.name
+    assert f'edgeseq_gateway_readings_total{{gateway="{name}"}} 30.0' in text
+    assert f'edgeseq_gateway_predictions_total{{gateway="{name}"}} 30.0' in text
+    assert f'edgeseq_gateway_partitions_held{{gateway="{name}"}} 4.0' in text
+    assert f'edgeseq_gateway_latency_seconds_count{{gateway="{name}"}} 30.0' in text
+    assert "edgeseq_gateway_backlog" in text and "edgeseq_gateway_dead_letters_total" in text
+
+
+def stat_private(path) -> bool:
+    return os.stat(path).st_mode & 0o077 == 0

@@ -41,6 +41,10 @@ RELOAD_SECONDS = 2.0             # how often a running server looks for fleet ch
               "(0.0.0.0: every interface; the server admits the --fleet's devices only).")
 @click.option("--fleet", default="runs/fleet", show_default=True, type=click.Path(file_okay=False),
               help="Folder of the devices' credentials (`edgeseq devices add NAME`) and the gateway's own.")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=0, show_default=True,
+              help="Serve Prometheus metrics on http://--metrics-host:PORT/metrics (0: none), behind HTTP basic "
+              "authentication: user prometheus, the password in --fleet's metrics.json.")
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="The address --metrics-port listens on.")
 @click.option("--status-every", type=click.FloatRange(0), default=10.0, show_default=True,
               help="Seconds between status lines (JSON) on stderr; 0: none.")
 @click.option("--duration", type=click.FloatRange(0, min_open=True), help="Stop after this many seconds.")
@@ -51,8 +55,8 @@ RELOAD_SECONDS = 2.0             # how often a running server looks for fleet ch
 @_backend_option
 @_errors
 def serve(model, url, partitions, name, snapshot_every, lease_seconds, max_batch, max_device_backlog, replicas,
-          max_history, store, port, mqtt_port, host, fleet, status_every, duration, print_config, replace_model,
-          backend):
+          max_history, store, port, mqtt_port, host, fleet, metrics_port, metrics_host, status_every, duration,
+          print_config, replace_model, backend):
     """Serve MODEL to many devices: readings in over NATS or MQTT, predictions out, each
     device's state kept in JetStream.
 
@@ -103,9 +107,18 @@ def serve(model, url, partitions, name, snapshot_every, lease_seconds, max_batch
         echo(f"nats-server: {broker.url}" + (f", MQTT {broker.mqtt_url}" if broker.mqtt_url else "")
              + f", JetStream in {store}; {n} device(s) in {fleet}"
              + ("" if n else " (add one: edgeseq devices add NAME)"))
+    httpd = None
     try:
+        if metrics_port:
+            from edgeseq.gateway.metrics import GatewayMetrics, scrape_password, serve_metrics
+            gw.metrics = GatewayMetrics(gw)
+            httpd = serve_metrics(gw.metrics, metrics_host, metrics_port, scrape_password(fleet))
+            echo(f"metrics: http://{metrics_host}:{httpd.server_port}/metrics (user prometheus, password in "
+                 f"{fleet}/metrics.json)")
         asyncio.run(_serve(gw, duration, status_every, broker, echo))
     finally:
+        if httpd is not None:
+            httpd.shutdown()
         if broker is not None:
             broker.stop()
     click.echo(f"stopped: {gw.stats['readings']:,} readings, {gw.stats['predictions']:,} predictions, "

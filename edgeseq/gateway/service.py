@@ -79,6 +79,7 @@ class Partition:
         self.last_msg = None          # the last message applied and not yet acknowledged
         self.unacked = 0              # messages delivered since the last acknowledgement
         self.unacked_since = 0.0      # when the first of them arrived (monotonic seconds)
+        self.backlog = 0              # readings stored and not yet delivered here (the last message's metadata)
 
     async def deliver(self, msg) -> None:
         self.buf.append(msg)
@@ -142,6 +143,7 @@ class Gateway:
         self.echo = echo or (lambda line: None)
         self._epoch = 0
         self.refused = False          # the server stopped taking the gateway's credentials: `run` stops
+        self.metrics = None           # a GatewayMetrics (`edgeseq serve --metrics-port`): latency observed per message
         self._draining = False
 
     @property
@@ -491,6 +493,7 @@ class Gateway:
         snapshot_every readings (or when half of max_pending waits unacknowledged)."""
         pending: dict = {}
         touched = []
+        stored: list = []             # JetStream's storage times of the messages (seconds since the epoch)
         now = time.monotonic()
         for p, epoch, msgs in batches:
             part = self.parts.get(p)
@@ -530,6 +533,12 @@ class Gateway:
                     queue.append((seq, None, reset, part, sseq, m.data, False))
                 for i, row in enumerate(x if x is not None else ()):
                     queue.append((seq + i, row, reset and i == 0, part, sseq, m.data, len(x) > 1))
+            if self.metrics is not None:
+                for m in msgs:
+                    with contextlib.suppress(Exception):      # a message without JetStream metadata: not timed
+                        stored.append(m.metadata.timestamp.timestamp())
+                with contextlib.suppress(Exception):
+                    part.backlog = msgs[-1].metadata.num_pending if msgs else part.backlog
             if msgs:
                 part.last_msg = msgs[-1]
                 part.applied_seq = max(part.applied_seq, wire.stream_seq(msgs[-1].reply))
@@ -578,6 +587,10 @@ class Gateway:
         for (dev, _), rows in outbox.items():
             await self.nc.publish(f"{wire.OUT_SUBJECT}.{dev.name}", wire.encode_predictions(dev.name, rows, dev.boot),
                                   headers={"Nats-Msg-Id": f"{dev.name}:{dev.boot}:{rows[0][0]}"})
+        if stored:
+            wall = time.time()
+            for t in stored:
+                self.metrics.observe(wall - t)
         for part in set(touched):
             if part.p in self.parts and (part.since_snapshot >= self.snapshot_every
                                          or part.unacked >= self.max_pending // 2):

@@ -1,0 +1,139 @@
+"""The gateway's Prometheus endpoint (`edgeseq serve --metrics-port`), with HTTP basic
+authentication: anything that listens asks who is there.
+
+Served by prometheus_client's WSGI app on the standard library's wsgiref server, in a daemon
+thread, on loopback unless told otherwise. A scrape must present user `prometheus` and the
+password in `<fleet>/metrics.json` (mode 0600, made on first use); anything else gets 401.
+Prometheus's scrape configuration takes them as `basic_auth: {username, password_file}`.
+
+Metrics (all `edgeseq_gateway_`, label `gateway`):
+
+- counters read from the gateway's `stats` at each scrape: `readings_total`,
+  `predictions_total`, `dead_letters_total`, `duplicates_total`, `gaps_total`,
+  `resets_total`, `snapshots_total`, `partitions_taken_total`, `partitions_lost_total`,
+  `nats_errors_total`;
+- gauges: `partitions_held`, `devices`, `state_bytes`, `backlog` (readings stored in
+  EDGESEQ_IN and not yet delivered to this gateway, from the last message's JetStream
+  metadata per partition);
+- histogram `latency_seconds`: from a reading's storage in JetStream to its prediction's
+  publication, one observation per message.
+"""
+
+from __future__ import annotations
+
+import base64
+import hmac
+import json
+import os
+import secrets
+import threading
+from pathlib import Path
+
+from edgeseq.errors import UsageError
+
+USER = "prometheus"
+COUNTERS = ("readings", "predictions", "dead", "duplicates", "gaps", "resets", "snapshots", "partitions_taken",
+            "partitions_lost", "nats_errors")
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+MISSING = "prometheus-client is not installed: pip install prometheus-client (or pip install '.[gateway]')"
+
+
+def _prom():
+    try:
+        import prometheus_client
+    except ModuleNotFoundError:
+        raise UsageError(MISSING) from None
+    return prometheus_client
+
+
+def scrape_password(folder: str | os.PathLike) -> str:
+    """The password a scrape must present, from `folder/metrics.json` (made, mode 0600, the first
+    time). UsageError for a file that is not one edgeseq writes."""
+    path = Path(folder) / "metrics.json"
+    try:
+        doc = json.loads(path.read_text())
+        if not (isinstance(doc, dict) and doc.get("user") == USER and isinstance(doc.get("password"), str)
+                and len(doc["password"]) >= 16):
+            raise UsageError(f"{path} is not an edgeseq metrics credential; move it away and start again")
+        return doc["password"]
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError, RecursionError) as e:
+        raise UsageError(f"{path} cannot be read ({type(e).__name__}); move it away and start again") from None
+    path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
+    password = secrets.token_urlsafe(32)
+    tmp = path.with_name(f".metrics.json.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps({"user": USER, "password": password}) + "\n")
+    os.replace(tmp, path)
+    return password
+
+
+class GatewayMetrics:
+    """The registry for one gateway: a collector over `gateway.stats` and `gateway.status()`,
+    and the latency histogram the gateway observes into (`observe`)."""
+
+    def __init__(self, gateway):
+        prom = _prom()
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+        self.registry = prom.CollectorRegistry(auto_describe=True)
+        self.latency = prom.Histogram("edgeseq_gateway_latency_seconds", "From a reading's storage in JetStream to "
+                                      "its prediction's publication", ["gateway"], buckets=LATENCY_BUCKETS,
+                                      registry=self.registry).labels(gateway.name)
+        gw = gateway
+
+        class Collector:
+            def collect(self):
+                name = gw.name
+                for key in COUNTERS:
+                    what = "dead_letters" if key == "dead" else key
+                    c = CounterMetricFamily(f"edgeseq_gateway_{what}", f"{what.replace('_', ' ')} since start",
+                                            labels=["gateway"])
+                    c.add_metric([name], float(gw.stats.get(key, 0)))
+                    yield c
+                status = gw.status()
+                for key, value, text in (("partitions_held", len(status["partitions"]), "partitions this gateway leases"),
+                                         ("devices", status["devices"], "devices in memory"),
+                                         ("state_bytes", status["state_bytes"], "bytes of device state in memory"),
+                                         ("backlog", sum(p.backlog for p in gw.parts.values()),
+                                          "readings stored and not yet delivered to this gateway")):
+                    g = GaugeMetricFamily(f"edgeseq_gateway_{key}", text, labels=["gateway"])
+                    g.add_metric([name], float(value))
+                    yield g
+
+            def describe(self):
+                return []
+        self.registry.register(Collector())
+
+    def observe(self, seconds: float) -> None:
+        self.latency.observe(max(0.0, seconds))
+
+
+def serve_metrics(metrics: GatewayMetrics, host: str, port: int, password: str):
+    """Serve `metrics` on http://host:port/metrics in a daemon thread; returns the server
+    (`.shutdown()` stops it, `.server_port` is the port). Requests without user `prometheus`
+    and `password` (HTTP basic authentication) get 401. UsageError when the port is taken."""
+    from wsgiref.simple_server import WSGIRequestHandler, make_server
+
+    prom = _prom()
+    app = prom.make_wsgi_app(metrics.registry)
+    want = base64.b64encode(f"{USER}:{password}".encode()).decode()
+
+    def guarded(environ, start_response):
+        given = environ.get("HTTP_AUTHORIZATION", "")
+        if not (given.startswith("Basic ") and hmac.compare_digest(given[6:].strip().encode(), want.encode())):
+            start_response("401 Unauthorized", [("WWW-Authenticate", 'Basic realm="edgeseq"'),
+                                                ("Content-Type", "text/plain")])
+            return [b"401: give the user and password in the fleet's metrics.json\n"]
+        return app(environ, start_response)
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, *args):
+            pass
+    try:
+        httpd = make_server(host, port, guarded, handler_class=Quiet)
+    except OSError as e:
+        raise UsageError(f"--metrics-port {port} on {host}: {e.strerror or e}; pass a free port") from None
+    threading.Thread(target=httpd.serve_forever, name="edgeseq-metrics", daemon=True).start()
+    return httpd
