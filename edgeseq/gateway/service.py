@@ -52,6 +52,8 @@ READING_BYTES = 1 << 30         # EDGESEQ_IN holds at most this many bytes of re
 READING_MAX = 64 * 1024         # ... each message at most this many (a reading is tens of bytes a value)
 DEAD_KEPT, DEAD_BYTES = 100_000, 64 << 20   # EDGESEQ_DEAD keeps the newest this many, in at most this many bytes
 DEAD_PREFIX = 1024              # a dead letter carries this many bytes of the message at most
+PUBLISH_TRIES, PUBLISH_WAIT = 12, 0.5   # a prediction message is sent again this often, this far apart (s) ...
+PUBLISH_TIMEOUT = 2.0           # ... each time waiting this long for JetStream's acknowledgement
 ACK_SOON = 5.0                  # seconds a quiet partition's readings wait for their acknowledgement at most
 MISSING = "nats-py is not installed: pip install nats-py (or pip install '.[gateway]' in edgeseq's clone)"
 
@@ -463,6 +465,29 @@ class Gateway:
 
     # -- readings -------------------------------------------------------------------------
 
+    async def _publish(self, answers: list) -> None:
+        """Publish prediction messages [(partition, subject, payload, id)] into EDGESEQ_OUT, each
+        acknowledged by JetStream (sent together, the acknowledgements awaited together); those
+        refused or unanswered (a cluster electing the stream's leader) are sent again, up to
+        PUBLISH_TRIES rounds. A partition whose predictions still did not land is dropped without
+        storing its state, so it is replayed from its last mark (the ids make the repeats free)."""
+        for attempt in range(PUBLISH_TRIES):
+            results = await asyncio.gather(*(self.js.publish(subject, payload, timeout=PUBLISH_TIMEOUT,
+                                                             headers={"Nats-Msg-Id": mid})
+                                             for _, subject, payload, mid in answers), return_exceptions=True)
+            answers = [a for a, r in zip(answers, results) if isinstance(r, BaseException)]
+            if not answers:
+                return
+            self.stats["publish_retries"] += len(answers)
+            self._say("publish", f"NATS: {len(answers)} prediction message(s) not stored yet "
+                      f"({type(next(r for r in results if isinstance(r, BaseException))).__name__}); retrying")
+            await asyncio.sleep(PUBLISH_WAIT)
+        for p in {part.p for part, *_ in answers}:
+            if p in self.parts:
+                self.echo(f"partition {p}: predictions not stored after {PUBLISH_TRIES} tries; dropping it to replay")
+                self.stats["partitions_lost"] += 1
+                await self._drop(p)
+
     async def _dead(self, device: str, payload: bytes, reason: str):
         """Dead-letter a message: its first DEAD_PREFIX bytes, the reason and its full size in
         headers (Edgeseq-Error, Edgeseq-Size)."""
@@ -546,6 +571,7 @@ class Gateway:
                     part.unacked_since = now
                 part.unacked += len(msgs)
         outbox: dict = {}            # (device, stream sequence) -> predictions of a message of several readings
+        answers: list = []           # (partition, subject, payload, Nats-Msg-Id) of each prediction message
         while pending:
             items, refs = [], []
             for dev in list(pending):
@@ -577,16 +603,18 @@ class Gateway:
                 k = int(out.argmax())
                 self.stats["predictions"] += 1
                 if several:                       # one answer per message, as it came
-                    outbox.setdefault((dev, sseq), []).append((seq, dev.position, self.batcher.labels[k], out[k]))
+                    outbox.setdefault((dev, sseq), []).append((seq, dev.position, self.batcher.labels[k], out[k],
+                                                                part))
                     continue
-                await self.nc.publish(f"{wire.OUT_SUBJECT}.{dev.name}",
-                                      wire.encode_prediction(dev.name, seq, dev.position, self.batcher.labels[k],
-                                                             out[k], dev.boot),
-                                      headers={"Nats-Msg-Id": f"{dev.name}:{dev.boot}:{seq}"})
+                answers.append((part, f"{wire.OUT_SUBJECT}.{dev.name}",
+                                wire.encode_prediction(dev.name, seq, dev.position, self.batcher.labels[k], out[k],
+                                                       dev.boot), f"{dev.name}:{dev.boot}:{seq}"))
             self.stats["readings"] += len(items)
         for (dev, _), rows in outbox.items():
-            await self.nc.publish(f"{wire.OUT_SUBJECT}.{dev.name}", wire.encode_predictions(dev.name, rows, dev.boot),
-                                  headers={"Nats-Msg-Id": f"{dev.name}:{dev.boot}:{rows[0][0]}"})
+            answers.append((rows[0][4], f"{wire.OUT_SUBJECT}.{dev.name}",
+                            wire.encode_predictions(dev.name, [r[:4] for r in rows], dev.boot),
+                            f"{dev.name}:{dev.boot}:{rows[0][0]}"))
+        await self._publish(answers)
         if stored:
             wall = time.time()
             for t in stored:
