@@ -57,8 +57,9 @@ def partition_of(device: str, partitions: int) -> int:
 
 
 def redact(url: str | None) -> str | None:
-    """`url` with any password replaced by `***` (nats://user:***@host:4222), for logs and errors."""
-    return redact_url(url) if url else url
+    """`url` (or the nodes of a cluster, comma-separated) with any password replaced by `***`
+    (nats://user:***@host:4222), for logs and errors."""
+    return ",".join(redact_url(u) for u in url.split(",")) if url else url
 
 
 def with_credentials(url: str, user: str, password: str) -> str:
