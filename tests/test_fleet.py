@@ -207,14 +207,15 @@ def test_only_a_devices_own_credentials_publish_its_readings(fleet_broker, expor
         js = g.jetstream()
         out = (await js.stream_info(wire.PREDICTIONS)).state.messages
         config = json.loads((await (await js.key_value(wire.STATE_BUCKET)).get("config")).value)
+        lease = (await (await js.key_value(wire.LEASE_BUCKET)).get("part.0")).value
         await g.close()
         c.loop_stop()
         c.disconnect()
         await a.close()
-        return got, out, config
-    gw, (got, out, config) = asyncio.run(_run_gateway(model, broker.gateway_url, body))
+        return got, out, config, lease
+    gw, (got, out, config, lease) = asyncio.run(_run_gateway(model, broker.gateway_url, body))
     _check_equal(got, devices.reference(model, X))
-    assert out == 10 and config["partitions"] == 4 and gw.stats["partitions_lost"] == 0
+    assert out == 10 and config["partitions"] == 4 and lease == gw.name.encode()
     assert gw.stats["readings"] == 10 and gw.stats["dead"] == 0 and gw.stats["duplicates"] == 5
     assert sum("permissions violation" in e for e in errors) == 6, errors
 

@@ -152,14 +152,14 @@ def test_gateway_predictions_equal_one_session_per_device(broker, int8):
 @needs_server
 def test_several_readings_a_message_equal_one_session_per_device(broker, exported):
     """Devices sending 5 readings a message (a last message of 2), one message sent twice and a
-    message with one reading the model refuses: the predictions are one session per device, one
-    message of them per message of readings, the repeat counted as duplicates, the refused
-    reading dead-lettered by its number."""
+    message with two readings the model refuses: the predictions are one session per device, one
+    message of them per message of readings, the repeat counted as duplicates, the message
+    dead-lettered once, by its first refused reading's number."""
     from edgeseq.gateway import devices, wire
     model = str(exported("ssm")[0])
     X = _readings(StreamSession(model).n_features, devices=3, T=12)
-    bad = X["dev-1"][:3].copy()
-    bad[1] = 1e30
+    bad = X["dev-1"][:4].copy()
+    bad[1] = bad[2] = 1e30
 
     async def body(gw):
         await devices.replay(broker.url, X, per_message=5)
@@ -170,25 +170,27 @@ def test_several_readings_a_message_equal_one_session_per_device(broker, exporte
         got = await devices.predictions(broker.url, 38, timeout=90)
         dead = await nc.jetstream().subscribe(f"{wire.DEAD_SUBJECT}.>", stream=wire.DEAD, ordered_consumer=True)
         letter = await dead.next_msg(timeout=30)
+        letters = (await nc.jetstream().stream_info(wire.DEAD)).state.messages
         messages = (await nc.jetstream().stream_info(wire.PREDICTIONS)).state.messages
         await nc.close()
-        return got, letter, messages
-    gw, (got, letter, messages) = asyncio.run(_run_gateway(model, broker.url, body))
+        return got, letter, messages, letters
+    gw, (got, letter, messages, letters) = asyncio.run(_run_gateway(model, broker.url, body))
+    assert letters == 1
     assert messages == 3 * 3 + 1                     # one answer a message: 5 + 5 + 2 per device, 2 of the last
     ref = devices.reference(model, X)
     s = StreamSession(model)
     for x in X["dev-1"]:
         s.push(x)
-    for t in (0, 2):                                 # the refused reading changes nothing: 12 and 14 go on
+    for t in (0, 3):                                 # the refused readings change nothing: 12 and 15 go on
         p = s.push(bad[t])[0]
         k = int(p.argmax())
         ref["dev-1"].append((s.labels[k], round(float(p[k]), 6)))
-    assert {d: sorted(v) for d, v in got.items()} == {"dev-0": list(range(12)), "dev-1": [*range(13), 14],
+    assert {d: sorted(v) for d, v in got.items()} == {"dev-0": list(range(12)), "dev-1": [*range(13), 15],
                                                       "dev-2": list(range(12))}
     for d, rows in ref.items():
         seqs = sorted(got[d])
         assert [(got[d][q]["label"], got[d][q]["prob"]) for q in seqs] == rows, d
-    assert gw.stats["duplicates"] == 5 and gw.stats["dead"] == 1 and gw.stats["readings"] == 39   # 36 + 3 stepped
+    assert gw.stats["duplicates"] == 5 and gw.stats["dead"] == 2 and gw.stats["readings"] == 40   # 36 + 4 stepped
     assert letter.subject == "edgeseq.dead.dev-1" and letter.headers["Edgeseq-Error"].startswith("reading 13: ")
 
 
@@ -586,6 +588,7 @@ def test_metrics_are_served_to_prometheus_with_its_password_only(broker, exporte
     counters, gauges and the latency histogram in Prometheus's text format."""
     pytest.importorskip("prometheus_client", reason="prometheus-client not installed (pip install '.[gateway]')")
     import base64
+    import socket
     import urllib.error
     import urllib.request
 
@@ -598,8 +601,8 @@ def test_metrics_are_served_to_prometheus_with_its_password_only(broker, exporte
     assert scrape_password(tmp_path / "fleet") == password and stat_private(tmp_path / "fleet" / "metrics.json")
     port = free_port()
 
-    def scrape(auth):
-        req = urllib.request.Request(f"http://127.0.0.1:{port}/metrics")
+    def scrape(auth, path="/metrics"):
+        req = urllib.request.Request(f"http://127.0.0.1:{port}{path}")
         if auth:
             req.add_header("Authorization", "Basic " + base64.b64encode(auth.encode()).decode())
         try:
@@ -615,13 +618,18 @@ def test_metrics_are_served_to_prometheus_with_its_password_only(broker, exporte
             await devices.replay(broker.url, X)
             await devices.predictions(broker.url, 30, timeout=90)
             loop = asyncio.get_running_loop()
-            return [await loop.run_in_executor(None, scrape, a)
-                    for a in (None, "prometheus:wrong", f"admin:{password}", f"prometheus:{password}")]
+            idle = socket.create_connection(("127.0.0.1", port))   # connects and sends nothing
+            try:
+                return [await loop.run_in_executor(None, scrape, a)
+                        for a in (None, "prometheus:wrong", f"admin:{password}", f"prometheus:{password}")] + \
+                       [await loop.run_in_executor(None, scrape, f"prometheus:{password}", "/other")]
+            finally:
+                idle.close()
         finally:
             httpd.shutdown()
     gw, answers = asyncio.run(_run_gateway(model, broker.url, body))
-    assert [code for code, _ in answers] == [401, 401, 401, 200]
-    text = answers[-1][1]
+    assert [code for code, _ in answers] == [401, 401, 401, 200, 404]
+    text = answers[3][1]
     name = gw.name
     assert f'edgeseq_gateway_readings_total{{gateway="{name}"}} 30.0' in text
     assert f'edgeseq_gateway_predictions_total{{gateway="{name}"}} 30.0' in text

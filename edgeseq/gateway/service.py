@@ -49,7 +49,9 @@ ROUND_BYTES = 1 << 20           # ... and about this many bytes of them (a messa
 PREDICTIONS_KEPT = 1_000_000    # EDGESEQ_OUT keeps the newest this many predictions ...
 PREDICTION_BYTES = 1 << 30      # ... and at most this many bytes of them
 READING_BYTES = 1 << 30         # EDGESEQ_IN holds at most this many bytes of readings waiting ...
-READING_MAX = 64 * 1024         # ... each message at most this many (a reading is tens of bytes a value)
+READING_MAX = 1 << 20           # ... each message at most this many: nats-server's default max_payload, so
+                                # the server refuses a larger one to its publisher (1,000 readings of a few
+                                # float32 values as JSON fit)
 DEAD_KEPT, DEAD_BYTES = 100_000, 64 << 20   # EDGESEQ_DEAD keeps the newest this many, in at most this many bytes
 DEAD_PREFIX = 1024              # a dead letter carries this many bytes of the message at most
 PUBLISH_TRIES, PUBLISH_WAIT = 12, 0.5   # a prediction message is sent again this often, this far apart (s) ...
@@ -572,6 +574,7 @@ class Gateway:
                 part.unacked += len(msgs)
         outbox: dict = {}            # (device, stream sequence) -> predictions of a message of several readings
         answers: list = []           # (partition, subject, payload, Nats-Msg-Id) of each prediction message
+        refused: set = set()         # (device, stream sequence) of messages dead-lettered already
         while pending:
             items, refs = [], []
             for dev in list(pending):
@@ -596,7 +599,11 @@ class Gateway:
             for (dev, _), (seq, part, sseq, data, several), out in zip(items, refs, outs):
                 part.since_snapshot += 1
                 if isinstance(out, str):          # refused: the device's state and numbering stay as they were
-                    await self._dead(dev.name, data, f"reading {seq}: {out}")
+                    if (dev.name, sseq) in refused:   # one dead letter a message, however many readings it refuses
+                        self.stats["dead"] += 1
+                    else:
+                        refused.add((dev.name, sseq))
+                        await self._dead(dev.name, data, f"reading {seq}: {out}")
                     dev.stream_seq, dev.dirty = sseq, True
                     continue
                 self._applied(dev, seq, sseq)
