@@ -329,3 +329,10 @@ needs_server = __import__("pytest").mark.skipif(
     not (HAVE_NATS_SERVER and HAVE_NATS_PY),
     reason="nats-server not installed (apt-get install nats-server; `make test` installs it as root)"
     if not HAVE_NATS_SERVER else "nats-py not installed (pip install nats-py)")
+
+
+def private(path) -> bool:
+    """Whether the file at `path` is readable and writable by its owner only."""
+    import os
+    import stat
+    return stat.S_IMODE(os.stat(path).st_mode) & 0o077 == 0

@@ -16,12 +16,8 @@ from edgeseq.errors import UsageError
 from edgeseq.gateway.broker import LocalBroker, find_server, server_config
 from edgeseq.gateway.fleet import GATEWAY_USER, Fleet, partition_of, redact
 
-from helpers import HAVE_NATS_PY, needs_server
+from helpers import HAVE_NATS_PY, needs_server, private
 bcrypt = pytest.importorskip("bcrypt", reason="bcrypt not installed (pip install '.[gateway]')")
-
-
-def _private(path) -> bool:
-    return stat.S_IMODE(os.stat(path).st_mode) & 0o077 == 0
 
 
 def test_the_fleet_keeps_password_hashes_only_in_private_files(tmp_path):
@@ -31,7 +27,7 @@ def test_the_fleet_keeps_password_hashes_only_in_private_files(tmp_path):
     assert pw not in text and bcrypt.checkpw(pw.encode(), f.devices()["pump-7"]["hash"].encode())
     user, gw = f.gateway_credentials()
     assert user == GATEWAY_USER and gw not in f.authorization_block(4) and gw not in text
-    assert _private(f.file) and _private(f.gateway_file) and f.gateway_credentials() == (user, gw)
+    assert private(f.file) and private(f.gateway_file) and f.gateway_credentials() == (user, gw)
     with pytest.raises(UsageError, match="already in"):
         f.add_device("pump-7")
     pw2 = f.add_device("pump-7", rotate=True)
@@ -310,7 +306,7 @@ def test_a_folder_that_exists_keeps_its_mode_and_a_new_one_is_private(tmp_path):
     shared.mkdir()
     os.chmod(shared, 0o755)
     Fleet(shared).add_device("a")
-    assert stat.S_IMODE(os.stat(shared).st_mode) == 0o755 and _private(shared / "fleet.json")
+    assert stat.S_IMODE(os.stat(shared).st_mode) == 0o755 and private(shared / "fleet.json")
     Fleet(tmp_path / "new").add_device("a")
     assert stat.S_IMODE(os.stat(tmp_path / "new").st_mode) == 0o700
     with pytest.raises(UsageError, match="not in"):

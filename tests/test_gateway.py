@@ -20,7 +20,7 @@ from edgeseq.gateway.batcher import Batcher
 from edgeseq.runtime.session import StreamSession
 
 from edgeseq.gateway.broker import LocalBroker, find_server
-from helpers import HAVE_NATS_PY, needs_server
+from helpers import HAVE_NATS_PY, needs_server, private
 
 if HAVE_NATS_PY:
     import nats
@@ -598,7 +598,7 @@ def test_metrics_are_served_to_prometheus_with_its_password_only(broker, exporte
     model = str(exported("gru")[0])
     X = _readings(StreamSession(model).n_features, devices=3, T=10)
     password = scrape_password(tmp_path / "fleet")
-    assert scrape_password(tmp_path / "fleet") == password and stat_private(tmp_path / "fleet" / "metrics.json")
+    assert scrape_password(tmp_path / "fleet") == password and private(tmp_path / "fleet" / "metrics.json")
     port = free_port()
 
     def scrape(auth, path="/metrics"):
@@ -636,7 +636,3 @@ def test_metrics_are_served_to_prometheus_with_its_password_only(broker, exporte
     assert f'edgeseq_gateway_partitions_held{{gateway="{name}"}} 4.0' in text
     assert f'edgeseq_gateway_latency_seconds_count{{gateway="{name}"}} 30.0' in text
     assert "edgeseq_gateway_backlog" in text and "edgeseq_gateway_dead_letters_total" in text
-
-
-def stat_private(path) -> bool:
-    return os.stat(path).st_mode & 0o077 == 0

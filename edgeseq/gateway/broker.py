@@ -161,11 +161,8 @@ class LocalBroker:
         self.fleet_version = self.fleet.version() if self.fleet is not None else None
         text = server_config(self.workdir, self.port, self.mqtt_port, self.partitions, self.host, fleet=self.fleet,
                              name=self.name, cluster=self.cluster)
-        tmp = conf.with_name(".nats.conf.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)   # it holds password hashes
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, conf)
+        from edgeseq.gateway.fleet import write_private
+        write_private(conf, text)                 # it holds password hashes
         return conf
 
     def reload(self) -> bool:

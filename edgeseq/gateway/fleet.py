@@ -47,6 +47,22 @@ def _bcrypt():
     return bcrypt
 
 
+def write_private(path: Path, text: str) -> None:
+    """Write `text` to `path` atomically, mode 0600 (it holds a secret or a hash of one): a
+    reader sees the old file or the new one, never half of one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
 def partition_of(device: str, partitions: int) -> int:
     """The partition nats-server's `partition(P, 1)` mapping puts `device` in: FNV-1a 32-bit of
     the id's bytes modulo P (nats-server's subject_transform.go, getHashPartition)."""
@@ -96,19 +112,8 @@ class Fleet:
         return doc
 
     def _write(self, path: Path, doc: dict) -> None:
-        """Atomically, mode 0600: a reader sees the old file or the new one, never half of one."""
         self._make_root()
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(json.dumps(doc, indent=1, sort_keys=True) + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+        write_private(path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
     def _make_root(self) -> None:
         """The folder, made mode 0700 when it is new (a folder that exists keeps its mode: it may

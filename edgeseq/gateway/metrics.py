@@ -65,11 +65,8 @@ def scrape_password(folder: str | os.PathLike) -> str:
         raise UsageError(f"{path} cannot be read ({type(e).__name__}); move it away and start again") from None
     path.parent.mkdir(parents=True, mode=0o700, exist_ok=True)
     password = secrets.token_urlsafe(32)
-    tmp = path.with_name(f".metrics.json.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps({"user": USER, "password": password}) + "\n")
-    os.replace(tmp, path)
+    from edgeseq.gateway.fleet import write_private
+    write_private(path, json.dumps({"user": USER, "password": password}) + "\n")
     return password
 
 
