@@ -48,7 +48,7 @@ UNITS = [
     ("es_ssm_step.c", "state-space step's type and its VNNI, AVX2 and AVX-512 kernels"),
     ("_es_native.c", "module, reading checks, the steps' run, push and set_bounds, Gate, Lock and Pusher"),
 ]
-HEADERS = [os.path.join("firmware_sim", "kernels", "es_kernels.h")] + [
+HEADERS = [os.path.join("firmware_sim", "kernels", h) for h in ("es_kernels.h", "es_decide.h")] + [
     os.path.join(NATIVE, h) for h in (
         "es_native.h", "es_float.h", "es_attn.h", "es_attn_step.h", "es_ssm.h", "es_ssm_lanes.h", "es_ssm_object.h",
         "es_ssm_step.h", "es_ssm_step_lanes.h", "es_ssm_run.h", "es_ssm_avx2.h", "es_ssm_simd.h", "es_push.h")]

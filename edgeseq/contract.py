@@ -61,6 +61,9 @@ META_QUANT = "edgeseq.quantization"
 META_VERSION = "edgeseq.version"
 META_CONFIG = "edgeseq.config"
 META_VALIDATION = "edgeseq.validation"
+META_DECISION = "edgeseq.decision"       # null or the decision layer's settings (`edgeseq.runtime.decision`):
+                                         # smoothing, per-class thresholds, minimum duration, refractory
+                                         # time, background classes; absent in files without one
 META_DATA_SHA = "edgeseq.data_sha256"     # that data file's sha256 when it trained (eval checks it)
 META_DATA = "edgeseq.data"               # what the model was trained on: an embedded data set's name
                                          # ("basicmotions") or a data file's absolute path; null when it
@@ -266,6 +269,8 @@ class ModelMeta:
     validation: dict | None = None      # figures the export measured (read-only here: export writes it)
     data: str | None = None             # the training data (META_DATA); None: unknown or an older file
     data_sha256: str | None = None      # that file's sha256 (META_DATA_SHA); None: embedded, unknown or older
+    decision: dict | None = None        # the decision layer's settings (META_DECISION), checked against the
+                                        # labels (`DecisionSpec.from_json`); None: the file has none
 
     def to_props(self) -> dict:
         """The metadata as ONNX metadata_props: compact JSON per key (a small model's file is
@@ -284,6 +289,7 @@ class ModelMeta:
             META_CONFIG: _compact(self.config),
             META_DATA: _compact(self.data),
             META_DATA_SHA: _compact(self.data_sha256),
+            **({META_DECISION: _compact(self.decision)} if self.decision is not None else {}),
         }
 
     @property
@@ -301,7 +307,8 @@ class ModelMeta:
         (labels/features: non-empty lists of distinct names; state: objects with valid
         name/output/shape/kind/dtype; max_history: null or an int >= 1; format: an int this
         runtime reads; normalization: mean/std lists of finite values, std > 0;
-        quantization/config/validation: null or an object; data: null or a non-empty name or
+        quantization/config/validation: null or an object; decision: null or settings that
+        `edgeseq.runtime.decision.DecisionSpec.from_json` accepts for the labels; data: null or a non-empty name or
         path; data_sha256: null or 64 hex digits). Never TypeError/KeyError."""
         if not isinstance(props, dict):
             raise MetadataError("", "metadata is not a key -> JSON text map; export it again")
@@ -355,6 +362,14 @@ class ModelMeta:
             _fail(META_DATA_SHA, f"must be null or a sha256 (64 hex digits), got {_show(extra['data_sha256'])}")
         if extra["data_sha256"] is not None:
             extra["data_sha256"] = extra["data_sha256"].lower()
+        extra["decision"] = get(META_DECISION)
+        if extra["decision"] is not None:
+            from edgeseq.errors import UsageError
+            from edgeseq.runtime.decision import DecisionSpec     # numpy only; imported when a file has one
+            try:
+                extra["decision"] = DecisionSpec.from_json(extra["decision"], labels).to_json()
+            except UsageError as e:
+                _fail(META_DECISION, str(e).removeprefix("decision: "), "run `edgeseq calibrate` on the model again")
         return cls(arch=arch, mode=mode, features=features, labels=labels, state=state, max_history=max_history,
                    quantization=quantization, version=version, format=fmt,
                    normalization=_normalization(get(META_NORM)), **extra)

@@ -27,6 +27,10 @@ edgeseq/<device>/prediction), QoS 1. The stream never waits for the broker: whil
 predictions queue (up to --mqtt-queue, then the oldest are dropped and counted) and paho
 reconnects in the background; a broker unreachable at start is a note on stderr, not an error.
 --ha-discovery publishes Home Assistant discovery configs so the prediction shows as a sensor.
+A model with decision settings (`edgeseq calibrate`) prints each event as it fires and, with
+--mqtt, publishes it on edgeseq/<device>/event and the device's state (the active event's label,
+or "none") on edgeseq/<device>/state, retained, shown in Home Assistant as the Activity sensor;
+--events-only publishes those and no per-reading predictions.
 The summary says how many were published, left queued and dropped. See `edgeseq.runtime.mqtt`.
 """
 
@@ -79,6 +83,9 @@ def main(argv=None):
     ap.add_argument("--topic", help="MQTT topic (default: edgeseq/<device>/prediction)")
     ap.add_argument("--device", help="device name in topics and payloads (default: the host name)")
     ap.add_argument("--ha-discovery", action="store_true", help="publish Home Assistant MQTT discovery configs")
+    ap.add_argument("--events-only", action="store_true",
+                    help="publish only the events of the model's decision layer (edgeseq calibrate) and its state, "
+                         "not a prediction per reading")
     ap.add_argument("--mqtt-queue", type=_number(int, 1), default=None,
                     help="predictions held while the broker is away before the oldest are dropped (default 10000)")
     args = ap.parse_args(argv)
@@ -94,6 +101,8 @@ def main(argv=None):
     with lock_state_file(args.state_file) if args.state_file else contextlib.nullcontext() as state_file:
         sess = StreamSession(args.model, max_history=args.max_history, on_full="slide",  # a window never stops
                              backend=args.backend)
+        if publisher:
+            publisher.with_events(sess.decision is not None)
         model_hash = sess.model_sha256          # the bytes the session runs, read once
         start = 0
         if state_file:
@@ -106,7 +115,8 @@ def main(argv=None):
                                echo=lambda s: print(s, flush=True), state_file=state_file,
                                save_every=args.save_every, model_hash=model_hash, start_readings=start,
                                print_every=args.print_every, max_readings=args.max_readings,
-                               on_prediction=publisher.publish if publisher else None)
+                               on_prediction=publisher.publish if publisher else None,
+                               on_event=publisher.publish_event if publisher else None)
         finally:
             if publisher:
                 mqtt = publisher.stop()
@@ -125,7 +135,7 @@ def main(argv=None):
 def _publisher(args):
     """The MQTT publisher --mqtt asks for (not connected yet), or None; UsageError for a bad URL,
     topic or device, an MQTT option without --mqtt, or paho-mqtt missing."""
-    given = [f"--{name.replace('_', '-')}" for name in ("topic", "device", "ha_discovery", "mqtt_queue")
+    given = [f"--{name.replace('_', '-')}" for name in ("topic", "device", "ha_discovery", "mqtt_queue", "events_only")
              if getattr(args, name) not in (None, False)]
     if args.mqtt is None:
         if given:
@@ -135,6 +145,7 @@ def _publisher(args):
     from edgeseq.runtime.mqtt import DEFAULT_QUEUE, MqttPublisher
     return MqttPublisher(args.mqtt, topic=args.topic, device=args.device, ha_discovery=args.ha_discovery,
                          max_queued=args.mqtt_queue or DEFAULT_QUEUE, model=os.path.basename(args.model),
+                         predictions=not args.events_only,
                          note=lambda line: print(line, file=sys.stderr, flush=True))
 
 

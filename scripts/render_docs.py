@@ -28,6 +28,10 @@ Sources:
   - docs/figures/compilers.json `python scripts/firmware_compilers.py --json docs/figures/compilers.json
                                  models/{rnn,gru,lstm,ssm,transformer}-int8.onnx` (after `make demo`; the
                                  command is recorded in the JSON)
+  - docs/figures/events.json    `python scripts/measure_events.py --json docs/figures/events.json` (trains,
+                                 exports, calibrates and scores; the command is recorded in the JSON)
+  - docs/figures/decision_bench.json  `python scripts/bench_decision.py --json docs/figures/decision_bench.json
+                                 models/...onnx` (after `make demo`; the command is recorded in the JSON)
   - docs/figures/demo.json      `.venv/bin/python examples/demo.py --json docs/figures/demo.json` (what
                                  `make demo` runs, plus the JSON; the command is recorded in the JSON)
 
@@ -54,6 +58,8 @@ SOURCES = {
     "ucr": "docs/figures/ucr.json",
     "compilers": "docs/figures/compilers.json",
     "demo": "docs/figures/demo.json",
+    "events": "docs/figures/events.json",
+    "decision-bench": "docs/figures/decision_bench.json",
 }
 
 REGION = re.compile(r"<!-- figures:(?P<name>[a-z0-9-]+) -->\n(?P<body>.*?)<!-- /figures:(?P=name) -->", re.S)
@@ -499,7 +505,38 @@ def render_ucr_augment(d: dict, source: str) -> str:
     return "\n\n".join([machine_line(d, source, how), table, text])
 
 
+def render_events(d: dict, source: str) -> str:
+    """Event figures on BasicMotions' test split, per model, float and int8, backend by backend."""
+    how = (f"`{d['meta']['command']}`: calibrated for {d['budget']:g} false alarms per hour "
+           f"(background {', '.join(d['background'])}, {d['rate_hz']:g} Hz) on never-reset streams of the "
+           f"{d['validation_sequences']}-sequence validation split, or of the whole training split; scored on the "
+           f"{d['test_sequences']} test sequences joined in {d['orders']} seeded orders")
+    rows = []
+    for r in d["rows"]:
+        v = r["validation"]
+        rows.append([r["arch"], r["model"], r["calibrated_on"], r["backend"], f"{r['f1']:.3f}",
+                     f"{r['false_alarms_per_hour']:.1f} ({r['false_alarms']})",
+                     f"{r['delay_median']:.0f} / {r['delay_p90']:.0f}" if r["delay_median"] is not None else "n/a",
+                     f"{r['deleted']} / {r['fragmented']} / {r['insertions']}",
+                     f"{v['f1']:.3f}, {v['false_alarms_per_hour']:.1f}/h", r["decision"]])
+    return machine_line(d, source, how) + "\n\n" + _table(
+        ["model", "weights", "calibrated on", "backend", "test event F1", "false alarms / h (count)",
+         "delay median / p90 (readings)", "deleted / fragmented / insertions", "validation F1, FA/h",
+         "settings chosen"], rows)
+
+
+def render_decision_bench(d: dict, source: str) -> str:
+    """The push with and without the decision layer, side by side."""
+    how = f"`{d['meta']['command']}`, median of {d['rounds']} alternating rounds"
+    rows = [[r["model"], f"{r['streams']:,}", r["backend"], r["decision_in"], _us(r["push_us"]),
+             _us(r["push_with_decision_us"]), f"{r['added']:+.1%}"] for r in d["rows"]]
+    return machine_line(d, source, how) + "\n\n" + _table(
+        ["model", "streams", "backend", "decision runs in", "push", "push with decision", "added"], rows)
+
+
 RENDERERS = {
+    "events": ("events", render_events),
+    "decision-bench": ("decision-bench", render_decision_bench),
     "ucr": ("ucr", render_ucr),
     "ucr-augment": ("ucr", render_ucr_augment),
     "bench-gru": ("bench", render_bench_gru),

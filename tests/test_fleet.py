@@ -63,7 +63,7 @@ def test_the_authorization_block_allows_a_device_its_own_subjects_only(tmp_path)
     block = f.authorization_block(8)
     p = partition_of("dev-a", 8)
     line = next(x for x in block.splitlines() if '"dev-a"' in x)
-    assert f'["edgeseq.in.dev-a", "edgeseq.part.{p}.dev-a"]' in line and '["edgeseq.out.dev-a"]' in line
+    assert f'["edgeseq.in.dev-a", "edgeseq.part.{p}.dev-a"]' in line and '["edgeseq.out.dev-a", "edgeseq.out.dev-a.events"]' in line
     gw_line = next(x for x in block.splitlines() if GATEWAY_USER in x)
     assert "permissions" not in gw_line
 

@@ -4,7 +4,7 @@ Library errors become one-line `Error:` messages: exit 1 when something failed a
 exit 2 when the request itself was wrong. torch is imported only inside the commands that
 train or export, so `stream` and `eval` work with the runtime-only install.
 
-One module per command or group (train, export, evaluate: eval and compare, stream, bench,
+One module per command or group (train, export, evaluate: eval and compare, calibrate, stream, bench,
 report, firmware, translate, tune, serve, devices); `_common` holds the error boundary and what they share.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import click
 
 from edgeseq import __version__
-from edgeseq.cli import bench, devices, evaluate, export, firmware, report, serve, stream, train, translate, tune
+from edgeseq.cli import bench, calibrate, devices, evaluate, export, firmware, report, serve, stream, train, translate, tune
 from edgeseq.cli._common import _PROGRAM, MAX_HISTORY, Finite, History, _Cli, _writing
 
 __all__ = ["MAX_HISTORY", "Finite", "History", "_writing", "cli", "main"]
@@ -30,6 +30,7 @@ def cli():
       edgeseq export runs/gru --int8 --out models/gru-int8.onnx
       edgeseq eval models/gru.onnx --data basicmotions --json
       edgeseq compare models/gru.onnx models/gru-int8.onnx
+      edgeseq calibrate models/gru.onnx --background Standing
       edgeseq stream models/gru.onnx --input readings.csv
       edgeseq bench --json
       edgeseq report --out reports/edge
@@ -45,6 +46,7 @@ cli.add_command(train.train)
 cli.add_command(export.export)
 cli.add_command(evaluate.compare)
 cli.add_command(evaluate.eval_cmd)
+cli.add_command(calibrate.calibrate)
 cli.add_command(stream.stream)
 cli.add_command(serve.serve)
 cli.add_command(devices.devices)

@@ -60,7 +60,9 @@ def eval_cmd(model, data, split, provider, backend, as_json):
     continuous (the test sequences joined end to end in 3 seeded orders, never reset, as a
     device sees them; scored per reading after a grace period after each change of label, a
     quarter of the median sequence length within 1..20 readings, at each sequence's last
-    reading, and by the readings taken to follow a change). Data that names groups (subjects,
+    reading, and by the readings taken to follow a change). A model with decision settings
+    (`edgeseq calibrate`) also gets event figures on 20 never-reset streams: event F1,
+    false alarms per hour, detection delay and Ward et al.'s categories. Data that names groups (subjects,
     devices, sessions) also gets the accuracy of each group and the worst group. A name from
     the data or the model (a group, a label, the data's name) holding a control or format
     character, such as a terminal escape sequence, is printed as its Python escape (\\x1b);
@@ -114,3 +116,26 @@ def eval_cmd(model, data, split, provider, backend, as_json):
                    f"at each sequence's last reading {c['last_reading_accuracy']:.3f}; median readings to follow "
                    + (f"a change {follow} ({c['followed']:.0%} of {_n(c['changes'], 'change')} followed)" if c["changes"]
                       else "a change: none (no change of label in these streams: one sequence, or one class)"))
+    ev = r.get("events")
+    if ev:
+        for line in event_lines(ev):
+            click.echo(line)
+
+
+def event_lines(ev: dict) -> list:
+    """The text lines for `edgeseq.runtime.calibrate.event_scores`' figures."""
+    rate = ev["decision"].get("rate_hz")
+    bg = ", ".join(map(printable, ev["decision"]["background"])) or "none"
+    f = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+    d = ev["delay_readings"]
+    delay = "n/a" if d is None else (f"median {d['median']:.0f}, p90 {d['p90']:.0f} readings"
+                                     + (f" ({d['median'] / rate:.1f} s, {d['p90'] / rate:.1f} s)" if rate else ""))
+    fa = (f"{ev['false_alarms']} false alarm{'' if ev['false_alarms'] == 1 else 's'}"
+          + (f" ({ev['false_alarms_per_hour']:.1f} per hour over {ev['hours']:.2f} h)" if rate else ""))
+    lines = [f"events (decision layer, {ev['orders']} never-reset streams, background {bg}): F1 {f(ev['f1'])}, "
+             f"precision {f(ev['precision'])}, recall {f(ev['recall'])} ({ev['matched']} of {ev['events']} events, "
+             f"{ev['detections']} alerts); {fa}; detection delay {delay}",
+             f"  Ward et al. 2011: {ev['deleted']} deleted, {ev['fragmented']} fragmented, {ev['merged']} merged, "
+             f"{ev['insertions']} insertions; per class: "
+             + "; ".join(f"'{printable(k)}' F1 {f(v['f1'])}" for k, v in ev["per_class"].items())]
+    return lines

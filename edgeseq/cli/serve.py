@@ -50,20 +50,26 @@ RELOAD_SECONDS = 2.0             # how often a running server looks for fleet ch
 @click.option("--duration", type=click.FloatRange(0, min_open=True), help="Stop after this many seconds.")
 @click.option("--print-config", is_flag=True, help="Print a nats-server configuration (JetStream, MQTT on 1883, the "
               "partition mapping for --partitions) and exit.")
+@click.option("--predictions/--events-only", default=True, show_default=True,
+              help="Publish a prediction per reading, or only the events of the model's decision layer "
+                   "(`edgeseq calibrate`; most of the broker's load is the per-reading predictions).")
 @click.option("--replace-model", is_flag=True, help="Switch a deployment that serves another model to MODEL "
               "(its devices start over).")
 @_backend_option
 @_errors
 def serve(model, url, partitions, name, snapshot_every, lease_seconds, max_batch, max_device_backlog, replicas,
           max_history, store, port, mqtt_port, host, fleet, metrics_port, metrics_host, status_every, duration,
-          print_config, replace_model, backend):
+          print_config, predictions, replace_model, backend):
     """Serve MODEL to many devices: readings in over NATS or MQTT, predictions out, each
     device's state kept in JetStream.
 
     Devices publish readings to `edgeseq.in.<device>` (MQTT: `edgeseq/in/<device>`) as JSON
     {"seq": n, "x": [...]}, seq rising by one per device; predictions come out on
     `edgeseq.out.<device>` (MQTT `edgeseq/out/<device>`) as JSON {"device", "seq", "position",
-    "label", "prob"}; malformed readings go to `edgeseq.dead.<device>` with the reason. The
+    "label", "prob"}; a model with decision settings (`edgeseq calibrate`) also publishes its
+    events on `edgeseq.out.<device>.events` (MQTT `edgeseq/out/<device>/events`) as JSON
+    {"device", "seq", "position", "event": "start" | "end", "label", "onset"}, and with
+    --events-only nothing else; malformed readings go to `edgeseq.dead.<device>` with the reason. The
     local server admits only the devices in --fleet (`edgeseq devices add NAME`), each allowed
     to publish its own readings only, and the gateway (its credentials in --fleet). Start
     more gateways (same MODEL, --nats and --partitions) to share the partitions; one that dies is
@@ -95,7 +101,7 @@ def serve(model, url, partitions, name, snapshot_every, lease_seconds, max_batch
     gw = Gateway(model, url or "nats://placeholder", partitions=partitions, name=name, snapshot_every=snapshot_every,
                  lease_seconds=lease_seconds, max_batch=max_batch, backend=backend, max_history=max_history,
                  max_device_backlog=max_device_backlog, replicas=replicas,
-                 replace_model=replace_model, echo=echo)
+                 replace_model=replace_model, predictions=predictions, echo=echo)
     broker = None
     if url is None:
         if mqtt_port == port:
@@ -122,6 +128,7 @@ def serve(model, url, partitions, name, snapshot_every, lease_seconds, max_batch
         if broker is not None:
             broker.stop()
     click.echo(f"stopped: {gw.stats['readings']:,} readings, {gw.stats['predictions']:,} predictions, "
+               + (f"{gw.stats['events']:,} events, " if gw.batcher.decision is not None else "") +
                f"{gw.stats['dead']:,} dead letters, {gw.stats['duplicates']:,} duplicates", err=True)
 
 

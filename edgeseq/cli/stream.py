@@ -28,9 +28,13 @@ from edgeseq.errors import printable
               "moved aside to FILE.rejected); save to it atomically every --save-every readings and on exit, Ctrl-C "
               "or SIGTERM.")
 @click.option("--save-every", type=click.IntRange(min=1), default=500, show_default=True)
+@click.option("--events", "events_only", is_flag=True,
+              help="One line per event of the model's decision layer (`edgeseq calibrate`) instead of one per "
+                   "reading: reading,event,label,onset (start or end; onset: the reading the class took over).")
 @_backend_option
 @_errors
-def stream(model, input_, provider, max_history, on_full, on_bad, as_json, state_file, save_every, backend):
+def stream(model, input_, provider, max_history, on_full, on_bad, as_json, state_file, save_every, events_only,
+           backend):
     """Stream readings through a model, one per line, printing the prediction after each.
 
     Input: one reading per line, comma-separated, features in the model's order. A first line
@@ -42,6 +46,10 @@ def stream(model, input_, provider, max_history, on_full, on_bad, as_json, state
     \\n, \\u202e), or JSON with the exact labels; a header column `label` adds the true label to
     each line (`true` in JSON) and its accuracy to the summary on stderr. With --on-bad skip, a
     skipped line is reported on stderr, so stdout holds one line per reading.
+
+    A model with decision settings (`edgeseq calibrate`) adds each reading's events to its JSON
+    line; --events prints one line per event instead (the decision state is saved in
+    --state-file with the model's).
 
     --state-file: a file that cannot be used (written for another model, corrupt, values that
     do not fit) is never overwritten: it is moved aside to FILE.rejected (FILE.rejected.1, ...
@@ -60,15 +68,19 @@ def stream(model, input_, provider, max_history, on_full, on_bad, as_json, state
     if state_file is not None:
         check_state_path(state_file, protect=(model, input_))
     sess = StreamSession(model, provider=provider, max_history=max_history, on_full=on_full, backend=backend)
+    if events_only and sess.decision is None:
+        from edgeseq.errors import UsageError
+        raise UsageError(f"--events needs decision settings and '{printable(model)}' has none; run `edgeseq calibrate "
+                         f"{printable(model)}` first")
     _note_window(max_history, (sess.meta.config or {}).get("window"))
     if sess.backend_note:
         click.echo(printable(f"note: onnxruntime backend, not native: {sess.backend_note}"), err=True)
     fh = stdin_bytes() if input_ == "-" else open(input_, "rb")
     with fh, (lock_state_file(state_file) if state_file else contextlib.nullcontext()) as held, _writing(state_file):
-        _stream(sess, model, fh, on_bad, as_json, state_file, held, save_every)
+        _stream(sess, model, fh, on_bad, as_json, state_file, held, save_every, events_only)
 
 
-def _stream(sess, model, fh, on_bad, as_json, state_file, held, save_every):
+def _stream(sess, model, fh, on_bad, as_json, state_file, held, save_every, events_only=False):
     """`edgeseq stream` once the input is open and the state file (if any) is held; `held` is
     its resolved path (symbolic links followed), where the saves go."""
     import signal
@@ -95,7 +107,7 @@ def _stream(sess, model, fh, on_bad, as_json, state_file, held, save_every):
     try:
         stats = stream_lines(sess, read_lines(fh), on_bad=on_bad, as_json=as_json, echo=click.echo,
                              on_reading=on_reading, start=start, note=lambda line: click.echo(line, err=True),
-                             score=score)
+                             score=score, events_only=events_only)
     except KeyboardInterrupt:
         stats["readings"] = count["n"]
         click.echo("stopped", err=True)
@@ -103,7 +115,9 @@ def _stream(sess, model, fh, on_bad, as_json, state_file, held, save_every):
         signal.signal(signal.SIGTERM, old)
         if state_file:
             save_state(held, sess, count["n"], model_hash)
-    click.echo(f"{stats['readings'] - start} readings, {stats['skipped']} skipped; state {sess.state_nbytes()} bytes"
+    click.echo(f"{stats['readings'] - start} readings, {stats['skipped']} skipped"
+               + (f", {stats.get('events', 0)} events" if sess.decision is not None else "")
+               + f"; state {sess.state_nbytes()} bytes"
                + (f"; saved to {printable(state_file)}" if state_file else "") + f" ({sess.backend} backend)", err=True)
     if score.readings:
         for line in score.lines():

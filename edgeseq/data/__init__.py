@@ -59,6 +59,9 @@ from edgeseq.errors import DataError, printable
 DATA_DIR = Path(__file__).resolve().parent
 EMBEDDED = {"basicmotions": DATA_DIR / "basicmotions.npz",          # the default: wrist IMU, 4 activities
             "japanesevowels": DATA_DIR / "japanesevowels.npz"}      # 9 speakers, 12 cepstra, 7-29 frames
+# Readings per second of the embedded sets, where their source states it (PROVENANCE.md): what per-hour
+# figures (false alarms per hour) default to for them.
+RATE_HZ = {"basicmotions": 10.0}
 CHANNELS_REMEDY = "give data with the model's channels, named as in training"
 DATA_REMEDY = "pass --data with the model's training data, or other data with its channels"  # commands with --data
 

@@ -7,6 +7,10 @@ runs), pushes all their readings in one call and scatters the new rows back. Dev
 leave between rounds; a Transformer's devices are batched with those holding as many cache
 rows (all of them once their windows are full). The arithmetic per device is the session's own:
 a device's predictions do not depend on which other devices share its round.
+
+A model with decision settings (`edgeseq calibrate`) runs its decision layer the same way: each
+device's decision state (`Device.decision`) joins the round's `Decider` rows and goes back
+with its new value, and `step` leaves each reading's events in `Batcher.events`.
 """
 
 from __future__ import annotations
@@ -24,16 +28,20 @@ class Device:
     `position` (readings since its start or reset), `last_seq` (the last sequence number
     applied, -1 before any), `stream_seq` (the stream sequence of the last message it consumed,
     0 before any), `dirty` (changed since its state was last stored), `boot` (resets seen: part of
-    each prediction's id, so a device that counts from 0 again is never taken for a duplicate)."""
+    each prediction's id, so a device that counts from 0 again is never taken for a duplicate),
+    `decision` (the decision layer's state, {name: array with a batch axis of 1}; None for a
+    model without decision settings)."""
 
-    __slots__ = ("name", "arrays", "position", "last_seq", "stream_seq", "dirty", "seen", "boot")
+    __slots__ = ("name", "arrays", "position", "last_seq", "stream_seq", "dirty", "seen", "boot", "decision")
 
-    def __init__(self, name: str, arrays: list, position: int = 0, last_seq: int = -1, boot: int = 0):
+    def __init__(self, name: str, arrays: list, position: int = 0, last_seq: int = -1, boot: int = 0,
+                 decision: dict | None = None):
         self.name, self.arrays, self.position, self.last_seq = name, arrays, int(position), int(last_seq)
         self.stream_seq, self.dirty, self.seen, self.boot = 0, False, 0.0, int(boot)
+        self.decision = decision
 
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in self.arrays)
+        return sum(a.nbytes for a in self.arrays) + sum(a.nbytes for a in (self.decision or {}).values())
 
 
 def _bucket(n: int) -> int:
@@ -54,8 +62,14 @@ class Batcher:
             raise UsageError(f"max_batch must be a whole number from 1 to {MAX_BATCH}, got {max_batch!r}")
         self.model, self.backend_asked, self.max_history = str(model), backend, max_history
         self.max_batch = _bucket(max_batch) if _bucket(max_batch) == max_batch else _bucket(max_batch) // 2
-        self.one = StreamSession(model, streams=1, backend=backend, max_history=max_history, on_full="slide")
+        self.one = StreamSession(model, streams=1, backend=backend, max_history=max_history, on_full="slide",
+                                 decision=False)
         self.meta, self.labels, self.features = self.one.meta, self.one.labels, self.one.n_features
+        from edgeseq.runtime.decision import Decider, DecisionSpec
+        self.decision = None if self.meta.decision is None else DecisionSpec.from_json(self.meta.decision, self.labels)
+        self._deciders = {}
+        self._blank_decision = None if self.decision is None else Decider(self.decision, 1).snapshot()
+        self.events: list = []      # after `step`: the decision layer's events of each item ([] without settings)
         self.model_sha256, self.backend = self.one.model_sha256, self.one.backend
         self._blank = self.one.snapshot()["state"]
         self._sessions = {1: self.one}
@@ -71,11 +85,32 @@ class Batcher:
                       for a in self._blank)
         return per_row * int(rows) + 65536
 
+    def _fresh_decision(self):
+        return None if self._blank_decision is None else {k: a.copy() for k, a in self._blank_decision.items()}
+
     def new_device(self, name: str) -> Device:
-        return Device(name, [a.copy() for a in self._blank])
+        return Device(name, [a.copy() for a in self._blank], decision=self._fresh_decision())
 
     def reset(self, device: Device) -> None:
         device.arrays, device.position, device.dirty = [a.copy() for a in self._blank], 0, True
+        device.decision = self._fresh_decision()
+
+    def check_decision(self, decision: dict | None) -> dict | None:
+        """A stored decision state checked for this model (`Decider.check`): the arrays to adopt,
+        or a fresh state where the model has settings and `decision` is None; None for a model
+        without settings. Raises UsageError for a state that does not fit."""
+        if self.decision is None:
+            return None
+        if decision is None:
+            return self._fresh_decision()
+        return self._decider(1).check(decision)
+
+    def _decider(self, b: int):
+        d = self._deciders.get(b)
+        if d is None:
+            from edgeseq.runtime.decision import Decider
+            d = self._deciders[b] = Decider(self.decision, b)
+        return d
 
     def check_arrays(self, arrays: list) -> bool:
         """Whether stored `arrays` fit this model's state (count, shapes but the cache rows, finite)."""
@@ -95,15 +130,17 @@ class Batcher:
         s = self._sessions.get(b)
         if s is None:
             s = self._sessions[b] = StreamSession(self.model, streams=b, backend=self.backend_asked,
-                                                  max_history=self.max_history, on_full="slide")
+                                                  max_history=self.max_history, on_full="slide", decision=False)
         return s
 
     def step(self, items: list) -> list:
         """Advance each (Device, reading float32 [features]) of `items` (each device once) by its
         reading. Returns, in order, float32 [classes] probabilities, or a str saying why that
         reading was refused (out of range, NaN logits): a refused reading leaves its device as
-        it was; the others advance."""
+        it was; the others advance. `self.events` then holds each item's decision events
+        (`edgeseq.runtime.decision.Event`s, stream 0), [] for a refused reading."""
         out = [None] * len(items)
+        self.events = [[] for _ in items]
         groups: dict = {}
         for i, (dev, _) in enumerate(items):
             groups.setdefault(dev.arrays[0].shape, []).append(i)
@@ -145,8 +182,18 @@ class Batcher:
             return
         snap = sess.snapshot()
         pos = snap["position"]
+        fired, dstate = [[] for _ in range(b)], None
+        if self.decision is not None:             # the decision layer: the devices' rows in, one step, out
+            dec = self._decider(b)
+            dec.load({k: np.concatenate([r[1].decision[k] for r in rows]) for k in self._blank_decision})
+            for e in dec.update(probs):
+                fired[e.stream].append(e._replace(stream=0))
+            dstate = dec.snapshot()
         for j, (i, dev, _) in enumerate(chunk):
             dev.arrays = [a[j:j + 1].copy() for a in snap["state"]]
             dev.position = int(pos[j])
             dev.dirty = True
+            if dstate is not None:
+                dev.decision = {k: a[j:j + 1].copy() for k, a in dstate.items()}
+                self.events[i] = fired[j]
             out[i] = probs[j]

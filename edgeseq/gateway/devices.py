@@ -4,6 +4,7 @@ benchmark, and a template for a device's own publisher)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 
 import numpy as np
@@ -58,40 +59,72 @@ async def replay(url: str, readings: dict, rate_hz: float = 0.0, start: int = 0,
     return {"published": n, "seconds": time.monotonic() - t0, "sent_at": sent}
 
 
-async def predictions(url: str, expect: int, timeout: float = 30.0, received: dict | None = None) -> dict:
-    """Read predictions from the EDGESEQ_OUT stream (all of them, from its start) until `expect`
-    distinct (device, seq) have arrived or `timeout` seconds pass. Returns {device: {seq:
-    prediction dict}}; `received` (if given) gets the monotonic arrival time per (device, seq)."""
+async def _out_messages(url: str, subject: str, deadline: float):
+    """The EDGESEQ_OUT messages on `subject` (a wildcard), from the stream's start, until the
+    monotonic `deadline` (or the caller stops asking)."""
     nats, api, _ = _nats()
     nc = await nats.connect(servers=_servers(url))
     js = nc.jetstream(timeout=10)
-    out: dict = {}
-    got = 0
-    deadline = time.monotonic() + timeout
     try:
         while True:                     # a cluster electing a new stream leader answers after a while
             try:
-                sub = await js.subscribe(f"{wire.OUT_SUBJECT}.>", stream=wire.PREDICTIONS, ordered_consumer=True,
+                sub = await js.subscribe(subject, stream=wire.PREDICTIONS, ordered_consumer=True,
                                          deliver_policy=api.DeliverPolicy.ALL)
                 break
             except Exception:  # noqa: BLE001 - nats-py's timeout or 503: try again until the deadline
                 if time.monotonic() > deadline:
                     raise
                 await asyncio.sleep(0.5)
-        while got < expect and time.monotonic() < deadline:
+        while time.monotonic() < deadline:
             try:
-                msg = await sub.next_msg(timeout=min(1.0, max(0.01, deadline - time.monotonic())))
+                yield await sub.next_msg(timeout=min(1.0, max(0.01, deadline - time.monotonic())))
             except Exception:  # noqa: BLE001 - nats-py's timeout: look at the clock again
                 continue
-            for p in wire.predictions_of(msg.data):
-                seqs = out.setdefault(p["device"], {})
-                if p["seq"] not in seqs:
-                    got += 1
-                    if received is not None:
-                        received[(p["device"], p["seq"])] = time.monotonic()
-                seqs[p["seq"]] = p
     finally:
         await nc.close()
+
+
+async def predictions(url: str, expect: int, timeout: float = 30.0, received: dict | None = None) -> dict:
+    """Read predictions from the EDGESEQ_OUT stream (all of them, from its start) until `expect`
+    distinct (device, seq) have arrived or `timeout` seconds pass. Returns {device: {seq:
+    prediction dict}}; `received` (if given) gets the monotonic arrival time per (device, seq)."""
+    out: dict = {}
+    got = 0
+    if expect <= 0:
+        return out
+    messages = _out_messages(url, f"{wire.OUT_SUBJECT}.>", time.monotonic() + timeout)
+    async for msg in messages:
+        if msg.subject.endswith(".events"):          # the decision layer's events: not predictions
+            continue
+        for p in wire.predictions_of(msg.data):
+            seqs = out.setdefault(p["device"], {})
+            if p["seq"] not in seqs:
+                got += 1
+                if received is not None:
+                    received[(p["device"], p["seq"])] = time.monotonic()
+            seqs[p["seq"]] = p
+        if got >= expect:
+            break
+    await messages.aclose()
+    return out
+
+
+async def events(url: str, expect: int, timeout: float = 30.0) -> dict:
+    """Read the decision layer's events from the EDGESEQ_OUT stream (from its start) until
+    `expect` have arrived or `timeout` seconds pass: {device: [event dict, ...]} in stream
+    order (`wire.encode_event`'s fields)."""
+    out: dict = {}
+    got = 0
+    if expect <= 0:
+        return out
+    messages = _out_messages(url, wire.event_subject("*"), time.monotonic() + timeout)
+    async for msg in messages:
+        e = json.loads(msg.data)
+        out.setdefault(e["device"], []).append(e)
+        got += 1
+        if got >= expect:
+            break
+    await messages.aclose()
     return out
 
 

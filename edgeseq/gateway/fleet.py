@@ -12,7 +12,7 @@ serve` reads:
 Permissions (`authorization_block`): a device may publish only its own readings, the subject
 `edgeseq.in.<id>` (MQTT `edgeseq/in/<id>`) as the server's partition mapping rewrites it
 (`edgeseq.part.<p>.<id>`: nats-server checks a publish after the mapping), and subscribe only
-to its own predictions `edgeseq.out.<id>`; nothing else (no other device's subjects, no
+to its own predictions `edgeseq.out.<id>` and events `edgeseq.out.<id>.events`; nothing else (no other device's subjects, no
 JetStream API, no key-value bucket). The gateway user has no limits. A connection without
 credentials is refused.
 
@@ -212,7 +212,7 @@ class Fleet:
     def authorization_block(self, partitions: int) -> str:
         """nats-server configuration text: the gateway's user (no limits) and one user per device,
         allowed to publish its own readings only (before and after the partition mapping for
-        `partitions`) and to subscribe to its own predictions only."""
+        `partitions`) and to subscribe to its own predictions and events only."""
         self.gateway_credentials()
         gw = self._read(self.gateway_file)
         users = [f'    {{user: {json.dumps(GATEWAY_USER)}, password: {json.dumps(gw["hash"])}}}']
@@ -220,5 +220,5 @@ class Fleet:
             pub = [f"{wire.IN_SUBJECT}.{d}", f"{wire.PART_SUBJECT}.{partition_of(d, partitions)}.{d}"]
             users.append(f"    {{user: {json.dumps(d)}, password: {json.dumps(v['hash'])}, permissions: {{"
                          f"publish: {{allow: {json.dumps(pub)}}}, "
-                         f"subscribe: {{allow: {json.dumps([f'{wire.OUT_SUBJECT}.{d}'])}}}}}}}")
+                         f"subscribe: {{allow: {json.dumps([f'{wire.OUT_SUBJECT}.{d}', wire.event_subject(d)])}}}}}}}")
         return "authorization {\n  users = [\n" + "\n".join(users) + "\n  ]\n}\n"

@@ -110,7 +110,7 @@ class Gateway:
                  lease_seconds: float = 5.0, max_batch: int = 1024, backend: str | None = None,
                  max_history: int | None = None, idle_seconds: float = 300.0,
                  max_pending: int = 20000, max_backlog: int = 1_000_000, max_device_backlog: int = 10_000,
-                 replicas: int = 1, replace_model: bool = False, echo=None):
+                 replicas: int = 1, replace_model: bool = False, predictions: bool = True, echo=None):
         from edgeseq.gateway.broker import check_partitions
         _nats()
         self.P = check_partitions(partitions)
@@ -134,6 +134,10 @@ class Gateway:
         self.snapshot_every, self.lease_seconds, self.idle_seconds = snapshot_every, float(lease_seconds), idle_seconds
         self.max_backlog, self.replace_model = max_backlog, bool(replace_model)
         self.max_device_backlog, self.replicas = max_device_backlog, replicas
+        self.predictions = bool(predictions)
+        if not self.predictions and self.batcher.decision is None:
+            raise UsageError("without per-reading predictions a gateway publishes events only, and this model has no "
+                             "decision settings; run `edgeseq calibrate` on it, or keep the predictions")
         if max_device_backlog <= snapshot_every:
             raise UsageError(f"max_device_backlog ({max_device_backlog}) must be above snapshot_every "
                              f"({snapshot_every}): readings stay in the stream until their partition is stored")
@@ -416,8 +420,12 @@ class Gateway:
             try:
                 st = wire.decode_state(data, max_bytes=self.batcher.max_state_bytes)
                 if st["model"] == self.batcher.model_sha256 and self.batcher.check_arrays(st["arrays"]):
+                    try:
+                        decision = self.batcher.check_decision(st["decision"])
+                    except UsageError as e:
+                        raise wire.BadMessage(f"its decision state does not fit ({e})") from None
                     dev.arrays, dev.position, dev.last_seq = st["arrays"], st["position"], st["last_seq"]
-                    dev.stream_seq, dev.boot = st["stream_seq"], st["boot"]
+                    dev.stream_seq, dev.boot, dev.decision = st["stream_seq"], st["boot"], decision
                 else:
                     self.stats["state_mismatch"] += 1
                     self._say("model", f"device {name}: its stored state is for another model; starting it over "
@@ -436,7 +444,8 @@ class Gateway:
         dirty = [d for d in part.devices.values() if d.dirty]
         for lo in range(0, len(dirty), 256):
             await asyncio.gather(*(self.state.put(f"d.{d.name}", wire.encode_state(
-                d.arrays, d.position, d.last_seq, sha, d.stream_seq, d.boot)) for d in dirty[lo:lo + 256]))
+                d.arrays, d.position, d.last_seq, sha, d.stream_seq, d.boot, d.decision))
+                for d in dirty[lo:lo + 256]))
         for d in dirty:
             d.dirty = False
         await self.state.put(f"m.{part.p}", json.dumps({"stream_seq": part.applied_seq, "gateway": self.name}).encode())
@@ -596,7 +605,8 @@ class Gateway:
                 items.append((dev, x))
                 refs.append((seq, part, sseq, data, several))
             outs = self.batcher.step(items) if items else []
-            for (dev, _), (seq, part, sseq, data, several), out in zip(items, refs, outs):
+            events = self.batcher.events if items else []
+            for (dev, _), (seq, part, sseq, data, several), out, fired in zip(items, refs, outs, events):
                 part.since_snapshot += 1
                 if isinstance(out, str):          # refused: the device's state and numbering stay as they were
                     if (dev.name, sseq) in refused:   # one dead letter a message, however many readings it refuses
@@ -607,6 +617,13 @@ class Gateway:
                     dev.stream_seq, dev.dirty = sseq, True
                     continue
                 self._applied(dev, seq, sseq)
+                for e in fired:                   # the decision layer's events: a message each, on their own subject
+                    self.stats["events"] += 1
+                    answers.append((part, wire.event_subject(dev.name),
+                                    wire.encode_event(dev.name, seq, dev.position, e, dev.boot),
+                                    f"{dev.name}:{dev.boot}:{seq}:{e.kind}"))
+                if not self.predictions:
+                    continue
                 k = int(out.argmax())
                 self.stats["predictions"] += 1
                 if several:                       # one answer per message, as it came

@@ -17,6 +17,10 @@ the per-device state kept in JetStream's key-value store.
   counts from 0 again. A message of several readings gets one message of their predictions,
   `{"device", "boot", "seq": [...], "position": [...], "label": [...], "prob": [...]}`, its id
   the first `seq`'s (`predictions_of` reads either kind).
+- An event of the model's decision layer (`edgeseq calibrate`): subject
+  `edgeseq.out.<device>.events` (MQTT `edgeseq/out/<device>/events`), payload JSON `{"device",
+  "boot", "seq", "position", "event": "start" | "end", "label", "onset"}`, id
+  `<device>:<boot>:<seq>:<event>`.
 - A malformed message goes to `edgeseq.dead.<device>` (`edgeseq.dead._.invalid` when the device
   id itself is bad) as received, with the reason in header `Edgeseq-Error`.
 - A device's state: key `d.<device>` in bucket `edgeseq_state`, an .npz (numpy's format,
@@ -142,6 +146,20 @@ def encode_prediction(device: str, seq: int, position: int, label: str, prob: fl
             f'"label":{json.dumps(label)},"prob":{round(float(prob), 6)!r}}}').encode()
 
 
+def event_subject(device: str) -> str:
+    """Where a device's events go: `edgeseq.out.<device>.events` (MQTT `edgeseq/out/<device>/events`)."""
+    return f"{OUT_SUBJECT}.{device}.events"
+
+
+def encode_event(device: str, seq: int, position: int, event, boot: int = 0) -> bytes:
+    """An event message's payload (JSON bytes): {"device", "boot", "seq" (the reading that
+    decided it), "position" (readings the device had streamed, it included), "event" ("start"
+    or "end"), "label" (JSON-escaped), "onset" (the position at which its class took over)}."""
+    onset = int(position) - (int(event.position) - int(event.onset))
+    return json.dumps({"device": device, "boot": int(boot), "seq": int(seq), "position": int(position),
+                       "event": event.kind, "label": event.label, "onset": onset}, separators=(",", ":")).encode()
+
+
 def encode_predictions(device: str, rows: list, boot: int = 0) -> bytes:
     """The predictions of one message of several readings as one message (JSON bytes), lists in
     reading order: `{"device", "boot", "seq": [...], "position": [...], "label": [...], "prob":
@@ -162,19 +180,22 @@ def predictions_of(payload: bytes) -> list:
 
 
 def encode_state(arrays: list, position: int, last_seq: int, model_sha256: str, stream_seq: int = 0,
-                 boot: int = 0) -> bytes:
+                 boot: int = 0, decision: dict | None = None) -> bytes:
     """A device's state as .npz bytes (np.savez: members stored, not compressed): `arrays`
     (float32, one per state tensor, batch axis 1), its position, the last `seq` applied, the
-    stream sequence of the last message applied and its `boot` (resets seen so far)."""
+    stream sequence of the last message applied, its `boot` (resets seen so far) and its
+    decision layer's state (`decision`, {name: array}, members `d_<name>`; none for a model
+    without decision settings)."""
     buf = io.BytesIO()
     np.savez(buf, position=np.int64(position), last_seq=np.int64(last_seq), stream_seq=np.int64(stream_seq),
              boot=np.int64(boot), model=np.str_(model_sha256),
-             **{f"s{i}": np.ascontiguousarray(a, np.float32) for i, a in enumerate(arrays)})
+             **{f"s{i}": np.ascontiguousarray(a, np.float32) for i, a in enumerate(arrays)},
+             **{f"d_{k}": np.ascontiguousarray(a) for k, a in (decision or {}).items()})
     return buf.getvalue()
 
 
 def decode_state(data: bytes, max_bytes: int | None = None) -> dict:
-    """{"arrays", "position", "last_seq", "stream_seq", "boot", "model"} from `encode_state`
+    """{"arrays", "position", "last_seq", "stream_seq", "boot", "model", "decision"} from `encode_state`
     bytes. Before anything is decompressed or read: bytes beyond `max_bytes` (what this model's
     state can take) and any member that is compressed (it could inflate far beyond its stored
     size) are refused, so a stored state never costs more memory than its own bytes. Arrays
@@ -194,6 +215,7 @@ def decode_state(data: bytes, max_bytes: int | None = None) -> dict:
             return {"arrays": [np.array(z[f"s{i}"], np.float32) for i in range(n)], "position": int(z["position"]),
                     "last_seq": int(z["last_seq"]),
                     "stream_seq": int(z["stream_seq"]) if "stream_seq" in z.files else 0,
-                    "boot": int(z["boot"]) if "boot" in z.files else 0, "model": str(z["model"])}
+                    "boot": int(z["boot"]) if "boot" in z.files else 0, "model": str(z["model"]),
+                    "decision": {k[2:]: np.array(z[k]) for k in z.files if k.startswith("d_")} or None}
     except Exception as e:  # noqa: BLE001 - any unreadable bytes are one kind of failure here
         raise BadMessage(f"stored state unreadable ({type(e).__name__}: {str(e)[:200]})") from None

@@ -42,7 +42,9 @@ def evaluate(model: str, split: Split, labels: list | None = None, provider: str
     model's by name (`align_features`: reordered if permuted, refused if they differ);
     without names, by position, and the counts must agree. `backend`: see StreamSession; the
     result's "backend" says which ran, and "backend_note" why auto ran onnxruntime (None
-    where it did not choose so)."""
+    where it did not choose so). A model with decision settings (`edgeseq.decision`) also
+    gets "events": `edgeseq.runtime.calibrate.event_scores` on EVENT_ORDERS never-reset
+    streams of the split (None for a model without)."""
     try:
         sess = StreamSession(model, streams=len(split), provider=provider, backend=backend)
         probe = None
@@ -77,6 +79,10 @@ def evaluate(model: str, split: Split, labels: list | None = None, provider: str
             truth = split.Y[np.arange(N), idx]                      # the label at that reading
             running[str(frac)] = float((probs[idx, np.arange(N)].argmax(-1) == truth).mean())
     cont = None if probe is not None else continuous(model, split, provider=provider, backend=backend)
+    events = None
+    if probe is None and sess.decision is not None:          # the model's decision layer, on never-reset streams
+        from edgeseq.runtime.calibrate import event_scores
+        events = event_scores(model, split, sess.decision, backend=backend, provider=provider)
     seconds = time.perf_counter() - t0
     pred = final.argmax(-1)
     C = len(sess.labels)
@@ -94,6 +100,7 @@ def evaluate(model: str, split: Split, labels: list | None = None, provider: str
         "labels": list(sess.labels),
         "confusion": confusion.tolist(),
         "continuous": cont,
+        "events": events,
         **groups,
         "seconds": round(seconds, 3),
     }

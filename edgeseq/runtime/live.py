@@ -324,12 +324,17 @@ def rss_kb() -> int | None:
 def run_live(sess, source, rate: float | None = None, on_bad: str = "skip", as_json: bool = False,
              echo=print, state_file=None, save_every: int = 500, model_hash: str | None = None,
              start_readings: int = 0, print_every: int = 1, max_readings: int | None = None,
-             max_lag: int = 50, status=None, clock=time.perf_counter, sleep=time.sleep, on_prediction=None) -> dict:
+             max_lag: int = 50, status=None, clock=time.perf_counter, sleep=time.sleep, on_prediction=None,
+             on_event=None) -> dict:
     """Push readings from `source` one at a time until it ends, max_readings, or SIGINT/SIGTERM.
 
     `on_prediction`, if given, is called after every good reading (whatever `print_every`) with
     a dict: reading (count from the stream's start), label, prob (rounded to 5 places), true
     (where the source knows it) and latency_us; it must not block (the MQTT publisher queues).
+    A session with decision settings prints each event of its decision layer as it fires (text:
+    a line `event start Walking at reading 812 (onset 800)`; JSON: {"event", "label", "reading",
+    "onset"}), counts them in the summary ("events"), and calls `on_event(record, state)` with
+    that record and the stream's state after it (the active event's label, or None).
 
     `clock` (seconds, monotonic) and `sleep` pace a paced source at `rate` readings/s; push
     latency is always measured with time.perf_counter. Every setting is checked first
@@ -355,6 +360,7 @@ def run_live(sess, source, rate: float | None = None, on_bad: str = "skip", as_j
     paced = bool(rate) and getattr(source, "paced", False)
     reader = getattr(source, "reader", None) or LineReader(sess.features)
     score = LabelScore(sess.labels)
+    decided, events = getattr(sess, "decision", None) is not None, 0
     ended = False
     t0 = clock()
     slot = 0
@@ -420,6 +426,16 @@ def run_live(sess, source, rate: float | None = None, on_bad: str = "skip", as_j
                 on_prediction({"reading": st.readings, "label": sess.labels[k], "prob": round(float(probs[k]), 5),
                                **({"true": truth[0]} if truth else {}),
                                "latency_us": round(st.latencies[-1] * 1e6, 1)})
+            if decided and sess.events:
+                state = sess.decision_state()[0]
+                for e in sess.events:
+                    events += 1
+                    rec = {"reading": st.readings, "event": e.kind, "label": e.label,
+                           "onset": st.readings - (e.position - e.onset)}
+                    echo(json.dumps(rec) if as_json else f"event {e.kind} {printable(e.label)} at reading "
+                                                         f"{st.readings} (onset {rec['onset']})")
+                    if on_event is not None:
+                        on_event(rec, state)
             if st.readings % print_every == 0:
                 lat = st.latency()
                 if as_json:
@@ -448,7 +464,7 @@ def run_live(sess, source, rate: float | None = None, on_bad: str = "skip", as_j
                "paced": paced, "target_rate_hz": rate if paced else None,
                "kept_up": st.late == 0 and st.dropped == 0, **st.latency(),
                "state_bytes": sess.state_nbytes(), "rss_kb_start": rss_start, "rss_kb_end": rss_kb(),
-               "saves": st.saves, "started": started,
+               "saves": st.saves, "started": started, **({"events": events} if decided else {}),
                "stopped_by": stop["signal"] or ("end of source" if ended else "reading limit"),
                "true_labels": score.summary() if score.readings else None}
     return summary

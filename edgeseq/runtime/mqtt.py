@@ -25,6 +25,12 @@ MQTT discovery configs are published (retained, on every connect, so a broker th
 without persistence has them again) at `homeassistant/sensor/<node>/prediction/config` (the
 label; the whole payload as attributes) and `.../probability/config` (percent), where
 <node> is the device name with characters other than letters, digits, `_` and `-` made `_`.
+
+Events of the model's decision layer (`edgeseq calibrate`; `publish_event`) go on
+`edgeseq/<device>/event` (QoS 1), and the device's state, the active event's label or "none",
+on `edgeseq/<device>/state` (retained, published when it changes: what Home Assistant shows as
+the "Activity" sensor, whose discovery config is published with the others where the model has
+decision settings). `predictions=False` publishes events and state only, not every reading.
 """
 
 from __future__ import annotations
@@ -178,11 +184,13 @@ def ha_node(device: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", device)
 
 
-def ha_configs(device: str, topic: str, availability: str, model: str | None = None) -> list:
+def ha_configs(device: str, topic: str, availability: str, model: str | None = None,
+               state_topic: str | None = None) -> list:
     """[(config topic, config dict)] of the Home Assistant MQTT discovery messages for a
     device's predictions: a sensor for the label (the payload's other fields as attributes) and
     one for its probability in percent, both on `topic`, available while `availability` says
-    "online", grouped under one device."""
+    "online", grouped under one device; with `state_topic`, a third for the decision layer's
+    state (the active event's label, or "none")."""
     from edgeseq import __version__
     node = ha_node(device)
     dev = {"identifiers": [f"edgeseq_{node}"], "name": device, "manufacturer": "edgeseq",
@@ -194,8 +202,11 @@ def ha_configs(device: str, topic: str, availability: str, model: str | None = N
              "value_template": "{{ value_json.label }}", "json_attributes_topic": topic, **common}
     prob = {"name": "Probability", "unique_id": f"edgeseq_{node}_probability", "unit_of_measurement": "%",
             "state_class": "measurement", "value_template": "{{ (value_json.prob * 100) | round(1) }}", **common}
-    return [(f"{HA_PREFIX}/sensor/{node}/{obj}/config", cfg) for obj, cfg in (("prediction", label),
-                                                                                ("probability", prob))]
+    sensors = [("prediction", label), ("probability", prob)]
+    if state_topic is not None:
+        sensors.append(("activity", {"name": "Activity", "unique_id": f"edgeseq_{node}_activity",
+                                     "icon": "mdi:run", **common, "state_topic": state_topic}))
+    return [(f"{HA_PREFIX}/sensor/{node}/{obj}/config", cfg) for obj, cfg in sensors]
 
 
 def paho_client_module():
@@ -228,7 +239,8 @@ class MqttPublisher:
 
     def __init__(self, url, topic: str | None = None, device: str | None = None, ha_discovery: bool = False,
                  max_queued: int = DEFAULT_QUEUE, note=None, model: str | None = None,
-                 reconnect: tuple = RECONNECT, flush_seconds: float = FLUSH_SECONDS):
+                 reconnect: tuple = RECONNECT, flush_seconds: float = FLUSH_SECONDS, events: bool = True,
+                 predictions: bool = True):
         self.url = url if isinstance(url, BrokerURL) else parse_url(url)
         self.device = check_device(device) if device is not None else default_device()
         self.topic = check_topic(topic if topic is not None else f"edgeseq/{self.device}/prediction")
@@ -236,12 +248,16 @@ class MqttPublisher:
             raise UsageError(f"--mqtt-queue must be a whole number >= 1, got {max_queued!r}")
         self.max_queued, self.window = max_queued, min(WINDOW, max_queued)
         self.availability = f"edgeseq/{self.device}/availability"
-        self.discovery = ha_configs(self.device, self.topic, self.availability, model) if ha_discovery else []
+        self.event_topic, self.state_topic = f"edgeseq/{self.device}/event", f"edgeseq/{self.device}/state"
+        self.predictions = bool(predictions)
+        self._state = None               # the last state published (the active event's label, or "none")
+        self._ha = (ha_discovery, model)
+        self.with_events(events)
         # a broker's words and the topic reach the terminal escaped (edgeseq.errors.printable)
         self.note = (lambda line: note(printable(line))) if note else (lambda line: None)
         self.flush_seconds = flush_seconds
         mqtt = paho_client_module()
-        self._pending = deque()          # JSON payloads not yet handed to paho, oldest first
+        self._pending = deque()          # (topic, JSON payload, retain) not yet handed to paho, oldest first
         self._handed = 0                 # handed to paho (written by the caller's thread only)
         self._acked = 0                  # acknowledged by the broker (written by paho's thread only)
         self._control = set()            # mids of availability and discovery messages (paho's thread)
@@ -318,6 +334,17 @@ class MqttPublisher:
             c.connect_async(u.host, u.port, KEEPALIVE)
         c.loop_start()
 
+    def with_events(self, events: bool) -> None:
+        """Say whether the model has decision settings (its events and state are published, and
+        Home Assistant gets the Activity sensor); before `start`. UsageError where predictions are
+        off and there are no events to publish."""
+        if not self.predictions and not events:
+            raise UsageError("without per-reading predictions only events are published, and this model has no "
+                             "decision settings; run `edgeseq calibrate` on it, or keep the predictions")
+        ha_discovery, model = self._ha
+        self.discovery = ha_configs(self.device, self.topic, self.availability, model,
+                                    self.state_topic if events else None) if ha_discovery else []
+
     def queued(self) -> int:
         """Predictions waiting: not yet handed to paho, or handed and not acknowledged."""
         return len(self._pending) + self._handed - self._acked
@@ -325,8 +352,22 @@ class MqttPublisher:
     def publish(self, record: dict) -> None:
         """Queue `record` (a JSON-able dict; `device` and `time`, Unix seconds, are added) and hand
         waiting predictions to paho while connected. Never waits on the network; a full queue
-        drops its oldest waiting prediction (counted)."""
-        payload = json.dumps({"device": self.device, **record, "time": round(time.time(), 3)})
+        drops its oldest waiting prediction (counted). Nothing where predictions are off."""
+        if self.predictions:
+            self._queue(self.topic, json.dumps({"device": self.device, **record, "time": round(time.time(), 3)}))
+
+    def publish_event(self, record: dict, state: str | None) -> None:
+        """Queue an event `record` ({"reading", "event", "label", "onset"}) on the event topic,
+        and the device's new `state` (the active event's label; None: "none") on the state
+        topic, retained, where it changed. Queued like predictions, in order with them."""
+        self._queue(self.event_topic, json.dumps({"device": self.device, **record, "time": round(time.time(), 3)}))
+        state = "none" if state is None else str(state)
+        if state != self._state:
+            self._state = state
+            self._queue(self.state_topic, state)
+
+    def _queue(self, topic: str, text: str, retain: bool = False) -> None:
+        payload = (topic, text, retain)
         if self.queued() >= self.max_queued:
             if self._pending:
                 self._pending.popleft()
@@ -349,7 +390,8 @@ class MqttPublisher:
                 return
             self._resync = False
         while self._pending and most > 0 and self._handed - self._acked < self.window:
-            self.client.publish(self.topic, self._pending.popleft(), qos=1)
+            topic, payload, retain = self._pending.popleft()
+            self.client.publish(topic, payload, qos=1, retain=retain)
             self._handed += 1
             most -= 1
 

@@ -91,12 +91,18 @@ class StreamSession(ReadingChecks, SnapshotChecks):
     The model file is read once: onnxruntime, the metadata and the native step all take its
     weights from those bytes, whose sha256 is `session.model_sha256` (what a state file names).
 
+    Decisions: `decision` (default: the model file's `edgeseq.decision` settings, if any;
+    False: none; or a `edgeseq.runtime.decision.DecisionSpec` / its JSON object) adds the
+    decision layer: every `push` also advances each stream's smoothing, thresholds, minimum
+    duration and refractory time, and `push_events` returns the events that fired; snapshots
+    and state files carry its state beside the model's.
+
     Raises ModelFileError / ProviderError (model), UsageError (bad settings).
     """
 
     def __init__(self, model: str | os.PathLike, streams: int = 1, provider: str = "cpu",
                  max_history: int | None = None, on_full: str | None = None, threads: int = 1,
-                 backend: str | None = None):
+                 backend: str | None = None, decision=None):
         if not _whole(streams) or not 1 <= streams <= MAX_STREAMS:
             raise UsageError(f"streams must be a whole number from 1 to {MAX_STREAMS:,}, got {streams!r}")
         if max_history is not None and (not _whole(max_history) or not 0 <= max_history <= MAX_HISTORY):
@@ -124,6 +130,73 @@ class StreamSession(ReadingChecks, SnapshotChecks):
         self._setup(session, meta, str(model), int(streams), provider, bound, on_full, native_step=native_step)
         self.model_sha256 = loaded.sha256
         self.backend_note = note
+        self._decide_setup(decision)
+
+    # -- the decision layer (edgeseq.runtime.decision) --------------------------------------
+
+    def _decide_setup(self, decision) -> None:
+        """decision None: the model file's own settings (`edgeseq.decision`), if it has any;
+        False: none; a DecisionSpec or its JSON object: those."""
+        from edgeseq.runtime.decision import Decider, DecisionSpec
+        if decision is None:
+            spec = None if self.meta.decision is None else DecisionSpec.from_json(self.meta.decision, self.labels)
+        elif decision is False:
+            spec = None
+        elif isinstance(decision, DecisionSpec):
+            if list(decision.labels) != self.labels:
+                raise UsageError("decision settings were made for other labels than this model's; make them with "
+                                 "the model's labels (session.labels)")
+            spec = decision
+        elif isinstance(decision, dict):
+            spec = DecisionSpec.from_json(decision, self.labels)
+        else:
+            raise UsageError(f"decision must be None (the model's), False (none), a DecisionSpec or its JSON object, "
+                             f"got {type(decision).__name__}")
+        self.decision = spec
+        self._decider = None if spec is None else Decider(spec, self.streams)
+        if spec is None:
+            return
+        bound = self._decider.native_arrays() if self._native is not None else None
+        if bound is not None and type(self.push).__name__ == "Pusher":
+            # The C step decides too: es_decide (firmware_sim/kernels/es_decide.h) runs in the same call
+            # as the step, on the decider's own arrays; a push that takes the Python path decides once in C.
+            self.push.decide(*bound)
+            self._native_decide = True
+            return
+        self._plain_push = self.push
+        self.push = self._push_decided
+
+    @property
+    def events(self) -> list:
+        """The decision layer's events at the last push that was applied (`Event`s; [] without
+        decision settings)."""
+        if self._native_decide:
+            return self._decider.native_events()
+        return self._events
+
+    def _push_decided(self, readings) -> np.ndarray:
+        with self._dlock:
+            probs = self._plain_push(readings)
+            self._events = self._decider.update(probs)
+            return probs
+
+    def push_events(self, readings) -> tuple:
+        """`push`, and the decision layer's verdict on this reading: (probabilities float32
+        [streams, classes], [`edgeseq.runtime.decision.Event`, ...] that fired, usually none).
+        Every `push` advances the decision state too (its events are then `session.events`);
+        `push_logits` advances the model only. A reading `push` refuses changes neither.
+        Raises UsageError where the session has no decision settings, else as `push`."""
+        if self._decider is None:
+            raise UsageError("this session has no decision settings: the model file has none (run `edgeseq "
+                             "calibrate` on it) and none were given (StreamSession(..., decision=...))")
+        with self._dlock:
+            probs = self.push(readings)
+            return probs, self.events
+
+    def decision_state(self) -> list:
+        """Each stream's active event label, or None (no event, or no decision settings)."""
+        with self._dlock:
+            return [None] * self.streams if self._decider is None else self._decider.state_label()
 
     @staticmethod
     def _choose_backend(backend, meta, path, provider, streams, session, max_history=None, on_full="slide",
@@ -173,6 +246,8 @@ class StreamSession(ReadingChecks, SnapshotChecks):
     def _setup(self, session, meta, path, streams, provider, max_history, on_full, each=None, native_step=None):
         """Everything but opening the model: shared by the session and its per-stream sub-sessions."""
         self._native = native_step
+        self._dlock = threading.RLock()           # the decision layer's lock, held around the model's
+        self._decider, self.decision, self._events, self._native_decide = None, None, [], False
         self.backend = "native" if native_step is not None else "onnxruntime"
         self.backend_note = None
         self.path = path
@@ -260,8 +335,10 @@ class StreamSession(ReadingChecks, SnapshotChecks):
         """Forget the history of one stream, or of all streams (stream=None).
 
         Raises UsageError for a stream that does not exist."""
-        with self._lock:
+        with self._dlock, self._lock:            # the C pusher changes the decision arrays under _lock
             self._reset(stream)
+            if self._decider is not None:
+                self._decider.reset(stream)
 
     def _reset(self, stream):
         if stream is not None:
@@ -371,9 +448,13 @@ class StreamSession(ReadingChecks, SnapshotChecks):
     def snapshot(self) -> dict:
         """A copy of every stream's state and position, for `restore` (or to save to disk):
         {"model": path, "position": int64 [streams], "state": [float32 array per
-        `meta.state` entry, batch axis first (streams, ...); a cache has `history` rows on axis 2]}."""
-        with self._lock:
-            return self._snapshot()
+        `meta.state` entry, batch axis first (streams, ...); a cache has `history` rows on axis 2]},
+        and "decision": {name: array} (`Decider.snapshot`) where the session has decision settings."""
+        with self._dlock, self._lock:
+            snap = self._snapshot()
+            if self._decider is not None:
+                snap["decision"] = self._decider.snapshot()
+            return snap
 
     def _snapshot(self) -> dict:
         if self._subs is not None:
@@ -394,11 +475,26 @@ class StreamSession(ReadingChecks, SnapshotChecks):
         positions (integers >= 0, one per stream); values the model can write (`_state_bound`:
         RNN/GRU/LSTM h within [-1, 1], an LSTM cell within what a step reaches, any other state
         within STATE_BOUND); and one step from the restored state, at the training mean, on
-        this session's backend, must give finite logits and state. Raises UsageError naming
-        what is wrong; the session is then exactly as it was."""
-        with self._lock:
-            position, arrays = self._check_snapshot(snap)
-            self._apply_probed(position, arrays)
+        this session's backend, must give finite logits and state. The decision state
+        ("decision", where the session has decision settings) is checked as a whole too
+        (`Decider.check`); a snapshot without one (from a session without settings) starts the
+        decision layer afresh. Raises UsageError naming what is wrong; the session is then
+        exactly as it was."""
+        with self._dlock:
+            dec = None
+            if self._decider is not None and isinstance(snap, dict) and snap.get("decision") is not None:
+                try:
+                    dec = self._decider.check(snap["decision"])
+                except UsageError as e:
+                    raise UsageError(f"snapshot: {e}; session state unchanged") from None
+            with self._lock:
+                position, arrays = self._check_snapshot(snap)
+                self._apply_probed(position, arrays)
+                if self._decider is not None:
+                    if dec is None:
+                        self._decider.reset()
+                    else:
+                        self._decider.load(dec)
 
     # -- the hot path --------------------------------------------------------------------
 
@@ -439,6 +535,8 @@ class StreamSession(ReadingChecks, SnapshotChecks):
     def _push(self, readings) -> np.ndarray:
         with self._lock:
             logits = self._advance_batch(readings) if self._subs is None else self._advance_each(readings)
+            if self._native_decide:                  # the C pusher's Python path: the C decision step once
+                self._decider.native_once(self._probs)
             return self._probs.copy() if self._has_probs else softmax(logits.copy())
 
     def _take(self, readings) -> None:

@@ -283,12 +283,15 @@ def save_state(path, sess, readings: int, model_hash: str | None = None, extra: 
     path = resolve(path)
     snap = sess.snapshot()
     buf = io.BytesIO()
+    decision = snap.get("decision")
     np.savez(buf, position=np.asarray(snap["position"], np.int64),
-             **{f"state_{i}": a for i, a in enumerate(snap["state"])})
+             **{f"state_{i}": a for i, a in enumerate(snap["state"])},
+             **{f"decision_{k}": a for k, a in (decision or {}).items()})
     payload = buf.getvalue()
     header = {"model_sha256": model_hash or session_sha256(sess), "model": os.path.basename(sess.path),
               "arch": sess.meta.arch, "streams": sess.streams, "readings": int(readings),
-              "n_state": len(snap["state"]), "payload_sha256": hashlib.sha256(payload).hexdigest(),
+              "n_state": len(snap["state"]), "decision": decision is not None,
+              "payload_sha256": hashlib.sha256(payload).hexdigest(),
               "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **(extra or {})}
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -343,6 +346,8 @@ def _check_header(path, header) -> dict:
     for key in ("model", "arch", "saved_at"):
         if key in header and not isinstance(header[key], str):
             raise _corrupt(path, f"header field {key} must be a string")
+    if not isinstance(header.get("decision", False), bool):
+        raise _corrupt(path, "header field decision must be true or false")
     return header
 
 
@@ -433,6 +438,9 @@ def read_state(path, check_header=None, expect: dict | None = None, max_bytes: i
     if check_header is not None:
         check_header(header)
     want = {"position"} | {f"state_{i}" for i in range(header["n_state"])}
+    if header.get("decision", False):                # the decision layer's state (`Decider.snapshot`)
+        from edgeseq.runtime.decision import STATE_NAMES
+        want |= {f"decision_{k}" for k in STATE_NAMES}
     _members(path, payload, want, expect)
     try:
         with np.load(io.BytesIO(payload), allow_pickle=False) as z:
@@ -463,6 +471,13 @@ def expected_arrays(sess) -> tuple:
                       for d in spec.shape)
         expect[f"state_{i}"] = shape
         total += 8 * int(np.prod([rows if d is None else d for d in shape], dtype=object))
+    decider = getattr(sess, "_decider", None)
+    if decider is not None:                          # a decision layer's state: shapes fixed by the session
+        for k, a in decider.snapshot().items():
+            expect[f"decision_{k}"] = a.shape
+            total += MEMBER_OVERHEAD + 8 * a.size
+    else:                                            # a file saved with one is read; its decision state unused
+        total += 8 * MEMBER_OVERHEAD + 8 * sess.streams * (2 * len(sess.meta.labels) + 6)
     return expect, total
 
 
@@ -486,8 +501,11 @@ def load_state(path, sess, model_hash: str | None = None) -> dict:
     expect, max_bytes = expected_arrays(sess)
     header, arrays = read_state(path, check_header, expect, max_bytes)
     state = [arrays[f"state_{i}"] for i in range(header["n_state"])]
+    snap = {"position": arrays["position"], "state": state}
+    if header.get("decision", False):
+        snap["decision"] = {k[len("decision_"):]: a for k, a in arrays.items() if k.startswith("decision_")}
     try:
-        sess.restore({"position": arrays["position"], "state": state})
+        sess.restore(snap)
     except EdgeseqError as e:
         raise StateFileError(f"state file '{path}' does not fit this model ({e})") from None
     return header

@@ -296,7 +296,7 @@ def label_lines(d: dict, known: list) -> list:
 
 
 def stream_lines(sess, lines, on_bad="error", as_json=False, echo=print, on_reading=None, start: int = 0,
-                 note=None, score: LabelScore | None = None) -> dict:
+                 note=None, score: LabelScore | None = None, events_only: bool = False) -> dict:
     """Stream CSV lines (bytes or str); `on_reading(count)` runs after each good reading (e.g.
     to save state). Returns {"readings", "skipped"}. Raises ReadingError (on_bad="error") naming
     the input line, HeaderError for an unusable header; the state before a bad line is kept.
@@ -304,11 +304,17 @@ def stream_lines(sess, lines, on_bad="error", as_json=False, echo=print, on_read
     `echo` gets one line per reading only (CSV, or JSON with `as_json`); a skipped line is
     reported to `note` (default: standard error). Where the header has a label column, each
     output line carries the true label and `score` (if given) scores it. A CSV line's labels
-    are escaped (`csv_line`); JSON has the exact labels, escaped by json.dumps (ASCII only)."""
+    are escaped (`csv_line`); JSON has the exact labels, escaped by json.dumps (ASCII only).
+
+    A session with decision settings (`sess.decision`) adds each reading's events to its JSON
+    object ("events": [{"event": "start" | "end", "label", "onset"}]); `events_only` writes one
+    line per event instead of one per reading (CSV `reading,event,label,onset`, or JSON), and
+    stats["events"] counts them."""
     if note is None:
         import sys
         note = lambda text: print(text, file=sys.stderr)      # noqa: E731
-    stats = {"readings": start, "skipped": 0}
+    stats = {"readings": start, "skipped": 0, "events": 0}
+    decided = getattr(sess, "decision", None) is not None
     reader = LineReader(sess.features)
     for lineno, line in enumerate(lines, start=1):
         try:
@@ -331,10 +337,18 @@ def stream_lines(sess, lines, on_bad="error", as_json=False, echo=print, on_read
         true = () if reader.label_col is None else (reader.label,)
         if true and score is not None:
             score.add(reader.label, sess.labels[k])
-        if as_json:
+        fired = [{"event": e.kind, "label": e.label, "onset": e.onset + 1 + start} for e in sess.events] \
+            if decided else []
+        stats["events"] += len(fired)
+        if events_only:
+            for e in fired:
+                echo(json.dumps({"reading": stats["readings"], **e}) if as_json
+                     else csv_line(stats["readings"], e["event"], e["label"], e["onset"]))
+        elif as_json:
             echo(json.dumps({"reading": stats["readings"], "label": sess.labels[k], "prob": round(float(probs[k]), 6),
                              **({"true": reader.label or None} if true else {}),
-                             "probs": {l: round(float(p), 6) for l, p in zip(sess.labels, probs)}}))
+                             "probs": {l: round(float(p), 6) for l, p in zip(sess.labels, probs)},
+                             **({"events": fired} if decided else {})}))
         else:
             echo(csv_line(stats["readings"], sess.labels[k], f"{probs[k]:.4f}", *true))
         if on_reading is not None:

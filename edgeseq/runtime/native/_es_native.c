@@ -437,6 +437,8 @@ static PyMethodDef module_methods[] = {
                                                     "division-free int8 quantization of x in place, where it runs "
                                                     "(tests)"},
     {"lock", lock_new, METH_NOARGS, "lock() -> Lock: a native session's lock (es_push.h)"},
+    {"decide", decide_once, METH_VARARGS, "decide(kind, arrays, probs) -> events: the decision layer's C step once "
+                                          "(es_decide.h; tests)"},
     {"pusher", pusher_new, METH_VARARGS, "pusher(step, lock, probs, count, slow, exact) -> Pusher: the session's push in one "
                                          "C call (es_push.h)"},
     {NULL, NULL, 0, NULL}};

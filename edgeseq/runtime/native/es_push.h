@@ -10,7 +10,92 @@
        answer (a reading out of range or of another type or shape, NaN/Inf logits, a full
        cache) releases the lock and returns slow(readings): the session's Python path, which
        converts, checks, raises or grows exactly as before; no stream has changed by then.
+   A pusher with a decision layer bound (`pusher.decide(kind, arrays)`) runs es_decide
+   (firmware_sim/kernels/es_decide.h) on the new probabilities in the same call, on arrays the
+   Python Decider owns, and stores the number of events in its `fired` array; `decide(kind,
+   arrays, probs)` runs the same kernel once, without a step (tests).
    Included by _es_native.c; every step's push is es_step_push (es_native.h). */
+
+#include "es_decide.h"
+
+#define ES_DECIDE_ARRAYS 15     /* alpha threshold min_duration refractory release smooth seen run_cls run_len
+                                   active onset cool gone out fired */
+
+/* Bind `arrays` (a tuple of ES_DECIDE_ARRAYS numpy arrays, in the order above) for `streams` x
+   `classes` into `d`, holding a view of each in `views`; -1 with an exception set (views released). */
+static int decision_bind(es_decision *d, int kind, PyObject *arrays, int64_t streams, int64_t classes,
+                         Py_buffer *views, int64_t **fired) {
+  static const char kinds[ES_DECIDE_ARRAYS] = {'f', 'f', 'i', 'i', 'i', 'f', 'i', 'i', 'i', 'i', 'i', 'i', 'i', 'i', 'i'};
+  int64_t sizes[ES_DECIDE_ARRAYS];
+  void *ptr[ES_DECIDE_ARRAYS];
+  int k, j;
+  if (kind != ES_DECIDE_EMA && kind != ES_DECIDE_NONE) {
+    PyErr_SetString(PyExc_ValueError, "decide: kind must be 0 (EMA) or 2 (none)");
+    return -1;
+  }
+  if (!PyTuple_Check(arrays) || PyTuple_GET_SIZE(arrays) != ES_DECIDE_ARRAYS || streams < 1 || classes < 1) {
+    PyErr_SetString(PyExc_TypeError, "decide: arrays must be a tuple of 15 arrays");
+    return -1;
+  }
+  for (k = 0; k < ES_DECIDE_ARRAYS; k++) sizes[k] = streams;
+  sizes[1] = sizes[2] = sizes[5] = streams * classes;
+  sizes[13] = streams * 4;
+  sizes[14] = 1;
+  for (k = 0; k < ES_DECIDE_ARRAYS; k++) {
+    Py_buffer *v = &views[k];
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(arrays, k), v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) {
+      for (j = 0; j < k; j++) PyBuffer_Release(&views[j]);
+      return -1;
+    }
+    if (v->itemsize != (kinds[k] == 'f' ? 4 : 8) || v->len != sizes[k] * v->itemsize ||
+        v->format == NULL || v->format[0] != (kinds[k] == 'f' ? 'f' : (sizeof(long) == 8 ? 'l' : 'q')) ||
+        ((uintptr_t)v->buf) % (uintptr_t)v->itemsize) {
+      if (!(kinds[k] == 'i' && v->format != NULL && (v->format[0] == 'l' || v->format[0] == 'q') && v->itemsize == 8 &&
+            v->len == sizes[k] * 8 && ((uintptr_t)v->buf) % 8 == 0)) {
+        for (j = 0; j <= k; j++) PyBuffer_Release(&views[j]);
+        PyErr_Format(PyExc_ValueError, "decide: array %d must be an aligned C-contiguous %s with %lld values", k,
+                     kinds[k] == 'f' ? "float32" : "int64", (long long)sizes[k]);
+        return -1;
+      }
+    }
+    ptr[k] = v->buf;
+  }
+  d->streams = streams, d->classes = classes, d->kind = kind;
+  d->alpha = ptr[0], d->threshold = ptr[1], d->min_duration = ptr[2], d->refractory = ptr[3], d->release = ptr[4];
+  d->smooth = ptr[5], d->seen = ptr[6], d->run_cls = ptr[7], d->run_len = ptr[8], d->active = ptr[9];
+  d->onset = ptr[10], d->cool = ptr[11], d->gone = ptr[12], d->out = ptr[13];
+  *fired = ptr[14];
+  return 0;
+}
+
+/* decide(kind, arrays, probs): es_decide once on float32 [streams, classes] probabilities; the
+   number of events (tests: the kernel against the Python Decider, without a step). */
+static PyObject *decide_once(PyObject *mod, PyObject *args) {
+  int kind;
+  PyObject *arrays, *probs;
+  Py_buffer views[ES_DECIDE_ARRAYS], pv;
+  es_decision d;
+  int64_t *fired, n, streams, classes;
+  int k;
+  (void)mod;
+  if (!PyArg_ParseTuple(args, "iOO", &kind, &arrays, &probs)) return NULL;
+  if (PyObject_GetBuffer(probs, &pv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_ND) < 0) return NULL;
+  if (pv.ndim != 2 || pv.itemsize != 4 || pv.format == NULL || pv.format[0] != 'f') {
+    PyBuffer_Release(&pv);
+    PyErr_SetString(PyExc_ValueError, "decide: probs must be a C-contiguous float32 [streams, classes] array");
+    return NULL;
+  }
+  streams = pv.shape[0], classes = pv.shape[1];
+  if (decision_bind(&d, kind, arrays, streams, classes, views, &fired) < 0) {
+    PyBuffer_Release(&pv);
+    return NULL;
+  }
+  n = es_decide(&d, (const float *)pv.buf);
+  *fired = n;
+  for (k = 0; k < ES_DECIDE_ARRAYS; k++) PyBuffer_Release(&views[k]);
+  PyBuffer_Release(&pv);
+  return PyLong_FromLongLong((long long)n);
+}
 
 typedef struct {
   PyObject_HEAD
@@ -96,6 +181,11 @@ typedef struct {
   PyObject *step, *lock, *probs, *count_obj, *slow, *copy_name, *exact;
   Py_buffer count_view;
   int64_t *count;
+  PyObject *dec_arrays;                   /* the bound decision arrays (a tuple), or NULL */
+  Py_buffer dec_views[ES_DECIDE_ARRAYS];
+  es_decision dec;
+  int64_t *dec_fired;
+  Py_buffer probs_view;                   /* the probabilities es_decide reads, while bound */
 } PusherObject;
 
 static PyTypeObject PusherType;
@@ -114,6 +204,7 @@ static PyObject *pusher_call(PusherObject *p, PyObject *const *args, size_t narg
     if (rc == -1) {
       PyObject *out;
       (*p->count)++;
+      if (p->dec_arrays != NULL) *p->dec_fired = es_decide(&p->dec, (const float *)p->probs_view.buf);
 #ifdef ES_NUMPY
       if (PyArray_CheckExact(p->probs) && PyArray_IS_C_CONTIGUOUS((PyArrayObject *)p->probs)) {
         PyArrayObject *a = (PyArrayObject *)p->probs;
@@ -150,6 +241,8 @@ static PyObject *pusher_new(PyObject *mod, PyObject *args) {
   p->vectorcall = (vectorcallfunc)pusher_call;
   p->step = p->lock = p->probs = p->count_obj = p->slow = p->copy_name = p->exact = NULL;
   p->count = NULL;
+  p->dec_arrays = NULL;
+  p->dec_fired = NULL;
   if (!Py_IS_TYPE(step, &es_step_type) && !Py_IS_TYPE(step, &es_ssm_type) && !Py_IS_TYPE(step, &es_attn_type)) {
     PyErr_SetString(PyExc_TypeError, "pusher: step must be a Step, SsmStep or AttnStep");
     Py_DECREF(p);
@@ -200,8 +293,55 @@ static int pusher_clear(PusherObject *p) {
   return 0;
 }
 
+static void pusher_unbind(PusherObject *p) {
+  int k;
+  if (p->dec_arrays == NULL) return;
+  for (k = 0; k < ES_DECIDE_ARRAYS; k++) PyBuffer_Release(&p->dec_views[k]);
+  PyBuffer_Release(&p->probs_view);
+  Py_CLEAR(p->dec_arrays);
+  p->dec_fired = NULL;
+}
+
+/* pusher.decide(kind, arrays): run the decision layer on these arrays after every adopted step;
+   pusher.decide(None) unbinds it. The probabilities must be the step's float32 [B, C] buffer. */
+static PyObject *pusher_decide(PusherObject *p, PyObject *args) {
+  int kind;
+  PyObject *arrays, *first = PyTuple_GET_SIZE(args) ? PyTuple_GET_ITEM(args, 0) : NULL;
+  Py_buffer pv;
+  if (first == Py_None) {
+    pusher_unbind(p);
+    Py_RETURN_NONE;
+  }
+  if (!PyArg_ParseTuple(args, "iO!", &kind, &PyTuple_Type, &arrays)) return NULL;
+  if (p->probs == NULL) {
+    PyErr_SetString(PyExc_RuntimeError, "pusher cleared");
+    return NULL;
+  }
+  if (PyObject_GetBuffer(p->probs, &pv, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_ND) < 0) return NULL;
+  if (pv.ndim != 2 || pv.itemsize != 4 || pv.format == NULL || pv.format[0] != 'f') {
+    PyBuffer_Release(&pv);
+    PyErr_SetString(PyExc_ValueError, "decide: the pusher's probs must be a C-contiguous float32 [B, C] array");
+    return NULL;
+  }
+  pusher_unbind(p);
+  if (decision_bind(&p->dec, kind, arrays, pv.shape[0], pv.shape[1], p->dec_views, &p->dec_fired) < 0) {
+    PyBuffer_Release(&pv);
+    return NULL;
+  }
+  p->probs_view = pv;
+  Py_INCREF(arrays);
+  p->dec_arrays = arrays;
+  Py_RETURN_NONE;
+}
+
+static PyMethodDef pusher_methods[] = {
+    {"decide", (PyCFunction)pusher_decide, METH_VARARGS,
+     "decide(kind, arrays) / decide(None): bind the decision layer's arrays (es_decide.h), or unbind them"},
+    {NULL, NULL, 0, NULL}};
+
 static void pusher_dealloc(PusherObject *p) {
   PyObject_GC_UnTrack(p);
+  pusher_unbind(p);
   pusher_clear(p);
   if (p->count != NULL) PyBuffer_Release(&p->count_view);
   Py_CLEAR(p->count_obj);
@@ -217,4 +357,4 @@ static PyTypeObject PusherType = ES_TYPE(
     "Pusher", PusherObject, pusher_dealloc, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     "push(readings) -> probabilities: a native session's push in one call; build it with pusher().",
     .tp_vectorcall_offset = offsetof(PusherObject, vectorcall), .tp_call = pusher_tp_call,
-    .tp_traverse = (traverseproc)pusher_traverse, .tp_clear = (inquiry)pusher_clear);
+    .tp_traverse = (traverseproc)pusher_traverse, .tp_clear = (inquiry)pusher_clear, .tp_methods = pusher_methods);

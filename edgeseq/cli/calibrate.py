@@ -1,0 +1,153 @@
+"""`edgeseq calibrate`: decision settings for a false-alarm budget, written into the model file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from edgeseq.cli._common import _backend_option, _errors, _json_option
+from edgeseq.errors import UsageError, printable
+
+ROWS_SHOWN = 12                # trade-off rows printed (--json has every setting tried)
+
+
+def _delay(v, rate):
+    if v is None:
+        return "n/a"
+    return f"{v:.0f}" + (f" ({v / rate:.1f} s)" if rate else "")
+
+
+def _plot(r, path: Path, budget: float) -> str | None:
+    """The trade-off as a PNG: false alarms per hour against missed events, every setting tried,
+    the front joined and the chosen one marked. None where matplotlib is not installed."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    t, f, c = r["table"], r["front"], r["chosen"].calibration["validation"]
+    fig, ax = plt.subplots(1, 2, figsize=(10, 4))
+    ax[0].scatter([x["false_alarms_per_hour"] for x in t], [x["missed"] for x in t], s=6, alpha=0.3,
+                  label="settings tried")
+    ax[0].plot([x["false_alarms_per_hour"] for x in f], [x["missed"] for x in f], "o-", ms=4, label="trade-off front")
+    ax[0].scatter([c["false_alarms_per_hour"]], [c["missed"]], s=120, marker="*", color="red", label="chosen", zorder=3)
+    ax[0].axvline(budget, ls="--", color="grey", lw=1, label=f"budget {budget:g}/h")
+    ax[0].set_xlabel("false alarms per hour")
+    ax[0].set_ylabel(f"missed events (of {c['events']})")
+    ax[0].set_xscale("symlog", linthresh=1)
+    ax[0].legend(fontsize=8)
+    ax[1].scatter([x["false_alarms_per_hour"] for x in t], [x["delay_median"] or 0 for x in t], s=6, alpha=0.3)
+    ax[1].plot([x["false_alarms_per_hour"] for x in f], [x["delay_median"] or 0 for x in f], "o-", ms=4)
+    ax[1].scatter([c["false_alarms_per_hour"]], [c["delay_median"] or 0], s=120, marker="*", color="red", zorder=3)
+    ax[1].axvline(budget, ls="--", color="grey", lw=1)
+    ax[1].set_xlabel("false alarms per hour")
+    ax[1].set_ylabel("median detection delay (readings)")
+    ax[1].set_xscale("symlog", linthresh=1)
+    fig.suptitle(f"decision calibration: {r['orders']} never-reset streams of {r['sequences']} validation sequences")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return str(path)
+
+
+@click.command()
+@click.argument("model", type=click.Path())
+@click.option("--data", help="'basicmotions' or a .npz / .csv path (default: the data the model was trained on, as "
+              "its file records). Only its training split is read, never its test split.")
+@click.option("--background", "background", multiple=True, metavar="LABEL",
+              help="A label that is not an event (rest, idle, nothing happening); repeat for several. Default: none, "
+                   "every label is an event class.")
+@click.option("--rate-hz", type=click.FloatRange(min=0, min_open=True),
+              help="The data's readings per second (default: known for the embedded data, e.g. basicmotions 10 Hz).")
+@click.option("--max-false-alarms-per-hour", "budget", type=click.FloatRange(min=0), default=2.0, show_default=True,
+              help="The false-alarm budget the settings must keep on the validation streams.")
+@click.option("--split", type=click.Choice(["validation", "train"]), default="validation", show_default=True,
+              help="validation: the training split's held-out part, as training carves it (whole groups, or the "
+                   "last sequences of each class); train: every training sequence.")
+@click.option("--orders", type=click.IntRange(1, 200), default=20, show_default=True,
+              help="Never-reset streams: seeded orders of the split's sequences.")
+@click.option("--out", type=click.Path(), help="Model file to write (default: MODEL itself, replaced atomically).")
+@click.option("--plot", type=click.Path(), help="Trade-off plot (PNG; default: <out>.calibration.png).")
+@click.option("--dry-run", is_flag=True, help="Print the trade-off and the choice; write nothing.")
+@_json_option
+@_backend_option
+@_errors
+def calibrate(model, data, background, rate_hz, budget, split, orders, out, plot, dry_run, as_json, backend):
+    """Choose the decision layer's settings (smoothing, threshold, minimum duration, refractory
+    and release time) for a false-alarm budget, on never-reset streams of a validation split,
+    and write them into the model file, where StreamSession, `stream` and the gateway read them.
+
+    Every combination of a grid (EMA weight, threshold, minimum duration, refractory, release)
+    runs on the model's probabilities over the streams; the one with the best event F1 within
+    the budget is kept (ties: the shorter median detection delay). A false alarm is an alert
+    that announces no new event: a detection during another class or the background, or a
+    second alert for one event. Prints the trade-off (false alarms per hour, missed events,
+    median and p90 detection delay) and plots it. The test split is never read: score the
+    calibrated model with `edgeseq eval`.
+
+    \b
+      edgeseq calibrate models/gru.onnx --background Standing
+      edgeseq calibrate models/mine.onnx --data mine.csv --rate-hz 50 --background idle \\
+          --max-false-alarms-per-hour 1 --out models/mine-events.onnx
+    """
+    from edgeseq.data import RATE_HZ, holdout
+    from edgeseq.runtime.calibrate import calibrate as run
+    from edgeseq.runtime.model import model_data
+
+    ds = model_data(model, data)
+    if rate_hz is None:
+        rate_hz = RATE_HZ.get(ds.source or "")
+        if rate_hz is None:
+            raise UsageError(f"the sampling rate of '{printable(ds.name)}' is not known; give --rate-hz (readings per "
+                             "second)")
+    for b in background:
+        if b not in ds.labels:
+            raise UsageError(f"--background {printable(b)!r} is not one of the model's labels "
+                             f"({printable(', '.join(map(str, ds.labels)))})")
+    if split == "validation":
+        _, part = holdout(ds.train, 0.2, seed=0, where=f"data '{ds.name}'", what="a validation split",
+                          remedy="use --split train, or more training data")
+    else:
+        part = ds.train
+    r = run(model, part, background=list(background), rate_hz=rate_hz, max_false_alarms_per_hour=budget,
+            orders=orders, backend=backend)
+    spec = r["chosen"]
+    target = Path(out) if out else Path(model)
+    written = plotted = None
+    if not dry_run:
+        from export.decision import write_decision
+        written = str(write_decision(model, spec, target))
+        plotted = _plot(r, Path(plot) if plot else target.with_name(target.name + ".calibration.png"), budget)
+    if as_json:
+        click.echo(json.dumps({"chosen": spec.to_json(), "met": r["met"], "front": r["front"], "table": r["table"],
+                               "orders": r["orders"], "sequences": r["sequences"],
+                               "readings_per_stream": r["readings_per_stream"], "rate_hz": rate_hz,
+                               "written": written, "plot": plotted}, indent=2))
+        return
+    hours = r["orders"] * r["readings_per_stream"] / rate_hz / 3600
+    click.echo(f"calibrating on {r['orders']} never-reset streams of {r['sequences']} {split} sequences of "
+               f"{printable(ds.name)} ({hours:.2f} h at {rate_hz:g} Hz), {r['settings_tried']} settings; "
+               f"background: {printable(', '.join(background)) or 'none'}")
+    click.echo(f"{'':2s}{'FA/h':>7s} {'missed':>7s} {'F1':>6s} {'delay med':>14s} {'p90':>6s}   settings")
+    cal = spec.calibration["validation"]
+    rows = r["front"][:ROWS_SHOWN]
+    for x in rows:
+        mark = "* " if all(x[k] == cal[k] for k in ("alpha", "threshold", "min_duration", "refractory", "release")) \
+            else "  "
+        click.echo(f"{mark}{x['false_alarms_per_hour']:7.1f} {x['missed']:4d}/{x['events']:<3d}{x['f1'] or 0:6.3f} "
+                   f"{_delay(x['delay_median'], rate_hz):>14s} {x['delay_p90'] or 0:6.0f}   alpha {x['alpha']:g}, "
+                   f"threshold {x['threshold']:g}, min {x['min_duration']}, refractory {x['refractory']}, "
+                   f"release {x['release']}")
+    verdict = "within" if r["met"] else "NOT within (no setting kept it; chose the fewest false alarms)"
+    click.echo(f"chosen: {spec.describe()}: {cal['false_alarms_per_hour']:.1f} false alarms per hour, "
+               f"{verdict} the budget of {budget:g}/h; F1 {cal['f1'] or 0:.3f}, {cal['missed']} of {cal['events']} "
+               f"events missed, median delay {_delay(cal['delay_median'], rate_hz)} readings")
+    click.echo(f"these are validation figures on {hours:.2f} h; check the test split: edgeseq eval "
+               f"{printable(str(written or target))}")
+    if written:
+        click.echo(f"wrote the decision settings into {printable(written)}"
+                   + (f"; trade-off plot {printable(plotted)}" if plotted else
+                      "; no plot (pip install matplotlib for one)"))
