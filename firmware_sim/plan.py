@@ -313,6 +313,9 @@ def check_model(path, target, history: int | None = None, cycles_per_mac: float 
     offsets, arena = plan(bufs)
     decision = None
     if integer and meta.decision is not None:          # the integer decision layer (es_decide_q15.h) after the step
+        from edgeseq.runtime.decision import DecisionSpec
+        from firmware_sim.intdecide import params
+        params(DecisionSpec.from_json(meta.decision, meta.labels))     # a moving mean: refused, as emit refuses it
         C = len(meta.labels)
         decision = {"flash": DECISION_EXP_BYTES + 8 * C + DECISION_CODE, "ram": 8 * C + 24,
                     "cycles": DECISION_CYCLES_PER_CLASS.get(core, max(DECISION_CYCLES_PER_CLASS.values())) * C}

@@ -508,8 +508,8 @@ def render_ucr_augment(d: dict, source: str) -> str:
 def render_events(d: dict, source: str) -> str:
     """Event figures on BasicMotions' test split, per model, float and int8, backend by backend."""
     how = (f"`{d['meta']['command']}`: calibrated for {d['budget']:g} false alarms per hour "
-           f"(background {', '.join(d['background'])}, {d['rate_hz']:g} Hz) on never-reset streams of the "
-           f"{d['validation_sequences']}-sequence validation split, or of the whole training split; scored on the "
+           f"(background {', '.join(d['background'])}, {d['rate_hz']:g} Hz) on never-reset streams of the whole "
+           f"training split (the default) or of its {d['validation_sequences']}-sequence validation part; scored on the "
            f"{d['test_sequences']} test sequences joined in {d['orders']} seeded orders")
     rows = []
     for r in d["rows"]:

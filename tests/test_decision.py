@@ -252,7 +252,7 @@ GOOD = {"background": ["idle"], "smoothing": "ema", "alpha": 0.3, "window": 8, "
     ({"release": 0}, "decision: release must be a whole number of readings from 1"),
     ({"smoothing": "median"}, "decision: smoothing must be one of ema, mean, none, got 'median'"),
     ({"alpha": 0}, "decision: alpha must be a probability in (0, 1], got 0"),
-    ({"window": 0}, "decision: window must be a whole number of readings from 1 to 4096, got 0"),
+    ({"window": 0}, "decision: window must be a whole number of readings from 1 to 256, got 0"),
     ({"background": ["idle", "a", "b"], "threshold": {}, "min_duration": {}},
      "decision: every label is background; leave at least one class that can start an event"),
     ({"background": ["rest"]}, "decision: background label 'rest' is not one of the model's labels (idle, a, b)"),
@@ -645,7 +645,7 @@ def test_calibrate_cli_writes_the_settings_and_eval_scores_events(runner, gru, t
     r = runner.invoke(cli, ["calibrate", str(gru), "--background", "Standing", "--rate-hz", "10", "--out", "cal.onnx",
                             "--orders", "3", "--plot", "cal.png"])
     assert r.exit_code == 0, r.output
-    assert "calibrating on 3 never-reset streams of 8 validation sequences of basicmotions" in r.output
+    assert "calibrating on 3 never-reset streams of 40 train sequences of basicmotions" in r.output
     chosen = [line for line in r.output.splitlines() if line.startswith("chosen: ")]
     assert len(chosen) == 1 and "background Standing" in chosen[0] and "the budget of 2/h" in chosen[0]
     assert any(line.startswith("* ") for line in r.output.splitlines())          # the chosen row is marked
@@ -653,7 +653,7 @@ def test_calibrate_cli_writes_the_settings_and_eval_scores_events(runner, gru, t
     assert gru.read_bytes() == original
     s = StreamSession(tmp_path / "cal.onnx").decision
     assert s is not None and s.background == ("Standing",) and s.rate_hz == 10.0
-    assert s.calibration["orders"] == 3 and s.calibration["sequences"] == 8
+    assert s.calibration["orders"] == 3 and s.calibration["sequences"] == 40
     assert s.describe() in chosen[0]
     if (tmp_path / "cal.png").exists():
         assert (tmp_path / "cal.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -727,3 +727,63 @@ def test_a_native_session_decides_in_c_on_both_its_paths(gru, streams, int8):
             p, ev = sess.push_events(x if t % 5 else x.astype(np.float64))
             assert ev == ref.update(p), t
         assert_same_snapshot(sess.snapshot(), {**sess.snapshot(), "decision": ref.snapshot()})
+
+
+def test_calibrate_refuses_outputs_that_would_overwrite_what_they_must_not(runner, gru, basicmotions, tmp_path):
+    """--out on a file that is not a model or on the data, a --plot that is not a .png or lands on
+    the model, an infinite budget or rate, a background named twice, data without events: one
+    line each, before anything is written."""
+    d = np.load(DATA_DIR / "basicmotions.npz")
+    np.savez(tmp_path / "mine.npz", **{k: d[k] for k in d.files})
+    (tmp_path / "notes.txt").write_text("mine")
+    base = ["calibrate", str(gru), "--background", "Standing", "--orders", "1"]
+    cases = [(["--out", "notes.txt"], "exists and is not an edgeseq model"),
+             (["--data", "mine.npz", "--rate-hz", "10", "--out", "mine.npz"], "--out is the data file"),
+             (["--out", "x.onnx", "--plot", "x.pdf"], "must be a file name ending in .png"),
+             (["--out", "x.onnx", "--plot", "x.onnx"], "must be a file name ending in .png"),
+             (["--max-false-alarms-per-hour", "inf"], "must be a finite number"),
+             (["--rate-hz", "nan"], "must be a finite number"),
+             (["--background", "Standing"], "is given twice")]
+    for extra, message in cases:
+        e = one_error_line(runner.invoke(cli, base + extra), 2)
+        assert message in e, (extra, e)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.npz", "notes.txt"]
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+    standing = np.flatnonzero(d["y_train"] == 0)                # only background readings: nothing to detect
+    np.savez(tmp_path / "still.npz", X=d["X_train"][standing], y=d["y_train"][standing], X_test=d["X_test"],
+             y_test=d["y_test"], labels=d["labels"], features=d["features"])
+    e = one_error_line(runner.invoke(cli, base + ["--data", "still.npz", "--rate-hz", "10", "--out", "s.onnx"]), 2)
+    assert "hold no event" in e and not (tmp_path / "s.onnx").exists()
+
+
+def test_stream_events_onsets_are_right_after_a_resume(runner, gru, basicmotions, tmp_path):
+    """`stream --events` with a state file, in two halves, prints the lines one run prints."""
+    from export.decision import write_decision
+    model = write_decision(gru, gru_spec(basicmotions.labels), tmp_path / "g.onnx")
+    X, _, _ = joined_streams(basicmotions.test, 1, seed=0)
+    rows = [",".join(f"{v:.5f}" for v in x) for x in X[0][:900]]
+    head = ",".join(basicmotions.features)
+    (tmp_path / "all.csv").write_text("\n".join([head] + rows) + "\n")
+    (tmp_path / "a.csv").write_text("\n".join([head] + rows[:450]) + "\n")
+    (tmp_path / "b.csv").write_text("\n".join([head] + rows[450:]) + "\n")
+    whole = runner.invoke(cli, ["stream", str(model), "--input", "all.csv", "--events"])
+    assert whole.exit_code == 0, whole.output
+    want = [line for line in whole.stdout.splitlines() if line[:1].isdigit()]
+    got = []
+    for part in ("a.csv", "b.csv"):
+        r = runner.invoke(cli, ["stream", str(model), "--input", part, "--events", "--state-file", "st.bin"])
+        assert r.exit_code == 0, r.output
+        got += [line for line in r.stdout.splitlines() if line[:1].isdigit()]
+    assert len(want) >= 4 and got == want
+    assert any(int(line.split(",")[0]) > 450 and line.split(",")[1] == "start" for line in want)
+
+
+def test_restore_refuses_decision_states_the_step_cannot_reach(gru, streams):
+    sess = decided(gru, "onnxruntime")
+    push_all(sess, streams[:50])
+    good = sess.snapshot()
+    for name, value in (("onset", 10 ** 9), ("run_len", 10 ** 6), ("seen", 2 ** 63 - 1)):
+        bad = {**good, "decision": {**good["decision"], name: np.full(3, value, np.int64)}}
+        with pytest.raises(UsageError, match="decision state"):
+            sess.restore(bad)
+        assert_same_snapshot(sess.snapshot(), good)

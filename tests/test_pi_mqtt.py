@@ -432,3 +432,151 @@ def test_broker_urls(monkeypatch):
         with pytest.raises(UsageError):
             check_topic(bad)
     assert check_topic("edgeseq/Kitchen Pi/prediction") == "edgeseq/Kitchen Pi/prediction"
+
+
+# -- a model with decision settings: its events and the device's state ------------------------
+# On the embedded replay the trained GRU's decision layer (these settings) starts Badminton at
+# reading 4 (a false alarm in the Standing series), ends it at 17, starts Running at 1010, and at
+# readings 1909 and 1911 ends one event and starts another: two events, one state change each.
+DECIDE = {"background": ["Standing"], "alpha": 0.5, "threshold": 0.6, "min_duration": 1, "release": 2}
+EVENT_READINGS = 1950
+EVENT_KEYS = {"device", "reading", "event", "label", "onset", "time"}
+
+
+@pytest.fixture(scope="module")
+def decided(exported, tmp_path_factory):
+    """The session's exported GRU with decision settings (DECIDE), written onto a copy."""
+    from edgeseq.runtime import StreamSession
+    from edgeseq.runtime.decision import DecisionSpec
+    from export.decision import write_decision
+    plain = exported("gru")[0]
+    spec = DecisionSpec.make(StreamSession(plain).labels, **DECIDE)
+    return str(write_decision(plain, spec, tmp_path_factory.mktemp("decided") / "gru-decided.onnx"))
+
+
+@pytest.fixture(scope="module")
+def decided_reference(decided):
+    """What StreamSession.push_events gives on the replay's first EVENT_READINGS readings:
+    {"events": the demo's records ({"event", "label", "reading", "onset"}; readings counted from 1),
+    "states": the state after each reading with events, repeats left out ("none": no event),
+    "predictions": reading -> (label, prob rounded as the demo rounds it)}."""
+    from edgeseq.runtime import StreamSession
+    from edgeseq.runtime.live import open_source
+    sess = StreamSession(decided)
+    source = open_source("replay:basicmotions", sess.features)
+    events, states, preds = [], [], {}
+    for n in range(1, EVENT_READINGS + 1):
+        probs, fired = sess.push_events(source.read())
+        k = int(probs[0].argmax())
+        preds[n] = (sess.labels[k], round(float(probs[0][k]), 5))
+        for e in fired:
+            assert e.position == n - 1
+            events.append({"event": e.kind, "label": e.label, "reading": n, "onset": e.onset + 1})
+        state = sess.decision_state()[0] or "none"
+        if fired and states[-1:] != [state]:
+            states.append(state)
+    # What the tests below need of the replay: starts and ends, a reading with two events (so one
+    # state change covers two events: a repeat to leave out), and a last state that is not "none".
+    at = [e["reading"] for e in events]
+    assert {e["event"] for e in events} == {"start", "end"} and len(set(at)) < len(at), events
+    assert len(states) < len(events) and states[-1] != "none", states
+    return {"events": events, "states": states, "predictions": preds}
+
+
+def _events(messages: list) -> list:
+    return [{k: m[k] for k in ("event", "label", "reading", "onset")} for m in map(json.loads, messages)]
+
+
+def test_events_only_publishes_each_event_and_the_retained_state_as_it_changes(broker, decided, decided_reference):
+    ref, device = decided_reference, "events-pi"
+    sub = Subscriber(broker.port)
+    p = _demo(["--model", decided, "--rate", "0", "--max-readings", EVENT_READINGS, "--json", "--mqtt", broker.url,
+               "--device", device, "--events-only"])
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    lines = [json.loads(line) for line in out.splitlines()]
+    summary = lines.pop()["summary"]
+    assert [line for line in lines if "event" in line] == ref["events"]          # printed as they fired
+    assert summary["events"] == len(ref["events"]) and summary["readings"] == EVENT_READINGS
+    m = summary["mqtt"]
+    assert (m["published"], m["queued"], m["dropped"]) == (len(ref["events"]) + len(ref["states"]), 0, 0), m
+    sub.wait(lambda: len(sub.on(f"edgeseq/{device}/availability")) == 2, what="online, offline")
+    sub.close()
+    got = sub.on(f"edgeseq/{device}/event")
+    assert _events(got) == ref["events"]                                          # in order, each once
+    assert all(set(e) == EVENT_KEYS and e["device"] == device for e in map(json.loads, got)), got
+    assert sub.on(f"edgeseq/{device}/prediction") == []
+    assert sub.on(f"edgeseq/{device}/state") == ref["states"]                     # only the changes
+    assert [t for t, _, _ in sub.messages if t.startswith("homeassistant/")] == []
+
+    late = Subscriber(broker.port, f"edgeseq/{device}/state")                    # joins afterwards
+    late.wait(lambda: len(late.messages) == 1, what="the retained state")
+    time.sleep(0.2)                                                               # nothing more comes
+    assert late.messages == [(f"edgeseq/{device}/state", ref["states"][-1], True)]
+    late.close()
+
+
+def test_events_come_besides_a_prediction_per_reading(broker, decided, decided_reference):
+    ref, device = decided_reference, "both-pi"
+    sub = Subscriber(broker.port)
+    p = _demo(["--model", decided, "--rate", "0", "--max-readings", EVENT_READINGS, "--mqtt", broker.url,
+               "--device", device])
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 0, err
+    assert [line for line in out.splitlines() if line.startswith("event ")] == [
+        f"event {e['event']} {e['label']} at reading {e['reading']} (onset {e['onset']})" for e in ref["events"]]
+    sub.wait(lambda: len(sub.on(f"edgeseq/{device}/availability")) == 2, what="online, offline")
+    sub.close()
+    preds = [json.loads(m) for m in sub.on(f"edgeseq/{device}/prediction")]
+    assert [p["reading"] for p in preds] == list(range(1, EVENT_READINGS + 1))   # one per reading, in order
+    assert {p["reading"]: (p["label"], p["prob"]) for p in preds} == ref["predictions"]
+    assert _events(sub.on(f"edgeseq/{device}/event")) == ref["events"]
+    assert sub.on(f"edgeseq/{device}/state") == ref["states"]
+    # One queue: an event goes out right after its reading's prediction, before the next one.
+    order = [(t.rsplit("/", 1)[1], json.loads(x)["reading"]) for t, x, _ in sub.messages
+             if t.endswith(("/prediction", "/event"))]
+    for i, (kind, reading) in enumerate(order):
+        if kind == "event":
+            assert ("prediction", reading) in order[:i] and ("prediction", reading + 1) not in order[:i], order[i]
+
+
+def test_home_assistant_gets_the_activity_sensor_only_for_a_model_with_decision_settings(broker, decided, exported,
+                                                                                       decided_reference):
+    runs = {"ha-decided": decided, "ha-plain": str(exported("gru")[0])}
+    for device, path in runs.items():
+        p = _demo(["--model", path, "--rate", "0", "--max-readings", EVENT_READINGS, "--json", "--mqtt", broker.url,
+                   "--device", device, "--ha-discovery"])
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+    late = Subscriber(broker.port, "homeassistant/#")                             # what is retained
+    late.wait(lambda: len(late.messages) == 5, what="2 + 3 retained discovery configs")
+    time.sleep(0.2)
+    configs = {t: json.loads(x) for t, x, retained in late.messages if retained}
+    late.close()
+    assert set(configs) == {f"homeassistant/sensor/{d}/{obj}/config" for d in runs
+                            for obj in ("prediction", "probability")} | {
+        "homeassistant/sensor/ha-decided/activity/config"}
+    activity = configs["homeassistant/sensor/ha-decided/activity/config"]
+    label = configs["homeassistant/sensor/ha-decided/prediction/config"]
+    assert activity["state_topic"] == "edgeseq/ha-decided/state" and activity["name"] == "Activity"
+    assert activity["availability_topic"] == "edgeseq/ha-decided/availability"
+    assert activity["device"] == label["device"] and activity["device"]["model"] == "gru-decided.onnx"
+    assert activity["unique_id"] == "edgeseq_ha-decided_activity" != label["unique_id"]
+    assert label["state_topic"] == "edgeseq/ha-decided/prediction"
+    state = Subscriber(broker.port, activity["state_topic"])                      # the sensor's value is there
+    state.wait(lambda: len(state.messages) == 1, what="the retained state")
+    assert state.messages == [("edgeseq/ha-decided/state", decided_reference["states"][-1], True)]
+    state.close()
+    nothing = Subscriber(broker.port, "edgeseq/ha-plain/state")
+    time.sleep(0.3)
+    assert nothing.messages == []
+    nothing.close()
+
+
+def test_events_only_needs_a_model_with_decision_settings(exported, capsys):
+    _paho()
+    code, err = _run_demo(["--model", str(exported("gru")[0]), "--mqtt", "mqtt://127.0.0.1:1", "--events-only"],
+                          capsys)
+    assert code == 2 and err == ("Error: without per-reading predictions only events are published, and this model "
+                                 "has no decision settings; run `edgeseq calibrate` on it, or keep the "
+                                 "predictions\n"), err

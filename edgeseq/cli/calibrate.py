@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import click
@@ -13,10 +14,38 @@ from edgeseq.errors import UsageError, printable
 ROWS_SHOWN = 12                # trade-off rows printed (--json has every setting tried)
 
 
-def _delay(v, rate):
+def _delay(v, rate, unit=""):
     if v is None:
         return "n/a"
-    return f"{v:.0f}" + (f" ({v / rate:.1f} s)" if rate else "")
+    return f"{v:.0f}{unit}" + (f" ({v / rate:.1f} s)" if rate else "")
+
+
+def _check_outputs(model: Path, target: Path, plot: Path, data, dry_run: bool) -> None:
+    """Refuse, before any work, outputs that would overwrite what they must not: a --out that is
+    a folder, the data, or an existing file that is not an edgeseq model; a --plot that is not a
+    .png file name or lands on the model, the data or the --out."""
+    from edgeseq.errors import EdgeseqError
+    from edgeseq.runtime.model import open_model
+
+    def same(a, b) -> bool:
+        return Path(os.path.realpath(a)) == Path(os.path.realpath(b))
+    if target.is_dir():
+        raise UsageError(f"--out '{printable(str(target))}' is a folder; give a file name ending in .onnx")
+    if data and Path(data).exists() and same(target, data):
+        raise UsageError("--out is the data file; give another file name ending in .onnx")
+    if target.exists() and not same(target, model):
+        try:
+            open_model(target)
+        except EdgeseqError:
+            raise UsageError(f"--out '{printable(str(target))}' exists and is not an edgeseq model; choose another "
+                             "name, or delete it first") from None
+    if dry_run:
+        return
+    if plot.suffix.lower() != ".png" or plot.is_dir():
+        raise UsageError(f"--plot '{printable(str(plot))}' must be a file name ending in .png")
+    for other, what in ((model, "the model"), (target, "--out")) + (((Path(data), "the data"),) if data else ()):
+        if same(plot, other):
+            raise UsageError(f"--plot would replace {what}; give another file name ending in .png")
 
 
 def _plot(r, path: Path, budget: float) -> str | None:
@@ -64,13 +93,15 @@ def _plot(r, path: Path, budget: float) -> str | None:
               help="The data's readings per second (default: known for the embedded data, e.g. basicmotions 10 Hz).")
 @click.option("--max-false-alarms-per-hour", "budget", type=click.FloatRange(min=0), default=2.0, show_default=True,
               help="The false-alarm budget the settings must keep on the validation streams.")
-@click.option("--split", type=click.Choice(["validation", "train"]), default="validation", show_default=True,
-              help="validation: the training split's held-out part, as training carves it (whole groups, or the "
-                   "last sequences of each class); train: every training sequence.")
+@click.option("--split", type=click.Choice(["train", "validation"]), default="train", show_default=True,
+              help="train: every training sequence; validation: the part training holds out to decide when to stop "
+                   "(whole groups, or the last sequences of each class; the model's last epochs train on it too, "
+                   "so neither is unseen: --data gives recordings the model never saw).")
 @click.option("--orders", type=click.IntRange(1, 200), default=20, show_default=True,
               help="Never-reset streams: seeded orders of the split's sequences.")
-@click.option("--out", type=click.Path(), help="Model file to write (default: MODEL itself, replaced atomically).")
-@click.option("--plot", type=click.Path(), help="Trade-off plot (PNG; default: <out>.calibration.png).")
+@click.option("--out", type=click.Path(), help="Model file to write (default: <MODEL stem>-events.onnx beside it; MODEL "
+              "itself is replaced atomically where named, though state files saved for it then no longer match).")
+@click.option("--plot", type=click.Path(), help="Trade-off plot, a .png file (default: <out>.calibration.png).")
 @click.option("--dry-run", is_flag=True, help="Print the trade-off and the choice; write nothing.")
 @_json_option
 @_backend_option
@@ -78,7 +109,8 @@ def _plot(r, path: Path, budget: float) -> str | None:
 def calibrate(model, data, background, rate_hz, budget, split, orders, out, plot, dry_run, as_json, backend):
     """Choose the decision layer's settings (smoothing, threshold, minimum duration, refractory
     and release time) for a false-alarm budget, on never-reset streams of a validation split,
-    and write them into the model file, where StreamSession, `stream` and the gateway read them.
+    and write them into a copy of the model file (<MODEL stem>-events.onnx, or --out), where
+    StreamSession, `stream`, the Pi demo and the gateway read them.
 
     Every combination of a grid (EMA weight, threshold, minimum duration, refractory, release)
     runs on the model's probabilities over the streams; the one with the best event F1 within
@@ -86,17 +118,32 @@ def calibrate(model, data, background, rate_hz, budget, split, orders, out, plot
     that announces no new event: a detection during another class or the background, or a
     second alert for one event. Prints the trade-off (false alarms per hour, missed events,
     median and p90 detection delay) and plots it. The test split is never read: score the
-    calibrated model with `edgeseq eval`.
+    calibrated model with `edgeseq eval`. By default it searches on every training sequence:
+    the validation part is seen by the model's last epochs too, and holds fewer changes of
+    activity (docs/decisions.md compares the two).
 
     \b
-      edgeseq calibrate models/gru.onnx --background Standing
-      edgeseq calibrate models/mine.onnx --data mine.csv --rate-hz 50 --background idle \\
+      edgeseq calibrate models/gru.onnx --background Standing      # writes models/gru-events.onnx
+      edgeseq calibrate models/mine.onnx --data held-out.csv --rate-hz 50 --background idle \\
           --max-false-alarms-per-hour 1 --out models/mine-events.onnx
     """
+    import math
+
     from edgeseq.data import RATE_HZ, holdout
     from edgeseq.runtime.calibrate import calibrate as run
     from edgeseq.runtime.model import model_data
 
+    for name, v in (("--rate-hz", rate_hz), ("--max-false-alarms-per-hour", budget)):
+        if v is not None and not math.isfinite(v):
+            raise UsageError(f"{name} must be a finite number, got {v}")
+    if rate_hz is not None and rate_hz < 1e-3:
+        raise UsageError(f"--rate-hz {rate_hz:g} is below one reading in 1,000 s; give the readings per second")
+    dup = sorted({b for b in background if background.count(b) > 1})
+    if dup:
+        raise UsageError(f"--background {printable(dup[0])!r} is given twice; name each background label once")
+    target = Path(out) if out else Path(model).with_name(Path(model).stem + "-events.onnx")
+    plot_path = Path(plot) if plot else target.with_name(target.name + ".calibration.png")
+    _check_outputs(Path(model), target, plot_path, data, dry_run)
     ds = model_data(model, data)
     if rate_hz is None:
         rate_hz = RATE_HZ.get(ds.source or "")
@@ -115,12 +162,14 @@ def calibrate(model, data, background, rate_hz, budget, split, orders, out, plot
     r = run(model, part, background=list(background), rate_hz=rate_hz, max_false_alarms_per_hour=budget,
             orders=orders, backend=backend)
     spec = r["chosen"]
-    target = Path(out) if out else Path(model)
+    if not r["table"][0]["events"]:
+        raise UsageError(f"the {split} sequences of '{printable(ds.name)}' hold no event (every reading is of a "
+                         "background class); calibrate on recordings with events (--data)")
     written = plotted = None
     if not dry_run:
         from export.decision import write_decision
+        plotted = _plot(r, plot_path, budget)           # first: a plot that fails leaves the model as it was
         written = str(write_decision(model, spec, target))
-        plotted = _plot(r, Path(plot) if plot else target.with_name(target.name + ".calibration.png"), budget)
     if as_json:
         click.echo(json.dumps({"chosen": spec.to_json(), "met": r["met"], "front": r["front"], "table": r["table"],
                                "orders": r["orders"], "sequences": r["sequences"],
@@ -144,9 +193,16 @@ def calibrate(model, data, background, rate_hz, budget, split, orders, out, plot
     verdict = "within" if r["met"] else "NOT within (no setting kept it; chose the fewest false alarms)"
     click.echo(f"chosen: {spec.describe()}: {cal['false_alarms_per_hour']:.1f} false alarms per hour, "
                f"{verdict} the budget of {budget:g}/h; F1 {cal['f1'] or 0:.3f}, {cal['missed']} of {cal['events']} "
-               f"events missed, median delay {_delay(cal['delay_median'], rate_hz)} readings")
-    click.echo(f"these are validation figures on {hours:.2f} h; check the test split: edgeseq eval "
+               f"events missed, median delay {_delay(cal['delay_median'], rate_hz, ' readings')}")
+    own = float(part.lengths.sum()) / rate_hz / 3600           # the split's own readings, however many orders
+    bound = 3.0 / own                                           # 95% upper bound on a rate when none was seen
+    click.echo(f"these are figures on the {split} sequences ({r['orders']} orders of {own * 60:.1f} minutes of "
+               f"recordings the model trained on); check the test split: edgeseq eval "
                f"{printable(str(written or target))}")
+    if bound > budget:
+        click.echo(f"note: {own * 60:.1f} minutes of recordings cannot show a rate as low as {budget:g} false alarms "
+                   f"per hour (with none seen, the 95% upper bound is {bound:.0f} per hour); calibrate on more "
+                   "recordings (--data, or --split train) for a budget you can trust", err=True)
     if written:
         click.echo(f"wrote the decision settings into {printable(written)}"
                    + (f"; trade-off plot {printable(plotted)}" if plotted else

@@ -63,12 +63,15 @@ def _fmt_check(r):
              f"    {'state/cache':16s} {m['state']:>9,d}",
              f"    {'inputs/outputs':16s} {m['io']:>9,d}",
              *([f"    {'stack (step)':16s} {m['stack']:>9,d}"] if m.get("stack") else []),
+             *([f"    {'decision layer':16s} {m['decision']:>9,d}"] if m.get("decision") else []),
              f"    {'total':16s} {m['total']:>9,d} of {m['available']:,}  (margin {m['margin']:,})",
              (f"  cost per reading: {c['macs']:,} MACs, {c['cycles']:,} cycles ({c['cycles_per_mac']:.2f} per MAC)"
               if not c['cycles_per_op'] else
               f"  cost per reading: {c['macs']:,} MACs x {c['cycles_per_mac']:g} + {c['other_ops']:,} other ops x "
               f"{c['cycles_per_op']:g} = {c['cycles']:,} cycles")
              + f" = {c['us_per_reading']:,.0f} us; highest sample rate about {c['max_rate_hz']:,.0f} Hz ({c['source']})",
+             *([f"  decision layer: {r['decision']['cycles']:,} cycles of those ({r['decision']['source']})"]
+               if r.get("decision") else []),
              f"  fits: {'yes' if r['fits'] else 'NO'}"]
     if r.get("note"):
         lines.append(f"  note: {r['note']}")
@@ -170,6 +173,13 @@ def firmware_measure(model, target, core, opt, compiler, readings, data, targets
         lines.append(f"  modelled: {r['cycles_per_step']:,.0f} cycles per reading ({r['cycles_per_mac']:.2f} per MAC)"
                      + (f" = {r['us_per_reading']:,.0f} us at {t.clock_mhz:g} MHz, about {r['max_rate_hz']:,.0f} "
                         "readings/s" if t is not None else ""))
+    if r.get("decision"):
+        d = r["decision"]
+        lines.append(f"  decision layer ({d['settings']}): every event bit-exact over {d['bit_exact_readings']:,} "
+                     f"readings; measured {d['instructions_per_step']:,.0f} instructions per reading "
+                     f"({d['share_of_step']:.1%} of the step)"
+                     + (f", modelled {d['cycles_per_step']:,.0f} cycles ({d['cycles_share']:.1%})"
+                        if "cycles_per_step" in d else ""))
     lines.append("  most executed: " + ", ".join(f"{k} {v:,.0f}" for k, v in r["mix_top"][:8]))
     click.echo("\n".join(lines))
 

@@ -34,7 +34,9 @@ import numpy as np
 from edgeseq.errors import UsageError, printable
 
 SMOOTHING = ("ema", "mean", "none")
-MAX_WINDOW = 4096          # a moving mean's readings, at most (its state is window x classes floats per stream)
+MAX_WINDOW = 256           # a moving mean's readings, at most (its state is window x classes floats per stream,
+                           # and each reading sums the window)
+MAX_SEEN = 1 << 62         # readings a stream's decision state may count (a restored state past it could overflow)
 MAX_READINGS = 10 ** 7     # min_duration and refractory, at most (about 11 days at 10 Hz)
 # The state arrays a snapshot and a state file carry, in this order.
 STATE_NAMES = ("smooth", "ring", "seen", "run_cls", "run_len", "active", "onset", "cool", "gone")
@@ -128,6 +130,9 @@ class DecisionSpec:
             bg = [bg]
         if not isinstance(bg, (list, tuple)) or not all(isinstance(b, str) for b in bg):
             raise _fail("background must be a list of label names")
+        if len(set(bg)) != len(bg):
+            twice = next(b for b in bg if bg.count(b) > 1)
+            raise _fail(f"background label {printable(twice)!r} is named twice; name each once")
         for b in bg:
             if b not in labels:
                 raise _fail(f"background label {printable(b)!r} is not one of the model's labels "
@@ -360,6 +365,11 @@ class Decider:
                 raise UsageError(f"the decision state's '{k}' must be >= 0")
         if (out["cool"] > self.refractory).any() or (out["gone"] >= self.release).any():
             raise UsageError("the decision state's 'cool' or 'gone' exceeds the refractory or release time")
+        seen = out["seen"]
+        if (seen > MAX_SEEN).any():
+            raise UsageError(f"the decision state's 'seen' exceeds {MAX_SEEN:,} readings")
+        if (out["run_len"] > seen).any() or (out["onset"] > seen).any():
+            raise UsageError("the decision state's 'run_len' or 'onset' lies beyond the readings it has seen")
         for k in ("run_cls", "active"):
             a = out[k]
             if ((a < -1) | (a >= C)).any() or self.background[np.maximum(a, 0)][a >= 0].any():

@@ -239,7 +239,7 @@ class MqttPublisher:
 
     def __init__(self, url, topic: str | None = None, device: str | None = None, ha_discovery: bool = False,
                  max_queued: int = DEFAULT_QUEUE, note=None, model: str | None = None,
-                 reconnect: tuple = RECONNECT, flush_seconds: float = FLUSH_SECONDS, events: bool = True,
+                 reconnect: tuple = RECONNECT, flush_seconds: float = FLUSH_SECONDS, events: bool = False,
                  predictions: bool = True):
         self.url = url if isinstance(url, BrokerURL) else parse_url(url)
         self.device = check_device(device) if device is not None else default_device()
@@ -252,7 +252,7 @@ class MqttPublisher:
         self.predictions = bool(predictions)
         self._state = None               # the last state published (the active event's label, or "none")
         self._ha = (ha_discovery, model)
-        self.with_events(events)
+        self.with_events(events, check=False)
         # a broker's words and the topic reach the terminal escaped (edgeseq.errors.printable)
         self.note = (lambda line: note(printable(line))) if note else (lambda line: None)
         self.flush_seconds = flush_seconds
@@ -301,7 +301,7 @@ class MqttPublisher:
             self.note(f"MQTT: reconnected to {self.url.shown} after {gone:.1f} s; {self.queued():,} predictions "
                       f"to send, {self.dropped:,} dropped so far")
         else:
-            self.note(f"MQTT: connected to {self.url.shown}; publishing on {self.topic}")
+            self.note(f"MQTT: connected to {self.url.shown}; publishing on {self._topics()}")
         self._ever_connected, self._down_since, self._dropping, self._refused = True, None, False, None
         self._connected, self._connecting = True, False      # in this order: stop() watches both
 
@@ -334,16 +334,31 @@ class MqttPublisher:
             c.connect_async(u.host, u.port, KEEPALIVE)
         c.loop_start()
 
-    def with_events(self, events: bool) -> None:
+    def with_events(self, events: bool, check: bool = True) -> None:
         """Say whether the model has decision settings (its events and state are published, and
-        Home Assistant gets the Activity sensor); before `start`. UsageError where predictions are
-        off and there are no events to publish."""
-        if not self.predictions and not events:
+        Home Assistant gets the Activity sensor); before `start`. UsageError (with `check`) where
+        predictions are off and there are no events to publish."""
+        if check and not self.predictions and not events:
             raise UsageError("without per-reading predictions only events are published, and this model has no "
                              "decision settings; run `edgeseq calibrate` on it, or keep the predictions")
         ha_discovery, model = self._ha
+        self.events = bool(events)
         self.discovery = ha_configs(self.device, self.topic, self.availability, model,
                                     self.state_topic if events else None) if ha_discovery else []
+        if not self.predictions:             # events only: the prediction sensors would never get a value
+            self.discovery = [(t, cfg) for t, cfg in self.discovery if t.endswith("/activity/config")]
+
+    def _topics(self) -> str:
+        """The topics this publisher writes readings' answers to, for its notes."""
+        if not getattr(self, "events", False):
+            return self.topic
+        ev = f"{self.event_topic} and {self.state_topic}"
+        return f"{self.topic}, {ev}" if self.predictions else ev
+
+    def _what(self) -> str:
+        if not getattr(self, "events", False):
+            return "predictions"
+        return "messages (predictions, events and states)" if self.predictions else "messages (events and states)"
 
     def queued(self) -> int:
         """Predictions waiting: not yet handed to paho, or handed and not acknowledged."""
@@ -364,7 +379,7 @@ class MqttPublisher:
         state = "none" if state is None else str(state)
         if state != self._state:
             self._state = state
-            self._queue(self.state_topic, state)
+            self._queue(self.state_topic, state, retain=True)
 
     def _queue(self, topic: str, text: str, retain: bool = False) -> None:
         payload = (topic, text, retain)
@@ -402,7 +417,7 @@ class MqttPublisher:
             return dict(self._frozen)
         return {"published": self._acked, "queued": self.queued(), "dropped": self.dropped,
                 "max_queued": self.max_queued, "reconnects": self.reconnects, "broker": self.url.shown,
-                "topic": self.topic}
+                "topic": self._topics(), "what": self._what()}
 
     def stop(self) -> dict:
         """Give waiting predictions up to flush_seconds to reach a broker that is connected, or
@@ -433,6 +448,7 @@ def summary_line(counts: dict) -> str:
     """MqttPublisher.stop()'s counts in words (the demo prints it under the run's summary)."""
     c = counts
     again = f"; reconnected {c['reconnects']} time{'s' if c['reconnects'] != 1 else ''}" if c["reconnects"] else ""
-    return (f"MQTT: {c['published']:,} predictions published to {c['broker']} on {c['topic']}, {c['queued']:,} "
+    return (f"MQTT: {c['published']:,} {c.get('what', 'predictions')} published to {c['broker']} on {c['topic']}, "
+            f"{c['queued']:,} "
             f"still queued at exit (not delivered), {c['dropped']:,} dropped beyond the queue of "
             f"{c['max_queued']:,}{again}")

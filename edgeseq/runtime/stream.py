@@ -337,8 +337,8 @@ def stream_lines(sess, lines, on_bad="error", as_json=False, echo=print, on_read
         true = () if reader.label_col is None else (reader.label,)
         if true and score is not None:
             score.add(reader.label, sess.labels[k])
-        fired = [{"event": e.kind, "label": e.label, "onset": e.onset + 1 + start} for e in sess.events] \
-            if decided else []
+        fired = [{"event": e.kind, "label": e.label, "onset": stats["readings"] - (e.position - e.onset)}
+                 for e in sess.events] if decided else []     # the onset counted back from this reading
         stats["events"] += len(fired)
         if events_only:
             for e in fired:
