@@ -24,10 +24,13 @@ from edgeseq.runtime.statefile import TEMP_SUFFIX, remove_leftovers, temp_prefix
 
 def write_decision(model, spec: DecisionSpec | None, out) -> Path:
     """Copy the model file `model` to `out` with `spec` as its decision settings (None: none).
-    `out` may be `model` itself. Returns `out`. Raises ModelFileError when `model` is not an
+    `out` may be `model` itself; a symbolic link is followed (its target is replaced, the link
+    kept). Returns the file written. Raises ModelFileError when `model` is not an
     edgeseq model file, UsageError when `out` is a directory or the settings do not fit the
     model (nothing is written then)."""
     model, out = Path(model), Path(out)
+    if out.is_symlink():                       # a link is followed: its target gets the new file, the link stays
+        out = Path(os.path.realpath(out))
     if out.is_dir():
         raise UsageError(f"output '{out}' is a directory; give a file name ending in .onnx")
     try:

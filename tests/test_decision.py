@@ -787,3 +787,12 @@ def test_restore_refuses_decision_states_the_step_cannot_reach(gru, streams):
         with pytest.raises(UsageError, match="decision state"):
             sess.restore(bad)
         assert_same_snapshot(sess.snapshot(), good)
+
+
+def test_write_decision_through_a_link_replaces_its_target_and_keeps_the_link(gru, tmp_path):
+    from export.decision import write_decision
+    target = tmp_path / "target.onnx"
+    target.write_bytes(gru.read_bytes())
+    (tmp_path / "link.onnx").symlink_to(target)
+    write_decision(gru, gru_spec(StreamSession(gru).labels), tmp_path / "link.onnx")
+    assert (tmp_path / "link.onnx").is_symlink() and StreamSession(target).decision is not None

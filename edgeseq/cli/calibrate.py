@@ -140,7 +140,7 @@ def calibrate(model, data, background, rate_hz, budget, split, orders, out, plot
         raise UsageError(f"--rate-hz {rate_hz:g} is below one reading in 1,000 s; give the readings per second")
     dup = sorted({b for b in background if background.count(b) > 1})
     if dup:
-        raise UsageError(f"--background {printable(dup[0])!r} is given twice; name each background label once")
+        raise UsageError(f"--background '{printable(dup[0])}' is given twice; name each background label once")
     target = Path(out) if out else Path(model).with_name(Path(model).stem + "-events.onnx")
     plot_path = Path(plot) if plot else target.with_name(target.name + ".calibration.png")
     _check_outputs(Path(model), target, plot_path, data, dry_run)
@@ -152,7 +152,7 @@ def calibrate(model, data, background, rate_hz, budget, split, orders, out, plot
                              "second)")
     for b in background:
         if b not in ds.labels:
-            raise UsageError(f"--background {printable(b)!r} is not one of the model's labels "
+            raise UsageError(f"--background '{printable(b)}' is not one of the model's labels "
                              f"({printable(', '.join(map(str, ds.labels)))})")
     if split == "validation":
         _, part = holdout(ds.train, 0.2, seed=0, where=f"data '{ds.name}'", what="a validation split",

@@ -56,19 +56,25 @@ class Event(NamedTuple):
     onset: int
 
 
+def _shown(x) -> str:
+    """A value from a file for a one-line message: escaped, and cut to 60 characters."""
+    t = str(x)
+    return printable(t[:60] + ("..." if len(t) > 60 else ""))
+
+
 def _fail(what: str) -> UsageError:
     return UsageError(f"decision: {what}")
 
 
 def _readings(name, v, lo=0):
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not lo <= int(v) <= MAX_READINGS:
-        raise _fail(f"{name} must be a whole number of readings from {lo} to {MAX_READINGS:,}, got {printable(repr(v))}")
+        raise _fail(f"{name} must be a whole number of readings from {lo} to {MAX_READINGS:,}, got {_shown(repr(v))}")
     return int(v)
 
 
 def _prob(name, v):
     if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)) or not 0 < float(v) <= 1:
-        raise _fail(f"{name} must be a probability in (0, 1], got {printable(repr(v))}")
+        raise _fail(f"{name} must be a probability in (0, 1], got {_shown(repr(v))}")
     return float(v)
 
 
@@ -119,11 +125,11 @@ class DecisionSpec:
         """Parse and check a JSON object (`to_json`'s shape) against the model's labels."""
         labels = tuple(str(x) for x in labels)
         if not isinstance(obj, dict):
-            raise _fail(f"must be a JSON object, got {printable(type(obj).__name__)}")
+            raise _fail(f"must be a JSON object, got {_shown(type(obj).__name__)}")
         unknown = sorted(set(obj) - {"background", "smoothing", "alpha", "window", "threshold", "min_duration",
                                      "refractory", "release", "rate_hz", "calibration"})
         if unknown:
-            raise _fail(f"unknown setting {printable(unknown[0])!r}; the settings are background, smoothing, "
+            raise _fail(f"unknown setting '{_shown(unknown[0])}'; the settings are background, smoothing, "
                         "alpha, window, threshold, min_duration, refractory, release, rate_hz")
         bg = obj.get("background", [])
         if isinstance(bg, str):
@@ -132,21 +138,21 @@ class DecisionSpec:
             raise _fail("background must be a list of label names")
         if len(set(bg)) != len(bg):
             twice = next(b for b in bg if bg.count(b) > 1)
-            raise _fail(f"background label {printable(twice)!r} is named twice; name each once")
+            raise _fail(f"background label '{_shown(twice)}' is named twice; name each once")
         for b in bg:
             if b not in labels:
-                raise _fail(f"background label {printable(b)!r} is not one of the model's labels "
-                            f"({printable(', '.join(labels))})")
+                raise _fail(f"background label '{_shown(b)}' is not one of the model's labels "
+                            f"({_shown(', '.join(labels))})")
         events = [x for x in labels if x not in bg]
         if not events:
             raise _fail("every label is background; leave at least one class that can start an event")
         smoothing = obj.get("smoothing", "ema")
         if smoothing not in SMOOTHING:
-            raise _fail(f"smoothing must be one of {', '.join(SMOOTHING)}, got {printable(repr(smoothing))}")
+            raise _fail(f"smoothing must be one of {', '.join(SMOOTHING)}, got {_shown(repr(smoothing))}")
         alpha = _prob("alpha", obj.get("alpha", 0.25))
         window = obj.get("window", 8)
         if isinstance(window, bool) or not isinstance(window, (int, np.integer)) or not 1 <= window <= MAX_WINDOW:
-            raise _fail(f"window must be a whole number of readings from 1 to {MAX_WINDOW}, got {printable(repr(window))}")
+            raise _fail(f"window must be a whole number of readings from 1 to {MAX_WINDOW}, got {_shown(repr(window))}")
         per = {}
         for key, check in (("threshold", _prob), ("min_duration", lambda n, v: _readings(n, v, 1))):
             d = obj.get(key, {})
@@ -155,17 +161,17 @@ class DecisionSpec:
             extra = [k for k in d if k not in events]
             if extra:
                 what = "a background label" if extra[0] in bg else "not one of the model's labels"
-                raise _fail(f"{key} names {printable(str(extra[0]))!r}, {what}")
+                raise _fail(f"{key} names '{_shown(str(extra[0]))}', {what}")
             missing = [x for x in events if x not in d]
             if missing:
-                raise _fail(f"{key} has no value for {printable(missing[0])!r}; give one per non-background label")
-            per[key] = {x: check(f"{key}[{printable(x)!r}]", d[x]) for x in events}
+                raise _fail(f"{key} has no value for '{_shown(missing[0])}'; give one per non-background label")
+            per[key] = {x: check(f"{key}['{printable(x)}']", d[x]) for x in events}
         refractory = _readings("refractory", obj.get("refractory", 0))
         release = _readings("release", obj.get("release", 1), 1)
         rate = obj.get("rate_hz")
         if rate is not None and (isinstance(rate, bool) or not isinstance(rate, (int, float))
                                  or not math.isfinite(rate) or rate <= 0):
-            raise _fail(f"rate_hz must be a positive number of readings per second or null, got {printable(repr(rate))}")
+            raise _fail(f"rate_hz must be a positive number of readings per second or null, got {_shown(repr(rate))}")
         cal = obj.get("calibration")
         if cal is not None and not isinstance(cal, dict):
             raise _fail("calibration must be an object or null")
@@ -184,7 +190,8 @@ class DecisionSpec:
                   "none": "no smoothing"}[self.smoothing]
         thr = sorted(set(self.threshold.values()))
         mind = sorted(set(self.min_duration.values()))
-        show = lambda v: f"{v[0]:g}" if len(v) == 1 else f"{v[0]:g}-{v[-1]:g}"  # noqa: E731
+        num = lambda x: f"{x:,}" if isinstance(x, int) else f"{x:g}"  # noqa: E731
+        show = lambda v: num(v[0]) if len(v) == 1 else f"{num(v[0])}-{num(v[-1])}"  # noqa: E731
         bg = f"background {printable(', '.join(self.background))}" if self.background else "no background class"
         return (f"{smooth}, threshold {show(thr)}, min duration {show(mind)} readings, refractory "
                 f"{self.refractory} readings, release {self.release} readings, {bg}")
