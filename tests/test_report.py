@@ -40,6 +40,8 @@ def test_all_files_and_every_plot_is_referenced(report):
         assert (out / name).read_bytes()[:8] == PNG
         assert f"src='{name}'" in html and f"]({name})" in md
     assert "<table>" in html and "| model |" in md
+    assert "## Events: int8 models with a decision layer calibrated for 2 false alarms per hour" in md
+    assert "Events: int8 models with a decision layer" in html and "Events (int8, decision layer" in md
 
 
 def test_json_carries_the_figures(report):
@@ -65,8 +67,13 @@ def test_json_carries_the_figures(report):
     assert (c["passes_footprint_at"] * 512 >= c["footprint_bytes"] if most >= c["footprint_bytes"]
             else c["passes_footprint_at"] is None)
     assert r["meta"]["machine"]["onnxruntime"] and r["meta"]["settings"]["latency_repeats"] == 2
-    phases = ["models", "memory", "latency", "throughput", "rss", "mcu"]
+    phases = ["models", "events", "memory", "latency", "throughput", "rss", "mcu"]
     assert list(r["meta"]["phase_seconds"]) == list(r["meta"]["phase_cpu_seconds"]) == phases
+    ev = r["events"]                                  # each int8 model's decision layer, scored on test streams
+    assert ev["orders"] == 5 and ev["background"] == ["Standing"] and ev["rate_hz"] == 10.0
+    assert set(ev["rows"]) == set(ARCHS)
+    for v in ev["rows"].values():
+        assert 0 <= v["f1"] <= 1 and v["events"] > 0 and v["hours"] > 0 and "background Standing" in v["decision"]
 
 
 def test_recurrent_state_is_flat_and_the_cache_grows_per_reading(report):

@@ -11,8 +11,9 @@ from edgeseq.cli._common import _errors, _writing
 @click.option("--out", required=True, type=click.Path(), help="Directory for index.html, report.md, report.json, PNGs.")
 @click.option("--quick", is_flag=True,
               help="Fewer readings and repeats; models it trains get a few fixed epochs, not trained to convergence "
-                   "(every accuracy shown says so). Measured 81 s of CPU (87 s wall) on the embedded data on a "
-                   "2-core machine with another job running, most of it exporting the models (docs/edge-report.md).")
+                   "(every accuracy shown says so). Measured 87 s of CPU (90 s wall) on the embedded data on a "
+                   "quiet 2-core machine: the models 32 s, their events 23 s, the microcontroller panel 24 s "
+                   "(docs/edge-report.md).")
 @click.option("--runs", type=click.Path(), help="Reuse trained runs from this directory (runs/<arch>/checkpoint.pt).")
 @click.option("--data", help="'basicmotions' or a .npz / .csv path to train on and stream (default: the data the "
               "--runs were trained on, else basicmotions).")

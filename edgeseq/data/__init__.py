@@ -62,6 +62,8 @@ EMBEDDED = {"basicmotions": DATA_DIR / "basicmotions.npz",          # the defaul
 # Readings per second of the embedded sets, where their source states it (PROVENANCE.md): what per-hour
 # figures (false alarms per hour) default to for them.
 RATE_HZ = {"basicmotions": 10.0}
+# The classes of the embedded sets that are no event (rest, nothing happening): the report's default background.
+BACKGROUND = {"basicmotions": ["Standing"]}
 CHANNELS_REMEDY = "give data with the model's channels, named as in training"
 DATA_REMEDY = "pass --data with the model's training data, or other data with its channels"  # commands with --data
 

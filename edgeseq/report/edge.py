@@ -54,6 +54,7 @@ FIXED = ["rnn", "gru", "lstm", "ssm"]          # a fixed state per stream: recur
 FULL = {"history": 4096, "latency_repeats": 5, "recompute_points": [2, 16, 64, 256, 1024, 4096],
         "throughput_calls": 200, "rss_readings": 100_000, "rss_growing": 20_000, "window": 256,
         "epochs": None, "warmup": 50}
+EVENT_BUDGET = 2.0            # false alarms per hour the report's decision layers are calibrated for
 QUICK = {"history": 1024, "latency_repeats": 2, "recompute_points": [2, 16, 256, 1024],
          "throughput_calls": 20, "rss_readings": 10_000, "rss_growing": 2_000, "window": 128,
          "epochs": {"rnn": 10, "gru": 6, "lstm": 7, "transformer": 7, "ssm": 5}, "warmup": 10}
@@ -163,6 +164,36 @@ def _models(out: Path, reused: dict, ds, settings, progress: Progress) -> dict:
         bar.update(1, f"{arch} int8 exported")
     bar.close()
     return rows, ckpts
+
+
+def _events(models: dict, ds, quick: bool, progress: Progress) -> dict:
+    """Each int8 model's decision layer calibrated for EVENT_BUDGET false alarms per hour on
+    never-reset streams of the training split (`edgeseq calibrate`'s default), then its events
+    scored on never-reset streams of the test split: {"rows": {arch: figures}, ...}, or
+    {"skipped": why} where the data's sampling rate is not known (per-hour figures need it)."""
+    from edgeseq.data import BACKGROUND, RATE_HZ
+    from edgeseq.runtime.calibrate import calibrate, event_scores
+
+    rate = RATE_HZ.get(ds.source or "")
+    if rate is None:
+        return {"skipped": f"the sampling rate of '{ds.name}' is not known, so no false alarms per hour: "
+                           "`edgeseq calibrate MODEL --rate-hz HZ` and `edgeseq eval` give them"}
+    background = BACKGROUND.get(ds.source or "", [])
+    orders = 5 if quick else 20
+    bar = progress.phase("events", len(models))
+    rows = {}
+    for arch, m in models.items():
+        cal = calibrate(m["int8"]["path"], ds.train, background=background, rate_hz=rate,
+                        max_false_alarms_per_hour=EVENT_BUDGET, orders=orders)
+        e = event_scores(m["int8"]["path"], ds.test, cal["chosen"], orders=orders)
+        d = e["delay_readings"] or {}
+        rows[arch] = {"decision": cal["chosen"].describe(), "budget_met_on_train": cal["met"], "f1": e["f1"],
+                      "false_alarms_per_hour": e["false_alarms_per_hour"], "false_alarms": e["false_alarms"],
+                      "events": e["events"], "deleted": e["deleted"], "fragmented": e["fragmented"],
+                      "delay_median": d.get("median"), "delay_p90": d.get("p90"), "hours": e["hours"]}
+        bar.update(1, f"{arch} events")
+    bar.close()
+    return {"rows": rows, "orders": orders, "rate_hz": rate, "background": background, "budget": EVENT_BUDGET}
 
 
 def schedule_of(ckpt: dict, quick: bool = False) -> dict:
@@ -534,6 +565,7 @@ def _build(out: Path, ds, reused: dict, quick: bool, progress: bool) -> dict:
         return panel
 
     r["models"], ckpts = phase("models", lambda: _models(out, reused, ds, settings, shown))
+    r["events"] = phase("events", lambda: _events(r["models"], ds, quick, shown))
     r["memory"] = phase("memory", lambda: _memory(r["models"], settings, readings, shown))
     with tempfile.TemporaryDirectory() as tmp:
         r["latency"] = phase("latency", lambda: _latency(r["models"], ckpts, settings, readings, Path(tmp), shown))

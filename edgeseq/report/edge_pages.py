@@ -269,6 +269,18 @@ def _tables(r: dict) -> list:
             f"{s['growth_kb_after_first_5pct'] / 1024:+.1f} MiB", f"{s['peak_kb'] / 1024:.1f} MiB",
             f"{s['state_bytes']:,} B"] for n, s in r["rss"].items()])
     out = [t1, t2, t3, t4, t5]
+    ev = r.get("events") or {}
+    if ev.get("rows"):
+        f3 = lambda v: "-" if v is None else f"{v:.3f}"  # noqa: E731
+        out.append((f"Events: int8 models with a decision layer calibrated for {ev['budget']:g} false alarms per hour "
+                    f"on the training split, scored on {ev['orders']} never-reset streams of the test split "
+                    f"(background: {', '.join(ev['background']) or 'none'}, {ev['rate_hz']:g} Hz)",
+                    ["model", "event F1", "false alarms / h", "missed / events", "fragmented", "delay median / p90",
+                     "settings"],
+                    [[a, f3(v["f1"]), f"{v['false_alarms_per_hour']:.1f} ({v['false_alarms']})",
+                      f"{v['deleted']} / {v['events']}", str(v["fragmented"]),
+                      "-" if v["delay_median"] is None else f"{v['delay_median']:.0f} / {v['delay_p90']:.0f} readings",
+                      v["decision"]] for a, v in ev["rows"].items()]))
     p = r.get("mcu") or {}
     if p.get("available"):
         rows = [(n.upper() + " int8", "any", f) for n, f in p["fixed"].items()]
@@ -304,7 +316,20 @@ def _summary(r: dict) -> list:
         f"{b['vs_single_stream_calls']:.0f}x the same readings as single-stream calls.",
         "int8 vs float file size: " + ", ".join(
             f"{a} {v['int8']['bytes'] / 1000:.1f} vs {v['float']['bytes'] / 1000:.1f} KB" for a, v in r["models"].items()) + ".",
-    ] + ([_mcu_line(r["mcu"])] if "mcu" in r else []) + _accuracy_lines(r)
+    ] + ([_mcu_line(r["mcu"])] if "mcu" in r else []) + _events_lines(r) + _accuracy_lines(r)
+
+
+def _events_lines(r: dict) -> list:
+    """One line on the events table (or why there is none); none for a report made before it."""
+    ev = r.get("events")
+    if not ev:
+        return []
+    if ev.get("skipped"):
+        return [f"Events: not measured: {ev['skipped']}."]
+    best = max(ev["rows"].items(), key=lambda kv: kv[1]["f1"] or 0)
+    return [f"Events (int8, decision layer calibrated on the training split for {ev['budget']:g} false alarms per "
+            f"hour): best event F1 {best[0]} {best[1]['f1'] or 0:.3f} with {best[1]['false_alarms_per_hour']:.1f} false "
+            "alarms per hour on the test split (the table has every model; `edgeseq calibrate` and `eval`)."]
 
 
 def _phase_times(meta: dict) -> str:
