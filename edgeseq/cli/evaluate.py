@@ -82,6 +82,9 @@ def eval_cmd(model, data, split, provider, backend, as_json):
     r["data"], r["split"] = ds.name, split
     if r.get("backend_note"):
         click.echo(printable(f"note: onnxruntime backend, not native: {r['backend_note']}"), err=True)
+    if r.get("events") is None and r["arch"] in ("bigru", "bilstm") and _has_decision(model):
+        click.echo(f"note: a {r['arch']} model reads whole windows: its decision settings are not used "
+                   "(events need a stream model)", err=True)
     c = r["continuous"]
     if c and not c["scored_readings"]:                    # nothing to score: no figure, rather than 0
         c["reading_accuracy"] = None
@@ -120,6 +123,11 @@ def eval_cmd(model, data, split, provider, backend, as_json):
     if ev:
         for line in event_lines(ev):
             click.echo(line)
+
+
+def _has_decision(model) -> bool:
+    from edgeseq.runtime.model import open_model
+    return open_model(model)[1].decision is not None
 
 
 def event_lines(ev: dict) -> list:
