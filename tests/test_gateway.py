@@ -225,7 +225,8 @@ def test_malformed_messages_are_dead_lettered_and_the_gateway_goes_on(broker, ex
         await nc.close()
         return got, reasons, sizes
     gw, (got, reasons, sizes) = asyncio.run(_run_gateway(model, broker.url, body))
-    assert gw.stats["dead"] == len(bad) and gw.stats["duplicates"] == 1
+    # the one duplicate sent, and any reading JetStream delivered again on a loaded machine (at least once)
+    assert gw.stats["dead"] == len(bad) and gw.stats["duplicates"] >= 1
     assert sizes[-1] == (1024, 40_000) and all(a == min(b, 1024) for a, b in sizes)
     assert any("not JSON" in r for r in reasons) and any("'seq'" in r for r in reasons)
     assert any("list of" in r for r in reasons) and any("standard deviations" in r for r in reasons)
