@@ -185,7 +185,8 @@ class StreamSession(ReadingChecks, SnapshotChecks):
         [streams, classes], [`edgeseq.runtime.decision.Event`, ...] that fired, usually none).
         Every `push` advances the decision state too (its events are then `session.events`);
         `push_logits` advances the model only. Threads that share a session should all call
-        `push_events`: a plain `push` from another thread in between replaces `session.events`. A reading `push` refuses changes neither.
+        `push_events`: a plain `push` from another thread in between replaces `session.events`.
+        A reading `push` refuses changes neither.
         Raises UsageError where the session has no decision settings, else as `push`."""
         if self._decider is None:
             raise UsageError("this session has no decision settings: the model file has none (run `edgeseq "
