@@ -64,6 +64,12 @@ META_VALIDATION = "edgeseq.validation"
 META_DECISION = "edgeseq.decision"       # null or the decision layer's settings (`edgeseq.runtime.decision`):
                                          # smoothing, per-class thresholds, minimum duration, refractory
                                          # time, background classes; absent in files without one
+META_TASK = "edgeseq.task"               # absent or null: classification. {"kind": "anomaly", ...settings}
+                                         # (`edgeseq.runtime.anomaly.AnomalySpec`): the outputs are next-reading
+                                         # forecast means and log-variances, labels 'mean:<f>' then 'logvar:<f>';
+                                         # {"kind": "regress", "targets", "target_mean", "target_std"}: the
+                                         # outputs are normalised per-reading targets, labels the target names
+TASK_KINDS = ("classify", "anomaly", "regress")
 META_DATA_SHA = "edgeseq.data_sha256"     # that data file's sha256 when it trained (eval checks it)
 META_DATA = "edgeseq.data"               # what the model was trained on: an embedded data set's name
                                          # ("basicmotions") or a data file's absolute path; null when it
@@ -251,6 +257,36 @@ def _normalization(v):
     return v
 
 
+def _task(v, features: list, labels: list):
+    """null (a classifier), or the task object checked against the features and labels."""
+    if v is None:
+        return None
+    if not isinstance(v, dict) or v.get("kind") not in TASK_KINDS:
+        _fail(META_TASK, f"must be null or an object whose kind is one of {', '.join(TASK_KINDS)}, got {_show(v)}")
+    kind = v["kind"]
+    if kind == "classify":
+        return None
+    if kind == "anomaly":
+        want = [f"mean:{f}" for f in features] + [f"logvar:{f}" for f in features]
+        if labels != want:
+            _fail(META_LABELS, "of an anomaly model must be 'mean:<feature>' then 'logvar:<feature>' for every "
+                  "feature, in the features' order")
+        from edgeseq.errors import UsageError
+        from edgeseq.runtime.anomaly import AnomalySpec       # numpy only; imported when a file has one
+        try:
+            return AnomalySpec.from_json(v).to_json()
+        except UsageError as e:
+            _fail(META_TASK, str(e), "run `edgeseq calibrate` on the model again")
+    targets, mean, std = v.get("targets"), v.get("target_mean"), v.get("target_std")
+    if targets != labels:
+        _fail(META_TASK, "'targets' must name the outputs, as the labels do")
+    for k, a in (("target_mean", mean), ("target_std", std)):
+        if not isinstance(a, list) or len(a) != len(labels) or not all(_is_number(x) for x in a) \
+                or k == "target_std" and not all(x > 0 for x in a):
+            _fail(META_TASK, f"'{k}' must be one finite number{' > 0' if k == 'target_std' else ''} per target")
+    return {"kind": "regress", "targets": list(targets), "target_mean": list(mean), "target_std": list(std)}
+
+
 @dataclass
 class ModelMeta:
     """What the runtime needs to know about a model, parsed from `metadata_props`."""
@@ -271,6 +307,12 @@ class ModelMeta:
     data_sha256: str | None = None      # that file's sha256 (META_DATA_SHA); None: embedded, unknown or older
     decision: dict | None = None        # the decision layer's settings (META_DECISION), checked against the
                                         # labels (`DecisionSpec.from_json`); None: the file has none
+    task: dict | None = None            # META_TASK: None for a classifier, else {"kind": ...} (checked)
+
+    @property
+    def kind(self) -> str:
+        """'classify', 'anomaly' or 'regress'."""
+        return "classify" if self.task is None else self.task["kind"]
 
     def to_props(self) -> dict:
         """The metadata as ONNX metadata_props: compact JSON per key (a small model's file is
@@ -290,6 +332,7 @@ class ModelMeta:
             META_DATA: _compact(self.data),
             META_DATA_SHA: _compact(self.data_sha256),
             **({META_DECISION: _compact(self.decision)} if self.decision is not None else {}),
+            **({META_TASK: _compact(self.task)} if self.task is not None else {}),
         }
 
     @property
@@ -370,6 +413,9 @@ class ModelMeta:
                 extra["decision"] = DecisionSpec.from_json(extra["decision"], labels).to_json()
             except UsageError as e:
                 _fail(META_DECISION, str(e).removeprefix("decision: "), "run `edgeseq calibrate` on the model again")
+        extra["task"] = _task(get(META_TASK), features, labels)
+        if extra["task"] is not None and extra["decision"] is not None:
+            _fail(META_DECISION, "is set on an anomaly or regression model, which has no classes to decide on")
         return cls(arch=arch, mode=mode, features=features, labels=labels, state=state, max_history=max_history,
                    quantization=quantization, version=version, format=fmt,
                    normalization=_normalization(get(META_NORM)), **extra)

@@ -319,6 +319,52 @@ def _run_native(path, X, lengths, classes: int) -> np.ndarray:
         return np.full((X.shape[1], X.shape[0], classes), np.nan, np.float32)
 
 
+ANOMALY_DETECTED_DROP = 0.1     # int8 may miss at most this share of the anomalies its float twin detects
+
+
+def anomaly_check(runs, judged, native_why, fsess, meta, ds, X, ref, max_error, keep_anyway, scheme, float_check):
+    """int8 export's verdict on an anomaly model: per backend, the forecast outputs' error
+    against the float twin (`output_error`, bound `max_error` of the output range) and the
+    anomaly figures on the test split at the model's default settings
+    (`edgeseq.runtime.anomaly.figures`): int8 must detect at least the float twin's anomalies
+    less ANOMALY_DETECTED_DROP of them, with no more false alarms than it plus one."""
+    from edgeseq.runtime.anomaly import AnomalySpec, figures, run
+    spec = AnomalySpec.from_json(meta.task)
+    norm = meta.normalization
+    te = ds.test
+
+    def anomaly(outs):
+        res = run(te.X, te.lengths, np.nan_to_num(np.transpose(outs, (1, 0, 2))), norm["mean"], norm["std"], spec)
+        return figures(te.Y, te.lengths, res, spec, spec.rate_hz)
+
+    ref_fig = anomaly(run_streams(fsess, meta, te.X, te.lengths))
+    out = {}
+    for name, go in sorted(runs.items(), key=lambda kv: kv[0] != judged):
+        err = output_error(ref, go(X))
+        fig = anomaly(go(te.X, te.lengths))
+        broken = []
+        if not np.isfinite(err["mean_rel"]) or not err["mean_rel"] <= max_error:
+            broken.append(f"mean output error {err['mean_rel']:.2%} of the output range (bound {max_error:.2%})")
+        if fig["detected"] < ref_fig["detected"] - ANOMALY_DETECTED_DROP * max(ref_fig["anomalies"], 1):
+            broken.append(f"detected {fig['detected']} of {fig['anomalies']} anomalies vs float {ref_fig['detected']}")
+        if fig["false_alarms"] > ref_fig["false_alarms"] + 1:
+            broken.append(f"{fig['false_alarms']} false alarms vs float {ref_fig['false_alarms']}")
+        out[name] = {"mean_rel": err["mean_rel"], "max_rel": err["max_rel"], "anomaly": fig, "broken": broken,
+                     "within_bounds": not broken}
+    mine = out[judged]
+    if mine["broken"] and not keep_anyway:
+        raise ExportValidationError(
+            f"int8 ({scheme}) on the {judged} backend breaks its bound: {'; '.join(mine['broken'])}; the model was "
+            "not written (try the other --int8-scheme, or --keep-anyway to write it regardless)",
+            max_diff=mine["max_rel"], tolerance=max_error)
+    return {"float_vs_torch_max_abs_diff": float_check["max_abs_diff"], "streams": int(X.shape[0]),
+            "readings": int(X.shape[1]), "mean_rel": mine["mean_rel"], "max_rel": mine["max_rel"],
+            "within_bounds": mine["within_bounds"], "float_anomaly": ref_fig, "int8_anomaly": mine["anomaly"],
+            "backend": judged, "backend_note": native_why,
+            "backends": {n: {k: v for k, v in f.items() if k != "broken"} for n, f in out.items()},
+            "data": ds.name, "max_error": max_error}
+
+
 def dataset_for(ckpt: dict, data: str | Dataset | None) -> Dataset:
     """The data int8 export calibrates and checks on: `data` if given, else the run's training
     data (the absolute path the checkpoint stores; older checkpoints store only a name, which
@@ -346,6 +392,8 @@ def dataset_for(ckpt: dict, data: str | Dataset | None) -> Dataset:
                             "since training (its sha256 is not the one the checkpoint records), so its test split may "
                             f"now hold training sequences; pass --data '{spec}' to use it as it is now, or restore it")
     ds = ds.for_model(ckpt["features"], f"data '{ds.name}'", DATA_REMEDY)
+    if (ckpt.get("task") or {}).get("kind", "classify") != "classify":
+        return ds                                    # a forecast's outputs are not the data's labels
     if list(ds.labels) != list(ckpt["labels"]):
         raise DataError(f"data '{ds.name}' has labels {ds.labels}, the model predicts {ckpt['labels']}; "
                         "pass the training data with --data")
@@ -457,6 +505,12 @@ def export_int8(ckpt: dict, out, scheme: str = DEFAULT_SCHEME, data=None, max_hi
             qsess = cpu_session(path)
             X = long_streams(ds.test, stream_readings, seed=seed)
             ref = run_streams(fsess, meta, X)
+            if meta.kind == "anomaly":
+                runs = {"onnxruntime": lambda X_, L=None: run_q(qsess, meta, X_, L)}
+                if native_why is None:
+                    runs["native"] = lambda X_, L=None: _run_native(path, X_, L, len(meta.labels))
+                return anomaly_check(runs, judged, native_why, fsess, meta, ds, X, ref, max_error, keep_anyway,
+                                     scheme, float_check)
             lf = run_streams(fsess, meta, ds.test.X, ds.test.lengths)
             racc_f = reading_accuracy(lf, ds.test)
             Xc, Yc, ends = joined_streams(ds.test, seed=seed)                  # never reset, as a device runs

@@ -223,8 +223,22 @@ def meta_for(ckpt: dict, model, mode: str, max_history=None, quantization=None) 
         arch=ckpt["arch"], mode=mode, features=list(ckpt["features"]), labels=list(ckpt["labels"]),
         state=state, max_history=max_history, quantization=quantization,
         version=edgeseq.__version__, normalization=ckpt["normalization"], config=ckpt["config"],
-        data=trained_on(ckpt), data_sha256=_sha256_of(ckpt),
+        data=trained_on(ckpt), data_sha256=_sha256_of(ckpt), task=task_meta(ckpt),
     )
+
+
+def task_meta(ckpt: dict) -> dict | None:
+    """The checkpoint's `edgeseq.task` metadata: None for a classifier; an anomaly model gets
+    the default `AnomalySpec` with its data's sampling rate where known (`edgeseq calibrate`
+    chooses its threshold and duration later)."""
+    task = ckpt.get("task")
+    if not task or task.get("kind") == "classify":
+        return None
+    if task["kind"] == "anomaly":
+        from edgeseq.data import RATE_HZ
+        from edgeseq.runtime.anomaly import AnomalySpec
+        return AnomalySpec(rate_hz=RATE_HZ.get(ckpt.get("dataset"))).to_json()
+    return dict(task)
 
 
 def _sha256_of(ckpt: dict) -> str | None:

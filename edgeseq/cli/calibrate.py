@@ -82,6 +82,70 @@ def _plot(r, path: Path, budget: float) -> str | None:
     return str(path)
 
 
+def _calibrate_anomaly(model, ds, rate_hz, budget, split, target, plot_path, dry_run, as_json, backend):
+    """`calibrate` for an anomaly model (`edgeseq.runtime.anomaly.calibrate`) on normal recordings."""
+    from edgeseq.runtime.anomaly import calibrate as run
+    from edgeseq.runtime.anomaly import hold_out
+    part = ds.train
+    if split == "validation":
+        _, rows = hold_out(ds.train)
+        if not len(rows):
+            raise UsageError(f"'{printable(ds.name)}' has fewer than 4 training recordings: nothing was held out; "
+                             "use --split train or --data")
+        part = ds.train.take(rows)
+    r = run(model, part, rate_hz, budget, backend)
+    spec = r["chosen"]
+    written = plotted = None
+    if not dry_run:
+        from export.decision import write_decision
+        plotted = _plot_anomaly(r, plot_path)
+        written = str(write_decision(model, spec, target))
+    if as_json:
+        click.echo(json.dumps({"chosen": spec.to_json(), "table": r["table"], "written": written, "plot": plotted},
+                              indent=2))
+        return
+    per = r["per"]
+    span = f"{r['hours'] * 60:.1f} minutes at {rate_hz:g} Hz" if r["hours"] else "rate unknown"
+    click.echo(f"calibrating on {r['recordings']} normal {split} recordings of {printable(ds.name)}: "
+               f"{r['normal_readings']:,} scored readings ({span}); budget {budget:g} false alarms per {per}")
+    click.echo(f"  {'min':>4s} {'highest':>8s} {'threshold':>10s} {'seen at it':>11s}")
+    for x in r["table"]:
+        mark = "* " if x["min_duration"] == spec.min_duration else "  "
+        click.echo(f"{mark}{x['min_duration']:4d} {x['highest']:8.2f} {x['sigmas']:10.1f} {x['observed_false_alarms']:11d}")
+    click.echo(f"chosen: {spec.describe()}")
+    click.echo(f"the threshold meets the budget under a Gumbel law fitted to each recording's highest level held "
+               f"{spec.min_duration} readings (modelled, not counted: {r['observed_false_alarms']} false alarms seen "
+               "on these recordings); check the test split: edgeseq eval " + printable(str(written or target)))
+    if written:
+        click.echo(f"wrote the anomaly settings into {printable(written)}"
+                   + (f"; plot {printable(plotted)}" if plotted else "; no plot (pip install matplotlib for one)"))
+
+
+def _plot_anomaly(r, path: Path) -> str | None:
+    """Each recording's highest sustained level per minimum duration, and the thresholds chosen."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 4))
+    t = r["table"]
+    ax.plot([x["min_duration"] for x in t], [x["highest"] for x in t], "o-", label="highest level on normal data")
+    ax.plot([x["min_duration"] for x in t], [x["sigmas"] for x in t], "s--", label="threshold for the budget")
+    c = r["chosen"]
+    ax.scatter([c.min_duration], [c.sigmas], s=120, marker="*", color="red", zorder=3, label="chosen")
+    ax.set_xscale("log")
+    ax.set_xlabel("minimum duration (readings)")
+    ax.set_ylabel("level (standard deviations of the learnt score)")
+    ax.legend(fontsize=8)
+    fig.suptitle(f"anomaly calibration: {r['recordings']} normal recordings, budget {r['budget']:g} per {r['per']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return str(path)
+
+
 @click.command()
 @click.argument("model", type=click.Path())
 @click.option("--data", help="'basicmotions' or a .npz / .csv path (default: the data the model was trained on, as "
@@ -145,6 +209,12 @@ def calibrate(model, data, background, rate_hz, budget, split, orders, out, plot
     plot_path = Path(plot) if plot else target.with_name(target.name + ".calibration.png")
     _check_outputs(Path(model), target, plot_path, data, dry_run)
     ds = model_data(model, data)
+    from edgeseq.runtime.model import open_model
+    if open_model(model)[1].kind == "anomaly":
+        if background:
+            raise UsageError("--background names classes of a classifier; an anomaly model has none (drop it)")
+        return _calibrate_anomaly(model, ds, rate_hz if rate_hz is not None else RATE_HZ.get(ds.source or ""),
+                                  budget, split, target, plot_path, dry_run, as_json, backend)
     if rate_hz is None:
         rate_hz = RATE_HZ.get(ds.source or "")
         if rate_hz is None:

@@ -78,6 +78,20 @@ def eval_cmd(model, data, split, provider, backend, as_json):
     from edgeseq.runtime.model import model_data
 
     ds = model_data(model, data)
+    if _kind(model) == "anomaly":
+        from edgeseq.cli.train import anomaly_line
+        from edgeseq.runtime.anomaly import evaluate as evaluate_anomaly
+        r = evaluate_anomaly(model, getattr(ds, split), backend=backend, provider=provider)
+        r["data"], r["split"] = ds.name, split
+        if as_json:
+            _echo_json(r)
+            return
+        s = r["settings"]
+        click.echo(printable(f"anomaly ({r['backend']} backend) on {ds.name} {split}, {r['recordings']} recordings, "
+                             f"each a never-reset stream: {anomaly_line(r)}"))
+        click.echo(f"  settings: learn {s['learn']} readings, {s['sigmas']:g} standard deviations for "
+                   f"{s['min_duration']} readings, EMA alpha {s['alpha']:g}")
+        return
     r = evaluate(model, getattr(ds, split), labels=ds.labels, provider=provider, features=ds.features, backend=backend)
     r["data"], r["split"] = ds.name, split
     if r.get("backend_note"):
@@ -123,6 +137,11 @@ def eval_cmd(model, data, split, provider, backend, as_json):
     if ev:
         for line in event_lines(ev):
             click.echo(line)
+
+
+def _kind(model) -> str:
+    from edgeseq.runtime.model import open_model
+    return open_model(model)[1].kind
 
 
 def _has_decision(model) -> bool:

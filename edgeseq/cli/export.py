@@ -92,6 +92,11 @@ def export(run, out, max_history, int8, int8_scheme, data, max_error, max_accura
 
 def _int8_figures(r: dict) -> str:
     """One backend's int8 figures against the float twin, as the export line prints them."""
+    if "float_anomaly" in r:                   # an anomaly model: forecast error and the anomaly figures
+        q, f = r.get("anomaly") or r["int8_anomaly"], r["float_anomaly"]
+        return (f"mean forecast error {r['mean_rel']:.2%} of range (max {r['max_rel']:.1%}), detected "
+                f"{q['detected']}/{q['anomalies']} anomalies vs {f['detected']}, false alarms {q['false_alarms']} "
+                f"vs {f['false_alarms']}, top score inside on {q['top_inside'] or 0:.0%} vs {f['top_inside'] or 0:.0%}")
     return (f"mean error {r['mean_rel']:.2%} of range (max {r['max_rel']:.1%}), per-reading accuracy "
             f"{r['int8_reading_accuracy']:.3f} vs {r['float_reading_accuracy']:.3f}, never reset "
             f"{r['int8_continuous_accuracy']:.3f} vs {r['float_continuous_accuracy']:.3f}, "

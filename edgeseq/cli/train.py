@@ -26,10 +26,13 @@ from edgeseq.errors import UsageError, printable
               help="Model setting, e.g. --set hidden=32 --set layers=2; augmentation: --set augment=none, "
                    "--set augment.rotate=30 (see docs/augment.md); training: --set patience=20, "
                    "--set val_fraction=0.25 (see docs/usage.md).")
+@click.option("--task", type=click.Choice(["classify", "anomaly"]), default="classify", show_default=True,
+              help="classify: class per reading; anomaly: learn normal recordings only (a next-reading forecast "
+                   "with its variance) to score how unusual each reading is (docs/anomaly.md).")
 @click.option("--json", "as_json", is_flag=True, help="Print metrics as JSON.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @_errors
-def train(arch, data, out, epochs, lr, seed, settings, as_json, quiet, features):
+def train(arch, data, out, epochs, lr, seed, settings, as_json, quiet, features, task="classify"):
     """Train a model and save a checkpoint that carries its config, normalisation and labels.
 
     User data: .npz with X [N,T,F], y [N], optional lengths [N]; or .csv with one reading per
@@ -46,7 +49,10 @@ def train(arch, data, out, epochs, lr, seed, settings, as_json, quiet, features)
       edgeseq train --arch gru --out runs/plain --set augment=none
       edgeseq train --arch gru --data wrist.csv --out runs/rot --set augment.rotate=45 --set augment.triples=ax,ay,az
       edgeseq train --arch gru --data log.csv --out runs/acc --features acc_x,acc_y,acc_z
+      edgeseq train --task anomaly --arch gru --data vibration --out runs/vib
     """
+    if task != "classify":
+        return _train_task(arch, data, out, epochs, lr, seed, settings, as_json, quiet, features, task)
     from dataclasses import replace
 
     from edgeseq.data import load_dataset
@@ -103,6 +109,62 @@ def train(arch, data, out, epochs, lr, seed, settings, as_json, quiet, features)
     s = m.get("schedule") or {}
     if s.get("advice"):
         click.echo(f"warning: not converged: {s['advice']} (curve: {Path(out) / 'training_curve.png'})", err=True)
+
+
+def _train_task(arch, data, out, epochs, lr, seed, settings, as_json, quiet, features, task):
+    """`edgeseq train --task anomaly`: `edgeseq.train.forecast.train_task`, then its figures on
+    the test split (torch outputs, the default anomaly settings)."""
+    from edgeseq.data import RATE_HZ, load_dataset
+    from edgeseq.models import check_arch
+    from edgeseq.runtime.anomaly import AnomalySpec, figures, run
+    from edgeseq.train import TRAIN_SETTINGS, parse_overrides, save_checkpoint
+    from edgeseq.train.forecast import train_task
+    from edgeseq.train.loop import stream_logits
+
+    check_arch(arch)
+    overrides = parse_overrides(settings)
+    bad = [k for k in overrides if k in TRAIN_SETTINGS or k.startswith("augment")]
+    if bad:
+        raise UsageError(f"--set {bad[0]} applies to classification training; --task {task} takes model settings "
+                         "(hidden, layers, ...), --epochs and --lr")
+    _check_names(arch, overrides)
+    if Path(out).exists() and not Path(out).is_dir():
+        raise UsageError(f"--out '{out}' is a file; give a directory for checkpoint.pt and metrics.json")
+    dataset = load_dataset(data, None if features is None else features.split(","))
+    ckpt = train_task(arch, dataset, task, epochs=epochs, lr=lr or 3e-3, seed=seed, settings=overrides,
+                      progress=not quiet)
+    from edgeseq.train.checkpoint import model_from_checkpoint
+    model = model_from_checkpoint(ckpt)
+    te = dataset.test
+    spec = AnomalySpec(rate_hz=RATE_HZ.get(dataset.name))
+    outs = stream_logits(model, te.X).numpy()
+    norm = ckpt["normalization"]
+    fig = figures(te.Y, te.lengths, run(te.X, te.lengths, outs, norm["mean"], norm["std"], spec), spec, spec.rate_hz)
+    ckpt["metrics"]["test"] = fig
+    ckpt["metrics"]["test_settings"] = spec.to_json()
+    with _writing(out):
+        path = save_checkpoint(ckpt, out)
+    m = ckpt["metrics"]
+    if as_json:
+        _echo_json({"checkpoint": str(path), "arch": arch, **m})
+        return
+    click.echo(f"{arch} anomaly model on {dataset.name}: {anomaly_line(fig)} (torch, default settings) in "
+               f"{m['train_seconds']:.1f} s -> {path}")
+    click.echo(f"schedule: {schedule_line(m.get('schedule'))}")
+    click.echo(f"next: edgeseq export {out} --out {Path(out).name}.onnx, then edgeseq calibrate on it")
+    s = m.get("schedule") or {}
+    if s.get("advice"):
+        click.echo(f"warning: not converged: {s['advice']}", err=True)
+
+
+def anomaly_line(fig: dict) -> str:
+    """One line of `edgeseq.runtime.anomaly.figures`."""
+    top = "n/a" if fig["top_inside"] is None else f"{fig['top_inside']:.0%}"
+    rate = (f"{fig['false_alarms_per_hour']:.2f} per hour of normal data" if fig.get("false_alarms_per_hour")
+            is not None else f"{fig.get('false_alarms_per_1000') or 0:.3f} per 1,000 normal readings")
+    delay = "" if fig["delay_median"] is None else f", median delay {fig['delay_median']:.0f} readings"
+    return (f"top score inside the anomaly on {top} of {fig['anomalies']} recordings, detected "
+            f"{fig['detected']}/{fig['anomalies']}, {fig['false_alarms']} false alarms ({rate}){delay}")
 
 
 def _check_names(arch: str, overrides: dict) -> None:

@@ -58,10 +58,12 @@ from edgeseq.errors import DataError, printable
 
 DATA_DIR = Path(__file__).resolve().parent
 EMBEDDED = {"basicmotions": DATA_DIR / "basicmotions.npz",          # the default: wrist IMU, 4 activities
-            "japanesevowels": DATA_DIR / "japanesevowels.npz"}      # 9 speakers, 12 cepstra, 7-29 frames
+            "japanesevowels": DATA_DIR / "japanesevowels.npz",      # 9 speakers, 12 cepstra, 7-29 frames
+            "vibration": DATA_DIR / "vibration.npz",                # synthetic machine vibration, injected faults
+            "internalbleeding16": DATA_DIR / "internalbleeding16.npz"}  # UCR anomaly archive series 135
 # Readings per second of the embedded sets, where their source states it (PROVENANCE.md): what per-hour
 # figures (false alarms per hour) default to for them.
-RATE_HZ = {"basicmotions": 10.0}
+RATE_HZ = {"basicmotions": 10.0, "vibration": 50.0}
 # The classes of the embedded sets that are no event (rest, nothing happening): the report's default background.
 BACKGROUND = {"basicmotions": ["Standing"]}
 CHANNELS_REMEDY = "give data with the model's channels, named as in training"

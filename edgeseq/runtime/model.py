@@ -117,4 +117,5 @@ def model_data(path: str | os.PathLike, data: str | None = None):
     as `open_model`, DataError as `edgeseq.data.data_for_model` (a recorded file that is gone,
     channels or labels that are not the model's: one line that says to pass --data)."""
     _, meta = open_model(path)
-    return data_for_model(data, meta.features, meta.labels, meta.data, str(path), meta.data_sha256)
+    return data_for_model(data, meta.features, meta.labels if meta.kind == "classify" else None, meta.data, str(path),
+                          meta.data_sha256)

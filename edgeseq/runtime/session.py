@@ -135,9 +135,35 @@ class StreamSession(ReadingChecks, SnapshotChecks):
     # -- the decision layer (edgeseq.runtime.decision) --------------------------------------
 
     def _decide_setup(self, decision) -> None:
-        """decision None: the model file's own settings (`edgeseq.decision`), if it has any;
-        False: none; a DecisionSpec or its JSON object: those."""
+        """decision None: the model file's own settings (`edgeseq.decision`, or an anomaly
+        model's `edgeseq.task`), if it has any; False: none; a DecisionSpec / AnomalySpec or
+        its JSON object: those."""
         from edgeseq.runtime.decision import Decider, DecisionSpec
+        if self.meta.kind == "anomaly":
+            from edgeseq.runtime.anomaly import AnomalySpec, Watcher
+            if decision is None:
+                spec = AnomalySpec.from_json(self.meta.task)
+            elif decision is False:
+                spec = None
+            elif isinstance(decision, AnomalySpec):
+                spec = decision
+            elif isinstance(decision, dict):
+                spec = AnomalySpec.from_json(decision)
+            else:
+                raise UsageError(f"an anomaly model's decision must be None (the model's), False (none), an "
+                                 f"AnomalySpec or its JSON object, got {type(decision).__name__}")
+            self.decision = spec
+            if spec is None:
+                return
+            norm = self.meta.normalization or {"mean": [0.0] * self.n_features, "std": [1.0] * self.n_features}
+            self._decider = Watcher(spec, norm["mean"], norm["std"], self.streams)
+            self._plain_push = self.push
+            self.push = self._push_decided
+            return
+        if self.meta.kind != "classify":
+            if decision not in (None, False):
+                raise UsageError(f"a {self.meta.kind} model has no classes to decide on; give no decision settings")
+            return
         if decision is None:
             spec = None if self.meta.decision is None else DecisionSpec.from_json(self.meta.decision, self.labels)
         elif decision is False:
@@ -177,8 +203,46 @@ class StreamSession(ReadingChecks, SnapshotChecks):
     def _push_decided(self, readings) -> np.ndarray:
         with self._dlock:
             probs = self._plain_push(readings)
-            self._events = self._decider.update(probs)
+            if self.meta.kind == "anomaly":
+                x = np.asarray(readings, np.float32).reshape(self.streams, self.n_features)
+                self._events = self._decider.update(x, self._outputs())
+            else:
+                self._events = self._decider.update(probs)
             return probs
+
+    def _outputs(self) -> np.ndarray:
+        """The model's raw outputs (logits) of the last applied push, float32 [streams, C]."""
+        if self._subs is not None:
+            return np.concatenate([sub._logits for sub in self._subs])
+        return self._logits
+
+    def push_scores(self, readings) -> tuple:
+        """Advance every stream by one reading and return what an anomaly or regression model
+        answers. Anomaly: (level float32 [streams], events): each stream's smoothed surprise in
+        standard deviations of its own learnt normal score (NaN while it warms up and learns,
+        `edgeseq.runtime.anomaly`), and the anomaly events that fired. Regression: (targets
+        float32 [streams, K] in the data's units, []). Raises UsageError for a classifier (use
+        `push` / `push_events`) or an anomaly session made with decision=False; else as `push`."""
+        kind = self.meta.kind
+        if kind == "classify":
+            raise UsageError("this is a classifier: use push (probabilities) or push_events (events)")
+        with self._dlock:
+            if kind == "regress":
+                self.push(readings)
+                t = self.meta.task
+                out = self._outputs()
+                return (out * np.asarray(t["target_std"], np.float32) + np.asarray(t["target_mean"], np.float32)), []
+            if self._decider is None:
+                raise UsageError("this anomaly session was made with decision=False: it keeps no baseline to score "
+                                 "against; open it with the model's settings (decision=None)")
+            self.push(readings)
+            return self._decider.level.astype(np.float32), self.events
+
+    @property
+    def threshold(self) -> np.ndarray | None:
+        """An anomaly session's learnt threshold per stream on the smoothed score (float64
+        [streams], NaN while learning); None for other models."""
+        return None if self.meta.kind != "anomaly" or self._decider is None else self._decider.threshold
 
     def push_events(self, readings) -> tuple:
         """`push`, and the decision layer's verdict on this reading: (probabilities float32

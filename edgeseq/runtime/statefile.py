@@ -291,6 +291,7 @@ def save_state(path, sess, readings: int, model_hash: str | None = None, extra: 
     header = {"model_sha256": model_hash or session_sha256(sess), "model": os.path.basename(sess.path),
               "arch": sess.meta.arch, "streams": sess.streams, "readings": int(readings),
               "n_state": len(snap["state"]), "decision": decision is not None,
+              **({"task": sess.meta.kind} if sess.meta.kind != "classify" else {}),
               "payload_sha256": hashlib.sha256(payload).hexdigest(),
               "saved_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **(extra or {})}
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -348,6 +349,8 @@ def _check_header(path, header) -> dict:
             raise _corrupt(path, f"header field {key} must be a string")
     if not isinstance(header.get("decision", False), bool):
         raise _corrupt(path, "header field decision must be true or false")
+    if header.get("task", "classify") not in ("classify", "anomaly", "regress"):
+        raise _corrupt(path, "header field task must be classify, anomaly or regress")
     return header
 
 
@@ -439,8 +442,9 @@ def read_state(path, check_header=None, expect: dict | None = None, max_bytes: i
         check_header(header)
     want = {"position"} | {f"state_{i}" for i in range(header["n_state"])}
     if header.get("decision", False):                # the decision layer's state (`Decider.snapshot`)
-        from edgeseq.runtime.decision import STATE_NAMES
-        want |= {f"decision_{k}" for k in STATE_NAMES}
+        from edgeseq.runtime import anomaly, decision
+        names = anomaly.STATE_NAMES if header.get("task") == "anomaly" else decision.STATE_NAMES
+        want |= {f"decision_{k}" for k in names}
     _members(path, payload, want, expect)
     try:
         with np.load(io.BytesIO(payload), allow_pickle=False) as z:
@@ -477,7 +481,7 @@ def expected_arrays(sess) -> tuple:
             expect[f"decision_{k}"] = a.shape
             total += MEMBER_OVERHEAD + 8 * a.size
     else:                                            # a file saved with one is read; its decision state unused
-        total += 8 * MEMBER_OVERHEAD + 8 * sess.streams * (2 * len(sess.meta.labels) + 6)
+        total += 16 * MEMBER_OVERHEAD + 8 * sess.streams * (2 * len(sess.meta.labels) + 12)
     return expect, total
 
 

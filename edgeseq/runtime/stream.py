@@ -315,6 +315,7 @@ def stream_lines(sess, lines, on_bad="error", as_json=False, echo=print, on_read
         note = lambda text: print(text, file=sys.stderr)      # noqa: E731
     stats = {"readings": start, "skipped": 0, "events": 0}
     decided = getattr(sess, "decision", None) is not None
+    anomaly = getattr(getattr(sess, "meta", None), "kind", "classify") == "anomaly" and decided
     reader = LineReader(sess.features)
     for lineno, line in enumerate(lines, start=1):
         try:
@@ -335,7 +336,10 @@ def stream_lines(sess, lines, on_bad="error", as_json=False, echo=print, on_read
         k = int(probs.argmax())
         stats["readings"] += 1
         true = () if reader.label_col is None else (reader.label,)
-        if true and score is not None:
+        if anomaly:                                   # the level against the stream's own baseline, not classes
+            level = float(sess._decider.level[0])
+            active = sess.decision_state()[0] is not None
+        if true and score is not None and not anomaly:
             score.add(reader.label, sess.labels[k])
         fired = [{"event": e.kind, "label": e.label, "onset": stats["readings"] - (e.position - e.onset)}
                  for e in sess.events] if decided else []     # the onset counted back from this reading
@@ -344,6 +348,14 @@ def stream_lines(sess, lines, on_bad="error", as_json=False, echo=print, on_read
             for e in fired:
                 echo(json.dumps({"reading": stats["readings"], **e}) if as_json
                      else csv_line(stats["readings"], e["event"], e["label"], e["onset"]))
+        elif anomaly:                                 # level: NaN (JSON null, CSV 'learning') until the baseline is learnt
+            if as_json:
+                echo(json.dumps({"reading": stats["readings"], "level": None if level != level else round(level, 4),
+                                 "anomaly": active, **({"true": reader.label or None} if true else {}),
+                                 "events": fired}))
+            else:
+                echo(csv_line(stats["readings"], "learning" if level != level else f"{level:.3f}",
+                              "anomaly" if active else "normal", *true))
         elif as_json:
             echo(json.dumps({"reading": stats["readings"], "label": sess.labels[k], "prob": round(float(probs[k]), 6),
                              **({"true": reader.label or None} if true else {}),

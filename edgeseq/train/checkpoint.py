@@ -59,12 +59,15 @@ def curve_png(ckpt: dict) -> bytes | None:
     scored = [p for p in curve if "val_loss" in p]
     if scored:
         ax.plot([p["epoch"] for p in scored], [p["val_loss"] for p in scored], label="validation loss")
-        ax2.plot([p["epoch"] for p in scored], [p["val_accuracy"] for p in scored], label="validation accuracy",
-                 color="C2")
-        ax2.set_ylim(0, 1.02)
+        acc = [p for p in scored if "val_accuracy" in p]        # a forecast (anomaly) model has a loss only
+        if acc:
+            ax2.plot([p["epoch"] for p in acc], [p["val_accuracy"] for p in acc], label="validation accuracy",
+                     color="C2")
+            ax2.set_ylim(0, 1.02)
     else:
         ax2.set_title("no validation split", fontsize=8)
-    ax.set_yscale("log")
+    if min(p["loss"] for p in curve) > 0:               # a Gaussian negative log-likelihood may be negative
+        ax.set_yscale("log")
     final = [p["epoch"] for p in curve if p.get("final")]
     if final:
         ax.axvspan(final[0] - 0.5, final[-1] + 0.5, color="0.9", label="all training sequences")

@@ -1,0 +1,117 @@
+"""A synthetic machine-vibration set with injected faults, for anomaly detection.
+
+`recordings(seed)` builds the embedded `vibration` set (`edgeseq/data/vibration.npz` is its
+output, written by `scripts/vendor_anomaly.py`; PROVENANCE.md describes it). A 3-axis
+accelerometer (acc_x, acc_y, acc_z, in g) on the housing of a rotating machine, read at
+50 Hz. Each machine has its own shaft speed (4-6 Hz, drifting slowly), its own amplitudes and
+phases of the running speed (1x) and its harmonics (2x, 3x) per axis, gravity on z, a slow
+load cycle and sensor noise; readings are whole counts of 1/1024 g. Six machines; the training split holds only normal running
+(4 recordings of 30 s per machine); the test split holds 40 recordings of 60 s of the same
+machines: 30 with one fault injected after the first 20 s, 10 normal throughout.
+
+The faults are the textbook kinds of vibration analysis (ISO 20816 practice): imbalance (the
+1x amplitude grows 1.6-2.2 times), misalignment (the 2x grows on the axial axis x), mechanical
+looseness (2x-4x harmonics and a clipped waveform), a rolling-bearing defect (decaying
+impulses at a rate that is no multiple of the shaft speed) and a sensor fault (one axis stuck
+at its last value). Each lasts 4-10 s. Per-reading labels: 0 normal, 1 fault.
+
+It holds no real data: figures on it say that the method finds faults of these kinds in this
+kind of signal, not how it does on a given machine.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+FEATURES = ["acc_x", "acc_y", "acc_z"]
+LABELS = ["normal", "fault"]
+RATE_HZ = 50.0
+FAULTS = ("imbalance", "misalignment", "looseness", "bearing", "stuck")
+TRAIN_SECONDS, TEST_SECONDS, FAULT_AFTER_S = 30, 60, 20
+LSB_PER_G = 1024          # readings are whole counts of 1/1024 g, as a 16-bit accelerometer at +-16 g gives
+
+
+def _machine(rng: np.random.Generator) -> dict:
+    return {"f0": rng.uniform(4.0, 6.0),
+            "amp": rng.uniform(0.15, 0.45, 3) * np.array([0.6, 1.0, 0.8]),      # 1x per axis
+            "harm": rng.uniform(0.1, 0.35, (2, 3)),                             # 2x, 3x relative to 1x
+            "phase": rng.uniform(0, 2 * np.pi, (3, 3)),                         # harmonic x axis
+            "noise": rng.uniform(0.02, 0.04),
+            "load_period": rng.uniform(8.0, 20.0)}
+
+
+def _signal(m: dict, n: int, rng: np.random.Generator, fault: str | None = None, span=(0, 0)) -> np.ndarray:
+    """float64 [n, 3]: one recording of machine `m`, `fault` between readings span[0]:span[1]."""
+    t = np.arange(n) / RATE_HZ
+    speed = m["f0"] * (1 + 0.02 * np.cumsum(rng.normal(0, 1, n)) / np.sqrt(n))   # slow drift, about 2%
+    theta = 2 * np.pi * np.cumsum(speed) / RATE_HZ + rng.uniform(0, 2 * np.pi)
+    load = 1 + 0.1 * np.sin(2 * np.pi * t / m["load_period"] + rng.uniform(0, 2 * np.pi))
+    amp = m["amp"] * rng.uniform(0.95, 1.05, 3)
+    gains = np.ones((4, 3))                               # per harmonic (1x..4x) and axis
+    gains[1:3] = m["harm"]
+    gains[3] = 0.0
+    a, b = span
+    inside = np.zeros(n, bool)
+    inside[a:b] = True
+    g = np.repeat(gains[None], n, 0)                      # (n, 4, 3)
+    if fault == "imbalance":
+        g[inside, 0] *= rng.uniform(1.6, 2.2)
+    elif fault == "misalignment":
+        g[inside, 1, 0] = g[inside, 1, 0] * 3.0 + 0.3
+    elif fault == "looseness":
+        g[inside, 1:4] += rng.uniform(0.25, 0.4)
+    x = np.zeros((n, 3))
+    for k in range(4):
+        x += (g[:, k] * amp) * np.sin((k + 1) * theta[:, None] + (m["phase"][k] if k < 3 else 0.0))
+    x *= load[:, None]
+    if fault == "looseness":
+        lim = 0.8 * np.abs(x[inside]).max(0)
+        x[inside] = np.clip(x[inside], -lim, lim)
+    if fault == "bearing":
+        rate = m["f0"] * rng.uniform(3.2, 3.8)            # an outer-race defect rate, no multiple of the speed
+        hits = np.arange(a / RATE_HZ, b / RATE_HZ, 1 / rate)
+        for h in hits:
+            i = int(round(h * RATE_HZ))
+            k = np.arange(i, min(i + 6, n))
+            x[k] += rng.uniform(0.4, 0.7) * np.exp(-(k - i) / 1.5)[:, None] * rng.choice([-1, 1], 3)
+    x += rng.normal(0, m["noise"], (n, 3))
+    x[:, 2] += 1.0                                        # gravity
+    if fault == "stuck":
+        axis = rng.integers(3)
+        x[a:b, axis] = x[a, axis]
+    return x
+
+
+def recordings(seed: int = 0) -> dict:
+    """The arrays of `vibration.npz` (edgeseq's .npz layout): X_train float32 [24, 1500, 3],
+    y_train int64 [24, 1500] (all 0), X_test float32 [40, 3000, 3], y_test int64 [40, 3000]
+    (1 inside the injected fault), fault_test str [40] (the fault's kind, '' for none),
+    groups_train / groups_test (the machine), labels, features, rate_hz."""
+    rng = np.random.default_rng(seed)
+    machines = [_machine(rng) for _ in range(6)]
+    n_tr, n_te = TRAIN_SECONDS * int(RATE_HZ), TEST_SECONDS * int(RATE_HZ)
+    Xtr, gtr = [], []
+    for i, m in enumerate(machines):
+        for _ in range(4):
+            Xtr.append(_signal(m, n_tr, rng))
+            gtr.append(f"machine{i + 1}")
+    Xte, Yte, gte, kinds = [], [], [], []
+    for r in range(40):
+        i = r % 6
+        fault = FAULTS[r % len(FAULTS)] if r < 30 else None
+        y = np.zeros(n_te, np.int64)
+        span = (0, 0)
+        if fault:
+            length = int(rng.uniform(4, 10) * RATE_HZ)
+            start = int(rng.uniform(FAULT_AFTER_S * RATE_HZ, n_te - length - RATE_HZ))
+            span = (start, start + length)
+            y[start:start + length] = 1
+        Xte.append(_signal(machines[i], n_te, rng, fault, span))
+        Yte.append(y)
+        gte.append(f"machine{i + 1}")
+        kinds.append(fault or "")
+    lsb = lambda a: (np.round(np.asarray(a) * LSB_PER_G) / LSB_PER_G).astype(np.float32)   # noqa: E731
+    return {"X_train": lsb(Xtr), "y_train": np.zeros((len(Xtr), n_tr), np.int64),
+            "X_test": lsb(Xte), "y_test": np.asarray(Yte, np.int64),
+            "groups_train": np.asarray(gtr), "groups_test": np.asarray(gte), "fault_test": np.asarray(kinds),
+            "labels": np.asarray(LABELS), "features": np.asarray(FEATURES), "rate_hz": np.float64(RATE_HZ)}

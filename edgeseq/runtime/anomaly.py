@@ -1,0 +1,445 @@
+"""Anomaly detection on a never-reset stream: a forecast's surprise against a baseline the device
+learns itself.
+
+An anomaly model (`edgeseq train --task anomaly`) forecasts, after every reading, the next
+reading's normalised value z = (x - mean) / std per channel as a Gaussian: means mu and
+log-variances v (its 2F outputs). When the next reading comes, its score is the Gaussian
+negative log-likelihood per channel, averaged,
+
+    e_t = 1/F sum_f 0.5 (v_f + (z_f - mu_f)^2 exp(-v_f))        (v clamped to +-8)
+
+and the `Watcher` smooths it with an exponential moving average s <- s + alpha (e - s).
+Each stream then learns its own normal level without torch, from its own readings:
+
+1. `warm` readings: the model's state fills; nothing is scored;
+2. `learn` readings: the mean and standard deviation of s (Welford's running update, float64);
+3. after that: the level is (s - mean) / std, in standard deviations of the stream's own normal
+   score, and a reading whose level is at least `sigmas` is a candidate anomaly. The decision
+   layer (`edgeseq.runtime.decision.Decider`, labels normal/anomaly, background normal) turns
+   candidates into events: `min_duration` readings in a row start one, `release` readings
+   without end it, `refractory` readings after a start start nothing else.
+
+Everything is vectorised over streams (numpy), and every array of the state is carried by
+snapshots, state files and the gateway's stored device state beside the model's.
+`edgeseq calibrate` chooses `sigmas` and `min_duration` on normal recordings for a false-alarm
+budget; they live in the model file's `edgeseq.task` metadata.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from edgeseq.errors import UsageError
+from edgeseq.runtime.decision import MAX_READINGS, Decider, DecisionSpec
+from edgeseq.runtime.decision import STATE_NAMES as DECISION_NAMES
+
+LABELS = ("normal", "anomaly")
+LOGVAR_LIMIT = 8.0
+# The baseline's state arrays (a snapshot's and a state file's names), then the decision layer's.
+BASELINE_NAMES = ("mu", "logvar", "seen", "score", "n", "mean", "m2")
+STATE_NAMES = tuple(f"a_{k}" for k in BASELINE_NAMES) + DECISION_NAMES
+SETTINGS = ("learn", "warm", "sigmas", "alpha", "min_duration", "refractory", "release", "rate_hz", "calibration")
+
+
+def _fail(what: str) -> UsageError:
+    return UsageError(f"anomaly: {what}")
+
+
+def _whole(name, v, lo, hi=MAX_READINGS) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or not lo <= int(v) <= hi:
+        raise _fail(f"{name} must be a whole number of readings from {lo} to {hi:,}, got {v!r:.40}")
+    return int(v)
+
+
+def _positive(name, v, hi=math.inf) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)) or not 0 < float(v) <= hi \
+            or not math.isfinite(float(v)):
+        raise _fail(f"{name} must be a number in (0, {hi:g}], got {v!r:.40}")
+    return float(v)
+
+
+@dataclass(frozen=True)
+class AnomalySpec:
+    """The anomaly settings of a model (its `edgeseq.task` metadata, kind "anomaly").
+
+    learn: readings a stream learns its normal score from, after `warm` readings that are not
+    scored; sigmas: the level (standard deviations of the learnt score above its mean) that
+    makes a reading a candidate; alpha: the score's EMA weight of a new reading, in (0, 1];
+    min_duration, refractory, release: the decision layer's (`DecisionSpec`); rate_hz: the
+    data's readings per second (None: unknown); calibration: what `edgeseq calibrate`
+    measured, or None. Raises UsageError (one line) for a value out of range."""
+
+    learn: int = 500
+    warm: int = 16
+    sigmas: float = 8.0
+    alpha: float = 0.2
+    min_duration: int = 10
+    refractory: int = 0
+    release: int = 50
+    rate_hz: float | None = None
+    calibration: dict | None = field(default=None, compare=False)
+
+    @classmethod
+    def from_json(cls, obj) -> "AnomalySpec":
+        if not isinstance(obj, dict):
+            raise _fail(f"settings must be a JSON object, got {type(obj).__name__}")
+        unknown = sorted(set(obj) - set(SETTINGS) - {"kind"})
+        if unknown:
+            raise _fail(f"unknown setting '{unknown[0]:.40}'; the settings are {', '.join(SETTINGS)}")
+        d = cls()
+        rate = obj.get("rate_hz")
+        cal = obj.get("calibration")
+        if cal is not None and not isinstance(cal, dict):
+            raise _fail("calibration must be an object or null")
+        return cls(learn=_whole("learn", obj.get("learn", d.learn), 2),
+                   warm=_whole("warm", obj.get("warm", d.warm), 0),
+                   sigmas=_positive("sigmas", obj.get("sigmas", d.sigmas), 1e6),
+                   alpha=_positive("alpha", obj.get("alpha", d.alpha), 1.0),
+                   min_duration=_whole("min_duration", obj.get("min_duration", d.min_duration), 1),
+                   refractory=_whole("refractory", obj.get("refractory", d.refractory), 0),
+                   release=_whole("release", obj.get("release", d.release), 1),
+                   rate_hz=None if rate is None else _positive("rate_hz", rate), calibration=cal)
+
+    def to_json(self) -> dict:
+        return {"kind": "anomaly", "learn": self.learn, "warm": self.warm, "sigmas": self.sigmas,
+                "alpha": self.alpha, "min_duration": self.min_duration, "refractory": self.refractory,
+                "release": self.release, "rate_hz": self.rate_hz, "calibration": self.calibration}
+
+    def decision(self) -> DecisionSpec:
+        """The decision layer that turns candidates into events."""
+        return DecisionSpec.make(LABELS, background=["normal"], smoothing="none", threshold=0.5,
+                                 min_duration=self.min_duration, refractory=self.refractory,
+                                 release=self.release, rate_hz=self.rate_hz)
+
+    def describe(self) -> str:
+        return (f"learns its normal score over {self.learn:,} readings (after {self.warm}), EMA alpha "
+                f"{self.alpha:g}, anomaly at {self.sigmas:g} standard deviations for {self.min_duration} "
+                f"readings, release {self.release}, refractory {self.refractory}")
+
+
+def scores(z: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Per-reading surprise e float64 [...] of normalised readings z [..., F] under forecasts
+    out [..., 2F] (means, then log-variances): the mean Gaussian negative log-likelihood per
+    channel, less its constant."""
+    F = z.shape[-1]
+    z = np.asarray(z, np.float64)
+    mu = np.asarray(out[..., :F], np.float64)
+    v = np.clip(np.asarray(out[..., F:], np.float64), -LOGVAR_LIMIT, LOGVAR_LIMIT)
+    return 0.5 * (v + (z - mu) ** 2 * np.exp(-v)).mean(-1)
+
+
+class Watcher:
+    """Anomaly scores, the learnt baseline and events for `streams` streams of one model.
+
+    `update(x, out)`: x float32 [streams, F] the readings just pushed (raw units), out float32
+    [streams, 2F] the model's forecasts after them; returns the events that fired
+    (`edgeseq.runtime.decision.Event`, label "anomaly"). `level` then holds each stream's
+    level (float64 [streams]; NaN while warming up or learning). The snapshot/check/load/reset
+    interface is the `Decider`'s, over `STATE_NAMES`."""
+
+    state_names = STATE_NAMES
+
+    def __init__(self, spec: AnomalySpec, mean, std, streams: int = 1):
+        self.spec = spec
+        self.streams = int(streams)
+        self.mean_x = np.asarray(mean, np.float32)
+        self.std_x = np.asarray(std, np.float32)
+        F = len(self.mean_x)
+        self.features = F
+        self.decider = Decider(spec.decision(), self.streams)
+        self.labels = self.decider.labels
+        S = self.streams
+        self.a_mu = np.zeros((S, F), np.float32)
+        self.a_logvar = np.zeros((S, F), np.float32)
+        for k in ("a_seen", "a_n"):
+            setattr(self, k, np.zeros(S, np.int64))
+        for k in ("a_score", "a_mean", "a_m2"):
+            setattr(self, k, np.zeros(S, np.float64))
+        self.level = np.full(S, np.nan)
+        self._p = np.zeros((S, 2), np.float32)
+
+    def reset(self, stream: int | None = None) -> None:
+        rows = slice(None) if stream is None else stream
+        for k in STATE_NAMES[:len(BASELINE_NAMES)]:
+            getattr(self, k)[rows] = 0
+        self.level[rows] = np.nan
+        self.decider.reset(stream)
+
+    @property
+    def threshold(self) -> np.ndarray:
+        """Each stream's learnt threshold on the smoothed score (float64 [streams]; NaN while learning)."""
+        n = self.a_n
+        std = np.sqrt(self.a_m2 / np.maximum(n - 1, 1))
+        return np.where(n >= self.spec.learn, self.a_mean + self.spec.sigmas * std, np.nan)
+
+    def update(self, x: np.ndarray, out: np.ndarray) -> list:
+        sp = self.spec
+        z = (np.asarray(x, np.float32) - self.mean_x) / self.std_x
+        seen = self.a_seen
+        scored = seen >= max(sp.warm, 1)                 # a forecast exists and the state has filled
+        e = scores(z, np.concatenate([self.a_mu, self.a_logvar], -1))
+        first = scored & (seen == max(sp.warm, 1))
+        s = self.a_score
+        s[...] = np.where(first, e, np.where(scored, s + sp.alpha * (e - s), s))
+        learning = scored & (self.a_n < sp.learn)
+        if learning.any():                              # Welford's update of the smoothed score's mean and variance
+            n1 = self.a_n + 1
+            d = s - self.a_mean
+            self.a_mean[...] = np.where(learning, self.a_mean + d / n1, self.a_mean)
+            self.a_m2[...] = np.where(learning, self.a_m2 + d * (s - self.a_mean), self.a_m2)
+            self.a_n[...] = np.where(learning, n1, self.a_n)
+        learnt = scored & ~learning
+        std = np.sqrt(self.a_m2 / np.maximum(self.a_n - 1, 1))
+        std = np.maximum(std, 1e-6 * np.maximum(np.abs(self.a_mean), 1.0))
+        self.level[...] = np.where(learnt, (s - self.a_mean) / std, np.nan)
+        cand = learnt & (self.level >= sp.sigmas)
+        self._p[:, 1] = cand
+        self._p[:, 0] = ~cand
+        self.a_mu[...] = out[:, :self.features]
+        self.a_logvar[...] = out[:, self.features:2 * self.features]
+        self.a_seen += 1
+        return self.decider.update(self._p)
+
+    def state_label(self) -> list:
+        return self.decider.state_label()
+
+    def native_arrays(self):
+        return None                                      # scored in numpy; the C step gives the forecasts
+
+    def snapshot(self) -> dict:
+        snap = {k: getattr(self, k).copy() for k in STATE_NAMES[:len(BASELINE_NAMES)]}
+        snap.update(self.decider.snapshot())
+        return snap
+
+    def check(self, snap) -> dict:
+        """`snap` checked whole (shapes, kinds, values a stream can reach); the arrays to `load`.
+        Raises UsageError naming what is wrong."""
+        if not isinstance(snap, dict):
+            raise UsageError("the anomaly state must be a mapping of arrays; snapshot this session again")
+        S, F = self.streams, self.features
+        shapes = {"a_mu": (S, F), "a_logvar": (S, F)}
+        out = {}
+        for k in STATE_NAMES[:len(BASELINE_NAMES)]:
+            if k not in snap:
+                raise UsageError(f"the anomaly state has no '{k}'; snapshot this session again")
+            a = np.asarray(snap[k])
+            if a.shape != shapes.get(k, (S,)):
+                raise UsageError(f"the anomaly state's '{k}' has shape {a.shape}, this session needs "
+                                 f"{shapes.get(k, (S,))}")
+            ints = k in ("a_seen", "a_n")
+            if a.dtype.kind not in ("iu" if ints else "f") or (not ints and not np.isfinite(a).all()):
+                raise UsageError(f"the anomaly state's '{k}' must hold {'integers' if ints else 'finite numbers'}")
+            out[k] = a.astype(np.int64 if ints else (np.float32 if k in shapes else np.float64))
+        if (out["a_seen"] < 0).any() or (out["a_n"] < 0).any() or (out["a_n"] > self.spec.learn).any() \
+                or (out["a_n"] > out["a_seen"]).any() or (out["a_m2"] < 0).any():
+            raise UsageError("the anomaly state's counts or variance are out of range")
+        if (np.abs(out["a_logvar"]) > 1e6).any() or (np.abs(out["a_mu"]) > 1e6).any():
+            raise UsageError("the anomaly state's forecasts are out of range")
+        out.update(self.decider.check({k: snap.get(k) for k in DECISION_NAMES if k in snap}
+                                      if all(k in snap for k in DECISION_NAMES) else snap))
+        return out
+
+    def load(self, checked: dict) -> None:
+        for k in STATE_NAMES[:len(BASELINE_NAMES)]:
+            np.copyto(getattr(self, k), checked[k])
+        self.decider.load({k: checked[k] for k in DECISION_NAMES})
+        self.level[...] = np.nan
+
+
+def run(X: np.ndarray, lengths: np.ndarray, out: np.ndarray, mean, std, spec: AnomalySpec) -> dict:
+    """The Watcher over recordings X float32 [S, T, F] (one stream each, valid up to lengths
+    [S]) given the model's outputs after every reading, out float32 [S, T, 2F] (from torch,
+    onnxruntime or the native step). Returns {"smoothed": float64 [S, T] (NaN where unscored),
+    "level": float64 [S, T] (NaN while learning), "events": [Event, ...], "threshold": [S]}."""
+    S, T, _ = X.shape
+    w = Watcher(spec, mean, std, S)
+    smoothed = np.full((S, T), np.nan)
+    level = np.full((S, T), np.nan)
+    events = []
+    for t in range(T):
+        live = t < np.asarray(lengths)
+        ev = w.update(X[:, t], out[:, t])
+        events += [e for e in ev if live[e.stream]]
+        scored = live & (w.a_seen > max(spec.warm, 1))
+        smoothed[scored, t] = w.a_score[scored]
+        level[live, t] = w.level[live]
+    return {"smoothed": smoothed, "level": level, "events": events, "threshold": w.threshold}
+
+
+def figures(Y: np.ndarray, lengths: np.ndarray, result: dict, spec: AnomalySpec, rate_hz: float | None) -> dict:
+    """Anomaly figures of `run`'s result against per-reading labels Y [S, T] (1 anomaly, 0
+    normal, -1 past the length):
+
+    - top_inside: over recordings with a labelled anomaly, the share whose highest smoothed
+      score (after the warm-up) lies inside it (first to last labelled reading), the UCR
+      anomaly archive's protocol;
+    - detected / anomalies: labelled anomalies with an event that starts from their first
+      reading up to `min_duration` readings past their last; delay_median / delay_p90: readings
+      from the anomaly's first reading to that start;
+    - false_alarms: events that start elsewhere; normal_readings: readings scored against a
+      learnt baseline and labelled normal; false_alarms_per_hour of those (per 1,000 readings
+      where the rate is unknown: false_alarms_per_1000)."""
+    S = len(Y)
+    inside, found, delays, false = [], set(), [], 0
+    spans = {}
+    for i in range(S):
+        y = Y[i, :lengths[i]]
+        idx = np.flatnonzero(y == 1)
+        if idx.size:
+            a, b = int(idx[0]), int(idx[-1])
+            spans[i] = (a, b)
+            s = result["smoothed"][i, :lengths[i]]
+            if np.isfinite(s).any():
+                k = int(np.nanargmax(s))
+                inside.append(a <= k <= b)
+    for e in result["events"]:
+        if e.kind != "start":
+            continue
+        span = spans.get(e.stream)
+        if span and span[0] <= e.position <= span[1] + spec.min_duration:
+            if e.stream not in found:
+                found.add(e.stream)
+                delays.append(e.position - span[0])
+            continue
+        false += 1
+    learnt = np.isfinite(result["level"])
+    normal = int((learnt & (Y == 0)).sum())
+    out = {"recordings": S, "anomalies": len(spans), "top_inside": float(np.mean(inside)) if inside else None,
+           "detected": len(found), "false_alarms": false, "normal_readings": normal,
+           "delay_median": float(np.median(delays)) if delays else None,
+           "delay_p90": float(np.percentile(delays, 90)) if delays else None}
+    if rate_hz:
+        hours = normal / rate_hz / 3600
+        out["normal_hours"] = round(hours, 4)
+        out["false_alarms_per_hour"] = false / hours if hours else None
+    else:
+        out["false_alarms_per_1000"] = 1000 * false / normal if normal else None
+    return out
+
+
+def evaluate(model, split, backend: str | None = None, provider: str = "cpu") -> dict:
+    """An anomaly model file run as deployed (`StreamSession`, each recording of `split` its own
+    never-reset stream from a fresh state), scored by `figures` at the file's settings. Returns
+    the figures with "backend", "settings" and "recordings"."""
+    sess, outs = outputs(model, split, backend, provider)
+    spec = AnomalySpec.from_json(sess.meta.task)
+    norm = sess.meta.normalization
+    L = np.asarray(split.lengths)
+    fig = figures(split.Y, L, run(split.X, L, outs, norm["mean"], norm["std"], spec), spec, spec.rate_hz)
+    return {**fig, "backend": sess.backend, "settings": spec.to_json()}
+
+
+def hold_out(split) -> tuple:
+    """(training rows, validation rows) of a forecast model's recordings: the last recording of
+    each group where the data names groups (a group with one recording keeps it), else every
+    tenth (the last one below 10); nothing held out below 4 recordings."""
+    n = len(split)
+    if n < 4:
+        return np.arange(n), np.array([], np.int64)
+    if split.groups is not None:
+        val = [np.flatnonzero(split.groups == g)[-1] for g in dict.fromkeys(split.groups.tolist())
+               if (split.groups == g).sum() > 1]
+        val = np.array(val, np.int64)
+    else:
+        val = np.arange(n)[9::10] if n >= 10 else np.array([n - 1])
+    return np.setdiff1d(np.arange(n), val), val
+
+
+MIN_DURATIONS = (3, 5, 10, 20, 50)      # calibrate's table
+SIGMA_FLOOR = 3.0                       # calibrate never sets a threshold below this many standard deviations
+EULER_GAMMA = 0.5772156649
+
+
+def outputs(model, split, backend: str | None = None, provider: str = "cpu") -> tuple:
+    """(session, outputs float32 [S, T, 2F]): `model` run as deployed over every recording of
+    `split`, each its own stream (a finished recording repeats its last reading)."""
+    from edgeseq.runtime.session import StreamSession
+    sess = StreamSession(model, streams=len(split), provider=provider, backend=backend, decision=False)
+    if sess.meta.kind != "anomaly":
+        raise UsageError(f"'{model}' is not an anomaly model (train one with `edgeseq train --task anomaly`)")
+    S, T, F = split.X.shape
+    L = np.asarray(split.lengths)
+    outs = np.zeros((S, T, 2 * F), np.float32)
+    for t in range(T):
+        sess.push(split.X[np.arange(S), np.minimum(t, L - 1)])
+        outs[:, t] = sess._outputs()
+    return sess, outs
+
+
+def sustained(level: np.ndarray, d: int) -> np.ndarray:
+    """float64 [S, T]: the lowest level over the last `d` readings (NaN-free input; -inf where
+    fewer than d readings lie behind): a reading where a run of d candidates would end."""
+    S, T = level.shape
+    out = np.full((S, T), -np.inf)
+    if T >= d:
+        from numpy.lib.stride_tricks import sliding_window_view
+        out[:, d - 1:] = sliding_window_view(level, d, axis=1).min(-1)
+    return out
+
+
+def gumbel_threshold(maxima: np.ndarray, block_hours: float, budget: float) -> tuple:
+    """(threshold, (mu, beta)): the level whose exceedance rate is `budget` per hour under a
+    Gumbel law fitted by moments to per-block maxima (each block `block_hours` long): the
+    block-maxima method of extreme-value statistics (Coles, An Introduction to Statistical
+    Modeling of Extreme Values, 2001, ch. 3)."""
+    beta = max(float(np.std(maxima, ddof=1)) * np.sqrt(6) / np.pi, 1e-6)
+    mu = float(np.mean(maxima)) - EULER_GAMMA * beta
+    p = min(max(budget * block_hours, 1e-12), 0.5)            # exceedances per block
+    return mu - beta * np.log(-np.log1p(-p)), (mu, beta)
+
+
+def calibrate(model, split, rate_hz: float | None, budget: float, backend: str | None = None,
+              min_duration: int | None = None) -> dict:
+    """Choose `sigmas` for an anomaly model on normal recordings (`split`; readings labelled
+    other than 0 are left out), for a false-alarm budget per hour (per 1,000 readings where
+    the rate is unknown).
+
+    The levels come from the file's own settings (warm-up, learning phase, EMA). For each
+    minimum duration d, a false alarm needs d candidates in a row, so what matters is the
+    sustained level (the lowest of d readings in a row); each recording's highest sustained
+    level is one block maximum, a Gumbel law is fitted to them and the threshold is set where
+    its exceedance rate meets the budget (`gumbel_threshold`; at least SIGMA_FLOOR). A short
+    stretch of normal data cannot show a low rate directly; this extrapolates it (the figure
+    is modelled, and stated so). `min_duration` None keeps the file's. Returns {"chosen":
+    AnomalySpec, "table": [per d: threshold, observed false alarms at it, Gumbel fit], ...}.
+    Raises UsageError where fewer than 2 recordings have scored readings."""
+    sess, outs = outputs(model, split, backend)
+    base = AnomalySpec.from_json(sess.meta.task)
+    d_chosen = base.min_duration if min_duration is None else _whole("min_duration", min_duration, 1)
+    norm = sess.meta.normalization
+    res = run(split.X, split.lengths, outs, norm["mean"], norm["std"], base)
+    level = res["level"]
+    normal = np.isfinite(level) & (split.Y == 0)
+    n = int(normal.sum())
+    scored = normal.any(1)
+    if scored.sum() < 2:
+        raise UsageError(f"fewer than 2 recordings have readings scored: each needs more than "
+                         f"{base.warm + base.learn} readings (warm-up and learning); give more normal recordings")
+    lv = np.where(normal, level, -np.inf)
+    per_block = normal[scored].sum(1).mean()                  # readings a block (recording) scores
+    block_hours = per_block / rate_hz / 3600 if rate_hz else per_block / 1000
+    table = []
+    for d in sorted(set(MIN_DURATIONS) | {d_chosen}):
+        maxima = sustained(lv, d).max(1)[scored]
+        maxima = maxima[np.isfinite(maxima)]
+        if len(maxima) < 2:
+            continue
+        thr, (mu, beta) = gumbel_threshold(maxima, block_hours, budget)
+        thr = max(SIGMA_FLOOR, float(np.ceil(thr * 10) / 10))
+        observed = int((np.diff((sustained(lv, d) >= thr).astype(np.int8), axis=1) == 1).sum())
+        table.append({"min_duration": d, "sigmas": thr, "gumbel_mu": mu, "gumbel_beta": beta,
+                      "highest": float(maxima.max()), "observed_false_alarms": observed})
+    row = next((r for r in table if r["min_duration"] == d_chosen), None)
+    if row is None:
+        raise UsageError(f"no recording has {d_chosen} scored readings in a row; give longer normal recordings")
+    hours = n / rate_hz / 3600 if rate_hz else None
+    cal = {"method": "Gumbel fit to each recording's highest sustained level (block maxima)",
+           "normal_readings": n, "hours": hours, "recordings": int(scored.sum()), "budget": budget,
+           "per": "hour" if rate_hz else "1000 readings", "observed_false_alarms": row["observed_false_alarms"],
+           "highest": row["highest"]}
+    chosen = AnomalySpec.from_json({**base.to_json(), "sigmas": row["sigmas"], "min_duration": d_chosen,
+                                    "rate_hz": rate_hz, "calibration": cal})
+    return {"chosen": chosen, "table": table, **cal}

@@ -1,0 +1,241 @@
+"""Anomaly detection: forecast models on every stream architecture, the device-learnt baseline,
+its state, the contract, int8 and the commands."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from edgeseq.contract import META_TASK, MetadataError, ModelMeta
+from edgeseq.data import Dataset, Split, load_dataset
+from edgeseq.errors import UsageError
+from edgeseq.runtime.anomaly import STATE_NAMES, AnomalySpec, Watcher, figures, run, scores
+from edgeseq.runtime.session import StreamSession
+
+SPEC = {"learn": 120, "warm": 8, "sigmas": 8.0, "alpha": 0.2, "min_duration": 5, "refractory": 0, "release": 20}
+
+
+def small_vibration(n_train=8, train_len=400, n_test=6, test_len=900) -> Dataset:
+    """A few recordings of the embedded vibration set, shortened: faults kept where they fall."""
+    ds = load_dataset("vibration")
+    tr, te = ds.train, ds.test
+    rows = np.array([0, 1, 2, 3, 30, 31])[:n_test]         # four with a fault, two normal
+    Xte, Yte = te.X[rows].copy(), te.Y[rows].copy()
+    for i in range(4):                                   # move each fault inside the first test_len readings
+        idx = np.flatnonzero(Yte[i] == 1)
+        seg = te.X[rows[i], idx[0] - 500:idx[0] + 300]
+        Xte[i, :800], Yte[i, :] = seg, 0
+        Yte[i, 500:500 + min(300, len(idx))] = 1
+    Xte, Yte = Xte[:, :test_len], Yte[:, :test_len]
+    train = Split(tr.X[:n_train, :train_len].copy(), np.zeros(n_train, np.int64), np.full(n_train, train_len),
+                  np.zeros((n_train, train_len), np.int64), tr.groups[:n_train])
+    test = Split(Xte, Yte[:, -1], np.full(n_test, test_len), Yte, te.groups[rows])
+    return Dataset("vibration", train, test, ds.labels, ds.features, source="vibration")
+
+
+@pytest.fixture(scope="module")
+def data():
+    return small_vibration()
+
+
+@pytest.fixture(scope="module")
+def models(data, tmp_path_factory):
+    """arch -> (checkpoint, float .onnx path), trained a few epochs."""
+    from export.step import export_model
+    from edgeseq.train.forecast import train_task
+    root = tmp_path_factory.mktemp("anomaly")
+    cache = {}
+
+    def get(arch):
+        if arch not in cache:
+            torch.manual_seed(0)
+            settings = {"hidden": 16} if arch in ("rnn", "gru", "lstm") else {}
+            ck = train_task(arch, data, "anomaly", epochs=3, seed=0, settings=settings, progress=False)
+            path = root / f"{arch}.onnx"
+            export_model(ck, path)
+            cache[arch] = (ck, path)
+        return cache[arch]
+    return get
+
+
+def test_the_embedded_anomaly_sets_load_with_per_reading_labels():
+    vib = load_dataset("vibration")
+    assert vib.features == ["acc_x", "acc_y", "acc_z"] and vib.labels == ["normal", "fault"]
+    assert vib.train.X.shape == (24, 1500, 3) and not (vib.train.Y == 1).any()     # normal running only
+    faulty = (vib.test.Y == 1).any(1)
+    assert faulty.sum() == 30 and vib.test.X.shape == (40, 3000, 3)
+    first = np.array([np.flatnonzero(y == 1)[0] for y in vib.test.Y[faulty]])
+    assert (first >= 1000).all()                          # after the first 20 s: a device has learnt its baseline
+    ucr = load_dataset("internalbleeding16")
+    idx = np.flatnonzero(ucr.test.Y[0] == 1)
+    assert ucr.train.X.shape == (1, 1200, 1) and (idx[0], idx[-1]) == (4187, 4198)
+
+
+def test_the_score_is_the_gaussian_surprise_of_the_reading_under_the_forecast():
+    z = np.array([[1.0, -2.0]])
+    out = np.array([[0.0, 0.0, 0.0, np.log(4.0)]])        # means 0, 0; variances 1, 4
+    want = 0.5 * ((0 + 1.0) + (np.log(4.0) + 4.0 / 4.0)) / 2
+    assert scores(z, out)[0] == pytest.approx(want)
+
+
+def test_each_stream_learns_its_own_normal_level_and_flags_only_the_fault():
+    """Two devices, one three times noisier than the other, both forecast as N(0, 1): each learns
+    its own baseline, so neither raises a false alarm, and a step change on each is found."""
+    rng = np.random.default_rng(0)
+    T, F = 1200, 2
+    X = rng.normal(0, 1, (2, T, F)).astype(np.float32)
+    X[1] *= 3
+    X[:, 800:900] += np.array([4.0, 12.0], np.float32)[:, None, None]      # 4 and 4 of each stream's std
+    out = np.zeros((2, T, 2 * F), np.float32)
+    spec = AnomalySpec.from_json(SPEC)
+    res = run(X, np.full(2, T), out, np.zeros(F), np.ones(F), spec)
+    starts = [e for e in res["events"] if e.kind == "start"]
+    assert sorted(e.stream for e in starts) == [0, 1]
+    assert all(800 <= e.position < 820 for e in starts)
+    thr = res["threshold"]
+    assert thr[1] > 5 * thr[0] > 0                         # the noisy device's own, higher level
+    Y = np.zeros((2, T), np.int64)
+    Y[:, 800:900] = 1
+    fig = figures(Y, np.full(2, T), res, spec, rate_hz=50.0)
+    assert fig["detected"] == 2 and fig["false_alarms"] == 0 and fig["top_inside"] == 1.0
+    assert fig["normal_readings"] == 2 * (T - 100 - spec.warm - spec.learn)
+
+
+def test_no_event_while_a_stream_learns_and_a_restored_state_goes_on_exactly():
+    rng = np.random.default_rng(1)
+    X = rng.normal(0, 1, (3, 400, 2)).astype(np.float32)
+    X[:, 50:60] += 20                                      # inside the learning phase: not an anomaly yet
+    out = np.zeros((3, 400, 4), np.float32)
+    spec = AnomalySpec.from_json(SPEC)
+    w = Watcher(spec, np.zeros(2), np.ones(2), 3)
+    events = []
+    for t in range(200):
+        events += w.update(X[:, t], out[:, t])
+    assert events == [] and np.isnan(w.level).all() is np.False_
+    snap = w.snapshot()
+    assert set(snap) == set(STATE_NAMES)
+    w2 = Watcher(spec, np.zeros(2), np.ones(2), 3)
+    w2.load(w2.check(snap))
+    for t in range(200, 400):
+        a, b = w.update(X[:, t], out[:, t]), w2.update(X[:, t], out[:, t])
+        assert a == b
+        np.testing.assert_array_equal(w.level, w2.level)
+    bad = dict(snap, a_n=np.full(3, spec.learn + 1))
+    with pytest.raises(UsageError, match="counts or variance"):
+        w2.check(bad)
+    with pytest.raises(UsageError, match="a_mu"):
+        w2.check(dict(snap, a_mu=np.zeros((3, 3), np.float32)))
+    with pytest.raises(UsageError, match="finite"):
+        w2.check(dict(snap, a_mean=np.full(3, np.nan)))
+
+
+@pytest.mark.parametrize("arch", ["rnn", "gru", "lstm", "ssm", "transformer"])
+def test_every_stream_architecture_forecasts_the_same_on_torch_onnxruntime_and_native(arch, models, data):
+    from edgeseq.train.checkpoint import model_from_checkpoint
+    from edgeseq.train.loop import stream_logits
+    ck, path = models(arch)
+    X = data.test.X[:, :300]
+    ref = stream_logits(model_from_checkpoint(ck), X).numpy()        # (S, T, 2F)
+    got = {}
+    for backend in ("onnxruntime", "native"):
+        s = StreamSession(path, streams=len(X), backend=backend, decision=SPEC)
+        levels, events, outs = [], [], []
+        for t in range(X.shape[1]):
+            lv, ev = s.push_scores(X[:, t])
+            levels.append(lv)
+            events += ev
+            outs.append(s._outputs().copy())
+        got[backend] = (np.stack(outs, 1), np.stack(levels, 1), events)
+        tol = 1e-4 * np.abs(ref).max() + 1e-5
+        assert np.abs(got[backend][0] - ref).max() <= tol, backend
+    (_, l1, e1), (_, l2, e2) = got["onnxruntime"], got["native"]
+    learnt = np.isfinite(l1)
+    assert learnt.any() and (learnt == np.isfinite(l2)).all()
+    np.testing.assert_allclose(l1[learnt], l2[learnt], rtol=1e-3, atol=1e-3)
+    assert [(e.stream, e.kind, e.position) for e in e1] == [(e.stream, e.kind, e.position) for e in e2]
+
+
+def test_the_model_file_carries_the_task_and_a_bad_one_is_refused(models):
+    import onnx
+    _, path = models("gru")
+    meta = ModelMeta.from_props({p.key: p.value for p in onnx.load(str(path)).metadata_props})
+    assert meta.kind == "anomaly" and meta.task["rate_hz"] == 50.0
+    assert meta.labels == ["mean:acc_x", "mean:acc_y", "mean:acc_z", "logvar:acc_x", "logvar:acc_y", "logvar:acc_z"]
+    props = meta.to_props()
+    for bad, match in (({"kind": "anomaly", "sigmas": -1}, "sigmas"), ({"kind": "forecast"}, "kind"),
+                       ({"kind": "anomaly", "lern": 5}, "unknown setting")):
+        with pytest.raises(MetadataError, match=match):
+            ModelMeta.from_props({**props, META_TASK: json.dumps(bad)})
+    with pytest.raises(MetadataError, match="logvar"):
+        ModelMeta.from_props({**props, "edgeseq.labels": json.dumps(meta.labels[::-1])})
+
+
+def test_a_state_file_carries_the_learnt_baseline(models, data, tmp_path):
+    from edgeseq.runtime.statefile import load_state, save_state
+    _, path = models("gru")
+    X = data.test.X[:2]
+    a = StreamSession(path, streams=2, decision=SPEC)
+    for t in range(300):
+        a.push_scores(X[:, t])
+    save_state(tmp_path / "s.npz", a, 300)
+    b = StreamSession(path, streams=2, decision=SPEC)
+    load_state(tmp_path / "s.npz", b)
+    np.testing.assert_array_equal(a.threshold, b.threshold)
+    assert np.isfinite(b.threshold).all()                 # learnt, not learning again
+    for t in range(300, 400):
+        la, ea = a.push_scores(X[:, t])
+        lb, eb = b.push_scores(X[:, t])
+        np.testing.assert_array_equal(la, lb)
+        assert ea == eb
+
+
+def test_a_bad_reading_changes_neither_the_model_nor_the_baseline(models, data):
+    from edgeseq.errors import ReadingError
+    _, path = models("gru")
+    s = StreamSession(path, streams=1, decision=SPEC)
+    for t in range(150):
+        s.push_scores(data.test.X[0, t])
+    before = s.snapshot()
+    with pytest.raises(ReadingError):
+        s.push_scores(np.array([np.nan, 0, 0], np.float32))
+    after = s.snapshot()
+    for k, v in before["decision"].items():
+        np.testing.assert_array_equal(v, after["decision"][k], err_msg=k)
+    for x, y in zip(before["state"], after["state"]):
+        np.testing.assert_array_equal(x, y)
+
+
+def test_int8_anomaly_export_is_judged_on_its_forecasts_and_detections(models, data, tmp_path):
+    from export.quantize import export_int8
+    ck, _ = models("gru")
+    r = export_int8(ck, tmp_path / "q.onnx", data=data, keep_anyway=True)
+    assert r["mean_rel"] < 0.02
+    assert {"detected", "false_alarms", "top_inside"} <= set(r["int8_anomaly"])
+    s = StreamSession(tmp_path / "q.onnx", decision=SPEC)
+    lv, ev = s.push_scores(data.test.X[0, 0])
+    assert np.isnan(lv[0]) and ev == []
+
+
+def test_train_and_eval_commands_run_an_anomaly_model(tmp_path):
+    from edgeseq.cli import cli as main
+    ds = small_vibration()
+    np.savez(tmp_path / "vib.npz", X_train=ds.train.X, y_train=ds.train.Y, X_test=ds.test.X, y_test=ds.test.Y,
+             labels=np.array(ds.labels), features=np.array(ds.features))
+    r = CliRunner().invoke(main, ["train", "--task", "anomaly", "--arch", "gru", "--data", str(tmp_path / "vib.npz"),
+                                  "--out", str(tmp_path / "run"), "--epochs", "2", "--quiet", "--set", "hidden=8"])
+    assert r.exit_code == 0, r.output
+    assert "anomaly model on vib" in r.output and "detected" in r.output
+    r = CliRunner().invoke(main, ["export", str(tmp_path / "run"), "--out", str(tmp_path / "a.onnx")])
+    assert r.exit_code == 0, r.output
+    r = CliRunner().invoke(main, ["eval", str(tmp_path / "a.onnx"), "--json"])
+    assert r.exit_code == 0, r.output
+    fig = json.loads(r.output)
+    assert fig["anomalies"] == 4 and fig["recordings"] == 6 and fig["settings"]["sigmas"] == 8.0
+    r = CliRunner().invoke(main, ["train", "--task", "anomaly", "--arch", "bigru", "--data", str(tmp_path / "vib.npz"),
+                                  "--out", str(tmp_path / "bi")])
+    assert r.exit_code != 0 and "stream models" in r.output
+    r = CliRunner().invoke(main, ["train", "--task", "anomaly", "--data", str(tmp_path / "vib.npz"),
+                                  "--out", str(tmp_path / "x"), "--set", "augment=none"])
+    assert r.exit_code != 0 and "classification training" in r.output
