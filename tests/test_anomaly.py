@@ -103,6 +103,27 @@ def test_each_stream_learns_its_own_normal_level_and_flags_only_the_fault():
     assert fig["normal_readings"] == 2 * (T - 100 - spec.warm - spec.learn)
 
 
+def test_a_never_reset_stream_joins_a_groups_recordings_and_scores_each_anomaly():
+    from edgeseq.runtime.anomaly import joined, spans
+    assert spans(np.array([0, 1, 1, 0, 0, 1, -1])) == [(1, 2), (5, 5)]
+    ds = load_dataset("vibration")
+    j = joined(ds.test)
+    assert len(j) == 6 and sorted(j.groups.tolist()) == [f"machine{i}" for i in range(1, 7)]
+    first = np.flatnonzero(ds.test.groups == "machine1")
+    np.testing.assert_array_equal(j.X[0, :3000], ds.test.X[first[0]])
+    np.testing.assert_array_equal(j.X[0, 3000:6000], ds.test.X[first[1]])
+    assert sum(len(spans(y)) for y in j.Y) == 30
+    # one stream, two anomalies: one found late but inside its window, one missed; a start elsewhere is false
+    from edgeseq.runtime.decision import Event
+    Y = np.zeros((1, 1000), np.int64)
+    Y[0, 600:650] = Y[0, 800:850] = 1
+    res = {"smoothed": np.zeros((1, 1000)), "level": np.zeros((1, 1000)),
+           "events": [Event(0, "start", "anomaly", 1, 654, 640), Event(0, "start", "anomaly", 1, 700, 690)]}
+    fig = figures(Y, np.array([1000]), res, AnomalySpec(min_duration=5), rate_hz=None)
+    assert (fig["anomalies"], fig["detected"], fig["false_alarms"], fig["delay_median"]) == (2, 1, 1, 54.0)
+    assert fig["top_inside"] is None and fig["false_alarms_per_1000"] == pytest.approx(1000 / 900)
+
+
 def test_no_event_while_a_stream_learns_and_a_restored_state_goes_on_exactly():
     rng = np.random.default_rng(1)
     X = rng.normal(0, 1, (3, 400, 2)).astype(np.float32)
@@ -231,11 +252,44 @@ def test_train_and_eval_commands_run_an_anomaly_model(tmp_path):
     assert r.exit_code == 0, r.output
     r = CliRunner().invoke(main, ["eval", str(tmp_path / "a.onnx"), "--json"])
     assert r.exit_code == 0, r.output
-    fig = json.loads(r.output)
-    assert fig["anomalies"] == 4 and fig["recordings"] == 6 and fig["settings"]["sigmas"] == 8.0
+    r = json.loads(r.output)
+    fig, nr = r["per_recording"], r["never_reset"]
+    assert fig["anomalies"] == 4 and r["recordings"] == 6 and r["settings"]["sigmas"] == 8.0
+    assert nr["streams"] == 1 and nr["anomalies"] == 4        # the file names no groups: one stream of all
     r = CliRunner().invoke(main, ["train", "--task", "anomaly", "--arch", "bigru", "--data", str(tmp_path / "vib.npz"),
                                   "--out", str(tmp_path / "bi")])
     assert r.exit_code != 0 and "stream models" in r.output
     r = CliRunner().invoke(main, ["train", "--task", "anomaly", "--data", str(tmp_path / "vib.npz"),
                                   "--out", str(tmp_path / "x"), "--set", "augment=none"])
     assert r.exit_code != 0 and "classification training" in r.output
+
+
+def test_gateway_batches_anomaly_devices_as_one_session_each(models, data, tmp_path):
+    """The gateway's batcher: each device's baseline, level and events equal those of its own
+    StreamSession, whichever devices share a round; its answers carry the device's state."""
+    from edgeseq.gateway.batcher import Batcher
+    from edgeseq.gateway.wire import encode_prediction
+    from export.decision import write_decision
+    _, src = models("gru")
+    model = str(write_decision(src, AnomalySpec.from_json(SPEC), tmp_path / "gru-anomaly.onnx"))
+    X = {f"dev-{i}": data.test.X[i, 300:620] for i in range(4)}      # dev-0..3 hold a fault from reading 200
+    ref = {}
+    for d, rows in X.items():
+        s = StreamSession(model)
+        ref[d] = [(t, e.kind) for t, x in enumerate(rows) for e in s.push_scores(x)[1]]
+    b = Batcher(model, max_batch=4)
+    devs = {d: b.new_device(d) for d in X}
+    got, t, answers = {d: [] for d in X}, {d: 0 for d in X}, set()
+    rng = np.random.default_rng(0)
+    while any(t[d] < 320 for d in X):
+        ready = [d for d in X if t[d] < 320 and rng.random() < 0.6]
+        outs = b.step([(devs[d], X[d][t[d]]) for d in ready])
+        for d, out, fired in zip(ready, outs, b.events):
+            label, value = b.answer(out)
+            answers.add(label)
+            assert (value is None) == (label == "learning")
+            json.loads(encode_prediction(d, t[d], t[d] + 1, label, value))
+            got[d] += [(t[d], e.kind) for e in fired]
+            t[d] += 1
+    assert got == ref
+    assert sum(map(len, ref.values())) >= 2 and answers == {"learning", "normal", "anomaly"}   # 3-epoch model

@@ -113,8 +113,8 @@ def _calibrate_anomaly(model, ds, rate_hz, budget, split, target, plot_path, dry
         mark = "* " if x["min_duration"] == spec.min_duration else "  "
         click.echo(f"{mark}{x['min_duration']:4d} {x['highest']:8.2f} {x['sigmas']:10.1f} {x['observed_false_alarms']:11d}")
     click.echo(f"chosen: {spec.describe()}")
-    click.echo(f"the threshold meets the budget under a Gumbel law fitted to each recording's highest level held "
-               f"{spec.min_duration} readings (modelled, not counted: {r['observed_false_alarms']} false alarms seen "
+    click.echo(f"the threshold meets the budget under a Gumbel law fitted to the highest level held "
+               f"{spec.min_duration} readings in each of {r['blocks']} blocks (modelled, not counted: {r['observed_false_alarms']} false alarms seen "
                "on these recordings); check the test split: edgeseq eval " + printable(str(written or target)))
     if written:
         click.echo(f"wrote the anomaly settings into {printable(written)}"

@@ -87,8 +87,11 @@ def eval_cmd(model, data, split, provider, backend, as_json):
             _echo_json(r)
             return
         s = r["settings"]
-        click.echo(printable(f"anomaly ({r['backend']} backend) on {ds.name} {split}, {r['recordings']} recordings, "
-                             f"each a never-reset stream: {anomaly_line(r)}"))
+        n = r["never_reset"]["streams"]
+        click.echo(printable(f"anomaly ({r['backend']} backend) on {ds.name} {split}, {r['recordings']} recordings"))
+        click.echo(f"  per recording (each learns its baseline at its start): {anomaly_line(r['per_recording'])}")
+        click.echo(f"  never reset ({n} stream{'s' if n > 1 else ''}, a group's recordings joined, the baseline learnt "
+                   f"once): {anomaly_line(r['never_reset'])}")
         click.echo(f"  settings: learn {s['learn']} readings, {s['sigmas']:g} standard deviations for "
                    f"{s['min_duration']} readings, EMA alpha {s['alpha']:g}")
         return

@@ -5,9 +5,11 @@ output, written by `scripts/vendor_anomaly.py`; PROVENANCE.md describes it). A 3
 accelerometer (acc_x, acc_y, acc_z, in g) on the housing of a rotating machine, read at
 50 Hz. Each machine has its own shaft speed (4-6 Hz, drifting slowly), its own amplitudes and
 phases of the running speed (1x) and its harmonics (2x, 3x) per axis, gravity on z, a slow
-load cycle and sensor noise; readings are whole counts of 1/1024 g. Six machines; the training split holds only normal running
-(4 recordings of 30 s per machine); the test split holds 40 recordings of 60 s of the same
-machines: 30 with one fault injected after the first 20 s, 10 normal throughout.
+load cycle and sensor noise; readings are whole counts of 1/1024 g. Six machines, each
+running without a break: its first 2 minutes are the training split's 4 recordings of 30 s
+(normal running only), what follows is cut into its test recordings of 60 s (40 in all): 30
+with one fault injected after their first 20 s, 10 normal throughout. A machine's test
+recordings joined in order are one never-reset stream of that machine.
 
 The faults are the textbook kinds of vibration analysis (ISO 20816 practice): imbalance (the
 1x amplitude grows 1.6-2.2 times), misalignment (the 2x grows on the axial axis x), mechanical
@@ -40,45 +42,43 @@ def _machine(rng: np.random.Generator) -> dict:
             "load_period": rng.uniform(8.0, 20.0)}
 
 
-def _signal(m: dict, n: int, rng: np.random.Generator, fault: str | None = None, span=(0, 0)) -> np.ndarray:
-    """float64 [n, 3]: one recording of machine `m`, `fault` between readings span[0]:span[1]."""
+def _signal(m: dict, n: int, rng: np.random.Generator, faults=()) -> np.ndarray:
+    """float64 [n, 3]: `n` readings of machine `m` running without a break, with each
+    (kind, first, end) of `faults` injected between readings first:end."""
     t = np.arange(n) / RATE_HZ
     speed = m["f0"] * (1 + 0.02 * np.cumsum(rng.normal(0, 1, n)) / np.sqrt(n))   # slow drift, about 2%
     theta = 2 * np.pi * np.cumsum(speed) / RATE_HZ + rng.uniform(0, 2 * np.pi)
     load = 1 + 0.1 * np.sin(2 * np.pi * t / m["load_period"] + rng.uniform(0, 2 * np.pi))
-    amp = m["amp"] * rng.uniform(0.95, 1.05, 3)
-    gains = np.ones((4, 3))                               # per harmonic (1x..4x) and axis
-    gains[1:3] = m["harm"]
-    gains[3] = 0.0
-    a, b = span
-    inside = np.zeros(n, bool)
-    inside[a:b] = True
-    g = np.repeat(gains[None], n, 0)                      # (n, 4, 3)
-    if fault == "imbalance":
-        g[inside, 0] *= rng.uniform(1.6, 2.2)
-    elif fault == "misalignment":
-        g[inside, 1, 0] = g[inside, 1, 0] * 3.0 + 0.3
-    elif fault == "looseness":
-        g[inside, 1:4] += rng.uniform(0.25, 0.4)
+    g = np.ones((n, 4, 3))                                # gain per reading, harmonic (1x..4x) and axis
+    g[:, 1:3] = m["harm"]
+    g[:, 3] = 0.0
+    for kind, a, b in faults:
+        if kind == "imbalance":
+            g[a:b, 0] *= rng.uniform(1.6, 2.2)
+        elif kind == "misalignment":
+            g[a:b, 1, 0] = g[a:b, 1, 0] * 3.0 + 0.3
+        elif kind == "looseness":
+            g[a:b, 1:4] += rng.uniform(0.25, 0.4)
     x = np.zeros((n, 3))
     for k in range(4):
-        x += (g[:, k] * amp) * np.sin((k + 1) * theta[:, None] + (m["phase"][k] if k < 3 else 0.0))
+        x += (g[:, k] * m["amp"]) * np.sin((k + 1) * theta[:, None] + (m["phase"][k] if k < 3 else 0.0))
     x *= load[:, None]
-    if fault == "looseness":
-        lim = 0.8 * np.abs(x[inside]).max(0)
-        x[inside] = np.clip(x[inside], -lim, lim)
-    if fault == "bearing":
-        rate = m["f0"] * rng.uniform(3.2, 3.8)            # an outer-race defect rate, no multiple of the speed
-        hits = np.arange(a / RATE_HZ, b / RATE_HZ, 1 / rate)
-        for h in hits:
-            i = int(round(h * RATE_HZ))
-            k = np.arange(i, min(i + 6, n))
-            x[k] += rng.uniform(0.4, 0.7) * np.exp(-(k - i) / 1.5)[:, None] * rng.choice([-1, 1], 3)
+    for kind, a, b in faults:
+        if kind == "looseness":
+            lim = 0.8 * np.abs(x[a:b]).max(0)
+            x[a:b] = np.clip(x[a:b], -lim, lim)
+        elif kind == "bearing":
+            rate = m["f0"] * rng.uniform(3.2, 3.8)        # an outer-race defect rate, no multiple of the speed
+            for h in np.arange(a / RATE_HZ, b / RATE_HZ, 1 / rate):
+                i = int(round(h * RATE_HZ))
+                k = np.arange(i, min(i + 6, b))
+                x[k] += rng.uniform(0.4, 0.7) * np.exp(-(k - i) / 1.5)[:, None] * rng.choice([-1, 1], 3)
     x += rng.normal(0, m["noise"], (n, 3))
     x[:, 2] += 1.0                                        # gravity
-    if fault == "stuck":
-        axis = rng.integers(3)
-        x[a:b, axis] = x[a, axis]
+    for kind, a, b in faults:
+        if kind == "stuck":
+            axis = rng.integers(3)
+            x[a:b, axis] = x[a, axis]
     return x
 
 
@@ -91,25 +91,29 @@ def recordings(seed: int = 0) -> dict:
     machines = [_machine(rng) for _ in range(6)]
     n_tr, n_te = TRAIN_SECONDS * int(RATE_HZ), TEST_SECONDS * int(RATE_HZ)
     Xtr, gtr = [], []
-    for i, m in enumerate(machines):
-        for _ in range(4):
-            Xtr.append(_signal(m, n_tr, rng))
+    Xte, Yte, gte, kinds = [None] * 40, [None] * 40, [None] * 40, [None] * 40
+    for i, m in enumerate(machines):                  # each machine runs without a break: training, then test
+        mine = [r for r in range(40) if r % 6 == i]
+        faults, where = [], {}
+        for j, r in enumerate(mine):
+            fault = FAULTS[r % len(FAULTS)] if r < 30 else None
+            if fault:
+                length = int(rng.uniform(4, 10) * RATE_HZ)
+                start = int(rng.uniform(FAULT_AFTER_S * RATE_HZ, n_te - length - RATE_HZ))
+                a = 4 * n_tr + j * n_te + start
+                faults.append((fault, a, a + length))
+                where[r] = (start, start + length)
+        x = _signal(m, 4 * n_tr + len(mine) * n_te, rng, faults)
+        for k in range(4):
+            Xtr.append(x[k * n_tr:(k + 1) * n_tr])
             gtr.append(f"machine{i + 1}")
-    Xte, Yte, gte, kinds = [], [], [], []
-    for r in range(40):
-        i = r % 6
-        fault = FAULTS[r % len(FAULTS)] if r < 30 else None
-        y = np.zeros(n_te, np.int64)
-        span = (0, 0)
-        if fault:
-            length = int(rng.uniform(4, 10) * RATE_HZ)
-            start = int(rng.uniform(FAULT_AFTER_S * RATE_HZ, n_te - length - RATE_HZ))
-            span = (start, start + length)
-            y[start:start + length] = 1
-        Xte.append(_signal(machines[i], n_te, rng, fault, span))
-        Yte.append(y)
-        gte.append(f"machine{i + 1}")
-        kinds.append(fault or "")
+        for j, r in enumerate(mine):
+            Xte[r] = x[4 * n_tr + j * n_te:4 * n_tr + (j + 1) * n_te]
+            y = np.zeros(n_te, np.int64)
+            if r in where:
+                y[where[r][0]:where[r][1]] = 1
+            Yte[r], gte[r] = y, f"machine{i + 1}"
+            kinds[r] = FAULTS[r % len(FAULTS)] if r < 30 else ""
     lsb = lambda a: (np.round(np.asarray(a) * LSB_PER_G) / LSB_PER_G).astype(np.float32)   # noqa: E731
     return {"X_train": lsb(Xtr), "y_train": np.zeros((len(Xtr), n_tr), np.int64),
             "X_test": lsb(Xte), "y_test": np.asarray(Yte, np.int64),

@@ -65,10 +65,16 @@ class Batcher:
         self.one = StreamSession(model, streams=1, backend=backend, max_history=max_history, on_full="slide",
                                  decision=False)
         self.meta, self.labels, self.features = self.one.meta, self.one.labels, self.one.n_features
-        from edgeseq.runtime.decision import Decider, DecisionSpec
-        self.decision = None if self.meta.decision is None else DecisionSpec.from_json(self.meta.decision, self.labels)
+        from edgeseq.runtime.decision import DecisionSpec
+        self.kind = self.meta.kind
+        if self.kind == "anomaly":               # each device learns its own baseline: its Watcher state is the decision's
+            from edgeseq.runtime.anomaly import AnomalySpec
+            self.decision = AnomalySpec.from_json(self.meta.task)
+        else:
+            self.decision = None if self.meta.decision is None else DecisionSpec.from_json(self.meta.decision,
+                                                                                          self.labels)
         self._deciders = {}
-        self._blank_decision = None if self.decision is None else Decider(self.decision, 1).snapshot()
+        self._blank_decision = None if self.decision is None else self._decider(1).snapshot()
         self.events: list = []      # after `step`: the decision layer's events of each item ([] without settings)
         self.model_sha256, self.backend = self.one.model_sha256, self.one.backend
         self._blank = self.one.snapshot()["state"]
@@ -108,9 +114,26 @@ class Batcher:
     def _decider(self, b: int):
         d = self._deciders.get(b)
         if d is None:
-            from edgeseq.runtime.decision import Decider
-            d = self._deciders[b] = Decider(self.decision, b)
+            if self.kind == "anomaly":
+                from edgeseq.runtime.anomaly import Watcher
+                norm = self.meta.normalization
+                d = self._deciders[b] = Watcher(self.decision, norm["mean"], norm["std"], b)
+            else:
+                from edgeseq.runtime.decision import Decider
+                d = self._deciders[b] = Decider(self.decision, b)
         return d
+
+    def answer(self, out) -> tuple:
+        """(label, value) a prediction message carries for one `step` output: the top class and
+        its probability; for an anomaly model the device's state ("learning", "normal" or
+        "anomaly") and its level in standard deviations of its learnt score (None while learning)."""
+        if self.kind == "anomaly":
+            level, active = float(out[0]), bool(out[1])
+            if level != level:
+                return "learning", None
+            return ("anomaly" if active else "normal"), level
+        k = int(out.argmax())
+        return self.labels[k], float(out[k])
 
     def check_arrays(self, arrays: list) -> bool:
         """Whether stored `arrays` fit this model's state (count, shapes but the cache rows, finite)."""
@@ -186,9 +209,11 @@ class Batcher:
         if self.decision is not None:             # the decision layer: the devices' rows in, one step, out
             dec = self._decider(b)
             dec.load({k: np.concatenate([r[1].decision[k] for r in rows]) for k in self._blank_decision})
-            for e in dec.update(probs):
+            for e in (dec.update(x, sess._outputs()) if self.kind == "anomaly" else dec.update(probs)):
                 fired[e.stream].append(e._replace(stream=0))
             dstate = dec.snapshot()
+            if self.kind == "anomaly":              # what a device's answer carries: its level and whether it is in an event
+                probs = np.stack([dec.level, dec.active_mask()], 1).astype(np.float32)
         for j, (i, dev, _) in enumerate(chunk):
             dev.arrays = [a[j:j + 1].copy() for a in snap["state"]]
             dev.position = int(pos[j])

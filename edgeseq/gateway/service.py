@@ -624,15 +624,14 @@ class Gateway:
                                     f"{dev.name}:{dev.boot}:{seq}:{e.kind}"))
                 if not self.predictions:
                     continue
-                k = int(out.argmax())
+                label, value = self.batcher.answer(out)
                 self.stats["predictions"] += 1
                 if several:                       # one answer per message, as it came
-                    outbox.setdefault((dev, sseq), []).append((seq, dev.position, self.batcher.labels[k], out[k],
-                                                                part))
+                    outbox.setdefault((dev, sseq), []).append((seq, dev.position, label, value, part))
                     continue
                 answers.append((part, f"{wire.OUT_SUBJECT}.{dev.name}",
-                                wire.encode_prediction(dev.name, seq, dev.position, self.batcher.labels[k], out[k],
-                                                       dev.boot), f"{dev.name}:{dev.boot}:{seq}"))
+                                wire.encode_prediction(dev.name, seq, dev.position, label, value, dev.boot),
+                                f"{dev.name}:{dev.boot}:{seq}"))
             self.stats["readings"] += len(items)
         for (dev, _), rows in outbox.items():
             answers.append((rows[0][4], f"{wire.OUT_SUBJECT}.{dev.name}",

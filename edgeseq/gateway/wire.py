@@ -140,10 +140,18 @@ def dead_subject(device: str) -> str:
         return f"{DEAD_SUBJECT}._.invalid"
 
 
-def encode_prediction(device: str, seq: int, position: int, label: str, prob: float, boot: int = 0) -> bytes:
-    """A prediction message's payload (JSON bytes); `label` is JSON-escaped (json.dumps)."""
+def _value(v) -> float | None:
+    """A prediction's number for JSON: rounded, None (null) where there is none (an anomaly
+    model's level while the device learns its baseline)."""
+    return None if v is None or v != v else round(float(v), 6)
+
+
+def encode_prediction(device: str, seq: int, position: int, label: str, prob: float | None, boot: int = 0) -> bytes:
+    """A prediction message's payload (JSON bytes); `label` is JSON-escaped (json.dumps). For an
+    anomaly model `label` is the device's state (learning, normal, anomaly) and `prob` its level
+    in standard deviations of its learnt score (null while learning)."""
     return (f'{{"device":"{device}","seq":{int(seq)},"boot":{int(boot)},"position":{int(position)},'
-            f'"label":{json.dumps(label)},"prob":{round(float(prob), 6)!r}}}').encode()
+            f'"label":{json.dumps(label)},"prob":{json.dumps(_value(prob))}}}').encode()
 
 
 def event_subject(device: str) -> str:
@@ -166,7 +174,7 @@ def encode_predictions(device: str, rows: list, boot: int = 0) -> bytes:
     [...]}` from rows [(seq, position, label, prob)]."""
     return json.dumps({"device": device, "boot": int(boot), "seq": [int(r[0]) for r in rows],
                        "position": [int(r[1]) for r in rows], "label": [r[2] for r in rows],
-                       "prob": [round(float(r[3]), 6) for r in rows]}, separators=(",", ":")).encode()
+                       "prob": [_value(r[3]) for r in rows]}, separators=(",", ":")).encode()
 
 
 def predictions_of(payload: bytes) -> list:

@@ -63,7 +63,7 @@ from edgeseq.runtime.stream import LabelScore, LineReader, label_lines, plural_r
 
 MIN_RATE, MAX_RATE = 1e-6, 1e6        # readings per second: one per 11 days to a million per second
 MAX_BAUD = 100_000_000
-SOURCES = ("replay:basicmotions, replay:FILE.csv, csv:FILE.csv, stdin, serial:/dev/ttyUSB0[@baud], sim:N[:bad] "
+SOURCES = ("replay:basicmotions (or another embedded set), replay:FILE.csv, csv:FILE.csv, stdin, serial:/dev/ttyUSB0[@baud], sim:N[:bad] "
            "or python:module:Class")
 
 
@@ -75,11 +75,14 @@ class ReplaySource:
     labels = None              # per row: the true label's name (embedded data only)
 
     def __init__(self, what: str, features: list, skip: int = 0):
-        if what == "basicmotions":
+        from edgeseq.data import EMBEDDED
+        if what in EMBEDDED:                  # its test split, joined; where it names groups, the first group's
             from edgeseq.data import load_dataset
-            ds = load_dataset("basicmotions").for_model(features, "the embedded data basicmotions")
-            self.rows = np.concatenate([ds.test.X[i, :ds.test.lengths[i]] for i in range(len(ds.test))])
-            y = np.concatenate([ds.test.Y[i, :ds.test.lengths[i]] for i in range(len(ds.test))])
+            ds = load_dataset(what).for_model(features, f"the embedded data {what}")
+            te = ds.test
+            rows = range(len(te)) if te.groups is None else np.flatnonzero(te.groups == te.groups[0])
+            self.rows = np.concatenate([te.X[i, :te.lengths[i]] for i in rows])
+            y = np.concatenate([te.Y[i, :te.lengths[i]] for i in rows])
             self.labels = [ds.labels[k] for k in y]
         else:
             try:
@@ -321,6 +324,18 @@ def rss_kb() -> int | None:
     return None
 
 
+def answer(sess, probs, k: int) -> tuple:
+    """(label, value) of one stream's last push: the top class and its probability (rounded);
+    for an anomaly model its state ("learning", "normal", "anomaly") and its level in standard
+    deviations of its learnt score (None while learning)."""
+    if sess.meta.kind == "anomaly" and sess.decision is not None:
+        level = float(sess._decider.level[0])
+        if level != level:
+            return "learning", None
+        return ("anomaly" if sess.decision_state()[0] is not None else "normal"), round(level, 3)
+    return sess.labels[k], round(float(probs[k]), 5)
+
+
 def run_live(sess, source, rate: float | None = None, on_bad: str = "skip", as_json: bool = False,
              echo=print, state_file=None, save_every: int = 500, model_hash: str | None = None,
              start_readings: int = 0, print_every: int = 1, max_readings: int | None = None,
@@ -415,15 +430,16 @@ def run_live(sess, source, rate: float | None = None, on_bad: str = "skip", as_j
             st.latencies.append(time.perf_counter() - t_start)
             st.readings += 1
             k = int(probs.argmax())
+            label, value = answer(sess, probs, k)
             truth = source.truth() if hasattr(source, "truth") else None
             if truth is not None:
                 truth = (truth,)
             elif isinstance(item, (str, bytes, bytearray)) and reader.label_col is not None:
                 truth = (reader.label or None,)                 # None: an empty label cell
-            if truth is not None:
-                score.add(truth[0], sess.labels[k])
+            if truth is not None and sess.meta.kind == "classify":
+                score.add(truth[0], label)
             if on_prediction is not None:
-                on_prediction({"reading": st.readings, "label": sess.labels[k], "prob": round(float(probs[k]), 5),
+                on_prediction({"reading": st.readings, "label": label, "prob": value,
                                **({"true": truth[0]} if truth else {}),
                                "latency_us": round(st.latencies[-1] * 1e6, 1)})
             if decided and sess.events:
@@ -439,15 +455,15 @@ def run_live(sess, source, rate: float | None = None, on_bad: str = "skip", as_j
             if st.readings % print_every == 0:
                 lat = st.latency()
                 if as_json:
-                    echo(json.dumps({"reading": st.readings, "label": sess.labels[k], "prob": round(float(probs[k]), 5),
+                    echo(json.dumps({"reading": st.readings, "label": label, "prob": value,
                                      **({"true": truth[0]} if truth else {}),
                                      "latency_us": round(st.latencies[-1] * 1e6, 1), **lat,
                                      "state_bytes": sess.state_nbytes(), "late": st.late, "dropped": st.dropped,
                                      "bad": sum(st.bad.values())}))
                 else:
                     true = f" (true {printable(truth[0]):>9s})" if truth and truth[0] else ""
-                    label = printable(sess.labels[k])
-                    echo(f"{st.readings:8d} {label:>10s} {probs[k]:.2f}{true}  {st.latencies[-1] * 1e6:7.1f} us "
+                    shown = "--" if value is None else f"{value:.2f}"
+                    echo(f"{st.readings:8d} {printable(label):>10s} {shown}{true}  {st.latencies[-1] * 1e6:7.1f} us "
                          f"(median {lat['median_us']}, p99 {lat['p99_us']})  state {sess.state_nbytes()} B  "
                          f"late {st.late} dropped {st.dropped} bad {sum(st.bad.values())}")
             if state_file and st.readings % save_every == 0:
