@@ -394,7 +394,8 @@ def reading_format(meta, proto, init: dict, first, path) -> dict:
 def model_meta(meta, arch: str, **more) -> dict:
     """What an integer model keeps of its file's metadata (`IntModel.meta`), `more` after it."""
     return {"arch": arch, "features": meta.features, "quantization": meta.quantization, "data": meta.data,
-            "data_sha256": meta.data_sha256, "decision": getattr(meta, "decision", None), **more}
+            "data_sha256": meta.data_sha256, "decision": getattr(meta, "decision", None),
+            "task": getattr(meta, "task", None), "normalization": meta.normalization, **more}
 
 
 class InputFormatError(DataError):

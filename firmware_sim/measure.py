@@ -57,6 +57,20 @@ int bench_run_decide(int first, int n) {{
 }}
 """
 
+HARNESS_ANOMALY = r"""int32_t bench_ev[N_MAX][4];
+static es_anomaly_t bench_an;
+void bench_dec_reset(void) {{ es_anomaly_reset(&bench_an); }}
+int bench_run_decide(int first, int n) {{
+  int i;
+  for (i = 0; i < n; i++) {{
+    es_step(bench_in[first + i], &bench_state, bench_out[first + i], bench_scratch);
+    es_anomaly(bench_in[first + i], bench_out[first + i], &bench_an, &bench_ev[first + i][0],
+               &bench_ev[first + i][1], &bench_ev[first + i][2], &bench_ev[first + i][3]);
+  }}
+  return n;
+}}
+"""
+
 
 def core_of(target) -> str:
     """The emulated core for a target profile (its `core` field), or UsageError."""
@@ -154,32 +168,41 @@ def measure(model, core: str, opt: str = "-O2", readings: int = 1000, counted: i
         raise UsageError(f"unknown core '{core}'; use one of {', '.join(toolchain.CORES)}")
     if opt not in OPTS:
         raise UsageError(f"optimisation '{opt}' must be one of {', '.join(OPTS)}")
-    from firmware_sim.cemit import model_decision
+    from firmware_sim.cemit import model_anomaly, model_decision
     m = from_onnx(model)
     X, source = readings_for(m, data, readings, model)       # a model or data error first: no toolchain needed
     compiler = toolchain.require_compiler(compiler)
     xq = m.to_fixed(X)
     spec = model_decision(m)
+    aq = model_anomaly(m)
     dec = None
     if spec is not None:
         from firmware_sim.intdecide import IntDecider
         dec, want_ev = IntDecider(spec, 1), []
+    elif aq is not None:                                   # the anomaly layer, checked and counted as the decision's
+        from edgeseq.runtime.anomaly import AnomalySpec
+        from firmware_sim.intanomaly import IntWatcher
+        dec, want_ev = IntWatcher(aq, 1), []
+        spec = AnomalySpec.from_json(m.meta["task"])
+    width = 4 if aq is not None and dec is not None else 3
     state, want = m.init_state(1), []
     for x in xq:
         logits, state = m.step(x[None], state)
         want.append(logits[0])
         if dec is not None:
-            ev = dec.update(logits)
+            ev = dec.update(x[None], logits) if width == 4 else dec.update(logits)
             end = [e.cls for e in ev if e.kind == "end"]
             start = [e for e in ev if e.kind == "start"]
-            want_ev.append([end[0] if end else -1, start[0].cls if start else -1,
-                            start[0].position - start[0].onset + 1 if start else 0])
+            want_ev.append(([int(dec.cand[0])] if width == 4 else [])
+                           + [end[0] if end else -1, start[0].cls if start else -1,
+                              start[0].position - start[0].onset + 1 if start else 0])
     want = np.array(want, np.int64)
 
     with tempfile.TemporaryDirectory(dir=work_dir) as tmp:
         d = Path(tmp)
         emit(m, d, prefix="es")
-        (d / "harness.c").write_text(HARNESS.format(n=CHUNK) + (HARNESS_DECIDE.format() if dec is not None else ""))
+        layer = "" if dec is None else (HARNESS_ANOMALY if width == 4 else HARNESS_DECIDE).format()
+        (d / "harness.c").write_text(HARNESS.format(n=CHUNK) + layer)
         defines = ["ES_PORTABLE"] if portable else []
         obj = toolchain.compile_object(d / "es_model.c", core, opt, d, include_dirs=[d], defines=defines,
                                        compiler=compiler)
@@ -209,11 +232,13 @@ def measure(model, core: str, opt: str = "-O2", readings: int = 1000, counted: i
             got.append(np.frombuffer(mach.read("bench_out", 4 * len(chunk) * len(m.labels)), np.int32)
                        .reshape(len(chunk), -1))
             if dec is not None:
-                got_ev.append(np.frombuffer(mach.read("bench_ev", 12 * len(chunk)), np.int32).reshape(len(chunk), 3))
+                got_ev.append(np.frombuffer(mach.read("bench_ev", 4 * width * len(chunk)), np.int32)
+                              .reshape(len(chunk), width))
         got = np.concatenate(got)
         if dec is not None and not np.array_equal(np.concatenate(got_ev).astype(np.int64), np.array(want_ev)):
             bad = int(np.argwhere((np.concatenate(got_ev) != np.array(want_ev)).any(1))[0, 0])
-            raise EdgeseqError(f"the compiled decision layer differs from the simulator at reading {bad} on {core} "
+            what = "anomaly" if width == 4 else "decision"
+            raise EdgeseqError(f"the compiled {what} layer differs from the simulator at reading {bad} on {core} "
                                f"{opt}")
         if not np.array_equal(got.astype(np.int64), want):
             bad = int(np.argwhere((got != want).any(1))[0, 0])
@@ -231,6 +256,10 @@ def measure(model, core: str, opt: str = "-O2", readings: int = 1000, counted: i
             mach.call("bench_dec_reset")
             for start in range(0, warm, CHUNK):
                 mach.call("bench_run", 0, min(CHUNK, warm - start), max_instructions=2_000_000_000)
+            if width == 4:                                  # the anomaly layer is counted past its learning phase
+                ahead = spec.warm + spec.learn + 2
+                for start in range(0, ahead, CHUNK):
+                    mach.call("bench_run_decide", 0, min(CHUNK, ahead - start), max_instructions=2_000_000_000)
             r_dec = mach.call("bench_run_decide", 0, min(counted, CHUNK), count=True, max_instructions=200_000_000)
     macs = macs_per_step(m)
     per_step = r["instructions"] / counted
@@ -256,13 +285,14 @@ def measure(model, core: str, opt: str = "-O2", readings: int = 1000, counted: i
                        "cycles_per_step": "modelled from the executed mix (emulate.TIMINGS)"},
     }
     if r_dec is not None:
-        out["decision"] = {"bit_exact_readings": readings, "settings": spec.describe(),
-                           "instructions_per_step": r_dec["instructions"] / counted - per_step,
-                           "share_of_step": (r_dec["instructions"] / counted - per_step) / per_step,
-                           "provenance": "measured (Unicorn): the step with es_decide after it, minus the step"}
+        key, fn = ("anomaly", "es_anomaly") if width == 4 else ("decision", "es_decide")
+        out[key] = {"bit_exact_readings": readings, "settings": spec.describe(),
+                    "instructions_per_step": r_dec["instructions"] / counted - per_step,
+                    "share_of_step": (r_dec["instructions"] / counted - per_step) / per_step,
+                    "provenance": f"measured (Unicorn): the step with {fn} after it, minus the step"}
         if r_dec.get("cycles") and r.get("cycles"):
             extra = (r_dec["cycles"]["cycles"] - r["cycles"]["cycles"]) / counted
-            out["decision"].update({"cycles_per_step": extra, "cycles_share": extra * counted / r["cycles"]["cycles"]})
+            out[key].update({"cycles_per_step": extra, "cycles_share": extra * counted / r["cycles"]["cycles"]})
     if r.get("cycles"):
         cyc = r["cycles"]["cycles"] / counted
         out["cycles_per_step"] = cyc

@@ -37,6 +37,8 @@ def simulate(model, data: str | None = None, float_model=None, readings: int = 1
     if float_model is not None:                           # refused before any work
         fsess, fmeta, floaded = load_model(float_model)
         check_float_twin(qmeta, fmeta, model, float_model, floaded.graph)
+    if qmeta.kind == "anomaly":
+        return simulate_anomaly(m, qsess, qmeta, model, data, float_model, readings)
     ds = data_for_model(data, m.meta["features"], m.labels, m.meta.get("data"), str(model), m.meta.get("data_sha256"))
     split = ds.test
     logits_int = run_stream(m, m.to_fixed(split.X)).astype(np.float64) / (1 << Q)
@@ -69,6 +71,31 @@ def simulate(model, data: str | None = None, float_model=None, readings: int = 1
         r["float_from"] = "the int8 model's export validation (same test split)"
     if "float" in r["accuracy"]:
         r["drop_vs_float"] = r["accuracy"]["float"] - r["accuracy"]["integer_only"]
+    return r
+
+
+def simulate_anomaly(m, qsess, qmeta, model, data, float_model, readings: int) -> dict:
+    """`simulate` for an anomaly model: the firmware's path (integer step and integer anomaly
+    layer, `firmware_sim.intanomaly`) against the host's (onnxruntime int8 and the float
+    `Watcher`; and the float twin's where given), on both protocols of
+    `edgeseq.runtime.anomaly.evaluate`, and the forecasts against onnxruntime's over a long stream."""
+    from edgeseq.runtime.anomaly import evaluate, joined
+    from firmware_sim.intanomaly import firmware_events
+    ds = data_for_model(data, m.meta["features"], None, m.meta.get("data"), str(model), m.meta.get("data_sha256"))
+    split = ds.test
+    r = {"model": str(model), "arch": m.kind, "data": ds.name, "test_sequences": len(split), "task": "anomaly",
+         "integer_only": {"per_recording": firmware_events(model, split),
+                          "never_reset": firmware_events(model, joined(split))}}
+    host = evaluate(model, split, backend="onnxruntime")
+    r["onnxruntime_int8"] = {k: host[k] for k in ("per_recording", "never_reset")}
+    if float_model is not None:
+        f = evaluate(float_model, split, backend="onnxruntime")
+        r["float"] = {k: f[k] for k in ("per_recording", "never_reset")}
+        r["float_from"] = str(float_model)
+    X = long_streams(split, readings, streams=1, seed=0)
+    stream_int = run_stream(m, m.to_fixed(X)).astype(np.float64) / (1 << Q)
+    r["stream_readings"] = int(X.shape[1])
+    r["vs_onnxruntime_int8"] = output_error(run_streams(qsess, qmeta, X), stream_int)
     return r
 
 

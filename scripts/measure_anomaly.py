@@ -9,8 +9,9 @@ training recordings, export float32 and static int8, calibrate the threshold on 
 recordings (`edgeseq calibrate`'s method: a Gumbel fit to block maxima; budget 1 false alarm
 per hour at 50 Hz on vibration, 0.05 per 1,000 readings on the UCR series, whose rate is not
 stated), write it into each file, and score the test split on every backend the file runs on
-(`edgeseq.runtime.anomaly.evaluate`: each recording its own never-reset stream, the device
-learning its baseline over its first readings).
+(`edgeseq.runtime.anomaly.evaluate`, both protocols) and, for int8, on the firmware's path (the
+integer step and the integer anomaly layer, bit-exact with the emitted C:
+`firmware_sim.intanomaly.firmware_events`).
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ def main(argv=None) -> int:
 
     from edgeseq.data import load_dataset
     from edgeseq.runtime import native
-    from edgeseq.runtime.anomaly import calibrate, evaluate
+    from edgeseq.runtime.anomaly import calibrate, evaluate, joined
+    from firmware_sim.intanomaly import firmware_events
     from edgeseq.train.forecast import train_task
     from export import export_int8, export_model
     from export.decision import write_decision
@@ -71,8 +73,15 @@ def main(argv=None) -> int:
                 cal = calibrate(path, ds.train, rate, budget)
                 write_decision(path, cal["chosen"], path)
                 backends = ["onnxruntime"] + (["native"] if not native.why_unavailable() else [])
+                if weights == "int8":
+                    backends.append("firmware")
                 for backend in backends:
-                    both = evaluate(path, ds.test, backend=backend)
+                    if backend == "firmware":          # the integer step and integer anomaly layer (the emitted C)
+                        both = {"backend": "firmware (integer)",
+                                "per_recording": firmware_events(path, ds.test),
+                                "never_reset": firmware_events(path, joined(ds.test))}
+                    else:
+                        both = evaluate(path, ds.test, backend=backend)
                     fig = both["per_recording"]
                     nr = both["never_reset"]
                     row = {"set": name, "arch": arch, "weights": weights, "backend": both["backend"],

@@ -32,6 +32,8 @@ Sources:
                                  exports, calibrates and scores; the command is recorded in the JSON)
   - docs/figures/decision_bench.json  `python scripts/bench_decision.py --json docs/figures/decision_bench.json
                                  models/...onnx` (after `make demo`; the command is recorded in the JSON)
+  - docs/figures/anomaly.json   `python scripts/measure_anomaly.py --json docs/figures/anomaly.json` (trains,
+                                 exports, calibrates and scores; the command is recorded in the JSON)
   - docs/figures/demo.json      `.venv/bin/python examples/demo.py --json docs/figures/demo.json` (what
                                  `make demo` runs, plus the JSON; the command is recorded in the JSON)
 
@@ -60,6 +62,7 @@ SOURCES = {
     "demo": "docs/figures/demo.json",
     "events": "docs/figures/events.json",
     "decision-bench": "docs/figures/decision_bench.json",
+    "anomaly": "docs/figures/anomaly.json",
 }
 
 REGION = re.compile(r"<!-- figures:(?P<name>[a-z0-9-]+) -->\n(?P<body>.*?)<!-- /figures:(?P=name) -->", re.S)
@@ -534,7 +537,34 @@ def render_decision_bench(d: dict, source: str) -> str:
         ["model", "streams", "backend", "decision runs in", "push", "push with decision", "added"], rows)
 
 
+def render_anomaly(d: dict, source: str) -> str:
+    """Anomaly figures per set, model, weights and backend, on both protocols."""
+    how = (f"`{d['meta']['command']}`: default settings, seed 0, threshold calibrated on the training recordings "
+           "(budget: " + "; ".join(f"{k} {v['budget']:g} per {'hour' if v['rate_hz'] else '1,000 readings'}"
+                                   for k, v in d["sets"].items()) + ")")
+
+    def fa(f):
+        if f.get("false_alarms_per_hour") is not None:
+            return f"{f['false_alarms']} ({f['false_alarms_per_hour']:.1f}/h)"
+        return f"{f['false_alarms']} ({f['false_alarms_per_1000'] or 0:.2f}/1,000)"
+    rows = []
+    for r in d["rows"]:
+        if "refused" in r:
+            rows.append([r["set"], r["arch"], r["weights"], "-", "int8 refused", "", "", "", "", "", ""])
+            continue
+        n = r["never_reset"]
+        top = "n/a" if r["top_inside"] is None else f"{r['top_inside']:.0%}"
+        rows.append([r["set"], r["arch"], r["weights"], r["backend"], f"{r['sigmas']:g} / {r['min_duration']}", top,
+                     f"{r['detected']}/{r['anomalies']}", fa(r),
+                     "n/a" if r["delay_median"] is None else f"{r['delay_median']:.0f}",
+                     f"{n['detected']}/{n['anomalies']}", fa(n)])
+    return machine_line(d, source, how) + "\n\n" + _table(
+        ["set", "model", "weights", "backend", "sigmas / min", "top score inside", "detected", "false alarms",
+         "delay median", "never reset: detected", "never reset: false alarms"], rows)
+
+
 RENDERERS = {
+    "anomaly": ("anomaly", render_anomaly),
     "events": ("events", render_events),
     "decision-bench": ("decision-bench", render_decision_bench),
     "ucr": ("ucr", render_ucr),

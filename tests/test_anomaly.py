@@ -293,3 +293,142 @@ def test_gateway_batches_anomaly_devices_as_one_session_each(models, data, tmp_p
             t[d] += 1
     assert got == ref
     assert sum(map(len, ref.values())) >= 2 and answers == {"learning", "normal", "anomaly"}   # 3-epoch model
+
+
+@pytest.fixture(scope="module")
+def anomaly_int8(models, data, tmp_path_factory):
+    """The GRU anomaly model as static int8, with settings that learn within these recordings."""
+    from export.decision import write_decision
+    from export.quantize import export_int8
+    ck, _ = models("gru")
+    root = tmp_path_factory.mktemp("anomaly-int8")
+    export_int8(ck, root / "q.onnx", data=data, keep_anyway=True)
+    return str(write_decision(root / "q.onnx", AnomalySpec.from_json({**SPEC, "adapt": 256}), root / "qa.onnx"))
+
+
+def test_integer_anomaly_layer_follows_the_float_one(anomaly_int8, data):
+    """The firmware's integer score and baseline (firmware_sim.intanomaly) on the integer step's
+    forecasts find the faults the float Watcher finds on the same forecasts, within its roundings."""
+    from firmware_sim.intanomaly import IntWatcher, model_params
+    from firmware_sim.intsim import from_onnx
+    m = from_onnx(anomaly_int8)
+    q = model_params(m)
+    spec = AnomalySpec.from_json(m.meta["task"])
+    X = data.test.X
+    S, T, _ = X.shape
+    iw, fw = IntWatcher(q, S), Watcher(spec, m.meta["normalization"]["mean"], m.meta["normalization"]["std"], S)
+    state = m.init_state(S)
+    ie, fe = [], []
+    for t in range(T):
+        x = m.to_fixed(X[:, t])
+        out, state = m.step(x, state)
+        ie += [(e.stream, e.kind) for e in iw.update(x, out)]
+        fe += [(e.stream, e.kind) for e in fw.update(X[:, t], out / 4096.0)]
+        if t > spec.warm + 5:
+            np.testing.assert_allclose(iw.s / 256.0, fw.a_score, atol=0.05 + 0.05 * np.abs(fw.a_score).max())
+    assert {s for s, k in ie if k == "start"} == {s for s, k in fe if k == "start"}
+    assert len([1 for _, k in ie if k == "start"]) >= 2
+
+
+@pytest.mark.skipif(__import__("shutil").which("gcc") is None, reason="needs gcc on the host")
+def test_emitted_anomaly_layer_is_bit_exact_with_the_integer_simulator(anomaly_int8, data, tmp_path):
+    from firmware_sim.cemit import emit
+    from firmware_sim.intanomaly import IntWatcher, model_params
+    from firmware_sim.intsim import from_onnx
+    from helpers import gcc_strict, host_stream, simulated
+    m = from_onnx(anomaly_int8)
+    emit(m, tmp_path / "c", prefix="vib")
+    c = tmp_path / "c"
+    gcc_strict(tmp_path / "x", [c / "vib_example.c", c / "vib_model.c", *sorted(c.glob("*tables.c"))])
+    want, iw = [], IntWatcher(model_params(m), 1)
+    for i in (0, 4):                                  # a recording with a fault, then a normal one, never reset
+        xq = m.to_fixed(data.test.X[i])
+        want.append(xq)
+    xq = np.concatenate(want)
+    got = host_stream(tmp_path / "x", xq)
+    rows = []
+    for x, row in zip(xq, simulated(m, xq)):
+        ev = iw.update(x[None], np.array([row[:-1]]))
+        end = [e for e in ev if e.kind == "end"]
+        start = [e for e in ev if e.kind == "start"]
+        rows.append([*row, int(iw.cand[0]), 1 if end else -1, 1 if start else -1,
+                     start[0].position - start[0].onset + 1 if start else 0])
+    rows = np.array(rows)
+    assert np.array_equal(got, rows)
+    assert (rows[:, -2] >= 0).sum() >= 1 and rows[:, -4].sum() >= 5      # candidates and a start
+
+
+@pytest.mark.parametrize("core", ["cortex-m4", "cortex-m0plus"])
+def test_anomaly_layer_on_an_emulated_core_is_bit_exact_and_cheap(anomaly_int8, core):
+    from helpers import skip_without_emulator
+    skip_without_emulator()
+    from firmware_sim.measure import measure
+    r = measure(anomaly_int8, core, "-O2", readings=400, counted=2)      # raises where any logit or event differs
+    a = r["anomaly"]
+    assert a["bit_exact_readings"] == 400 and "decision" not in r
+    assert 0 < a["instructions_per_step"] and a["share_of_step"] <= 0.25, a
+
+
+def test_calibrate_writes_a_threshold_from_normal_streams(models, tmp_path):
+    from edgeseq.cli import cli
+    from edgeseq.runtime.anomaly import SIGMA_FLOOR
+    from edgeseq.runtime.model import open_model
+    _, path = models("gru")
+    vib = small_vibration(n_train=8, train_len=400)
+    np.savez(tmp_path / "normal.npz", X_train=vib.train.X, y_train=vib.train.Y, groups_train=vib.train.groups,
+             labels=np.array(vib.labels), features=np.array(vib.features))
+    with_spec = tmp_path / "a.onnx"
+    from export.decision import write_decision
+    write_decision(path, AnomalySpec.from_json({**SPEC, "learn": 100}), with_spec)
+    r = CliRunner().invoke(cli, ["calibrate", str(with_spec), "--data", str(tmp_path / "normal.npz"), "--rate-hz", "50",
+                                 "--max-false-alarms-per-hour", "1", "--out", str(tmp_path / "cal.onnx")])
+    assert r.exit_code == 0, r.output
+    assert "Gumbel" in r.output and "modelled" in r.output
+    task = open_model(tmp_path / "cal.onnx")[1].task
+    assert task["sigmas"] >= SIGMA_FLOOR and task["rate_hz"] == 50.0 and task["learn"] == 100
+    assert task["calibration"]["blocks"] >= 2 and (tmp_path / "cal.onnx.calibration.png").exists()
+    r = CliRunner().invoke(cli, ["calibrate", str(with_spec), "--data", str(tmp_path / "normal.npz"), "--background",
+                                 "normal", "--dry-run"])
+    assert r.exit_code != 0 and "no classes" not in r.output and "--background" in r.output
+    from export.decision import write_decision as wd
+    from edgeseq.runtime.decision import DecisionSpec
+    with pytest.raises(UsageError, match="anomaly model takes anomaly settings"):
+        wd(path, DecisionSpec.make(["a", "b"]), tmp_path / "x.onnx")
+
+
+def test_stream_prints_the_level_and_the_state(models, data, tmp_path):
+    from edgeseq.cli import cli
+    _, path = models("gru")
+    from export.decision import write_decision
+    model = write_decision(path, AnomalySpec.from_json(SPEC), tmp_path / "a.onnx")
+    rows = ["acc_x,acc_y,acc_z"] + [",".join(f"{v:.5f}" for v in r) for r in data.test.X[0, :200]]
+    (tmp_path / "in.csv").write_text("\n".join(rows) + "\n")
+    r = CliRunner().invoke(cli, ["stream", str(model), "--input", str(tmp_path / "in.csv")])
+    assert r.exit_code == 0, r.output
+    import re
+    lines = [x for x in r.output.splitlines() if re.fullmatch(r"\d+,(learning|-?\d+\.\d+),(normal|anomaly)", x)]
+    assert lines[0] == "1,learning,normal" and len(lines) == 200
+    last = lines[-1].split(",")
+    assert last[0] == "200" and float(last[1]) == pytest.approx(float(last[1])) and last[2] in ("normal", "anomaly")
+
+
+def test_home_assistant_gets_a_state_and_a_level_sensor():
+    from edgeseq.runtime.mqtt import ha_configs
+    cfg = dict(ha_configs("pump-1", "edgeseq/pump-1/prediction", "edgeseq/pump-1/status", anomaly=True))
+    level = next(c for t, c in cfg.items() if t.endswith("/level/config"))
+    assert level["unit_of_measurement"] == "sd" and "none" in level["value_template"]
+    assert not any(t.endswith("/probability/config") for t in cfg)
+
+
+def test_firmware_check_and_simulate_count_the_anomaly_layer(anomaly_int8):
+    from firmware_sim.intanomaly import MAX_SIGMAS, params
+    from firmware_sim.plan import check_model
+    from firmware_sim.simulate import simulate
+    from firmware_sim.targets import get_target
+    r = check_model(anomaly_int8, get_target("nrf52840"))
+    assert r["ram"]["anomaly"] == 8 * 3 + 56 and r["flash"]["anomaly"] > 2 * 257 * 4 and r["anomaly"]["cycles"] > 0
+    s = simulate(anomaly_int8, data=None, readings=200)
+    assert s["task"] == "anomaly" and s["integer_only"]["never_reset"]["anomalies"] == 30
+    assert s["vs_onnxruntime_int8"]["mean_rel"] < 0.02
+    with pytest.raises(UsageError, match="standard deviations"):
+        params(AnomalySpec(sigmas=MAX_SIGMAS + 1), [0, 0, 0], [1, 1, 1], [20, 20, 20])

@@ -64,6 +64,7 @@ def _fmt_check(r):
              f"    {'inputs/outputs':16s} {m['io']:>9,d}",
              *([f"    {'stack (step)':16s} {m['stack']:>9,d}"] if m.get("stack") else []),
              *([f"    {'decision layer':16s} {m['decision']:>9,d}"] if m.get("decision") else []),
+             *([f"    {'anomaly layer':16s} {m['anomaly']:>9,d}"] if m.get("anomaly") else []),
              f"    {'total':16s} {m['total']:>9,d} of {m['available']:,}  (margin {m['margin']:,})",
              (f"  cost per reading: {c['macs']:,} MACs, {c['cycles']:,} cycles ({c['cycles_per_mac']:.2f} per MAC)"
               if not c['cycles_per_op'] else
@@ -72,6 +73,8 @@ def _fmt_check(r):
              + f" = {c['us_per_reading']:,.0f} us; highest sample rate about {c['max_rate_hz']:,.0f} Hz ({c['source']})",
              *([f"  decision layer: {r['decision']['cycles']:,} cycles of those ({r['decision']['source']})"]
                if r.get("decision") else []),
+             *([f"  anomaly layer: {r['anomaly']['cycles']:,} cycles of those ({r['anomaly']['source']})"]
+               if r.get("anomaly") else []),
              f"  fits: {'yes' if r['fits'] else 'NO'}"]
     if r.get("note"):
         lines.append(f"  note: {r['note']}")
@@ -173,9 +176,11 @@ def firmware_measure(model, target, core, opt, compiler, readings, data, targets
         lines.append(f"  modelled: {r['cycles_per_step']:,.0f} cycles per reading ({r['cycles_per_mac']:.2f} per MAC)"
                      + (f" = {r['us_per_reading']:,.0f} us at {t.clock_mhz:g} MHz, about {r['max_rate_hz']:,.0f} "
                         "readings/s" if t is not None else ""))
-    if r.get("decision"):
-        d = r["decision"]
-        lines.append(f"  decision layer ({d['settings']}): every event bit-exact over {d['bit_exact_readings']:,} "
+    for key in ("decision", "anomaly"):
+        if not r.get(key):
+            continue
+        d = r[key]
+        lines.append(f"  {key} layer ({d['settings']}): every event bit-exact over {d['bit_exact_readings']:,} "
                      f"readings; measured {d['instructions_per_step']:,.0f} instructions per reading "
                      f"({d['share_of_step']:.1%} of the step)"
                      + (f", modelled {d['cycles_per_step']:,.0f} cycles ({d['cycles_share']:.1%})"
@@ -205,6 +210,18 @@ def firmware_simulate(model, data, float_model, as_json):
     r = simulate(model, data, float_model)
     if as_json:
         _echo_json(r)
+        return
+    if r.get("task") == "anomaly":
+        from edgeseq.cli.train import anomaly_line
+        click.echo(f"{r['arch']} anomaly model, integer-only on {r['data']} test ({r['test_sequences']} recordings):")
+        for who, name in (("integer_only", "integer-only (firmware)"), ("onnxruntime_int8", "onnxruntime int8"),
+                          ("float", "float")):
+            if who in r:
+                click.echo(f"  {name}: per recording {anomaly_line(r[who]['per_recording'])}; never reset "
+                           f"{anomaly_line(r[who]['never_reset'])}")
+        d = r["vs_onnxruntime_int8"]
+        click.echo(f"  forecasts vs onnxruntime int8 over {r['stream_readings']} readings: mean {d['mean_rel']:.2%} of "
+                   f"range, max {d['max_rel']:.1%}")
         return
     a = r["accuracy"]
     click.echo(f"{r['arch']} integer-only on {r['data']} test ({r['test_sequences']} sequences): accuracy "

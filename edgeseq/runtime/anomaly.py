@@ -82,7 +82,7 @@ class AnomalySpec:
     warm: int = 16
     sigmas: float = 8.0
     alpha: float = 0.2
-    adapt: int = 5000
+    adapt: int = 4096
     min_duration: int = 10
     refractory: int = 0
     release: int = 50
