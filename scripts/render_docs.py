@@ -558,9 +558,18 @@ def render_anomaly(d: dict, source: str) -> str:
                      f"{r['detected']}/{r['anomalies']}", fa(r),
                      "n/a" if r["delay_median"] is None else f"{r['delay_median']:.0f}",
                      f"{n['detected']}/{n['anomalies']}", fa(n)])
+    ok = [r for r in d["rows"] if "refused" not in r]
+    inside = [r["top_inside"] for r in ok if r["top_inside"] is not None]
+    per_hour = [(r, f) for r in ok for f in (r, r["never_reset"]) if f.get("false_alarms_per_hour") is not None]
+    over = [(r, f) for r, f in per_hour if f["false_alarms_per_hour"] > 1.0]
+    text = (f"Top score inside the labelled anomaly: at least 80% of the recordings in {sum(x >= 0.8 for x in inside)} "
+            f"of {len(inside)} rows (the UCR series is one recording: 0% or 100%). False alarms above 1 per hour of "
+            f"normal data in {len(over)} of {len(per_hour)} figures (per recording and never reset)"
+            + (": " + "; ".join(f"{r['arch']} {r['weights']} on {r['backend']}, {f['false_alarms_per_hour']:.1f}/h"
+                                for r, f in over) if over else "") + ".")
     return machine_line(d, source, how) + "\n\n" + _table(
         ["set", "model", "weights", "backend", "sigmas / min", "top score inside", "detected", "false alarms",
-         "delay median", "never reset: detected", "never reset: false alarms"], rows)
+         "delay median", "never reset: detected", "never reset: false alarms"], rows) + "\n\n" + text
 
 
 RENDERERS = {
