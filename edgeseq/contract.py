@@ -406,6 +406,9 @@ class ModelMeta:
         if extra["data_sha256"] is not None:
             extra["data_sha256"] = extra["data_sha256"].lower()
         extra["decision"] = get(META_DECISION)
+        task = get(META_TASK)
+        if extra["decision"] is not None and isinstance(task, dict) and task.get("kind") in ("anomaly", "regress"):
+            _fail(META_DECISION, "is set on an anomaly or regression model, which has no classes to decide on")
         if extra["decision"] is not None:
             from edgeseq.errors import UsageError
             from edgeseq.runtime.decision import DecisionSpec     # numpy only; imported when a file has one
@@ -413,9 +416,7 @@ class ModelMeta:
                 extra["decision"] = DecisionSpec.from_json(extra["decision"], labels).to_json()
             except UsageError as e:
                 _fail(META_DECISION, str(e).removeprefix("decision: "), "run `edgeseq calibrate` on the model again")
-        extra["task"] = _task(get(META_TASK), features, labels)
-        if extra["task"] is not None and extra["decision"] is not None:
-            _fail(META_DECISION, "is set on an anomaly or regression model, which has no classes to decide on")
+        extra["task"] = _task(task, features, labels)
         return cls(arch=arch, mode=mode, features=features, labels=labels, state=state, max_history=max_history,
                    quantization=quantization, version=version, format=fmt,
                    normalization=_normalization(get(META_NORM)), **extra)

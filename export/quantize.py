@@ -393,7 +393,8 @@ def dataset_for(ckpt: dict, data: str | Dataset | None) -> Dataset:
                             f"now hold training sequences; pass --data '{spec}' to use it as it is now, or restore it")
     ds = ds.for_model(ckpt["features"], f"data '{ds.name}'", DATA_REMEDY)
     if (ckpt.get("task") or {}).get("kind", "classify") != "classify":
-        return ds                                    # a forecast's outputs are not the data's labels
+        from edgeseq.runtime.anomaly import binary      # a forecast's outputs are not the data's labels
+        return binary(ds)[0]
     if list(ds.labels) != list(ckpt["labels"]):
         raise DataError(f"data '{ds.name}' has labels {ds.labels}, the model predicts {ckpt['labels']}; "
                         "pass the training data with --data")

@@ -237,7 +237,8 @@ def task_meta(ckpt: dict) -> dict | None:
     if task["kind"] == "anomaly":
         from edgeseq.data import RATE_HZ
         from edgeseq.runtime.anomaly import AnomalySpec
-        return AnomalySpec(rate_hz=RATE_HZ.get(ckpt.get("dataset"))).to_json()
+        embedded = None if ckpt.get("data_path") else ckpt.get("dataset")   # a user's file: its rate is unknown
+        return AnomalySpec(rate_hz=RATE_HZ.get(embedded or "")).to_json()
     return dict(task)
 
 

@@ -286,7 +286,10 @@ def measure(model, core: str, opt: str = "-O2", readings: int = 1000, counted: i
     }
     if r_dec is not None:
         key, fn = ("anomaly", "es_anomaly") if width == 4 else ("decision", "es_decide")
-        out[key] = {"bit_exact_readings": readings, "settings": spec.describe(),
+        ev = np.array(want_ev)
+        fired = int((ev[:, -3] >= 0).sum() + (ev[:, -2] >= 0).sum())
+        out[key] = {"bit_exact_readings": readings, "settings": spec.describe(), "events_checked": fired,
+                    **({"candidates_checked": int(ev[:, 0].sum())} if width == 4 else {}),
                     "instructions_per_step": r_dec["instructions"] / counted - per_step,
                     "share_of_step": (r_dec["instructions"] / counted - per_step) / per_step,
                     "provenance": f"measured (Unicorn): the step with {fn} after it, minus the step"}

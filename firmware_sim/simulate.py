@@ -79,9 +79,10 @@ def simulate_anomaly(m, qsess, qmeta, model, data, float_model, readings: int) -
     layer, `firmware_sim.intanomaly`) against the host's (onnxruntime int8 and the float
     `Watcher`; and the float twin's where given), on both protocols of
     `edgeseq.runtime.anomaly.evaluate`, and the forecasts against onnxruntime's over a long stream."""
-    from edgeseq.runtime.anomaly import evaluate, joined
+    from edgeseq.runtime.anomaly import AnomalySpec, binary, evaluate, joined
     from firmware_sim.intanomaly import firmware_events
     ds = data_for_model(data, m.meta["features"], None, m.meta.get("data"), str(model), m.meta.get("data_sha256"))
+    ds = binary(ds)[0]
     split = ds.test
     r = {"model": str(model), "arch": m.kind, "data": ds.name, "test_sequences": len(split), "task": "anomaly",
          "integer_only": {"per_recording": firmware_events(model, split),
@@ -89,7 +90,7 @@ def simulate_anomaly(m, qsess, qmeta, model, data, float_model, readings: int) -
     host = evaluate(model, split, backend="onnxruntime")
     r["onnxruntime_int8"] = {k: host[k] for k in ("per_recording", "never_reset")}
     if float_model is not None:
-        f = evaluate(float_model, split, backend="onnxruntime")
+        f = evaluate(float_model, split, backend="onnxruntime", spec=AnomalySpec.from_json(qmeta.task))  # same settings
         r["float"] = {k: f[k] for k in ("per_recording", "never_reset")}
         r["float_from"] = str(float_model)
     X = long_streams(split, readings, streams=1, seed=0)

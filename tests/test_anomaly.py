@@ -432,3 +432,62 @@ def test_firmware_check_and_simulate_count_the_anomaly_layer(anomaly_int8):
     assert s["vs_onnxruntime_int8"]["mean_rel"] < 0.02
     with pytest.raises(UsageError, match="standard deviations"):
         params(AnomalySpec(sigmas=MAX_SIGMAS + 1), [0, 0, 0], [1, 1, 1], [20, 20, 20])
+
+
+def test_the_normal_label_is_found_by_name_or_by_the_training_split():
+    from edgeseq.runtime.anomaly import binary
+    ds = small_vibration()
+    flipped = Dataset("v", Split(ds.train.X, 1 - ds.train.y, ds.train.lengths, 1 - ds.train.Y, ds.train.groups),
+                      Split(ds.test.X, 1 - ds.test.y, ds.test.lengths, 1 - ds.test.Y, ds.test.groups),
+                      ["fault", "normal"], ds.features)        # sorted labels: 'fault' is label 0
+    b, normal, other = binary(flipped)
+    assert normal == "normal" and other == 0 and b.labels == ["normal", "anomaly"]
+    np.testing.assert_array_equal(b.test.Y, ds.test.Y)
+    unnamed = Dataset("v", Split(ds.train.X, 1 - ds.train.y, ds.train.lengths, 1 - ds.train.Y, ds.train.groups),
+                      Split(ds.test.X, 1 - ds.test.y, ds.test.lengths, 1 - ds.test.Y, ds.test.groups),
+                      ["0", "1"], ds.features)                # no 'normal': the training split's most frequent
+    b, normal, _ = binary(unnamed)
+    assert normal == "1"
+    np.testing.assert_array_equal(b.test.Y, ds.test.Y)
+
+
+def test_a_baseline_is_never_lost_or_forged_on_restore(models, data):
+    _, path = models("gru")
+    s = StreamSession(path, streams=2, decision=SPEC)
+    for t in range(200):
+        s.push_scores(data.test.X[:2, t])
+    snap = s.snapshot()
+    before = s.threshold.copy()
+    for bad, match in (({**snap, "decision": None}, "no anomaly baseline"),
+                       ({**snap, "decision": {**snap["decision"], "a_score": np.full(2, 1e300)}}, "out of the range"),
+                       ({**snap, "decision": {**snap["decision"], "a_m2": np.zeros(2)}}, "no variance")):
+        with pytest.raises(UsageError, match=match):
+            s.restore(bad)
+        np.testing.assert_array_equal(s.threshold, before)
+
+
+def test_commands_meant_for_classifiers_refuse_an_anomaly_model(models, tmp_path):
+    from edgeseq.cli import cli
+    from edgeseq.runtime.decision import DecisionSpec
+    import onnx
+    _, path = models("gru")
+    r = CliRunner().invoke(cli, ["compare", str(path), str(path)])
+    assert r.exit_code != 0 and "eval" in r.output and "Traceback" not in r.output
+    m = onnx.load(str(path))
+    labels = json.loads(next(p.value for p in m.metadata_props if p.key == "edgeseq.labels"))
+    m.metadata_props.add(key="edgeseq.decision", value=json.dumps(DecisionSpec.make(labels).to_json()))
+    with pytest.raises(MetadataError, match="no classes to decide on"):
+        ModelMeta.from_props({p.key: p.value for p in m.metadata_props})
+    ds = small_vibration()
+    np.savez(tmp_path / "n.npz", X_train=ds.train.X, y_train=ds.train.Y, labels=np.array(ds.labels),
+             features=np.array(ds.features))
+    from export.decision import write_decision
+    plain = write_decision(path, AnomalySpec.from_json({**SPEC, "rate_hz": None}), tmp_path / "p.onnx")
+    r = CliRunner().invoke(cli, ["calibrate", str(plain), "--data", str(tmp_path / "n.npz"), "--dry-run"])
+    assert r.exit_code != 0 and "--rate-hz" in r.output
+
+
+def test_a_fixed_number_of_epochs_trains_on_every_recording(data):
+    from edgeseq.train.forecast import train_task
+    ck = train_task("gru", data, "anomaly", epochs=1, settings={"hidden": 8}, progress=False)
+    assert ck["metrics"]["schedule"]["validation"].startswith("none")

@@ -106,8 +106,10 @@ def _calibrate_anomaly(model, ds, rate_hz, budget, split, target, plot_path, dry
         return
     per = r["per"]
     span = f"{r['hours'] * 60:.1f} minutes at {rate_hz:g} Hz" if r["hours"] else "rate unknown"
-    click.echo(f"calibrating on {r['recordings']} normal {split} recordings of {printable(ds.name)}: "
-               f"{r['normal_readings']:,} scored readings ({span}); budget {budget:g} false alarms per {per}")
+    streams = r["recordings"]
+    click.echo(f"calibrating on {len(part)} normal {split} recordings of {printable(ds.name)}, joined into {streams} "
+               f"never-reset stream{'s' if streams > 1 else ''} (one per group): {r['normal_readings']:,} scored "
+               f"readings ({span}); budget {budget:g} false alarms per {per}")
     click.echo(f"  {'min':>4s} {'highest':>8s} {'threshold':>10s} {'seen at it':>11s}")
     for x in r["table"]:
         mark = "* " if x["min_duration"] == spec.min_duration else "  "
@@ -116,6 +118,9 @@ def _calibrate_anomaly(model, ds, rate_hz, budget, split, target, plot_path, dry
     click.echo(f"the threshold meets the budget under a Gumbel law fitted to the highest level held "
                f"{spec.min_duration} readings in each of {r['blocks']} blocks (modelled, not counted: {r['observed_false_alarms']} false alarms seen "
                "on these recordings); check the test split: edgeseq eval " + printable(str(written or target)))
+    if r["weak_fit"]:
+        click.echo(f"note: only {r['blocks']} blocks of {r['block_readings']} readings to fit: the threshold rests on "
+                   "few maxima; calibrate on more normal recordings (--data) for one you can trust", err=True)
     if written:
         click.echo(f"wrote the anomaly settings into {printable(written)}"
                    + (f"; plot {printable(plotted)}" if plotted else "; no plot (pip install matplotlib for one)"))
@@ -162,7 +167,8 @@ def _plot_anomaly(r, path: Path) -> str | None:
                    "(whole groups, or the last sequences of each class; the model's last epochs train on it too, "
                    "so neither is unseen: --data gives recordings the model never saw).")
 @click.option("--orders", type=click.IntRange(1, 200), default=20, show_default=True,
-              help="Never-reset streams: seeded orders of the split's sequences.")
+              help="Never-reset streams: seeded orders of the split's sequences (a classifier's; an anomaly model "
+                   "joins each group's recordings in file order).")
 @click.option("--out", type=click.Path(), help="Model file to write (default: <MODEL stem>-events.onnx beside it; MODEL "
               "itself is replaced atomically where named, though state files saved for it then no longer match).")
 @click.option("--plot", type=click.Path(), help="Trade-off plot, a .png file (default: <out>.calibration.png).")
@@ -210,11 +216,17 @@ def calibrate(model, data, background, rate_hz, budget, split, orders, out, plot
     _check_outputs(Path(model), target, plot_path, data, dry_run)
     ds = model_data(model, data)
     from edgeseq.runtime.model import open_model
-    if open_model(model)[1].kind == "anomaly":
+    meta = open_model(model)[1]
+    if meta.kind == "anomaly":
         if background:
             raise UsageError("--background names classes of a classifier; an anomaly model has none (drop it)")
-        return _calibrate_anomaly(model, ds, rate_hz if rate_hz is not None else RATE_HZ.get(ds.source or ""),
-                                  budget, split, target, plot_path, dry_run, as_json, backend)
+        rate = rate_hz or RATE_HZ.get(ds.source or "") or meta.task.get("rate_hz")
+        if rate is None:
+            raise UsageError(f"the sampling rate of '{printable(ds.name)}' is not known; give --rate-hz (readings per "
+                             "second)")
+        from edgeseq.runtime.anomaly import binary
+        return _calibrate_anomaly(model, binary(ds)[0], rate, budget, split, target, plot_path, dry_run, as_json,
+                                  backend)
     if rate_hz is None:
         rate_hz = RATE_HZ.get(ds.source or "")
         if rate_hz is None:

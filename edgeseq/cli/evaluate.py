@@ -7,7 +7,7 @@ import json
 import click
 
 from edgeseq.cli._common import _DATA_HELP, _backend_option, _echo_json, _errors, _json_option, _provider_option
-from edgeseq.errors import printable
+from edgeseq.errors import UsageError, printable
 
 
 @click.command()
@@ -33,6 +33,11 @@ def compare(models, data, readings, rounds, backend, as_json):
       edgeseq compare models/lstm.onnx models/lstm-int8.onnx models/lstm-dyn.onnx --json
     """
     from edgeseq.report.compare import compare_models, format_compare
+
+    for m in models:
+        if _kind(m) != "classify":
+            raise UsageError(f"'{printable(str(m))}' is an anomaly model: compare scores classifiers; score it with "
+                             "`edgeseq eval` (and its int8 twin with `edgeseq firmware simulate --float`)")
 
     r = compare_models(list(models), data=data, readings=readings, rounds=rounds, backend=backend)
     # file and data names come from the command line and the model files: escaped, line by line
@@ -80,7 +85,9 @@ def eval_cmd(model, data, split, provider, backend, as_json):
     ds = model_data(model, data)
     if _kind(model) == "anomaly":
         from edgeseq.cli.train import anomaly_line
+        from edgeseq.runtime.anomaly import binary
         from edgeseq.runtime.anomaly import evaluate as evaluate_anomaly
+        ds = binary(ds)[0]
         r = evaluate_anomaly(model, getattr(ds, split), backend=backend, provider=provider)
         r["data"], r["split"] = ds.name, split
         if as_json:

@@ -180,8 +180,10 @@ def firmware_measure(model, target, core, opt, compiler, readings, data, targets
         if not r.get(key):
             continue
         d = r[key]
-        lines.append(f"  {key} layer ({d['settings']}): every event bit-exact over {d['bit_exact_readings']:,} "
-                     f"readings; measured {d['instructions_per_step']:,.0f} instructions per reading "
+        seen = f"{d.get('events_checked', 0)} events" + (f" and {d['candidates_checked']} candidates"
+                                                          if "candidates_checked" in d else "")
+        lines.append(f"  {key} layer ({d['settings']}): bit-exact over {d['bit_exact_readings']:,} readings ({seen} "
+                     f"checked{'; more --readings would cover events' if not d.get('events_checked') else ''}); measured {d['instructions_per_step']:,.0f} instructions per reading "
                      f"({d['share_of_step']:.1%} of the step)"
                      + (f", modelled {d['cycles_per_step']:,.0f} cycles ({d['cycles_share']:.1%})"
                         if "cycles_per_step" in d else ""))

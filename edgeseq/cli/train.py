@@ -116,7 +116,7 @@ def _train_task(arch, data, out, epochs, lr, seed, settings, as_json, quiet, fea
     the test split (torch outputs, the default anomaly settings)."""
     from edgeseq.data import RATE_HZ, load_dataset
     from edgeseq.models import check_arch
-    from edgeseq.runtime.anomaly import AnomalySpec, figures, joined, run
+    from edgeseq.runtime.anomaly import AnomalySpec, binary, figures, joined, run
     from edgeseq.train import TRAIN_SETTINGS, parse_overrides, save_checkpoint
     from edgeseq.train.forecast import train_task
     from edgeseq.train.loop import stream_logits
@@ -131,12 +131,19 @@ def _train_task(arch, data, out, epochs, lr, seed, settings, as_json, quiet, fea
     if Path(out).exists() and not Path(out).is_dir():
         raise UsageError(f"--out '{out}' is a file; give a directory for checkpoint.pt and metrics.json")
     dataset = load_dataset(data, None if features is None else features.split(","))
+    scored, normal, other = binary(dataset)
+    if other:
+        click.echo(printable(f"warning: {other:,} readings of the training split are labelled other than '{normal}'; "
+                             "an anomaly model learns everything it trains on as normal: give normal recordings only"),
+                   err=True)
     ckpt = train_task(arch, dataset, task, epochs=epochs, lr=lr or 3e-3, seed=seed, settings=overrides,
                       progress=not quiet)
+    if dataset.ignored:                         # the columns left out of a .csv, and why: in metrics.json too
+        ckpt["metrics"]["ignored_columns"] = dict(dataset.ignored)
     from edgeseq.train.checkpoint import model_from_checkpoint
     model = model_from_checkpoint(ckpt)
-    te = dataset.test
-    spec = AnomalySpec(rate_hz=RATE_HZ.get(dataset.name))
+    te = scored.test
+    spec = AnomalySpec(rate_hz=RATE_HZ.get(dataset.source or ""))
     norm = ckpt["normalization"]
     fig = {}
     for name, part in (("per_recording", te), ("never_reset", joined(te))):
@@ -156,6 +163,9 @@ def _train_task(arch, data, out, epochs, lr, seed, settings, as_json, quiet, fea
     click.echo(f"  per recording: {anomaly_line(fig['per_recording'])}")
     click.echo(f"  never reset: {anomaly_line(fig['never_reset'])}")
     click.echo(f"schedule: {schedule_line(m.get('schedule'))}")
+    if dataset.ignored:
+        click.echo(printable(f"columns: features {', '.join(dataset.features)}; ignored "
+                             + ", ".join(f"{name or repr(name)} ({why})" for name, why in dataset.ignored.items())))
     click.echo(f"next: edgeseq export {out} --out {Path(out).name}.onnx, then edgeseq calibrate on it")
     s = m.get("schedule") or {}
     if s.get("advice"):
@@ -164,6 +174,9 @@ def _train_task(arch, data, out, epochs, lr, seed, settings, as_json, quiet, fea
 
 def anomaly_line(fig: dict) -> str:
     """One line of `edgeseq.runtime.anomaly.figures`."""
+    if not fig["normal_readings"] and not fig["detected"]:
+        return (f"no reading scored against a learnt baseline ({fig['anomalies']} anomalies labelled): the recordings "
+                "are shorter than the warm-up and learning phase")
     top = "" if fig["top_inside"] is None else f"{fig['top_inside']:.0%}"
     rate = (f"{fig['false_alarms_per_hour']:.2f} per hour of normal data" if fig.get("false_alarms_per_hour")
             is not None else f"{fig.get('false_alarms_per_1000') or 0:.3f} per 1,000 normal readings")

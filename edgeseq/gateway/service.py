@@ -131,6 +131,7 @@ class Gateway:
                              "'_'") from None
         self.url, self.name = url, name
         self.batcher = Batcher(model, backend=backend, max_history=max_history, max_batch=max_batch)
+        self._value_key = "level" if self.batcher.kind == "anomaly" else "prob"    # what a prediction carries
         self.snapshot_every, self.lease_seconds, self.idle_seconds = snapshot_every, float(lease_seconds), idle_seconds
         self.max_backlog, self.replace_model = max_backlog, bool(replace_model)
         self.max_device_backlog, self.replicas = max_device_backlog, replicas
@@ -630,12 +631,13 @@ class Gateway:
                     outbox.setdefault((dev, sseq), []).append((seq, dev.position, label, value, part))
                     continue
                 answers.append((part, f"{wire.OUT_SUBJECT}.{dev.name}",
-                                wire.encode_prediction(dev.name, seq, dev.position, label, value, dev.boot),
+                                wire.encode_prediction(dev.name, seq, dev.position, label, value, dev.boot,
+                                                       self._value_key),
                                 f"{dev.name}:{dev.boot}:{seq}"))
             self.stats["readings"] += len(items)
         for (dev, _), rows in outbox.items():
             answers.append((rows[0][4], f"{wire.OUT_SUBJECT}.{dev.name}",
-                            wire.encode_predictions(dev.name, [r[:4] for r in rows], dev.boot),
+                            wire.encode_predictions(dev.name, [r[:4] for r in rows], dev.boot, self._value_key),
                             f"{dev.name}:{dev.boot}:{rows[0][0]}"))
         await self._publish(answers)
         if stored:

@@ -146,12 +146,13 @@ def _value(v) -> float | None:
     return None if v is None or v != v else round(float(v), 6)
 
 
-def encode_prediction(device: str, seq: int, position: int, label: str, prob: float | None, boot: int = 0) -> bytes:
+def encode_prediction(device: str, seq: int, position: int, label: str, prob: float | None, boot: int = 0,
+                      key: str = "prob") -> bytes:
     """A prediction message's payload (JSON bytes); `label` is JSON-escaped (json.dumps). For an
-    anomaly model `label` is the device's state (learning, normal, anomaly) and `prob` its level
-    in standard deviations of its learnt score (null while learning)."""
+    anomaly model (`key` "level") `label` is the device's state (learning, normal, anomaly) and
+    "level" its level in standard deviations of its learnt score (null while learning)."""
     return (f'{{"device":"{device}","seq":{int(seq)},"boot":{int(boot)},"position":{int(position)},'
-            f'"label":{json.dumps(label)},"prob":{json.dumps(_value(prob))}}}').encode()
+            f'"label":{json.dumps(label)},"{key}":{json.dumps(_value(prob))}}}').encode()
 
 
 def event_subject(device: str) -> str:
@@ -168,23 +169,25 @@ def encode_event(device: str, seq: int, position: int, event, boot: int = 0) -> 
                        "event": event.kind, "label": event.label, "onset": onset}, separators=(",", ":")).encode()
 
 
-def encode_predictions(device: str, rows: list, boot: int = 0) -> bytes:
+def encode_predictions(device: str, rows: list, boot: int = 0, key: str = "prob") -> bytes:
     """The predictions of one message of several readings as one message (JSON bytes), lists in
     reading order: `{"device", "boot", "seq": [...], "position": [...], "label": [...], "prob":
     [...]}` from rows [(seq, position, label, prob)]."""
     return json.dumps({"device": device, "boot": int(boot), "seq": [int(r[0]) for r in rows],
                        "position": [int(r[1]) for r in rows], "label": [r[2] for r in rows],
-                       "prob": [_value(r[3]) for r in rows]}, separators=(",", ":")).encode()
+                       key: [_value(r[3]) for r in rows]}, separators=(",", ":")).encode()
 
 
 def predictions_of(payload: bytes) -> list:
-    """[{"device", "seq", "boot", "position", "label", "prob"}] from a prediction message: one
+    """[{"device", "seq", "boot", "position", "label", "prob" (an anomaly model's: "level")}] from a
+    prediction message: one
     (`encode_prediction`) or the several of one message (`encode_predictions`)."""
     p = json.loads(payload)
     if not isinstance(p["seq"], list):
         return [p]
-    return [{"device": p["device"], "seq": s, "boot": p["boot"], "position": q, "label": lab, "prob": pr}
-            for s, q, lab, pr in zip(p["seq"], p["position"], p["label"], p["prob"])]
+    key = "level" if "level" in p else "prob"           # an anomaly model's answers carry its level
+    return [{"device": p["device"], "seq": s, "boot": p["boot"], "position": q, "label": lab, key: pr}
+            for s, q, lab, pr in zip(p["seq"], p["position"], p["label"], p[key])]
 
 
 def encode_state(arrays: list, position: int, last_seq: int, model_sha256: str, stream_seq: int = 0,

@@ -42,6 +42,7 @@ from edgeseq.runtime.decision import STATE_NAMES as DECISION_NAMES
 
 LABELS = ("normal", "anomaly")
 LOGVAR_LIMIT = 8.0
+SCORE_BOUND = 1e12          # a restored smoothed score or baseline mean beyond this is refused (no stream reaches it)
 # The baseline's state arrays (a snapshot's and a state file's names), then the decision layer's.
 BASELINE_NAMES = ("mu", "logvar", "seen", "score", "n", "mean", "m2")
 STATE_NAMES = tuple(f"a_{k}" for k in BASELINE_NAMES) + DECISION_NAMES
@@ -258,6 +259,12 @@ class Watcher:
             raise UsageError("the anomaly state's counts or variance are out of range")
         if (np.abs(out["a_logvar"]) > 1e6).any() or (np.abs(out["a_mu"]) > 1e6).any():
             raise UsageError("the anomaly state's forecasts are out of range")
+        bound = SCORE_BOUND
+        if (np.abs(out["a_score"]) > bound).any() or (np.abs(out["a_mean"]) > bound).any() \
+                or (out["a_m2"] > (2 * bound) ** 2 * self.spec.learn).any():
+            raise UsageError("the anomaly state's score, mean or variance are out of the range a stream reaches")
+        if ((out["a_n"] >= self.spec.learn) & (out["a_m2"] <= 0)).any():
+            raise UsageError("the anomaly state has a learnt baseline with no variance, which no stream reaches")
         out.update(self.decider.check({k: snap.get(k) for k in DECISION_NAMES if k in snap}
                                       if all(k in snap for k in DECISION_NAMES) else snap))
         return out
@@ -287,6 +294,31 @@ def run(X: np.ndarray, lengths: np.ndarray, out: np.ndarray, mean, std, spec: An
         smoothed[scored, t] = w.a_score[scored]
         level[live, t] = w.level[live]
     return {"smoothed": smoothed, "level": level, "events": events, "threshold": w.threshold}
+
+
+def binary(dataset):
+    """`dataset` (an edgeseq Dataset) with per-reading labels 0 (normal), 1 (anomaly) and -1 (past a
+    recording's end), and labels ["normal", "anomaly"]: the normal label is the one named
+    "normal" (any case) where there is one, else the most frequent label of the training split's
+    readings (recordings of normal running); every other label is an anomaly. Returns (the new
+    Dataset, the normal label's name, readings of the training split labelled otherwise)."""
+    from dataclasses import replace
+
+    from edgeseq.data import Split
+    names = [str(x).lower() for x in dataset.labels]
+    tr = dataset.train
+    if "normal" in names:
+        k = names.index("normal")
+    else:
+        valid = tr.Y[tr.Y >= 0]
+        k = int(np.bincount(valid, minlength=len(names)).argmax()) if valid.size else 0
+
+    def conv(sp):
+        Y = np.where(sp.Y < 0, -1, (sp.Y != k).astype(np.int64))
+        return Split(sp.X, Y[np.arange(len(sp)), np.maximum(np.asarray(sp.lengths) - 1, 0)], sp.lengths, Y, sp.groups)
+    other = int(((tr.Y >= 0) & (tr.Y != k)).sum())
+    return replace(dataset, train=conv(tr), test=conv(dataset.test), labels=["normal", "anomaly"]), \
+        str(dataset.labels[k]), other
 
 
 def spans(y: np.ndarray) -> list:
@@ -363,20 +395,20 @@ def joined(split):
     return Split(X, Y[np.arange(len(parts)), L - 1], L, Y, names)
 
 
-def evaluate(model, split, backend: str | None = None, provider: str = "cpu") -> dict:
+def evaluate(model, split, backend: str | None = None, provider: str = "cpu", spec: AnomalySpec | None = None) -> dict:
     """An anomaly model file run as deployed (`StreamSession`), scored by `figures` at the
-    file's settings on both protocols: "per_recording" (each recording its own stream from a
+    file's settings (or `spec`'s) on both protocols: "per_recording" (each recording its own stream from a
     fresh state, learning its baseline at its start) and "never_reset" (each group's recordings
     joined in order, one stream per device that learns its baseline once: `joined`). Returns
     {"per_recording": figures, "never_reset": figures, "backend", "settings", "recordings"}."""
     out = {}
     for name, part in (("per_recording", split), ("never_reset", joined(split))):
         sess, outs = outputs(model, part, backend, provider)
-        spec = AnomalySpec.from_json(sess.meta.task)
+        use = spec or AnomalySpec.from_json(sess.meta.task)
         norm = sess.meta.normalization
         L = np.asarray(part.lengths)
-        out[name] = figures(part.Y, L, run(part.X, L, outs, norm["mean"], norm["std"], spec), spec, spec.rate_hz)
-    return {**out, "backend": sess.backend, "settings": spec.to_json(), "recordings": len(split)}
+        out[name] = figures(part.Y, L, run(part.X, L, outs, norm["mean"], norm["std"], use), use, use.rate_hz)
+    return {**out, "backend": sess.backend, "settings": use.to_json(), "recordings": len(split)}
 
 
 def hold_out(split) -> tuple:
@@ -400,7 +432,9 @@ SIGMA_FLOOR = 4.0                       # calibrate never sets a threshold below
                                         # a model scores the normal data it trained on lower than new normal data
                                         # (docs/anomaly.md: chosen on the vibration set, where 3 gave false alarms)
 BLOCK = 250                             # readings per block whose maximum calibrate fits (a last part of at
-                                        # least half a block counts as one)
+                                        # least half a block counts as one), fewer where that leaves under
+MIN_BLOCKS = 10                         # this many blocks, but never under
+MIN_BLOCK = 50                          # readings (fewer blocks than MIN_BLOCKS then: the fit is said to be weak)
 EULER_GAMMA = 0.5772156649
 
 
@@ -469,18 +503,19 @@ def calibrate(model, split, rate_hz: float | None, budget: float, backend: str |
     n = int(normal.sum())
     scored = normal.any(1)
     lv = np.where(normal, level, -np.inf)
+    size = int(max(MIN_BLOCK, min(BLOCK, n // MIN_BLOCKS)))
     blocks = []                                             # (recording, first, last + 1) of each block
     for i in np.flatnonzero(scored):
         idx = np.flatnonzero(normal[i])
-        for k in range(0, len(idx), BLOCK):
-            part = idx[k:k + BLOCK]
-            if len(part) * 2 >= BLOCK:
+        for k in range(0, len(idx), size):
+            part = idx[k:k + size]
+            if len(part) * 2 >= size:
                 blocks.append((i, part[0], part[-1] + 1))
     if len(blocks) < 2:
-        raise UsageError(f"fewer than 2 blocks of {BLOCK} readings are scored: a recording needs more than "
-                         f"{base.warm + base.learn} readings (warm-up and learning) before any is; give more or "
+        raise UsageError(f"only {n:,} readings of these normal recordings are scored (each stream learns over its "
+                         f"first {base.warm + base.learn} readings), fewer than 2 blocks of {size}; give more or "
                          "longer normal recordings")
-    block_hours = BLOCK / rate_hz / 3600 if rate_hz else BLOCK / 1000
+    block_hours = size / rate_hz / 3600 if rate_hz else size / 1000
     table = []
     for d in sorted(set(MIN_DURATIONS) | {d_chosen}):
         held = sustained(lv, d)
@@ -497,8 +532,9 @@ def calibrate(model, split, rate_hz: float | None, budget: float, backend: str |
     if row is None:
         raise UsageError(f"no recording has {d_chosen} scored readings in a row; give longer normal recordings")
     hours = n / rate_hz / 3600 if rate_hz else None
-    cal = {"method": f"Gumbel fit to the highest sustained level of each block of {BLOCK} readings (block maxima)",
+    cal = {"method": f"Gumbel fit to the highest sustained level of each block of {size} readings (block maxima)",
            "normal_readings": n, "hours": hours, "recordings": int(scored.sum()), "blocks": len(blocks),
+           "block_readings": size, "weak_fit": len(blocks) < MIN_BLOCKS,
            "budget": budget,
            "per": "hour" if rate_hz else "1000 readings", "observed_false_alarms": row["observed_false_alarms"],
            "highest": row["highest"]}

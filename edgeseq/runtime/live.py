@@ -438,8 +438,9 @@ def run_live(sess, source, rate: float | None = None, on_bad: str = "skip", as_j
                 truth = (reader.label or None,)                 # None: an empty label cell
             if truth is not None and sess.meta.kind == "classify":
                 score.add(truth[0], label)
+            key = "level" if sess.meta.kind == "anomaly" else "prob"   # an anomaly model's answer is a level
             if on_prediction is not None:
-                on_prediction({"reading": st.readings, "label": label, "prob": value,
+                on_prediction({"reading": st.readings, "label": label, key: value,
                                **({"true": truth[0]} if truth else {}),
                                "latency_us": round(st.latencies[-1] * 1e6, 1)})
             if decided and sess.events:
@@ -455,7 +456,7 @@ def run_live(sess, source, rate: float | None = None, on_bad: str = "skip", as_j
             if st.readings % print_every == 0:
                 lat = st.latency()
                 if as_json:
-                    echo(json.dumps({"reading": st.readings, "label": label, "prob": value,
+                    echo(json.dumps({"reading": st.readings, "label": label, key: value,
                                      **({"true": truth[0]} if truth else {}),
                                      "latency_us": round(st.latencies[-1] * 1e6, 1), **lat,
                                      "state_bytes": sess.state_nbytes(), "late": st.late, "dropped": st.dropped,

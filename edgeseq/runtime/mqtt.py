@@ -208,7 +208,7 @@ def ha_configs(device: str, topic: str, availability: str, model: str | None = N
         label = {**label, "name": "Machine state", "icon": "mdi:pulse"}
         prob = {"name": "Anomaly level", "unique_id": f"edgeseq_{node}_level", "unit_of_measurement": "sd",
                 "state_class": "measurement",
-                "value_template": "{{ value_json.prob if value_json.prob is not none else 'unknown' }}", **common}
+                "value_template": "{{ value_json.level if value_json.level is not none else 'unknown' }}", **common}
     sensors = [("prediction", label), ("level" if anomaly else "probability", prob)]
     if state_topic is not None:
         sensors.append(("activity", {"name": "Activity", "unique_id": f"edgeseq_{node}_activity",

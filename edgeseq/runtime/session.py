@@ -250,8 +250,10 @@ class StreamSession(ReadingChecks, SnapshotChecks):
         Every `push` advances the decision state too (its events are then `session.events`);
         `push_logits` advances the model only. Threads that share a session should all call
         `push_events`: a plain `push` from another thread in between replaces `session.events`.
-        A reading `push` refuses changes neither.
+        A reading `push` refuses changes neither. For an anomaly model: `push_scores` (levels, events).
         Raises UsageError where the session has no decision settings, else as `push`."""
+        if self.meta.kind == "anomaly":                 # an anomaly model's answer is its level, not probabilities
+            return self.push_scores(readings)
         if self._decider is None:
             raise UsageError("this session has no decision settings: the model file has none (run `edgeseq "
                              "calibrate` on it) and none were given (StreamSession(..., decision=...))")
@@ -548,6 +550,10 @@ class StreamSession(ReadingChecks, SnapshotChecks):
         exactly as it was."""
         with self._dlock:
             dec = None
+            if self.meta.kind == "anomaly" and self._decider is not None and isinstance(snap, dict) \
+                    and snap.get("decision") is None:
+                raise UsageError("snapshot: it holds no anomaly baseline (saved by a session without one); restoring it "
+                                 "would forget what these streams learnt; session state unchanged")
             if self._decider is not None and isinstance(snap, dict) and snap.get("decision") is not None:
                 try:
                     dec = self._decider.check(snap["decision"])

@@ -147,7 +147,7 @@ def train_task(arch: str, dataset: Dataset, task: str, epochs: int | None = None
     model.norm.set(norm.mean, norm.std)
     norm_t = (torch.from_numpy(norm.mean), torch.from_numpy(norm.std))
     t_mean = t_std = None
-    rows, vrows = hold_out(tr)
+    rows, vrows = hold_out(tr) if epochs is None else (np.arange(len(tr)), np.array([], np.int64))
     lanes = _lanes(tr)
     X, valid = _batch([lanes[i] for i in rows], chunk)
     Xv, validv = _batch([lanes[i] for i in vrows], chunk) if len(vrows) else (None, None)
@@ -204,6 +204,7 @@ def train_task(arch: str, dataset: Dataset, task: str, epochs: int | None = None
                 "max_epochs": budget, "epochs_run": len(curve), "best_epoch": best_epoch or None,
                 "stopped": stopped, "patience": patience if Xv is not None else None,
                 "validation": f"{len(vrows)} of {len(tr)} training recordings" if len(vrows) else
+                "none: every training recording trains (--epochs)" if epochs is not None else
                 f"{len(tr)} training recording(s), fewer than 4: nothing held out",
                 "converged": None if not len(vrows) and epochs is None else stopped in ("early", "fixed"),
                 "advice": f"the validation loss was still falling when the budget of {budget} epochs ran out: "
