@@ -17,8 +17,9 @@ import math
 import numpy as np
 
 from edgeseq.errors import UsageError
-from edgeseq.runtime.anomaly import AnomalySpec
-from edgeseq.runtime.decision import Event
+from edgeseq.runtime.anomaly import LABELS, AnomalySpec
+from edgeseq.runtime.decision import DecisionSpec
+from firmware_sim.intdecide import IntDecider
 
 IN_LIMIT = (1 << 30) - 1
 Z_MAX, V_MAX, E_MAX = 1 << 18, 1 << 15, 1 << 20
@@ -90,11 +91,13 @@ class IntWatcher:
         S, F = self.S, self.F
         self.mu = np.zeros((S, F), np.int64)
         self.logvar = np.zeros((S, F), np.int64)
-        for k in ("seen", "s", "n", "mean", "var", "run_len", "cool", "gone", "onset"):
+        for k in ("seen", "s", "n", "mean", "var"):
             setattr(self, k, np.zeros(S, np.int64))
-        self.run_cls = np.full(S, -1, np.int64)
-        self.active = np.full(S, -1, np.int64)
         self.cand = np.zeros(S, np.int64)
+        # The events: the integer decision layer on two classes, unsmoothed, as es_anom_step calls es_dec_step.
+        self.dec = IntDecider(DecisionSpec.make(LABELS, background=["normal"], smoothing="none", threshold=0.5,
+                                                min_duration=q["min_duration"], refractory=q["refractory"],
+                                                release=q["release"]), S)
 
     def update(self, x_fx, out_q12) -> list:
         q, F = self.q, self.F
@@ -127,7 +130,7 @@ class IntWatcher:
         cand = learnt & (dn > 0) & (d2 >= ((q["sig2_q8"] * self.var) >> 8))
         k = q["adapt_shift"]
         r = (1 << (k - 1)) if k > 0 else 0
-        follow = learnt & ~cand & (self.active < 0) & (k >= 0)
+        follow = learnt & ~cand & (self.dec.active < 0) & (k >= 0)
         mean_f = self.mean + ((dn + r) >> max(k, 0))
         var_f = np.clip(self.var + ((d2 - self.var + r) >> max(k, 0)), 0, VAR_MAX)
         self.mean = np.where(learning, mean_l, np.where(follow, mean_f, self.mean))
@@ -135,30 +138,9 @@ class IntWatcher:
         self.n = np.where(learning, n1, self.n)
         out = np.asarray(out_q12, np.int64)
         self.mu, self.logvar = out[:, :F].copy(), out[:, F:2 * F].copy()
-        pos = self.seen.copy()
         self.seen = np.minimum(self.seen + 1, COUNT_MAX)
         self.cand = cand.astype(np.int64)
-        return self._decide(np.where(cand, 1, -1), pos)
-
-    def _decide(self, c, pos) -> list:
-        """es_dec_step on two classes, unsmoothed: the counts of `edgeseq.runtime.decision`."""
-        q = self.q
-        same = c == self.run_cls
-        self.run_len = np.where(same, np.minimum(self.run_len + 1, COUNT_MAX), np.where(c >= 0, 1, 0))
-        self.run_cls = c
-        held = self.active >= 0
-        self.gone = np.where(held & (c != self.active), self.gone + 1, 0)
-        ends = held & (self.gone >= q["release"])
-        events = [Event(int(i), "end", "anomaly", 1, int(pos[i]), int(self.onset[i])) for i in np.flatnonzero(ends)]
-        self.active[ends] = -1
-        self.gone[ends] = 0
-        starts = (c >= 0) & (self.active < 0) & (self.run_len >= q["min_duration"]) & (self.cool == 0)
-        self.cool = np.maximum(self.cool - 1, 0)
-        for i in np.flatnonzero(starts):
-            self.active[i], self.cool[i] = 1, q["refractory"]
-            self.onset[i] = pos[i] - self.run_len[i] + 1
-            events.append(Event(int(i), "start", "anomaly", 1, int(pos[i]), int(self.onset[i])))
-        return events
+        return self.dec.update(np.where(cand[:, None], [[0, 65536]], [[65536, 0]]))
 
 
 def model_params(m) -> dict:
