@@ -284,7 +284,11 @@ def _task(v, features: list, labels: list):
         if not isinstance(a, list) or len(a) != len(labels) or not all(_is_number(x) for x in a) \
                 or k == "target_std" and not all(x > 0 for x in a):
             _fail(META_TASK, f"'{k}' must be one finite number{' > 0' if k == 'target_std' else ''} per target")
-    return {"kind": "regress", "targets": list(targets), "target_mean": list(mean), "target_std": list(std)}
+    lag = v.get("persistence_lag", 1)
+    if not isinstance(lag, int) or isinstance(lag, bool) or not 1 <= lag <= 10**9:
+        _fail(META_TASK, f"'persistence_lag' must be a whole number of readings of at least 1, got {_show(lag)}")
+    return {"kind": "regress", "targets": list(targets), "target_mean": list(mean), "target_std": list(std),
+            "persistence_lag": lag}
 
 
 @dataclass

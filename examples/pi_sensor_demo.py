@@ -102,7 +102,8 @@ def main(argv=None):
         sess = StreamSession(args.model, max_history=args.max_history, on_full="slide",  # a window never stops
                              backend=args.backend)
         if publisher:
-            publisher.with_events(sess.decision is not None, anomaly=sess.meta.kind == "anomaly")
+            publisher.with_events(sess.decision is not None, anomaly=sess.meta.kind == "anomaly",
+                                  targets=sess.meta.task["targets"] if sess.meta.kind == "regress" else None)
         model_hash = sess.model_sha256          # the bytes the session runs, read once
         start = 0
         if state_file:

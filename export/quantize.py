@@ -322,34 +322,25 @@ def _run_native(path, X, lengths, classes: int) -> np.ndarray:
 ANOMALY_DETECTED_DROP = 0.1     # int8 may miss at most this share of the anomalies its float twin detects
 
 
-def anomaly_check(runs, judged, native_why, fsess, meta, ds, X, ref, max_error, keep_anyway, scheme, float_check):
-    """int8 export's verdict on an anomaly model: per backend, the forecast outputs' error
-    against the float twin (`output_error`, bound `max_error` of the output range) and the
-    anomaly figures on the test split at the model's default settings
-    (`edgeseq.runtime.anomaly.figures`): int8 must detect at least the float twin's anomalies
-    less ANOMALY_DETECTED_DROP of them, with no more false alarms than it plus one."""
-    from edgeseq.runtime.anomaly import AnomalySpec, figures, run
-    spec = AnomalySpec.from_json(meta.task)
-    norm = meta.normalization
+def task_verdict(kind, score, bounds, runs, judged, native_why, fsess, meta, ds, X, ref, max_error, keep_anyway,
+                 scheme, float_check, **extra) -> dict:
+    """int8 export's verdict on an anomaly or regression model (`kind`): per backend, the
+    outputs' error against the float twin (`output_error`, bound `max_error` of the output
+    range) and the task's figures on the test split, `score(outputs [T, S, C])`, held to the
+    float twin's by `bounds(figures, float figures)` -> [broken bound, ...]. Raises
+    ExportValidationError where the judged backend breaks one (unless `keep_anyway`); returns
+    the report, with `float_<kind>` and `int8_<kind>` figures and `extra`."""
     te = ds.test
-
-    def anomaly(outs):
-        res = run(te.X, te.lengths, np.nan_to_num(np.transpose(outs, (1, 0, 2))), norm["mean"], norm["std"], spec)
-        return figures(te.Y, te.lengths, res, spec, spec.rate_hz)
-
-    ref_fig = anomaly(run_streams(fsess, meta, te.X, te.lengths))
+    ref_fig = score(run_streams(fsess, meta, te.X, te.lengths))
     out = {}
     for name, go in sorted(runs.items(), key=lambda kv: kv[0] != judged):
         err = output_error(ref, go(X))
-        fig = anomaly(go(te.X, te.lengths))
+        fig = score(go(te.X, te.lengths))
         broken = []
         if not np.isfinite(err["mean_rel"]) or not err["mean_rel"] <= max_error:
             broken.append(f"mean output error {err['mean_rel']:.2%} of the output range (bound {max_error:.2%})")
-        if fig["detected"] < ref_fig["detected"] - ANOMALY_DETECTED_DROP * max(ref_fig["anomalies"], 1):
-            broken.append(f"detected {fig['detected']} of {fig['anomalies']} anomalies vs float {ref_fig['detected']}")
-        if fig["false_alarms"] > ref_fig["false_alarms"] + 1:
-            broken.append(f"{fig['false_alarms']} false alarms vs float {ref_fig['false_alarms']}")
-        out[name] = {"mean_rel": err["mean_rel"], "max_rel": err["max_rel"], "anomaly": fig, "broken": broken,
+        broken += bounds(fig, ref_fig)
+        out[name] = {"mean_rel": err["mean_rel"], "max_rel": err["max_rel"], kind: fig, "broken": broken,
                      "within_bounds": not broken}
     mine = out[judged]
     if mine["broken"] and not keep_anyway:
@@ -359,10 +350,63 @@ def anomaly_check(runs, judged, native_why, fsess, meta, ds, X, ref, max_error, 
             max_diff=mine["max_rel"], tolerance=max_error)
     return {"float_vs_torch_max_abs_diff": float_check["max_abs_diff"], "streams": int(X.shape[0]),
             "readings": int(X.shape[1]), "mean_rel": mine["mean_rel"], "max_rel": mine["max_rel"],
-            "within_bounds": mine["within_bounds"], "float_anomaly": ref_fig, "int8_anomaly": mine["anomaly"],
+            "within_bounds": mine["within_bounds"], f"float_{kind}": ref_fig, f"int8_{kind}": mine[kind],
             "backend": judged, "backend_note": native_why,
             "backends": {n: {k: v for k, v in f.items() if k != "broken"} for n, f in out.items()},
-            "data": ds.name, "max_error": max_error}
+            "data": ds.name, "max_error": max_error, **extra}
+
+
+def anomaly_check(runs, judged, native_why, fsess, meta, ds, X, ref, max_error, keep_anyway, scheme, float_check):
+    """`task_verdict` for an anomaly model: the anomaly figures on the test split at the model's
+    default settings (`edgeseq.runtime.anomaly.figures`); int8 must detect at least the float
+    twin's anomalies less ANOMALY_DETECTED_DROP of them, with no more false alarms than it plus one."""
+    from edgeseq.runtime.anomaly import AnomalySpec, figures, run
+    spec = AnomalySpec.from_json(meta.task)
+    norm = meta.normalization
+    te = ds.test
+
+    def score(outs):
+        res = run(te.X, te.lengths, np.nan_to_num(np.transpose(outs, (1, 0, 2))), norm["mean"], norm["std"], spec)
+        return figures(te.Y, te.lengths, res, spec, spec.rate_hz)
+
+    def bounds(fig, ref_fig):
+        broken = []
+        if fig["detected"] < ref_fig["detected"] - ANOMALY_DETECTED_DROP * max(ref_fig["anomalies"], 1):
+            broken.append(f"detected {fig['detected']} of {fig['anomalies']} anomalies vs float {ref_fig['detected']}")
+        if fig["false_alarms"] > ref_fig["false_alarms"] + 1:
+            broken.append(f"{fig['false_alarms']} false alarms vs float {ref_fig['false_alarms']}")
+        return broken
+    return task_verdict("anomaly", score, bounds, runs, judged, native_why, fsess, meta, ds, X, ref, max_error,
+                        keep_anyway, scheme, float_check)
+
+
+REGRESS_MAE_RISE = 0.1         # int8's per-reading error (MAE) may exceed its float twin's by at most this share
+
+
+def regress_check(runs, judged, native_why, fsess, meta, ds, X, ref, max_error, keep_anyway, scheme, float_check):
+    """`task_verdict` for a regression model: each target's per-reading mean absolute error on
+    the test split (each recording its own stream, `edgeseq.runtime.regress.figures`), at most
+    REGRESS_MAE_RISE above the float twin's."""
+    from edgeseq.runtime.regress import figures
+    task = meta.task
+    te = ds.test
+    std, mean = np.asarray(task["target_std"], np.float32), np.asarray(task["target_mean"], np.float32)
+    lag = max(1, min(int(task.get("persistence_lag", 1)), int(te.lengths.max()) - 1))
+
+    def score(outs):
+        pred = np.transpose(outs, (1, 0, 2)) * std + mean
+        return figures(np.nan_to_num(pred, nan=np.inf), te.targets, te.lengths, lag, task["targets"])
+
+    def bounds(fig, ref_fig):
+        broken = []
+        for t, f in fig["targets"].items():
+            bound = ref_fig["targets"][t]["mae"] * (1 + REGRESS_MAE_RISE)
+            if not f["mae"] <= bound:
+                broken.append(f"{t} MAE {f['mae']:.4g} vs float {ref_fig['targets'][t]['mae']:.4g} (bound "
+                              f"{bound:.4g}, {REGRESS_MAE_RISE:.0%} above float)")
+        return broken
+    return task_verdict("regress", score, bounds, runs, judged, native_why, fsess, meta, ds, X, ref, max_error,
+                        keep_anyway, scheme, float_check, max_mae_rise=REGRESS_MAE_RISE)
 
 
 def dataset_for(ckpt: dict, data: str | Dataset | None) -> Dataset:
@@ -392,7 +436,13 @@ def dataset_for(ckpt: dict, data: str | Dataset | None) -> Dataset:
                             "since training (its sha256 is not the one the checkpoint records), so its test split may "
                             f"now hold training sequences; pass --data '{spec}' to use it as it is now, or restore it")
     ds = ds.for_model(ckpt["features"], f"data '{ds.name}'", DATA_REMEDY)
-    if (ckpt.get("task") or {}).get("kind", "classify") != "classify":
+    kind = (ckpt.get("task") or {}).get("kind", "classify")
+    if kind == "regress":
+        if ds.test.targets is None or ds.test.targets.shape[2] != len(ckpt["labels"]):
+            raise DataError(f"data '{ds.name}' has no per-reading targets for the model's {len(ckpt['labels'])} "
+                            "(int8 export checks a regression model on them); pass its training data with --data")
+        return ds
+    if kind != "classify":
         from edgeseq.runtime.anomaly import binary      # a forecast's outputs are not the data's labels
         return binary(ds)[0]
     if list(ds.labels) != list(ckpt["labels"]):
@@ -506,11 +556,12 @@ def export_int8(ckpt: dict, out, scheme: str = DEFAULT_SCHEME, data=None, max_hi
             qsess = cpu_session(path)
             X = long_streams(ds.test, stream_readings, seed=seed)
             ref = run_streams(fsess, meta, X)
-            if meta.kind == "anomaly":
+            if meta.kind in ("anomaly", "regress"):
                 runs = {"onnxruntime": lambda X_, L=None: run_q(qsess, meta, X_, L)}
                 if native_why is None:
                     runs["native"] = lambda X_, L=None: _run_native(path, X_, L, len(meta.labels))
-                return anomaly_check(runs, judged, native_why, fsess, meta, ds, X, ref, max_error, keep_anyway,
+                check_task = anomaly_check if meta.kind == "anomaly" else regress_check
+                return check_task(runs, judged, native_why, fsess, meta, ds, X, ref, max_error, keep_anyway,
                                      scheme, float_check)
             lf = run_streams(fsess, meta, ds.test.X, ds.test.lengths)
             racc_f = reading_accuracy(lf, ds.test)

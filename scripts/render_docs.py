@@ -34,6 +34,8 @@ Sources:
                                  models/...onnx` (after `make demo`; the command is recorded in the JSON)
   - docs/figures/anomaly.json   `python scripts/measure_anomaly.py --json docs/figures/anomaly.json` (trains,
                                  exports, calibrates and scores; the command is recorded in the JSON)
+  - docs/figures/regress.json   `python scripts/measure_regress.py --json docs/figures/regress.json` (trains,
+                                 exports and scores; the command is recorded in the JSON)
   - docs/figures/demo.json      `.venv/bin/python examples/demo.py --json docs/figures/demo.json` (what
                                  `make demo` runs, plus the JSON; the command is recorded in the JSON)
 
@@ -63,6 +65,7 @@ SOURCES = {
     "events": "docs/figures/events.json",
     "decision-bench": "docs/figures/decision_bench.json",
     "anomaly": "docs/figures/anomaly.json",
+    "regress": "docs/figures/regress.json",
 }
 
 REGION = re.compile(r"<!-- figures:(?P<name>[a-z0-9-]+) -->\n(?P<body>.*?)<!-- /figures:(?P=name) -->", re.S)
@@ -572,7 +575,34 @@ def render_anomaly(d: dict, source: str) -> str:
          "delay median", "never reset: detected", "never reset: false alarms"], rows) + "\n\n" + text
 
 
+def render_regress(d: dict, source: str) -> str:
+    """Regression figures per model, weights and backend on both protocols, beside persistence."""
+    data = d["data"]
+    how = (f"`{d['meta']['command']}`: default settings, seed 0; {data['name']} test split, {data['recordings'][1]} "
+           f"recordings of {data['readings']:,} readings; target {', '.join(data['targets'])}; persistence: the "
+           f"target {data['persistence_lag']} readings earlier; errors in the target's units (degrees C)")
+    rows, beat, scored = [], 0, 0
+    for r in d["rows"]:
+        if "refused" in r:
+            why = r["refused"].split("': ", 1)[-1].split(" (")[0].split(";")[0]       # the reason, not the temp path
+            rows.append([r["arch"], r["weights"], r["backend"], f"not run: {why}", "", "", "", "", ""])
+            continue
+        p, n = r["per_recording"], r["never_reset"]
+        for f in (p, n):
+            scored += 1
+            beat += f["mae"] < f["persistence_mae"]
+        rows.append([r["arch"], r["weights"], r["backend"], f"{p['mae']:.3f} / {p['persistence_mae']:.3f}",
+                     f"{p['rmse']:.3f} / {p['persistence_rmse']:.3f}", f"{p['skill']:+.2f}",
+                     f"{n['mae']:.3f} / {n['persistence_mae']:.3f}", f"{n['rmse']:.3f} / {n['persistence_rmse']:.3f}",
+                     f"{n['skill']:+.2f}"])
+    text = f"MAE below persistence's in {beat} of {scored} figures (per recording and never reset)."
+    return machine_line(d, source, how) + "\n\n" + _table(
+        ["model", "weights", "backend", "per recording: MAE / persistence", "RMSE / persistence", "skill",
+         "never reset: MAE / persistence", "RMSE / persistence", "skill"], rows) + "\n\n" + text
+
+
 RENDERERS = {
+    "regress": ("regress", render_regress),
     "anomaly": ("anomaly", render_anomaly),
     "events": ("events", render_events),
     "decision-bench": ("decision-bench", render_decision_bench),

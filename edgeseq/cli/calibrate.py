@@ -214,9 +214,12 @@ def calibrate(model, data, background, rate_hz, budget, split, orders, out, plot
     target = Path(out) if out else Path(model).with_name(Path(model).stem + "-events.onnx")
     plot_path = Path(plot) if plot else target.with_name(target.name + ".calibration.png")
     _check_outputs(Path(model), target, plot_path, data, dry_run)
-    ds = model_data(model, data)
     from edgeseq.runtime.model import open_model
     meta = open_model(model)[1]
+    if meta.kind == "regress":
+        raise UsageError(f"'{printable(model)}' is a regression model: it answers values, with no events or "
+                         "threshold to calibrate; score it with `edgeseq eval`")
+    ds = model_data(model, data)
     if meta.kind == "anomaly":
         if background:
             raise UsageError("--background names classes of a classifier; an anomaly model has none (drop it)")

@@ -36,7 +36,7 @@ def compare(models, data, readings, rounds, backend, as_json):
 
     for m in models:
         if _kind(m) != "classify":
-            raise UsageError(f"'{printable(str(m))}' is an anomaly model: compare scores classifiers; score it with "
+            raise UsageError(f"'{printable(str(m))}' is {'an anomaly' if _kind(m) == 'anomaly' else 'a regression'} model: compare scores classifiers; score it with "
                              "`edgeseq eval` (and its int8 twin with `edgeseq firmware simulate --float`)")
 
     r = compare_models(list(models), data=data, readings=readings, rounds=rounds, backend=backend)
@@ -83,6 +83,19 @@ def eval_cmd(model, data, split, provider, backend, as_json):
     from edgeseq.runtime.model import model_data
 
     ds = model_data(model, data)
+    if _kind(model) == "regress":
+        from edgeseq.runtime.regress import evaluate as evaluate_regress
+        from edgeseq.runtime.regress import line
+        r = evaluate_regress(model, getattr(ds, split), backend=backend, provider=provider)
+        r["data"], r["split"] = ds.name, split
+        if as_json:
+            _echo_json(r)
+            return
+        click.echo(printable(f"regression ({r['backend']} backend) on {ds.name} {split}, {r['recordings']} recordings; "
+                             f"persistence: each target {r['lag']} readings earlier"))
+        click.echo(printable(f"  per recording (each from a fresh state): {line(r['per_recording'])}"))
+        click.echo(printable(f"  never reset (the recordings joined, one stream): {line(r['never_reset'])}"))
+        return
     if _kind(model) == "anomaly":
         from edgeseq.cli.train import anomaly_line
         from edgeseq.runtime.anomaly import binary

@@ -97,6 +97,11 @@ def _int8_figures(r: dict) -> str:
         return (f"mean forecast error {r['mean_rel']:.2%} of range (max {r['max_rel']:.1%}), detected "
                 f"{q['detected']}/{q['anomalies']} anomalies vs {f['detected']}, false alarms {q['false_alarms']} "
                 f"vs {f['false_alarms']}, top score inside on {q['top_inside'] or 0:.0%} vs {f['top_inside'] or 0:.0%}")
+    if "float_regress" in r:                   # a regression model: output error and each target's MAE
+        q, f = r.get("regress") or r["int8_regress"], r["float_regress"]
+        maes = ", ".join(f"{t} MAE {q['targets'][t]['mae']:.4g} vs {f['targets'][t]['mae']:.4g} (persistence "
+                         f"{f['targets'][t]['persistence_mae']:.4g})" for t in f["targets"])
+        return f"mean error {r['mean_rel']:.2%} of range (max {r['max_rel']:.1%}), {maes}"
     return (f"mean error {r['mean_rel']:.2%} of range (max {r['max_rel']:.1%}), per-reading accuracy "
             f"{r['int8_reading_accuracy']:.3f} vs {r['float_reading_accuracy']:.3f}, never reset "
             f"{r['int8_continuous_accuracy']:.3f} vs {r['float_continuous_accuracy']:.3f}, "

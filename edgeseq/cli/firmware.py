@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from edgeseq.cli._common import _DATA_HELP, Finite, _echo_json, _errors, _json_option, _writing
-from edgeseq.errors import EdgeseqError, UsageError
+from edgeseq.errors import EdgeseqError, UsageError, printable
 
 _targets_file_option = click.option("--targets-file", type=click.Path(),
                                     help="JSON file with more target profiles (each named apart from the built-in ones).")
@@ -223,6 +223,19 @@ def firmware_simulate(model, data, float_model, as_json):
                            f"{anomaly_line(r[who]['never_reset'])}")
         d = r["vs_onnxruntime_int8"]
         click.echo(f"  forecasts vs onnxruntime int8 over {r['stream_readings']} readings: mean {d['mean_rel']:.2%} of "
+                   f"range, max {d['max_rel']:.1%}")
+        return
+    if r.get("task") == "regress":
+        from edgeseq.runtime.regress import line
+        click.echo(printable(f"{r['arch']} regression model, integer-only on {r['data']} test ({r['test_sequences']} "
+                             f"recordings; persistence: each target {r['lag']} readings earlier):"))
+        for who, name in (("integer_only", "integer-only (firmware)"), ("onnxruntime_int8", "onnxruntime int8"),
+                          ("float", "float")):
+            if who in r:
+                click.echo(printable(f"  {name}: per recording {line(r[who]['per_recording'])}; never reset "
+                                     f"{line(r[who]['never_reset'])}"))
+        d = r["vs_onnxruntime_int8"]
+        click.echo(f"  outputs vs onnxruntime int8 over {r['stream_readings']} readings: mean {d['mean_rel']:.2%} of "
                    f"range, max {d['max_rel']:.1%}")
         return
     a = r["accuracy"]

@@ -68,6 +68,10 @@ def stream(model, input_, provider, max_history, on_full, on_bad, as_json, state
     if state_file is not None:
         check_state_path(state_file, protect=(model, input_))
     sess = StreamSession(model, provider=provider, max_history=max_history, on_full=on_full, backend=backend)
+    if events_only and sess.meta.kind == "regress":
+        from edgeseq.errors import UsageError
+        raise UsageError(f"'{printable(model)}' is a regression model: it answers values, not events; stream it "
+                         "without --events")
     if events_only and sess.decision is None:
         from edgeseq.errors import UsageError
         raise UsageError(f"--events needs decision settings and '{printable(model)}' has none; run `edgeseq calibrate "

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+import numpy as np
 
 from edgeseq.cli._common import Finite, _echo_json, _errors, _seed_option, _writing
 from edgeseq.errors import UsageError, printable
@@ -26,9 +27,10 @@ from edgeseq.errors import UsageError, printable
               help="Model setting, e.g. --set hidden=32 --set layers=2; augmentation: --set augment=none, "
                    "--set augment.rotate=30 (see docs/augment.md); training: --set patience=20, "
                    "--set val_fraction=0.25 (see docs/usage.md).")
-@click.option("--task", type=click.Choice(["classify", "anomaly"]), default="classify", show_default=True,
+@click.option("--task", type=click.Choice(["classify", "anomaly", "regress"]), default="classify", show_default=True,
               help="classify: class per reading; anomaly: learn normal recordings only (a next-reading forecast "
-                   "with its variance) to score how unusual each reading is (docs/anomaly.md).")
+                   "with its variance) to score how unusual each reading is (docs/anomaly.md); regress: the data's "
+                   "per-reading targets, in their units (docs/regression.md).")
 @click.option("--json", "as_json", is_flag=True, help="Print metrics as JSON.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @_errors
@@ -117,7 +119,7 @@ def _train_task(arch, data, out, epochs, lr, seed, settings, as_json, quiet, fea
     from edgeseq.data import RATE_HZ, load_dataset
     from edgeseq.models import check_arch
     from edgeseq.runtime.anomaly import AnomalySpec, binary, figures, joined, run
-    from edgeseq.train import TRAIN_SETTINGS, parse_overrides, save_checkpoint
+    from edgeseq.train import TRAIN_SETTINGS, parse_overrides
     from edgeseq.train.forecast import train_task
     from edgeseq.train.loop import stream_logits
 
@@ -131,6 +133,8 @@ def _train_task(arch, data, out, epochs, lr, seed, settings, as_json, quiet, fea
     if Path(out).exists() and not Path(out).is_dir():
         raise UsageError(f"--out '{out}' is a file; give a directory for checkpoint.pt and metrics.json")
     dataset = load_dataset(data, None if features is None else features.split(","))
+    if task == "regress":
+        return _train_regress(arch, dataset, out, epochs, lr, seed, overrides, as_json, quiet)
     scored, normal, other = binary(dataset)
     if other:
         click.echo(printable(f"warning: {other:,} readings of the training split are labelled other than '{normal}'; "
@@ -150,14 +154,11 @@ def _train_task(arch, data, out, epochs, lr, seed, settings, as_json, quiet, fea
         outs = stream_logits(model, part.X).numpy()
         fig[name] = figures(part.Y, part.lengths, run(part.X, part.lengths, outs, norm["mean"], norm["std"], spec),
                             spec, spec.rate_hz)
-    ckpt["metrics"]["test"] = fig
     ckpt["metrics"]["test_settings"] = spec.to_json()
-    with _writing(out):
-        path = save_checkpoint(ckpt, out)
-    m = ckpt["metrics"]
-    if as_json:
-        _echo_json({"checkpoint": str(path), "arch": arch, **m})
+    path = _write_task(ckpt, fig, out, arch, as_json)
+    if path is None:
         return
+    m = ckpt["metrics"]
     click.echo(f"{arch} anomaly model on {dataset.name} in {m['train_seconds']:.1f} s -> {path}; test split (torch, "
                "default settings, not calibrated):")
     click.echo(f"  per recording: {anomaly_line(fig['per_recording'])}")
@@ -167,6 +168,54 @@ def _train_task(arch, data, out, epochs, lr, seed, settings, as_json, quiet, fea
         click.echo(printable(f"columns: features {', '.join(dataset.features)}; ignored "
                              + ", ".join(f"{name or repr(name)} ({why})" for name, why in dataset.ignored.items())))
     click.echo(f"next: edgeseq export {out} --out {Path(out).name}.onnx, then edgeseq calibrate on it")
+    s = m.get("schedule") or {}
+    if s.get("advice"):
+        click.echo(f"warning: not converged: {s['advice']}", err=True)
+
+
+def _write_task(ckpt, fig, out, arch, as_json):
+    """Save an anomaly or regression checkpoint with its test figures `fig` into `out`; with
+    `as_json` print its metrics and return None, else the checkpoint's path."""
+    from edgeseq.train import save_checkpoint
+    ckpt["metrics"]["test"] = fig
+    with _writing(out):
+        path = save_checkpoint(ckpt, out)
+    if as_json:
+        _echo_json({"checkpoint": str(path), "arch": arch, **ckpt["metrics"]})
+        return None
+    return path
+
+
+def _train_regress(arch, dataset, out, epochs, lr, seed, overrides, as_json, quiet):
+    """`edgeseq train --task regress`: `train_task`, then the per-reading error on the test split
+    (torch outputs) on both protocols, beside the persistence baseline."""
+    from edgeseq.runtime.regress import figures, joined, line
+    from edgeseq.train.checkpoint import model_from_checkpoint
+    from edgeseq.train.forecast import train_task
+    from edgeseq.train.loop import stream_logits
+
+    ckpt = train_task(arch, dataset, "regress", epochs=epochs, lr=lr or 3e-3, seed=seed, settings=overrides,
+                      progress=not quiet)
+    if dataset.ignored:
+        ckpt["metrics"]["ignored_columns"] = dict(dataset.ignored)
+    model = model_from_checkpoint(ckpt)
+    task = ckpt["task"]
+    mean, std = np.asarray(task["target_mean"], np.float32), np.asarray(task["target_std"], np.float32)
+    te = dataset.test
+    fig = {}
+    for name, (X, Y, L) in (("per_recording", (te.X, te.targets, te.lengths)), ("never_reset", joined(te))):
+        pred = stream_logits(model, X).numpy() * std + mean
+        fig[name] = figures(pred, Y, L, dataset.persistence_lag, task["targets"])
+    path = _write_task(ckpt, fig, out, arch, as_json)
+    if path is None:
+        return
+    m = ckpt["metrics"]
+    click.echo(printable(f"{arch} regression model on {dataset.name} in {m['train_seconds']:.1f} s -> {path}; "
+                         f"test split (torch), persistence lag {dataset.persistence_lag} readings:"))
+    click.echo(printable(f"  per recording: {line(fig['per_recording'])}"))
+    click.echo(printable(f"  never reset: {line(fig['never_reset'])}"))
+    click.echo(f"schedule: {schedule_line(m.get('schedule'))}")
+    click.echo(f"next: edgeseq export {out} --out {Path(out).name}.onnx, then edgeseq eval on it")
     s = m.get("schedule") or {}
     if s.get("advice"):
         click.echo(f"warning: not converged: {s['advice']}", err=True)

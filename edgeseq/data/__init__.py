@@ -7,7 +7,11 @@ reading: a long recording whose activity changes), optional `lengths` [N]
 (valid readings per sequence; the rest is padding), optional `labels` (the class names in
 class order: integer `y` indexes them; string `y` is looked up in them, and a name in `y`
 that `labels` lacks is refused) and `features` (channel names), optional `groups` [N] (the
-subject, device or session each sequence comes from: strings, or integers taken as names). A
+subject, device or session each sequence comes from: strings, or integers taken as names). For
+regression (`edgeseq train --task regress`): `targets` float [N, T, K] (a value per reading and
+target), `targets_test` beside `X_test`, optional `target_names` [K] and `persistence_lag` (a
+whole number, default 1: the persistence baseline predicts a reading's target as its value
+that many readings earlier; for a forecast h readings ahead, h); `y` may then be left out. A
 held-out split may ship as `X_test`, `y_test`, `lengths_test`, `groups_test`; without it the
 last quarter of each class (in file order) is held out, or, where the file names groups, whole
 groups drawn with a fixed seed (`holdout`), so the split is deterministic and no group is on
@@ -60,10 +64,11 @@ DATA_DIR = Path(__file__).resolve().parent
 EMBEDDED = {"basicmotions": DATA_DIR / "basicmotions.npz",          # the default: wrist IMU, 4 activities
             "japanesevowels": DATA_DIR / "japanesevowels.npz",      # 9 speakers, 12 cepstra, 7-29 frames
             "vibration": DATA_DIR / "vibration.npz",                # synthetic machine vibration, injected faults
-            "internalbleeding16": DATA_DIR / "internalbleeding16.npz"}  # UCR anomaly archive series 135
+            "internalbleeding16": DATA_DIR / "internalbleeding16.npz",  # UCR anomaly archive series 135
+            "motor": DATA_DIR / "motor.npz"}                        # synthetic motor heating, regression
 # Readings per second of the embedded sets, where their source states it (PROVENANCE.md): what per-hour
 # figures (false alarms per hour) default to for them.
-RATE_HZ = {"basicmotions": 10.0, "vibration": 50.0}
+RATE_HZ = {"basicmotions": 10.0, "vibration": 50.0, "motor": 1.0}
 # The classes of the embedded sets that are no event (rest, nothing happening): the report's default background.
 BACKGROUND = {"basicmotions": ["Standing"]}
 CHANNELS_REMEDY = "give data with the model's channels, named as in training"
@@ -79,6 +84,8 @@ class Split:
                                   # (None: every reading carries its sequence's y)
     groups: np.ndarray | None = None   # str [N]: the group (subject, device, session) of each
                                        # sequence; None: the data names no groups
+    targets: np.ndarray | None = None  # float32 [N, T, K]: regression targets per reading, 0 past
+                                       # `lengths` (None: the data has none)
 
     def __post_init__(self):
         if self.Y is None:
@@ -91,11 +98,12 @@ class Split:
 
     def take(self, rows) -> "Split":
         return Split(self.X[rows], self.y[rows], self.lengths[rows], self.Y[rows],
-                     None if self.groups is None else self.groups[rows])
+                     None if self.groups is None else self.groups[rows],
+                     None if self.targets is None else self.targets[rows])
 
     def channels(self, order) -> "Split":
         """The same sequences with their feature columns X[..., order] (see `align_features`)."""
-        return Split(self.X[:, :, order], self.y, self.lengths, self.Y, self.groups)
+        return Split(self.X[:, :, order], self.y, self.lengths, self.Y, self.groups, self.targets)
 
 
 @dataclass
@@ -111,6 +119,9 @@ class Dataset:
     sha256: str | None = None   # a data file's sha256 as loaded (None: embedded or built in memory)
     ignored: dict | None = None  # a .csv's columns that are not features, {name: why}, in header order
                                  # (None: not read from a .csv header)
+    target_names: list | None = None  # regression targets' names (the splits' `targets`); None: none
+    persistence_lag: int = 1     # the persistence baseline predicts each reading's target as its value this
+                                 # many readings earlier (a forecast h readings ahead: h)
 
     def group_split(self) -> dict | None:
         """Which groups each split holds, {'train': [names], 'test': [names], 'test_split': how

@@ -32,6 +32,16 @@ def _load_npz(path: Path, name: str) -> Dataset:
     if {"X", "y"} & keys and {"X_train", "y_train"} & keys:
         raise DataError(f"'{path}' has both X/y and X_train/y_train; keep one of the two layouts")
     train_keys = ("X_train", "y_train", "lengths_train") if {"X_train", "y_train"} & keys else ("X", "y", "lengths")
+    t_key = "targets_train" if train_keys[0] == "X_train" else "targets"
+    if t_key in keys and train_keys[1] not in keys and "y_test" not in keys:
+        for xk, yk in ((train_keys[0], train_keys[1]), ("X_test", "y_test")):   # regression data without labels:
+            if xk in keys and np.ndim(z[xk]) >= 1:                              # one class, 'all'
+                z[yk] = np.zeros(len(z[xk]), np.int64)
+        z.setdefault("labels", np.array(["all"]))
+        keys = set(z)
+    if t_key not in keys and {"targets_test", "target_names", "persistence_lag"} & keys:
+        raise DataError(f"'{path}' has {', '.join(sorted({'targets_test', 'target_names', 'persistence_lag'} & keys))} "
+                        f"but no {t_key}; save the training split's targets [N, T, K] as {t_key}")
     _pair(keys, train_keys[:2], path, "the training data")
     Xtr, ytr, Ltr = (z.get(k) for k in train_keys)
     _pair(keys, ("X_test", "y_test"), path, "a held-out split")
@@ -69,16 +79,58 @@ def _load_npz(path: Path, name: str) -> Dataset:
                                        ((train_keys[1], ytr_raw.size), ("y_test", yte_raw.size)))
         train = _split(Xtr, codes[: ytr_raw.size].reshape(ytr_raw.shape), Ltr, Gtr)
         test = _split(Xte, codes[ytr_raw.size:].reshape(yte_raw.shape), Lte, Gte)
+        if t_key in keys:
+            if "targets_test" not in keys:
+                raise DataError(f"'{path}' has {t_key} and X_test but no targets_test; save the test split's "
+                                "targets too")
+            train.targets = _check_targets(z[t_key], Xtr, Ltr, path, t_key)
+            test.targets = _check_targets(z["targets_test"], Xte, Lte, path, "targets_test",
+                                          train.targets.shape[2])
     else:
         codes, labels = _encode_labels(ytr_raw.ravel(), labels, path, ((train_keys[1], None),))
-        train, test = holdout(_split(Xtr, codes.reshape(ytr_raw.shape), Ltr, Gtr), where=f"'{path}'")
+        whole = _split(Xtr, codes.reshape(ytr_raw.shape), Ltr, Gtr)
+        if t_key in keys:
+            whole.targets = _check_targets(z[t_key], Xtr, Ltr, path, t_key)
+        train, test = holdout(whole, where=f"'{path}'")
         held_out = "class" if Gtr is None else "group"
     features = features or [f"f{i}" for i in range(Xtr.shape[2])]
-    return Dataset(name, train, test, labels, features, held_out=held_out)
+    ds = Dataset(name, train, test, labels, features, held_out=held_out)
+    if t_key in keys:
+        ds.target_names = (_names(z["target_names"], path, "target_names", train.targets.shape[2])
+                           if "target_names" in keys else
+                           [f"target{i}" for i in range(train.targets.shape[2])] if train.targets.shape[2] > 1
+                           else ["target"])
+        lag = np.asarray(z.get("persistence_lag", 1))
+        if lag.shape not in ((), (1,)) or lag.dtype.kind not in "iu" or not 1 <= int(lag.reshape(-1)[0]) < Xtr.shape[1]:
+            raise DataError(f"'{path}': persistence_lag must be one whole number in 1..{Xtr.shape[1] - 1} (readings)")
+        ds.persistence_lag = int(lag.reshape(-1)[0])
+    return ds
 
 
-NPZ_KEYS = ("X", "y", "lengths", "groups", "X_test", "y_test", "lengths_test", "groups_test", "labels", "features")
-TRAIN_SUFFIXED = ("X_train", "y_train", "lengths_train", "groups_train")
+def _check_targets(a, X, L, path, key, K=None) -> np.ndarray:
+    """Regression targets float32 [N, T, K] ([N, T] is one target), 0 past lengths; DataError
+    naming `key` when they do not fit X or hold NaN/Inf inside the lengths."""
+    a = np.asarray(a)
+    if a.ndim == 2:
+        a = a[..., None]
+    if a.ndim != 3 or a.shape[:2] != X.shape[:2] or a.shape[2] < 1 or a.dtype.kind not in "iuf":
+        raise DataError(f"'{path}': {key} must be real numbers [N, T, K] (or [N, T]) for X of shape "
+                        f"{list(X.shape)}, got shape {list(a.shape)} of {a.dtype}")
+    if K is not None and a.shape[2] != K:
+        raise DataError(f"'{path}': {key} has {a.shape[2]} targets per reading where the training split has {K}")
+    with np.errstate(over="ignore"):
+        a = a.astype(np.float32)
+    mask = np.arange(X.shape[1])[None, :] < L[:, None]
+    if not np.isfinite(a[mask]).all():
+        raise DataError(f"'{path}': {key} holds NaN or Inf inside the valid lengths (or a value beyond float32's "
+                        "range); clean or drop those sequences")
+    a[~mask] = 0.0
+    return a
+
+
+NPZ_KEYS = ("X", "y", "lengths", "groups", "X_test", "y_test", "lengths_test", "groups_test", "labels", "features",
+            "targets", "targets_test", "target_names", "persistence_lag")
+TRAIN_SUFFIXED = ("X_train", "y_train", "lengths_train", "groups_train", "targets_train")
 # names other tools give these arrays -> edgeseq's
 KEY_ALIASES = {"test_groups": "groups_test", "label_names": "labels", "class_names": "labels",
                "feature_names": "features", "sequence_lengths": "lengths", "seq_lengths": "lengths"}

@@ -126,7 +126,13 @@ class Batcher:
     def answer(self, out) -> tuple:
         """(label, value) a prediction message carries for one `step` output: the top class and
         its probability; for an anomaly model the device's state ("learning", "normal" or
-        "anomaly") and its level in standard deviations of its learnt score (None while learning)."""
+        "anomaly") and its level in standard deviations of its learnt score (None while learning);
+        for a regression model its target's name and value in its units (several targets:
+        "targets" and their values, in the model's order)."""
+        if self.kind == "regress":               # out: the targets in their units
+            if len(out) == 1:
+                return self.labels[0], float(out[0])
+            return "targets", [float(v) for v in out]
         if self.kind == "anomaly":
             level, active = float(out[0]), bool(out[1])
             if level != level:
@@ -214,6 +220,9 @@ class Batcher:
             dstate = dec.snapshot()
             if self.kind == "anomaly":              # what a device's answer carries: its level and whether it is in an event
                 probs = np.stack([dec.level, dec.active_mask()], 1).astype(np.float32)
+        if self.kind == "regress":                  # a device's answer: its targets in their own units
+            t = self.meta.task
+            probs = sess._outputs() * np.asarray(t["target_std"], np.float32) + np.asarray(t["target_mean"], np.float32)
         for j, (i, dev, _) in enumerate(chunk):
             dev.arrays = [a[j:j + 1].copy() for a in snap["state"]]
             dev.position = int(pos[j])

@@ -131,7 +131,7 @@ class Gateway:
                              "'_'") from None
         self.url, self.name = url, name
         self.batcher = Batcher(model, backend=backend, max_history=max_history, max_batch=max_batch)
-        self._value_key = "level" if self.batcher.kind == "anomaly" else "prob"    # what a prediction carries
+        self._value_key = {"anomaly": "level", "regress": "value"}.get(self.batcher.kind, "prob")  # what it carries
         self.snapshot_every, self.lease_seconds, self.idle_seconds = snapshot_every, float(lease_seconds), idle_seconds
         self.max_backlog, self.replace_model = max_backlog, bool(replace_model)
         self.max_device_backlog, self.replicas = max_device_backlog, replicas

@@ -142,7 +142,9 @@ def dead_subject(device: str) -> str:
 
 def _value(v) -> float | None:
     """A prediction's number for JSON: rounded, None (null) where there is none (an anomaly
-    model's level while the device learns its baseline)."""
+    model's level while the device learns its baseline); a list (a regression model's targets) item by item."""
+    if isinstance(v, (list, tuple)):
+        return [_value(x) for x in v]
     return None if v is None or v != v else round(float(v), 6)
 
 
@@ -150,7 +152,8 @@ def encode_prediction(device: str, seq: int, position: int, label: str, prob: fl
                       key: str = "prob") -> bytes:
     """A prediction message's payload (JSON bytes); `label` is JSON-escaped (json.dumps). For an
     anomaly model (`key` "level") `label` is the device's state (learning, normal, anomaly) and
-    "level" its level in standard deviations of its learnt score (null while learning)."""
+    "level" its level in standard deviations of its learnt score (null while learning); for a
+    regression model (`key` "value") the target's name and its value (several: "targets" and a list)."""
     return (f'{{"device":"{device}","seq":{int(seq)},"boot":{int(boot)},"position":{int(position)},'
             f'"label":{json.dumps(label)},"{key}":{json.dumps(_value(prob))}}}').encode()
 
@@ -179,13 +182,14 @@ def encode_predictions(device: str, rows: list, boot: int = 0, key: str = "prob"
 
 
 def predictions_of(payload: bytes) -> list:
-    """[{"device", "seq", "boot", "position", "label", "prob" (an anomaly model's: "level")}] from a
+    """[{"device", "seq", "boot", "position", "label", "prob" (an anomaly model's: "level", a
+    regression model's: "value")}] from a
     prediction message: one
     (`encode_prediction`) or the several of one message (`encode_predictions`)."""
     p = json.loads(payload)
     if not isinstance(p["seq"], list):
         return [p]
-    key = "level" if "level" in p else "prob"           # an anomaly model's answers carry its level
+    key = next((k for k in ("level", "value") if k in p), "prob")   # anomaly: its level; regression: values
     return [{"device": p["device"], "seq": s, "boot": p["boot"], "position": q, "label": lab, key: pr}
             for s, q, lab, pr in zip(p["seq"], p["position"], p["label"], p[key])]
 

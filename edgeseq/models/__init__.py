@@ -37,7 +37,7 @@ def check_arch(arch: str) -> str:
 # before it fails.
 LIMITS = {
     "n_features": (int, 1, 4096),
-    "n_classes": (int, 2, 4096),
+    "n_classes": (int, 1, 4096),           # 1: a regression model with one target
     "hidden": (int, 1, 4096),
     "layers": (int, 1, 16),
     "dropout": (float, 0.0, 0.95),

@@ -69,7 +69,8 @@ SOURCES = ("replay:basicmotions (or another embedded set), replay:FILE.csv, csv:
 
 class ReplaySource:
     """Replayed readings. The embedded test set also knows each reading's true label
-    (`truth()`); a CSV file's come from a `label` column, through its `reader`."""
+    (`truth()`; for regression data, its first target's value); a CSV file's come from a
+    `label` column, through its `reader`."""
 
     paced = True
     labels = None              # per row: the true label's name (embedded data only)
@@ -84,6 +85,8 @@ class ReplaySource:
             self.rows = np.concatenate([te.X[i, :te.lengths[i]] for i in rows])
             y = np.concatenate([te.Y[i, :te.lengths[i]] for i in rows])
             self.labels = [ds.labels[k] for k in y]
+            if te.targets is not None:            # regression data: the truth is the first target's value
+                self.labels = [f"{v:.6g}" for v in np.concatenate([te.targets[i, :te.lengths[i], 0] for i in rows])]
         else:
             try:
                 with open(what, "rb") as f:
@@ -324,10 +327,20 @@ def rss_kb() -> int | None:
     return None
 
 
+def target_values(sess) -> dict:
+    """A regression session's last answer on its first stream: {target: value in its units}."""
+    t = sess.meta.task
+    out = sess._outputs()[0] * np.asarray(t["target_std"], np.float32) + np.asarray(t["target_mean"], np.float32)
+    return {name: round(float(v), 6) for name, v in zip(t["targets"], out)}
+
+
 def answer(sess, probs, k: int) -> tuple:
     """(label, value) of one stream's last push: the top class and its probability (rounded);
     for an anomaly model its state ("learning", "normal", "anomaly") and its level in standard
-    deviations of its learnt score (None while learning)."""
+    deviations of its learnt score (None while learning); for a regression model the first
+    target's name and its value in the target's units (`target_values` has them all)."""
+    if sess.meta.kind == "regress":
+        return next(iter(target_values(sess).items()))
     if sess.meta.kind == "anomaly" and sess.decision is not None:
         level = float(sess._decider.level[0])
         if level != level:
@@ -438,9 +451,10 @@ def run_live(sess, source, rate: float | None = None, on_bad: str = "skip", as_j
                 truth = (reader.label or None,)                 # None: an empty label cell
             if truth is not None and sess.meta.kind == "classify":
                 score.add(truth[0], label)
-            key = "level" if sess.meta.kind == "anomaly" else "prob"   # an anomaly model's answer is a level
+            key = {"anomaly": "level", "regress": "value"}.get(sess.meta.kind, "prob")   # what the answer is
+            values = {"values": target_values(sess)} if sess.meta.kind == "regress" else {}
             if on_prediction is not None:
-                on_prediction({"reading": st.readings, "label": label, key: value,
+                on_prediction({"reading": st.readings, "label": label, key: value, **values,
                                **({"true": truth[0]} if truth else {}),
                                "latency_us": round(st.latencies[-1] * 1e6, 1)})
             if decided and sess.events:
@@ -456,7 +470,7 @@ def run_live(sess, source, rate: float | None = None, on_bad: str = "skip", as_j
             if st.readings % print_every == 0:
                 lat = st.latency()
                 if as_json:
-                    echo(json.dumps({"reading": st.readings, "label": label, key: value,
+                    echo(json.dumps({"reading": st.readings, "label": label, key: value, **values,
                                      **({"true": truth[0]} if truth else {}),
                                      "latency_us": round(st.latencies[-1] * 1e6, 1), **lat,
                                      "state_bytes": sess.state_nbytes(), "late": st.late, "dropped": st.dropped,

@@ -185,14 +185,15 @@ def ha_node(device: str) -> str:
 
 
 def ha_configs(device: str, topic: str, availability: str, model: str | None = None,
-               state_topic: str | None = None, anomaly: bool = False) -> list:
+               state_topic: str | None = None, anomaly: bool = False, targets: list | None = None) -> list:
     """[(config topic, config dict)] of the Home Assistant MQTT discovery messages for a
     device's predictions: a sensor for the label (the payload's other fields as attributes) and
     one for its probability in percent, both on `topic`, available while `availability` says
     "online", grouped under one device; with `state_topic`, a third for the decision layer's
     state (the active event's label, or "none"). For an anomaly model (`anomaly`) the label is
     the device's state (learning, normal, anomaly) and the second sensor its level in standard
-    deviations of its learnt score (unknown while it learns)."""
+    deviations of its learnt score (unknown while it learns). For a regression model (`targets`,
+    their names) each target is a sensor of its own, read from the payload's "values"."""
     from edgeseq import __version__
     node = ha_node(device)
     dev = {"identifiers": [f"edgeseq_{node}"], "name": device, "manufacturer": "edgeseq",
@@ -210,6 +211,10 @@ def ha_configs(device: str, topic: str, availability: str, model: str | None = N
                 "state_class": "measurement",
                 "value_template": "{{ value_json.level if value_json.level is not none else 'unknown' }}", **common}
     sensors = [("prediction", label), ("level" if anomaly else "probability", prob)]
+    if targets:
+        sensors = [(f"target{i}", {"name": name, "unique_id": f"edgeseq_{node}_target{i}", "state_class": "measurement",
+                                   "value_template": "{{ value_json['values'][%s] }}" % json.dumps(name), **common})
+                   for i, name in enumerate(targets)]
     if state_topic is not None:
         sensors.append(("activity", {"name": "Activity", "unique_id": f"edgeseq_{node}_activity",
                                      "icon": "mdi:run", **common, "state_topic": state_topic}))
@@ -341,18 +346,19 @@ class MqttPublisher:
             c.connect_async(u.host, u.port, KEEPALIVE)
         c.loop_start()
 
-    def with_events(self, events: bool, check: bool = True, anomaly: bool = False) -> None:
+    def with_events(self, events: bool, check: bool = True, anomaly: bool = False, targets: list | None = None) -> None:
         """Say whether the model has decision settings (its events and state are published, and
         Home Assistant gets the Activity sensor) and whether it is an anomaly model (its answers
-        are a state and a level); before `start`. UsageError (with `check`) where predictions are
-        off and there are no events to publish."""
+        are a state and a level) or a regression model (`targets`: their names, a sensor each);
+        before `start`. UsageError (with `check`) where predictions are off and there are no
+        events to publish."""
         if check and not self.predictions and not events:
             raise UsageError("without per-reading predictions only events are published, and this model has no "
                              "decision settings; run `edgeseq calibrate` on it, or keep the predictions")
         ha_discovery, model = self._ha
         self.events = bool(events)
         self.discovery = ha_configs(self.device, self.topic, self.availability, model,
-                                    self.state_topic if events else None, anomaly) if ha_discovery else []
+                                    self.state_topic if events else None, anomaly, targets) if ha_discovery else []
         if not self.predictions:             # events only: the prediction sensors would never get a value
             self.discovery = [(t, cfg) for t, cfg in self.discovery if t.endswith("/activity/config")]
 

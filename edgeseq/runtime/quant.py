@@ -85,7 +85,7 @@ def check_qdq(initializers: dict, nodes, path, input_shapes: dict | None = None)
             if zero.dtype.kind not in "iu":
                 raise ModelFileError(f"{what} has a zero point {z_name} of {zero.dtype}, not integers; "
                                      "export it again")
-            if zero.shape != scale.shape:
+            if zero.shape != scale.shape and not zero.size == 1 == scale.size:   # [] beside [1]: one value each
                 raise ModelFileError(f"{what} has {zero.size} zero point(s) in {z_name} {list(zero.shape)} for "
                                      f"{scale.size} scale(s) in {s_name} {list(scale.shape)}; they must match: "
                                      "export it again")

@@ -309,13 +309,19 @@ def stream_lines(sess, lines, on_bad="error", as_json=False, echo=print, on_read
     A session with decision settings (`sess.decision`) adds each reading's events to its JSON
     object ("events": [{"event": "start" | "end", "label", "onset"}]); `events_only` writes one
     line per event instead of one per reading (CSV `reading,event,label,onset`, or JSON), and
-    stats["events"] counts them."""
+    stats["events"] counts them. A regression model writes its targets in their own units
+    (CSV `reading,<value per target>`, JSON {"reading", "values": {target: value}})."""
     if note is None:
         import sys
         note = lambda text: print(text, file=sys.stderr)      # noqa: E731
     stats = {"readings": start, "skipped": 0, "events": 0}
     decided = getattr(sess, "decision", None) is not None
-    anomaly = getattr(getattr(sess, "meta", None), "kind", "classify") == "anomaly" and decided
+    kind = getattr(getattr(sess, "meta", None), "kind", "classify")
+    anomaly = kind == "anomaly" and decided
+    regress = kind == "regress"
+    if regress:                                       # outputs -> the targets in their own units
+        t_std = np.asarray(sess.meta.task["target_std"], np.float32)
+        t_mean = np.asarray(sess.meta.task["target_mean"], np.float32)
     reader = LineReader(sess.features)
     for lineno, line in enumerate(lines, start=1):
         try:
@@ -339,6 +345,15 @@ def stream_lines(sess, lines, on_bad="error", as_json=False, echo=print, on_read
         if anomaly:                                   # the level against the stream's own baseline, not classes
             level = float(sess._decider.level[0])
             active = sess.decision_state()[0] is not None
+        if regress:
+            values = sess._outputs()[0] * t_std + t_mean
+            echo(json.dumps({"reading": stats["readings"], "values": {n: round(float(v), 6) for n, v in
+                                                                    zip(sess.labels, values)},
+                             **({"true": reader.label or None} if true else {})}) if as_json
+                 else csv_line(stats["readings"], *(f"{float(v):.6g}" for v in values), *true))
+            if on_reading is not None:
+                on_reading(stats["readings"])
+            continue
         if true and score is not None and not anomaly:
             score.add(reader.label, sess.labels[k])
         fired = [{"event": e.kind, "label": e.label, "onset": stats["readings"] - (e.position - e.onset)}

@@ -6,7 +6,7 @@
   step contract. The loss is the Gaussian negative log-likelihood of the reading that came.
   The runtime scores each reading by how far it lies from the forecast
   (`edgeseq.runtime.anomaly`), and each device learns that score's normal level itself.
-- `regress`: per-reading targets (K channels, the data's `targets_*` arrays), normalised by
+- `regress`: per-reading targets (K channels, the data's `targets` arrays), normalised by
   their training mean and std; the loss is the mean squared error at every reading past
   the first `grace`; the runtime returns the targets in their own units.
 
@@ -15,7 +15,8 @@ every recording of the training split is one lane, cut into `chunk`-reading piec
 state carried between them (gradients stop at a piece's start), so a model learns from the
 state it will run with on a device that is never reset. One recording of each group (or the
 last tenth of the recordings) is held out for early stopping on its loss, with a cosine
-learning-rate schedule over the epoch budget.
+learning-rate schedule over the epoch budget; a regression model then trains on every recording
+for half its kept epochs, the learning rate annealed to 0 (`FINAL_SHARE`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from edgeseq.runtime.anomaly import hold_out
 TASKS = ("classify", "anomaly", "regress")
 LOGVAR_LIMIT = 8.0          # forecast log-variances are clamped to +-this in the loss (variance e^-8 .. e^8)
 WARM = 8                    # readings at a recording's start the loss leaves out (state still empty)
+FINAL_SHARE = 0.5           # regress: after early stopping, every recording trains this share of the kept epochs
+PATIENCE_UPDATES = 250      # early stopping waits at least this many updates (short data has few per epoch)
 
 
 def task_outputs(task: str, features: list, targets: list | None = None) -> list:
@@ -116,9 +119,10 @@ def train_task(arch: str, dataset: Dataset, task: str, epochs: int | None = None
     `dataset` and return a checkpoint dict (`edgeseq.train.save_checkpoint` writes it).
 
     anomaly: the training split should hold normal recordings only (its labels are not used);
-    regress: the dataset needs `targets` (`Dataset.targets`, float32 [N, T, K] with names).
+    regress: the dataset needs per-reading targets (`Split.targets` float32 [N, T, K],
+    `Dataset.target_names`); the loss is the mean squared error of the normalised targets.
     epochs None: early stopping on the held-out recordings (`patience` epochs without a better
-    loss), within a budget of 3,000,000 training readings (20 to 200 epochs); a number: that
+    loss, and at least PATIENCE_UPDATES updates' worth), within a budget of 3,000,000 training readings (20 to 200 epochs); a number: that
     many epochs, nothing held out. Raises UsageError (bad task or arch), DataError
     (recordings too short to forecast, no targets for regress)."""
     check_arch(arch)
@@ -130,10 +134,12 @@ def train_task(arch: str, dataset: Dataset, task: str, epochs: int | None = None
     if int(tr.lengths.max()) < WARM + 2:
         raise DataError(f"the recordings of '{dataset.name}' are {int(tr.lengths.max())} readings long at most; "
                         f"forecasting needs at least {WARM + 2}")
-    targets = getattr(dataset, "targets", None)
-    if task == "regress" and targets is None:
-        raise DataError(f"'{dataset.name}' has no per-reading targets: save them as targets_train (and targets_test) "
-                        "[N, T, K] in the .npz, with target_names")
+    targets = None
+    if task == "regress":
+        if tr.targets is None or dataset.target_names is None:
+            raise DataError(f"'{dataset.name}' has no per-reading targets: save them as targets (and targets_test "
+                            "beside X_test) [N, T, K] in the .npz, with target_names (docs/regression.md)")
+        targets = {"names": list(dataset.target_names), "train": tr.targets}
     torch.manual_seed(seed)
     np.random.seed(seed)
     norm = Normalization.fit(tr, dataset.features)
@@ -162,6 +168,8 @@ def train_task(arch: str, dataset: Dataset, task: str, epochs: int | None = None
             Yv, _ = _batch([tl[i] for i in vrows], chunk)
     readings = int(valid.sum())
     budget = epochs if epochs is not None else int(min(200, max(20, 3_000_000 // max(readings, 1))))
+    per_epoch = math.ceil(X.shape[1] / chunk)                  # updates an epoch takes (one per chunk)
+    patience = max(patience, math.ceil(PATIENCE_UPDATES / per_epoch))   # a few updates per epoch: more epochs
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-4)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=budget, eta_min=lr / 50)
     best, best_epoch, best_state, since, curve = math.inf, 0, None, 0, []
@@ -190,8 +198,24 @@ def train_task(arch: str, dataset: Dataset, task: str, epochs: int | None = None
         if Xv is not None and epochs is None and since >= patience:
             stopped = "early"
             break
+    final = 0
     if best_state is not None:
         model.load_state_dict(best_state)
+        if FINAL_SHARE and len(vrows) and task == "regress":
+            # The held-out recordings join the rest for a share of the kept epochs, the learning rate
+            # annealed from the kept epoch's to 0: the model learns from every recording it was given.
+            final = max(1, round(FINAL_SHARE * best_epoch))
+            lr_best = curve[best_epoch - 1]["lr"]
+            Xa, valida = _batch(lanes, chunk)
+            Ya = None if Yn is None else _batch(tl, chunk)[0]
+            opt = torch.optim.AdamW(model.parameters(), lr=lr_best, weight_decay=1e-4)
+            model.train()
+            for e in range(final):
+                for g in opt.param_groups:
+                    g["lr"] = lr_best * (1 - e / final)
+                loss = _run(model, Xa, valida, task, chunk, norm_t, Ya, opt)
+                curve.append({"epoch": len(curve) + 1, "loss": round(loss, 5), "lr": opt.param_groups[0]["lr"],
+                              "final": True})
     model.eval()
     seconds = time.perf_counter() - t0
     with torch.no_grad():
@@ -199,9 +223,10 @@ def train_task(arch: str, dataset: Dataset, task: str, epochs: int | None = None
     task_meta = {"kind": task}
     if task == "regress":
         task_meta.update(targets=list(targets["names"]), target_mean=[float(v) for v in t_mean],
-                         target_std=[float(v) for v in t_std])
+                         target_std=[float(v) for v in t_std], persistence_lag=int(dataset.persistence_lag))
     schedule = {"mode": "fixed" if epochs is not None else ("early-stopping" if Xv is not None else "budget"),
-                "max_epochs": budget, "epochs_run": len(curve), "best_epoch": best_epoch or None,
+                "max_epochs": budget, "epochs_run": len(curve) - final, "best_epoch": best_epoch or None,
+                "final_epochs": final,
                 "stopped": stopped, "patience": patience if Xv is not None else None,
                 "validation": f"{len(vrows)} of {len(tr)} training recordings" if len(vrows) else
                 "none: every training recording trains (--epochs)" if epochs is not None else
