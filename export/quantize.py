@@ -437,11 +437,16 @@ def dataset_for(ckpt: dict, data: str | Dataset | None) -> Dataset:
                             f"now hold training sequences; pass --data '{spec}' to use it as it is now, or restore it")
     ds = ds.for_model(ckpt["features"], f"data '{ds.name}'", DATA_REMEDY)
     kind = (ckpt.get("task") or {}).get("kind", "classify")
-    if kind == "regress":
-        if ds.test.targets is None or ds.test.targets.shape[2] != len(ckpt["labels"]):
-            raise DataError(f"data '{ds.name}' has no per-reading targets for the model's {len(ckpt['labels'])} "
-                            "(int8 export checks a regression model on them); pass its training data with --data")
-        return ds
+    if kind == "regress":                       # its targets in the model's order, by name
+        from dataclasses import replace
+
+        from edgeseq.runtime.regress import aligned
+        try:
+            return replace(ds, train=aligned(ds.train, ds.target_names, ckpt["labels"], f"data '{ds.name}'"),
+                           test=aligned(ds.test, ds.target_names, ckpt["labels"], f"data '{ds.name}'"),
+                           target_names=list(ckpt["labels"]))
+        except UsageError as e:
+            raise DataError(f"{e} (int8 export checks a regression model on them)") from None
     if kind != "classify":
         from edgeseq.runtime.anomaly import binary      # a forecast's outputs are not the data's labels
         return binary(ds)[0]

@@ -104,7 +104,7 @@ int main(void) {{
     }}
 #endif
 #ifdef {P}_REGRESS
-    {{  /* the targets in their units x {P}_TARGET_SCALE */
+    {{  /* the targets in their units x {p}_target_scale */
       int32_t values[{P}_CLASSES];
       {p}_targets(logits, values);
       for (c = 0; c < {P}_CLASSES; c++) printf(" %ld", (long)values[c]);
@@ -266,26 +266,29 @@ int {p}_decide(const int32_t logits_q12[{P}_CLASSES], {p}_decision_t *d, int32_t
 
 
 def model_regress(m):
-    """A regression model's integer output conversion: (scale, mean int64 [K], std int64 [K])
-    with value x scale = mean + round(logit_q12 x std / 4096), scale a power of 10 that holds each
-    target's std in at least 1,000 steps; None for other models. Raises UsageError where a
-    target's mean or range does not fit int32 at that scale."""
+    """A regression model's integer output conversion: (scale, mean, std), int64 [K] each, with
+    target k's value x scale[k] = mean[k] + round(logit_q12 x std[k] / 4096); scale[k] a power of
+    10 that holds the target's std in at least 1,000 steps (1 to 10^9); None for other models.
+    Raises UsageError where a target's mean and range (64 std) do not fit int32 at its scale.
+    """
     task = (m.meta or {}).get("task")
     if not task or task.get("kind") != "regress":
         return None
     mean, std = np.asarray(task["target_mean"], np.float64), np.asarray(task["target_std"], np.float64)
-    digits = int(min(9, max(0, np.ceil(3 - np.log10(std.min())))))
+    digits = np.clip(np.ceil(3 - np.log10(std)), 0, 9).astype(np.int64)
     scale = 10 ** digits
-    mean_i, std_i = np.round(mean * scale).astype(np.int64), np.round(std * scale).astype(np.int64)
-    if (np.abs(mean_i) + 64 * std_i).max() >= 2 ** 31:
-        raise UsageError(f"the regression targets' mean and std do not fit int32 at a scale of {scale} (to hold each "
-                         "std in 1,000 steps); train on targets in smaller units")
-    return scale, mean_i, std_i
+    over = (np.abs(mean) + 64 * std) * scale >= 2 ** 31          # in float: no int64 overflow on the way
+    if over.any():
+        k = int(np.argmax(over))
+        raise UsageError(f"regression target '{task['targets'][k]}' (mean {mean[k]:.6g}, std {std[k]:.6g}) does not "
+                         f"fit int32 in steps of 1/{scale[k]:,} (its std in 1,000 steps); train on it in other units "
+                         "(scaled so that its mean is within about 2e6 of its std's order)")
+    return scale, np.round(mean * scale).astype(np.int64), np.round(std * scale).astype(np.int64)
 
 
 def targets_fixed(logits_q12: np.ndarray, q) -> np.ndarray:
-    """The emitted `<prefix>_targets`: int32 [..., K] targets x scale from Q12 logits [..., K]
-    (`model_regress`'s q), rounding half up as the C does."""
+    """The emitted `<prefix>_targets`: int32 [..., K], each target x its scale, from Q12 logits
+    [..., K] (`model_regress`'s q), rounding half up as the C does."""
     scale, mean_i, std_i = q
     return (mean_i + ((np.asarray(logits_q12, np.int64) * std_i + (1 << (Q - 1))) >> Q)).astype(np.int32)
 
@@ -296,12 +299,12 @@ def regress_header(m, p: str) -> str:
     if q is None:
         return ""
     P = p.upper()
-    names = ", ".join(comment_text(t) for t in m.meta["task"]["targets"])
+    names = ", ".join(f"{comment_text(t)} x {int(k):,}" for t, k in zip(m.meta["task"]["targets"], q[0]))
     return f"""
-/* Regression: {p}_targets turns the step's Q12 outputs into the targets ({names}) in their
-   own units x {P}_TARGET_SCALE, in integer arithmetic: mean + round(logit x std / 4096). */
+/* Regression: {p}_targets turns the step's Q12 outputs into the targets in their own units, each
+   times its {p}_target_scale ({names}), in integer arithmetic: mean + round(logit x std / 4096). */
 #define {P}_REGRESS 1
-#define {P}_TARGET_SCALE {q[0]}
+extern const int32_t {p}_target_scale[{P}_CLASSES];
 void {p}_targets(const int32_t logits_q12[{P}_CLASSES], int32_t out[{P}_CLASSES]);
 """
 
@@ -312,7 +315,8 @@ def regress_source(m, p: str) -> str:
     if q is None:
         return ""
     P = p.upper()
-    return (_arr("int32_t", f"{p}_t_mean", q[1]) + _arr("int32_t", f"{p}_t_std", q[2]) + f"""
+    return (_arr("int32_t", f"{p}_target_scale", q[0], static=False) + _arr("int32_t", f"{p}_t_mean", q[1])
+            + _arr("int32_t", f"{p}_t_std", q[2]) + f"""
 void {p}_targets(const int32_t logits_q12[{P}_CLASSES], int32_t out[{P}_CLASSES]) {{
   int c;
   for (c = 0; c < {P}_CLASSES; c++)   /* arithmetic shift of a signed value, as gcc and clang define it */

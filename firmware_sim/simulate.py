@@ -105,34 +105,37 @@ def simulate_anomaly(m, qsess, qmeta, model, data, float_model, readings: int) -
 
 def simulate_regress(m, qsess, qmeta, model, data, float_model, fmeta, readings: int) -> dict:
     """`simulate` for a regression model: each target's per-reading error on the test split
-    from the firmware's integer step (its Q12 outputs in the targets' units), onnxruntime int8
-    and the float twin where given, on both protocols of `edgeseq.runtime.regress.evaluate`
-    beside the persistence baseline, and the outputs against onnxruntime's over a long stream."""
-    from edgeseq.runtime.regress import figures, joined
+    from the firmware's integer path (the integer step and the emitted `<prefix>_targets`
+    conversion, `firmware_sim.cemit.targets_fixed`, in the targets' units), onnxruntime int8 and
+    the float twin where given, on both protocols of `edgeseq.runtime.regress.evaluate` beside
+    the persistence baseline, and the outputs against onnxruntime's over a long stream. Raises
+    UsageError where the data's targets are not the model's, or the targets do not fit the
+    emitted C's int32 (`model_regress`)."""
+    from edgeseq.runtime.regress import aligned, figures, joined
+    from firmware_sim.cemit import model_regress, targets_fixed
     ds = data_for_model(data, m.meta["features"], None, m.meta.get("data"), str(model), m.meta.get("data_sha256"))
-    split = ds.test
     task = qmeta.task
-    if split.targets is None or split.targets.shape[2] != len(task["targets"]):
-        raise UsageError(f"data '{printable(ds.name)}' has no per-reading targets for the model's "
-                         f"{len(task['targets'])}; pass --data with the model's training data")
+    split = aligned(ds.test, ds.target_names, task["targets"], f"data '{printable(ds.name)}'")
+    q = model_regress(m)
     std, mean = np.asarray(task["target_std"], np.float64), np.asarray(task["target_mean"], np.float64)
     lag = int(task.get("persistence_lag", 1))
     r = {"model": str(model), "arch": m.kind, "data": ds.name, "test_sequences": len(split), "task": "regress",
-         "lag": lag, "targets": list(task["targets"])}
-    parts = {"per_recording": (split.X, split.targets, np.asarray(split.lengths)), "never_reset": joined(split)}
+         "lag": lag, "targets": list(task["targets"]), "target_scale": [int(k) for k in q[0]]}
+    parts = {"per_recording": (split.X, split.targets, np.asarray(split.lengths), None), "never_reset": joined(split)}
 
     def host(sess, meta, X, L):
         return np.transpose(run_streams(sess, meta, X, L), (1, 0, 2)) * std + mean
 
-    runs = {"integer_only": lambda X, L: np.transpose(run_stream(m, m.to_fixed(X)).astype(np.float64) / (1 << Q),
-                                                      (1, 0, 2)) * std + mean,
-            "onnxruntime_int8": lambda X, L: host(qsess, qmeta, X, L)}
+    def firmware(X, L):
+        return np.transpose(targets_fixed(run_stream(m, m.to_fixed(X)), q), (1, 0, 2)) / q[0]
+
+    runs = {"integer_only": firmware, "onnxruntime_int8": lambda X, L: host(qsess, qmeta, X, L)}
     if float_model is not None:
         fsess = load_model(float_model)[0]
         runs["float"] = lambda X, L: host(fsess, fmeta, X, L)
         r["float_from"] = str(float_model)
     for name, go in runs.items():
-        r[name] = {p: figures(go(X, L), Y, L, lag, task["targets"]) for p, (X, Y, L) in parts.items()}
+        r[name] = {p: figures(go(X, L), Y, L, lag, task["targets"], starts) for p, (X, Y, L, starts) in parts.items()}
     X = long_streams(split, readings, streams=1, seed=0)
     stream_int = run_stream(m, m.to_fixed(X)).astype(np.float64) / (1 << Q)
     r["stream_readings"] = int(X.shape[1])

@@ -6,9 +6,10 @@ For each architecture (rnn, gru, lstm, ssm, transformer): train `--task regress`
 default settings (seed 0), export float32 and static int8, and score the test split's
 per-reading error (MAE, RMSE, in degrees C) on both protocols (`edgeseq.runtime.regress.evaluate`:
 each recording from a fresh state, and the recordings joined end to end, never reset) on every
-backend the file runs on, and, for int8, on the firmware's integer path (the integer step's
-Q12 outputs, bit-exact with the emitted C), beside the persistence baseline (the target 60
-readings earlier: the winding's temperature now).
+backend the file runs on, and, for int8, on the firmware's integer path (the integer step and
+the emitted `<prefix>_targets` conversion, bit-exact with the emitted C), beside the persistence
+baseline (the target 60 readings earlier: the winding's temperature now), on the same readings:
+those at least 60 readings into their recording.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ def main(argv=None) -> int:
     from edgeseq.runtime.regress import evaluate, figures, joined
     from edgeseq.train.forecast import train_task
     from export import export_int8, export_model
-    from firmware_sim.intsim import Q, load_int_model, run_stream
+    from firmware_sim.cemit import model_regress, targets_fixed
+    from firmware_sim.intsim import load_int_model, run_stream
 
     torch.set_num_threads(1)
     work = Path(tempfile.mkdtemp(prefix="edgeseq-regress-"))
@@ -76,12 +78,12 @@ def main(argv=None) -> int:
                     continue
                 row(arch, weights, backend, r, seconds if weights == "float32" and backend == backends[0] else None)
         m = load_int_model(qpath)[0]
-        t = ck["task"]
-        std, mean = np.asarray(t["target_std"]), np.asarray(t["target_mean"])
+        q = model_regress(m)
         r = {}
-        for proto, (X, Y, L) in (("per_recording", (te.X, te.targets, te.lengths)), ("never_reset", joined(te))):
-            pred = np.transpose(run_stream(m, m.to_fixed(X)).astype(np.float64) / (1 << Q), (1, 0, 2)) * std + mean
-            r[proto] = figures(pred, Y, L, ds.persistence_lag, ds.target_names)
+        for proto, (X, Y, L, starts) in (("per_recording", (te.X, te.targets, te.lengths, None)),
+                                         ("never_reset", joined(te))):
+            pred = np.transpose(targets_fixed(run_stream(m, m.to_fixed(X)), q), (1, 0, 2)) / q[0]
+            r[proto] = figures(pred, Y, L, ds.persistence_lag, ds.target_names, starts)
         row(arch, "int8", "firmware (integer-only)", r)
     doc = {"rows": rows, "data": {"name": "motor", "recordings": [len(ds.train), len(te)],
                                   "readings": int(te.lengths[0]), "targets": ds.target_names,

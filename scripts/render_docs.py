@@ -581,21 +581,25 @@ def render_regress(d: dict, source: str) -> str:
     how = (f"`{d['meta']['command']}`: default settings, seed 0; {data['name']} test split, {data['recordings'][1]} "
            f"recordings of {data['readings']:,} readings; target {', '.join(data['targets'])}; persistence: the "
            f"target {data['persistence_lag']} readings earlier; errors in the target's units (degrees C)")
-    rows, beat, scored = [], 0, 0
+    rows, beat, scored, behind = [], 0, 0, []
     for r in d["rows"]:
         if "refused" in r:
             why = r["refused"].split("': ", 1)[-1].split(" (")[0].split(";")[0]       # the reason, not the temp path
             rows.append([r["arch"], r["weights"], r["backend"], f"not run: {why}", "", "", "", "", ""])
             continue
         p, n = r["per_recording"], r["never_reset"]
-        for f in (p, n):
+        for proto, f in (("per recording", p), ("never reset", n)):
             scored += 1
             beat += f["mae"] < f["persistence_mae"]
+            if f["mae"] >= f["persistence_mae"]:
+                behind.append(f"{r['arch']} {r['weights']} on {r['backend']} {proto}, MAE {f['mae']:.3f} vs "
+                              f"{f['persistence_mae']:.3f}")
         rows.append([r["arch"], r["weights"], r["backend"], f"{p['mae']:.3f} / {p['persistence_mae']:.3f}",
                      f"{p['rmse']:.3f} / {p['persistence_rmse']:.3f}", f"{p['skill']:+.2f}",
                      f"{n['mae']:.3f} / {n['persistence_mae']:.3f}", f"{n['rmse']:.3f} / {n['persistence_rmse']:.3f}",
                      f"{n['skill']:+.2f}"])
-    text = f"MAE below persistence's in {beat} of {scored} figures (per recording and never reset)."
+    text = (f"MAE below persistence's in {beat} of {scored} figures (per recording and never reset)"
+            + (": not " + "; ".join(behind) if behind else "") + ".")
     return machine_line(d, source, how) + "\n\n" + _table(
         ["model", "weights", "backend", "per recording: MAE / persistence", "RMSE / persistence", "skill",
          "never reset: MAE / persistence", "RMSE / persistence", "skill"], rows) + "\n\n" + text

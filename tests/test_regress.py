@@ -91,13 +91,31 @@ def test_npz_targets_load_with_or_without_y_and_follow_the_hold_out(tmp_path):
     ({"targets": np.zeros((8, 20, 1)), "persistence_lag": np.float64(2.5)}, "persistence_lag must be one whole"),
     ({"targets": np.zeros((8, 20, 1)), "persistence_lag": np.int64(20)}, "persistence_lag must be one whole"),
     ({"targets": np.zeros((8, 20, 1)), "target_names": np.array(["a", "b"])}, "target_names must be 1 names"),
-    ({"y": np.zeros(8), "targets_test": np.zeros((2, 20, 1))}, "but no targets; save the training split's"),
+    ({"y": np.zeros(8), "target_names": np.array(["a"])}, "but no targets; save the training split's"),
+    ({"targets": np.zeros((8, 20, 1)), "targets_test": np.zeros((2, 20, 1))}, "targets_test but no X_test"),
+    ({"targets": np.stack([np.arange(20.0)] * 8)[..., None], "lengths": np.full(8, 3), "persistence_lag": np.int64(5)},
+     "persistence_lag must be one whole number of readings from 1 to 2"),
 ])
 def test_bad_targets_are_refused_in_one_line(tmp_path, arrays, message):
     X = np.zeros((8, 20, 2), np.float32)
     with pytest.raises(DataError) as e:
         load_dataset(_save(tmp_path / "bad.npz", X=X, **arrays))
     assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_targets_beside_x_train_and_constant_targets_are_refused(tmp_path):
+    from edgeseq.train.forecast import train_task
+    X = np.random.default_rng(0).normal(size=(8, 20, 2)).astype(np.float32)
+    with pytest.raises(DataError, match="name it targets_train"):
+        load_dataset(_save(tmp_path / "a.npz", X_train=X, y_train=np.zeros(8), targets=X[..., :1]))
+    ds = load_dataset(_save(tmp_path / "b.npz", X_train=X, targets_train=X[..., :1], target_names=np.array(["v"])))
+    assert ds.target_names == ["v"] and np.array_equal(ds.train.targets, ds.train.X[..., :1])
+    ds = load_dataset(_save(tmp_path / "c.npz", X=X, targets=np.full((8, 20, 1), 3.0)))
+    with pytest.raises(DataError, match="target 'target' of 'c' is constant"):
+        train_task("gru", ds, "regress", epochs=1, progress=False)
+    from edgeseq.train import train
+    with pytest.raises(DataError, match="train a regression model on it with --task regress"):
+        train("gru", ds)
 
 
 def test_figures_score_the_model_and_persistence_on_the_same_readings():
@@ -110,6 +128,22 @@ def test_figures_score_the_model_and_persistence_on_the_same_readings():
     assert figures(t, t, np.array([5]), 3, ["y"])["readings"] == 2                 # only inside the length
     with pytest.raises(UsageError, match="longer than the persistence lag"):
         figures(t, t, np.array([3]), 3, ["y"])
+    # a joined stream: the baseline never reaches back into the recording before
+    j = figures(t + 1.0, t, np.array([10]), 3, ["y"], starts=np.array([0, 5]))
+    assert j["readings"] == 4 and j["targets"]["y"]["persistence_mae"] == 6.0
+
+
+def test_the_datas_targets_meet_the_models_by_name(data):
+    from dataclasses import replace
+
+    from edgeseq.runtime.regress import aligned
+    two = replace(data.test, targets=np.concatenate([data.test.targets, 2 * data.test.targets], -1))
+    back = aligned(two, ["b", "a"], ["a", "b"])
+    assert np.array_equal(back.targets[..., 0], two.targets[..., 1])
+    assert aligned(two, ["target0", "target1"], ["a", "b"]) is two               # unnamed: by position
+    for names, model in ((["x", "y"], ["a", "b"]), (["a", "b"], ["a"]), (["a", "c"], ["a", "b"])):
+        with pytest.raises(UsageError, match="give data with the model's targets"):
+            aligned(two, names, model)
 
 
 @pytest.mark.parametrize("arch", ARCHS)
@@ -164,7 +198,7 @@ def test_emitted_targets_are_bit_exact_with_the_integer_simulator(models, data, 
     assert np.array_equal(got[:, -1:], want) and np.array_equal(got[:, :-1], sim)
     sess = StreamSession(tmp_path / "q.onnx", backend="onnxruntime")
     host = np.array([sess.push_scores(x)[0][0, 0] for x in data.test.X[0, :200]])
-    assert np.abs(want[:, 0] / q[0] - host).mean() < 0.02 * data.test.targets.std()
+    assert np.abs(want[:, 0] / q[0][0] - host).mean() < 0.02 * data.test.targets.std()
 
 
 def test_firmware_simulate_scores_the_integer_path_against_persistence(models, data, tmp_path):
@@ -180,7 +214,7 @@ def test_firmware_simulate_scores_the_integer_path_against_persistence(models, d
     assert r["task"] == "regress" and r["lag"] == 60
     i, o = (r[k]["per_recording"]["targets"]["winding_c_in_60s"] for k in ("integer_only", "onnxruntime_int8"))
     assert abs(i["mae"] - o["mae"]) <= 0.1 * o["mae"] and i["persistence_mae"] == o["persistence_mae"]
-    assert r["integer_only"]["never_reset"]["readings"] == 3 * 300 - 60
+    assert r["integer_only"]["never_reset"]["readings"] == 3 * 240
 
 
 def test_commands_train_eval_stream_and_refuse_what_a_regression_model_lacks(data, tmp_path):
@@ -199,7 +233,7 @@ def test_commands_train_eval_stream_and_refuse_what_a_regression_model_lacks(dat
     r = run(main, ["eval", str(tmp_path / "m.onnx"), "--json"])
     assert r.exit_code == 0, r.output
     e = json.loads(r.output)
-    assert e["lag"] == 60 and e["per_recording"]["readings"] == 3 * 240 and e["never_reset"]["readings"] == 900 - 60
+    assert e["lag"] == 60 and e["per_recording"]["readings"] == e["never_reset"]["readings"] == 3 * 240
     csv = tmp_path / "in.csv"
     csv.write_text("timestamp,winding_c,current_a,ambient_c\n" + "\n".join(
         f"{i},{x[2]},{x[0]},{x[1]}" for i, x in enumerate(data.test.X[0, :5])) + "\n")
@@ -270,3 +304,17 @@ def test_the_contract_checks_a_regression_models_task(models):
                        ({**good, "targets": ["z"]}, "must name the outputs")):
         with pytest.raises(MetadataError, match=match):
             ModelMeta.from_props({**props, META_TASK: json.dumps(bad)})
+
+
+def test_each_target_gets_its_own_scale_and_one_that_cannot_fit_int32_is_refused():
+    from types import SimpleNamespace
+
+    from firmware_sim.cemit import model_regress, targets_fixed
+    task = {"kind": "regress", "targets": ["pa", "c"], "target_mean": [101325.0, 20.0], "target_std": [100.0, 0.05]}
+    scale, mean, std = model_regress(SimpleNamespace(meta={"task": task}))
+    assert scale.tolist() == [10, 100000] and mean.tolist() == [1013250, 2000000] and std.tolist() == [1000, 5000]
+    assert targets_fixed(np.array([[4096, -2048]]), (scale, mean, std)).tolist() == [[1014250, 1997500]]
+    for m_ in (2e19, 1e30, 3e8):
+        bad = {**task, "target_mean": [m_, 20.0]}
+        with pytest.raises(UsageError, match="does not fit int32"):
+            model_regress(SimpleNamespace(meta={"task": bad}))

@@ -107,8 +107,9 @@ def _writing(path):
 
 
 MAX_HISTORY = 1 << 20                # edgeseq.runtime.session.MAX_HISTORY (not imported: it loads onnxruntime)
-_DATA_HELP = ("'basicmotions' or a .npz / .csv path (default: the data the model was trained on, as its file "
-              "records; basicmotions for files exported before it did)")
+_DATA_HELP = ("An embedded set (basicmotions, japanesevowels, vibration, internalbleeding16, motor) or a .npz / .csv "
+              "path (default: the data the model was trained on, as its file records; basicmotions for files "
+              "exported before it did)")
 
 
 class Finite(click.ParamType):

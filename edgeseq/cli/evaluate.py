@@ -73,6 +73,10 @@ def eval_cmd(model, data, split, provider, backend, as_json):
     character, such as a terminal escape sequence, is printed as its Python escape (\\x1b);
     --json holds it exactly, escaped as JSON.
 
+    An anomaly model gets its detections and false alarms on both protocols (docs/anomaly.md); a
+    regression model each target's MAE and RMSE on both protocols beside the persistence
+    baseline (docs/regression.md).
+
     The data defaults to the model's own training data (recorded in the file at export).
 
     \b
@@ -86,13 +90,14 @@ def eval_cmd(model, data, split, provider, backend, as_json):
     if _kind(model) == "regress":
         from edgeseq.runtime.regress import evaluate as evaluate_regress
         from edgeseq.runtime.regress import line
-        r = evaluate_regress(model, getattr(ds, split), backend=backend, provider=provider)
+        r = evaluate_regress(model, getattr(ds, split), target_names=ds.target_names, backend=backend,
+                             provider=provider)
         r["data"], r["split"] = ds.name, split
         if as_json:
             _echo_json(r)
             return
         click.echo(printable(f"regression ({r['backend']} backend) on {ds.name} {split}, {r['recordings']} recordings; "
-                             f"persistence: each target {r['lag']} readings earlier"))
+                             f"persistence: each target {r['lag']} reading(s) earlier"))
         click.echo(printable(f"  per recording (each from a fresh state): {line(r['per_recording'])}"))
         click.echo(printable(f"  never reset (the recordings joined, one stream): {line(r['never_reset'])}"))
         return

@@ -39,6 +39,12 @@ def _load_npz(path: Path, name: str) -> Dataset:
                 z[yk] = np.zeros(len(z[xk]), np.int64)
         z.setdefault("labels", np.array(["all"]))
         keys = set(z)
+    if "targets_test" in keys and "X_test" not in keys:
+        raise DataError(f"'{path}' has targets_test but no X_test; save the whole test split (X_test with its "
+                        "targets_test) or drop targets_test")
+    if t_key == "targets_train" and "targets" in keys and "targets_train" not in keys:
+        raise DataError(f"'{path}' has targets beside X_train/y_train, where it would be ignored; name it "
+                        "targets_train (or save the X/y layout)")
     if t_key not in keys and {"targets_test", "target_names", "persistence_lag"} & keys:
         raise DataError(f"'{path}' has {', '.join(sorted({'targets_test', 'target_names', 'persistence_lag'} & keys))} "
                         f"but no {t_key}; save the training split's targets [N, T, K] as {t_key}")
@@ -96,13 +102,16 @@ def _load_npz(path: Path, name: str) -> Dataset:
     features = features or [f"f{i}" for i in range(Xtr.shape[2])]
     ds = Dataset(name, train, test, labels, features, held_out=held_out)
     if t_key in keys:
-        ds.target_names = (_names(z["target_names"], path, "target_names", train.targets.shape[2])
+        ds.target_names = (_names(z["target_names"], path, "target_names", train.targets.shape[2], "target")
                            if "target_names" in keys else
                            [f"target{i}" for i in range(train.targets.shape[2])] if train.targets.shape[2] > 1
                            else ["target"])
         lag = np.asarray(z.get("persistence_lag", 1))
-        if lag.shape not in ((), (1,)) or lag.dtype.kind not in "iu" or not 1 <= int(lag.reshape(-1)[0]) < Xtr.shape[1]:
-            raise DataError(f"'{path}': persistence_lag must be one whole number in 1..{Xtr.shape[1] - 1} (readings)")
+        longest = int(min(train.lengths.max(), test.lengths.max()))     # each split needs a reading past the lag
+        if lag.shape not in ((), (1,)) or lag.dtype.kind not in "iu" or not 1 <= int(lag.reshape(-1)[0]) < longest:
+            raise DataError(f"'{path}': persistence_lag must be one whole number of readings from 1 to {longest - 1} "
+                            f"(each split's longest recording holds {longest} or more; the baseline needs a reading "
+                            "past it); give a smaller lag or longer recordings")
         ds.persistence_lag = int(lag.reshape(-1)[0])
     return ds
 
@@ -171,11 +180,12 @@ def _pair(keys, pair, path, what):
         raise DataError(f"'{path}' has {have[0]} but no {lost}; {both}")
 
 
-def _names(a, path, key, n=None) -> list:
-    """`labels` / `features`: a 1-D array of distinct, non-empty names (n of them if given)."""
+def _names(a, path, key, n=None, per: str = "feature column") -> list:
+    """`labels` / `features` / `target_names`: a 1-D array of distinct, non-empty names (n of
+    them, one per `per`, if given)."""
     a = np.asarray(a)
     if a.ndim != 1 or (n is not None and len(a) != n):
-        want = f"{n} names, one per feature column" if n is not None else "a 1-D array of names"
+        want = f"{n} names, one per {per}" if n is not None else "a 1-D array of names"
         raise DataError(f"'{path}': {key} must be {want}, got shape {list(a.shape)}")
     names = [str(v).strip() for v in a]
     if any(not v for v in names) or len(set(names)) != len(names):

@@ -13,7 +13,8 @@ Every figure is the error per reading, in the target's units: mean absolute erro
 root mean squared error (RMSE), beside the persistence baseline, which predicts a reading's
 target as its value `lag` readings earlier (the last value a device knew; for a target that is
 a quantity h readings ahead, h). Both are scored on the same readings: those at least `lag`
-readings into their stream, where the baseline has a value. `skill` is 1 - MAE / persistence
+readings into their recording (on the never-reset stream too: the baseline never reaches back
+into the recording before), the same readings on both protocols. `skill` is 1 - MAE / persistence
 MAE: above 0, the model beats persistence. numpy only (the runtime installs without torch).
 """
 
@@ -25,12 +26,14 @@ from edgeseq.errors import UsageError
 
 
 def joined(split) -> tuple:
-    """(X float32 [1, T, F], targets float32 [1, T, K], lengths int64 [1]): every recording of
-    `split` joined end to end in file order, one never-reset stream."""
+    """(X float32 [1, T, F], targets float32 [1, T, K], lengths int64 [1], starts int64 [R]):
+    every recording of `split` joined end to end in file order, one never-reset stream, and
+    where each recording starts in it."""
     L = np.asarray(split.lengths)
     X = np.concatenate([split.X[i, :L[i]] for i in range(len(L))])[None]
     Y = np.concatenate([split.targets[i, :L[i]] for i in range(len(L))])[None]
-    return X, Y, np.array([X.shape[1]], np.int64)
+    starts = np.concatenate([[0], np.cumsum(L)[:-1]]).astype(np.int64)
+    return X, Y, np.array([X.shape[1]], np.int64), starts
 
 
 def persistence(targets: np.ndarray, lag: int) -> np.ndarray:
@@ -41,17 +44,23 @@ def persistence(targets: np.ndarray, lag: int) -> np.ndarray:
     return out
 
 
-def figures(pred: np.ndarray, targets: np.ndarray, lengths: np.ndarray, lag: int, names: list) -> dict:
+def figures(pred: np.ndarray, targets: np.ndarray, lengths: np.ndarray, lag: int, names: list,
+            starts: np.ndarray | None = None) -> dict:
     """Per-reading error of `pred` float [S, T, K] against `targets` [S, T, K] beside the
-    persistence baseline, over the readings at least `lag` into each stream and inside its
-    length. Returns {"readings": n, "lag": lag, "targets": {name: {"mae", "rmse",
-    "persistence_mae", "persistence_rmse", "skill"}}} (units: the target's own; skill: 1 -
-    MAE / persistence MAE). Raises UsageError where no reading is `lag` into a stream."""
+    persistence baseline, over the readings inside each stream's length and at least `lag`
+    into its recording: into the stream, or, for a joined stream (S = 1), past each recording's
+    start in `starts` (int [R]), where persistence would take the recording before's value.
+    Returns {"readings": n, "lag": lag, "targets": {name: {"mae", "rmse", "persistence_mae",
+    "persistence_rmse", "skill"}}} (units: the target's own; skill: 1 - MAE / persistence MAE).
+    Raises UsageError where no reading is `lag` into a recording."""
     S, T, K = targets.shape
     t = np.arange(T)[None, :]
     keep = (t >= lag) & (t < np.asarray(lengths)[:, None])
+    for s0 in (() if starts is None else starts):
+        keep[:, s0:s0 + lag] = False
     if not keep.any():
-        raise UsageError(f"no recording is longer than the persistence lag ({lag} readings): nothing to score")
+        raise UsageError(f"no recording is longer than the persistence lag ({lag} readings): nothing to score; give "
+                         "longer recordings")
     base = persistence(targets, lag)
     out = {}
     for k, name in enumerate(names):
@@ -61,6 +70,26 @@ def figures(pred: np.ndarray, targets: np.ndarray, lengths: np.ndarray, lag: int
                      "persistence_mae": pmae, "persistence_rmse": float(np.sqrt((b.astype(np.float64) ** 2).mean())),
                      "skill": float(1 - mae / pmae) if pmae > 0 else None}
     return {"readings": int(keep.sum()), "lag": int(lag), "targets": out}
+
+
+def aligned(split, data_names: list | None, model_names: list, where: str = "the data"):
+    """`split` with its targets in the model's order: by name where the data names them as the
+    model does (in any order), by position where the data's are unnamed (target, target0, ...).
+    Raises UsageError, one line naming both, where they are other targets."""
+    if split.targets is None:
+        raise UsageError(f"{where} has no per-reading targets to score a regression model on; give data with "
+                         "targets (and targets_test), docs/regression.md")
+    K = split.targets.shape[2]
+    generic = data_names is None or data_names == (["target"] if K == 1 else [f"target{i}" for i in range(K)])
+    if K == len(model_names) and (generic or list(data_names) == list(model_names)):
+        return split
+    if not generic and sorted(data_names) == sorted(model_names):
+        from dataclasses import replace
+        order = [list(data_names).index(n) for n in model_names]
+        return replace(split, targets=split.targets[..., order])
+    have = ", ".join(data_names) if data_names else f"{K} unnamed"
+    raise UsageError(f"{where} has the targets {have}, the model predicts {', '.join(model_names)}; give data with "
+                     "the model's targets, named as in training")
 
 
 def predictions(model, X: np.ndarray, lengths: np.ndarray, backend: str | None = None,
@@ -81,26 +110,24 @@ def predictions(model, X: np.ndarray, lengths: np.ndarray, backend: str | None =
     return sess, out
 
 
-def evaluate(model, split, names: list | None = None, lag: int | None = None, backend: str | None = None,
+def evaluate(model, split, target_names: list | None = None, lag: int | None = None, backend: str | None = None,
              provider: str = "cpu") -> dict:
     """A regression model file run as deployed, scored by `figures` on both protocols
-    ("per_recording", "never_reset": `joined`) against `split.targets` (float32 [N, T, K], the
-    model's targets in its order). lag None: the model's `persistence_lag`. Returns
-    {"per_recording", "never_reset", "backend", "recordings", "targets", "lag"}. Raises
-    UsageError where the split has no targets or another number of them than the model."""
-    if split.targets is None:
-        raise UsageError("the data has no per-reading targets to score a regression model on; give data with "
-                         "targets (and targets_test), docs/regression.md")
+    ("per_recording", "never_reset": `joined`) against `split.targets` (float32 [N, T, K]),
+    put in the model's order by `target_names` (the data's, `aligned`). lag None: the model's
+    `persistence_lag`. Returns {"per_recording", "never_reset", "backend", "recordings",
+    "targets", "lag"}. Raises UsageError where the split has no targets or other ones."""
+    from edgeseq.runtime.model import open_model
+    task = open_model(model)[1].task
+    if not task or task.get("kind") != "regress":
+        raise UsageError(f"'{model}' is not a regression model (train one with `edgeseq train --task regress`)")
+    split = aligned(split, target_names, task["targets"])
+    use = int(lag or task.get("persistence_lag", 1))
     out = {}
-    for name, (X, Y, L) in (("per_recording", (split.X, split.targets, np.asarray(split.lengths))),
-                            ("never_reset", joined(split))):
+    for name, (X, Y, L, starts) in (("per_recording", (split.X, split.targets, np.asarray(split.lengths), None)),
+                                    ("never_reset", joined(split))):
         sess, pred = predictions(model, X, L, backend, provider)
-        task = sess.meta.task
-        if Y.shape[2] != len(task["targets"]):
-            raise UsageError(f"the data has {Y.shape[2]} targets per reading, the model predicts "
-                             f"{len(task['targets'])} ({', '.join(task['targets'])}); give the data it was trained on")
-        use = int(lag or task.get("persistence_lag", 1))
-        out[name] = figures(pred, Y, L, use, names or task["targets"])
+        out[name] = figures(pred, Y, L, use, task["targets"], starts)
     return {**out, "backend": sess.backend, "recordings": len(split), "targets": task["targets"], "lag": use}
 
 

@@ -22,6 +22,7 @@ for half its kept epochs, the learning rate annealed to 0 (`FINAL_SHARE`).
 from __future__ import annotations
 
 import math
+import sys
 import time
 
 import numpy as np
@@ -161,7 +162,11 @@ def train_task(arch: str, dataset: Dataset, task: str, epochs: int | None = None
     if task == "regress":
         Ytr = targets["train"]
         flat = np.concatenate([Ytr[i, :tr.lengths[i]] for i in range(len(tr))]).astype(np.float64)
-        t_mean, t_std = flat.mean(0), np.maximum(flat.std(0), 1e-6)
+        t_mean, t_std = flat.mean(0), flat.std(0)
+        flat_k = [k for k in range(len(t_std)) if not t_std[k] > 1e-6 * max(1.0, abs(t_mean[k]))]
+        if flat_k:
+            raise DataError(f"target '{targets['names'][flat_k[0]]}' of '{dataset.name}' is constant in the training "
+                            f"split ({t_mean[flat_k[0]]:.6g}): there is nothing to learn; drop it from targets")
         tl = [((Ytr[i, :tr.lengths[i]] - t_mean) / t_std).astype(np.float32) for i in range(len(tr))]
         Yn, _ = _batch([tl[i] for i in rows], chunk)
         if len(vrows):
@@ -194,7 +199,8 @@ def train_task(arch: str, dataset: Dataset, task: str, epochs: int | None = None
         curve.append(point)
         if progress:
             print(f"  epoch {epoch}/{budget}: loss {loss:.4f}" + (f", validation {point['val_loss']:.4f}"
-                                                                   if "val_loss" in point else ""), flush=True)
+                                                                   if "val_loss" in point else ""),
+                  file=sys.stderr, flush=True)      # stdout stays the command's answer (--json)
         if Xv is not None and epochs is None and since >= patience:
             stopped = "early"
             break

@@ -90,6 +90,9 @@ def check_trainable(dataset: Dataset) -> None:
     seen = set(np.unique(Y[Y >= 0]).tolist())
     if not len(dataset.train):
         raise DataError(f"data '{dataset.name}' has no training sequences")
+    if len(seen) < 2 and getattr(dataset, "target_names", None):
+        raise DataError(f"'{dataset.name}' holds per-reading targets ({', '.join(dataset.target_names)}) and no "
+                        "classes: train a regression model on it with --task regress")
     if len(seen) < 2:
         only = ", ".join(f"'{dataset.labels[c]}'" for c in sorted(seen))
         raise DataError(f"the training split of '{dataset.name}' holds one class ({only}); training needs at "
