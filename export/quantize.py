@@ -391,7 +391,7 @@ def regress_check(runs, judged, native_why, fsess, meta, ds, X, ref, max_error, 
     task = meta.task
     te = ds.test
     std, mean = np.asarray(task["target_std"], np.float32), np.asarray(task["target_mean"], np.float32)
-    lag = max(1, min(int(task.get("persistence_lag", 1)), int(te.lengths.max()) - 1))
+    lag = int(task.get("persistence_lag", 1))
 
     def score(outs):
         pred = np.transpose(outs, (1, 0, 2)) * std + mean
@@ -441,6 +441,10 @@ def dataset_for(ckpt: dict, data: str | Dataset | None) -> Dataset:
         from dataclasses import replace
 
         from edgeseq.runtime.regress import aligned
+        lag = int((ckpt.get("task") or {}).get("persistence_lag", 1))
+        if int(ds.test.lengths.max()) <= lag:
+            raise DataError(f"data '{ds.name}' has no test recording longer than the model's persistence lag ({lag} "
+                            "readings), which int8 export scores it beside; pass data with longer recordings")
         try:
             return replace(ds, train=aligned(ds.train, ds.target_names, ckpt["labels"], f"data '{ds.name}'"),
                            test=aligned(ds.test, ds.target_names, ckpt["labels"], f"data '{ds.name}'"),

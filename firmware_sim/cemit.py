@@ -281,8 +281,9 @@ def model_regress(m):
     if over.any():
         k = int(np.argmax(over))
         raise UsageError(f"regression target '{task['targets'][k]}' (mean {mean[k]:.6g}, std {std[k]:.6g}) does not "
-                         f"fit int32 in steps of 1/{scale[k]:,} (its std in 1,000 steps); train on it in other units "
-                         "(scaled so that its mean is within about 2e6 of its std's order)")
+                         f"fit the firmware's int32 once scaled by {scale[k]:,} to hold its std in 1,000 steps: its "
+                         f"mean is {abs(mean[k]) / std[k]:.3g} stds from 0, at most about 2 million fit; train on it "
+                         "with an offset subtracted")
     return scale, np.round(mean * scale).astype(np.int64), np.round(std * scale).astype(np.int64)
 
 

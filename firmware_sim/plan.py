@@ -235,6 +235,11 @@ def check_model(path, target, history: int | None = None, cycles_per_mac: float 
         raise UsageError(f"--compiler must be gcc or clang, got {compiler!r}")
     if meta.mode != "stream":
         raise DataError(f"'{path}' is a window model; the firmware check covers streaming step graphs")
+    if meta.kind == "regress":                     # the emitted C's integer output conversion must fit int32
+        from types import SimpleNamespace
+
+        from firmware_sim.cemit import model_regress
+        model_regress(SimpleNamespace(meta={"task": meta.task}))
     growing = any(s.kind == "growing" for s in meta.state)
     if history is not None and not growing:
         raise UsageError("--history applies to models with a growing cache (the transformer); recurrent state is fixed")

@@ -316,5 +316,46 @@ def test_each_target_gets_its_own_scale_and_one_that_cannot_fit_int32_is_refused
     assert targets_fixed(np.array([[4096, -2048]]), (scale, mean, std)).tolist() == [[1014250, 1997500]]
     for m_ in (2e19, 1e30, 3e8):
         bad = {**task, "target_mean": [m_, 20.0]}
-        with pytest.raises(UsageError, match="does not fit int32"):
+        with pytest.raises(UsageError, match="does not fit the firmware.s int32"):
             model_regress(SimpleNamespace(meta={"task": bad}))
+
+
+def test_targets_keep_their_digits_at_any_scale(tmp_path):
+    """float64 targets at load; values to 7 significant digits in JSON (stream, Pi, gateway);
+    a target finer than float32 outputs resolve, or constant, is refused before training."""
+    from edgeseq.gateway.wire import encode_prediction
+    from edgeseq.train.forecast import train_task
+    X = np.random.default_rng(0).normal(size=(8, 20, 2)).astype(np.float32)
+    ds = load_dataset(_save(tmp_path / "off.npz", X=X, targets=-2.1e6 + X[..., :1].astype(np.float64)))
+    assert ds.train.targets.dtype == np.float64 and ds.train.targets[0, 0, 0] == -2.1e6 + float(X[0, 0, 0])
+    payload = json.loads(encode_prediction("d", 1, 1, "b", 9.71536e-05, key="value"))
+    assert payload["value"] == 9.71536e-05
+    assert json.loads(encode_prediction("d", 1, 1, "x", 0.1234567891))["prob"] == 0.123457     # classifiers as before
+    ds = load_dataset(_save(tmp_path / "fine.npz", X=X, targets=1e9 + X[..., :1].astype(np.float64)))
+    with pytest.raises(DataError, match="subtract an offset"):
+        train_task("gru", ds, "regress", epochs=1, progress=False)
+    small = load_dataset(_save(tmp_path / "small.npz", X=X, targets=1e-7 * (1 + 0.2 * X[..., :1])))
+    ck = train_task("gru", small, "regress", epochs=1, settings={"hidden": 8}, progress=False)
+    assert ck["task"]["target_std"][0] == pytest.approx(2e-8, rel=0.3)
+
+
+def test_a_model_of_unnamed_targets_takes_named_data_by_position_and_check_refuses_what_emit_would(models, data,
+                                                                                                   tmp_path):
+    from edgeseq.runtime.regress import aligned
+    assert aligned(data.test, ["a"], ["target"]) is data.test
+    from edgeseq.cli import cli as main
+    _, path = models("gru")
+    csv = tmp_path / "in.csv"
+    csv.write_text("\n".join(",".join(str(v) for v in x) for x in data.test.X[0, :3]) + "\n")
+    r = CliRunner().invoke(main, ["stream", str(path), "--input", str(csv)])
+    assert r.exit_code == 0 and r.output.splitlines()[0] == "reading,winding_c_in_60s", r.output
+    from firmware_sim.plan import check_model
+    from firmware_sim.targets import get_target
+    from onnx import load_model, save_model
+    proto = load_model(str(path))
+    for prop in proto.metadata_props:
+        if prop.key == META_TASK:
+            prop.value = json.dumps({**json.loads(prop.value), "target_mean": [3e12]})
+    save_model(proto, str(tmp_path / "huge.onnx"))
+    with pytest.raises(UsageError, match="does not fit the firmware's int32"):
+        check_model(tmp_path / "huge.onnx", get_target("nrf52840"))

@@ -84,7 +84,7 @@ class Split:
                                   # (None: every reading carries its sequence's y)
     groups: np.ndarray | None = None   # str [N]: the group (subject, device, session) of each
                                        # sequence; None: the data names no groups
-    targets: np.ndarray | None = None  # float32 [N, T, K]: regression targets per reading, 0 past
+    targets: np.ndarray | None = None  # float64 [N, T, K]: regression targets per reading, 0 past
                                        # `lengths` (None: the data has none)
 
     def __post_init__(self):

@@ -117,8 +117,9 @@ def _load_npz(path: Path, name: str) -> Dataset:
 
 
 def _check_targets(a, X, L, path, key, K=None) -> np.ndarray:
-    """Regression targets float32 [N, T, K] ([N, T] is one target), 0 past lengths; DataError
-    naming `key` when they do not fit X or hold NaN/Inf inside the lengths."""
+    """Regression targets float64 [N, T, K] ([N, T] is one target; float64, so that a target
+    with a large offset keeps its digits), 0 past lengths; DataError naming `key` when they do
+    not fit X or hold NaN/Inf inside the lengths."""
     a = np.asarray(a)
     if a.ndim == 2:
         a = a[..., None]
@@ -128,11 +129,11 @@ def _check_targets(a, X, L, path, key, K=None) -> np.ndarray:
     if K is not None and a.shape[2] != K:
         raise DataError(f"'{path}': {key} has {a.shape[2]} targets per reading where the training split has {K}")
     with np.errstate(over="ignore"):
-        a = a.astype(np.float32)
+        a = a.astype(np.float64)
     mask = np.arange(X.shape[1])[None, :] < L[:, None]
-    if not np.isfinite(a[mask]).all():
+    if not (np.isfinite(a[mask]) & (np.abs(a[mask]) <= F32_MAX)).all():
         raise DataError(f"'{path}': {key} holds NaN or Inf inside the valid lengths (or a value beyond float32's "
-                        "range); clean or drop those sequences")
+                        "range, 3.4e38); clean or drop those sequences")
     a[~mask] = 0.0
     return a
 

@@ -140,12 +140,15 @@ def dead_subject(device: str) -> str:
         return f"{DEAD_SUBJECT}._.invalid"
 
 
-def _value(v) -> float | None:
-    """A prediction's number for JSON: rounded, None (null) where there is none (an anomaly
-    model's level while the device learns its baseline); a list (a regression model's targets) item by item."""
+def _value(v, digits: int = 0) -> float | None:
+    """A prediction's number for JSON: rounded to 6 decimals (`digits`: to that many significant
+    digits, a regression model's values at any scale), None (null) where there is none (an anomaly
+    model's level while the device learns its baseline); a list (several targets) item by item."""
     if isinstance(v, (list, tuple)):
-        return [_value(x) for x in v]
-    return None if v is None or v != v else round(float(v), 6)
+        return [_value(x, digits) for x in v]
+    if v is None or v != v:
+        return None
+    return float(f"{float(v):.{digits}g}") if digits else round(float(v), 6)
 
 
 def encode_prediction(device: str, seq: int, position: int, label: str, prob: float | None, boot: int = 0,
@@ -155,7 +158,7 @@ def encode_prediction(device: str, seq: int, position: int, label: str, prob: fl
     "level" its level in standard deviations of its learnt score (null while learning); for a
     regression model (`key` "value") the target's name and its value (several: "targets" and a list)."""
     return (f'{{"device":"{device}","seq":{int(seq)},"boot":{int(boot)},"position":{int(position)},'
-            f'"label":{json.dumps(label)},"{key}":{json.dumps(_value(prob))}}}').encode()
+            f'"label":{json.dumps(label)},"{key}":{json.dumps(_value(prob, 7 if key == "value" else 0))}}}').encode()
 
 
 def event_subject(device: str) -> str:
@@ -178,7 +181,7 @@ def encode_predictions(device: str, rows: list, boot: int = 0, key: str = "prob"
     [...]}` from rows [(seq, position, label, prob)]."""
     return json.dumps({"device": device, "boot": int(boot), "seq": [int(r[0]) for r in rows],
                        "position": [int(r[1]) for r in rows], "label": [r[2] for r in rows],
-                       key: [_value(r[3]) for r in rows]}, separators=(",", ":")).encode()
+                       key: [_value(r[3], 7 if key == "value" else 0) for r in rows]}, separators=(",", ":")).encode()
 
 
 def predictions_of(payload: bytes) -> list:

@@ -331,7 +331,7 @@ def target_values(sess) -> dict:
     """A regression session's last answer on its first stream: {target: value in its units}."""
     t = sess.meta.task
     out = sess._outputs()[0] * np.asarray(t["target_std"], np.float32) + np.asarray(t["target_mean"], np.float32)
-    return {name: round(float(v), 6) for name, v in zip(t["targets"], out)}
+    return {name: float(f"{v:.7g}") for name, v in zip(t["targets"], out)}      # 7 significant digits, any scale
 
 
 def answer(sess, probs, k: int) -> tuple:
@@ -477,7 +477,7 @@ def run_live(sess, source, rate: float | None = None, on_bad: str = "skip", as_j
                                      "bad": sum(st.bad.values())}))
                 else:
                     true = f" (true {printable(truth[0]):>9s})" if truth and truth[0] else ""
-                    shown = "--" if value is None else f"{value:.2f}"
+                    shown = "--" if value is None else f"{value:.5g}" if key == "value" else f"{value:.2f}"
                     echo(f"{st.readings:8d} {printable(label):>10s} {shown}{true}  {st.latencies[-1] * 1e6:7.1f} us "
                          f"(median {lat['median_us']}, p99 {lat['p99_us']})  state {sess.state_nbytes()} B  "
                          f"late {st.late} dropped {st.dropped} bad {sum(st.bad.values())}")

@@ -37,9 +37,9 @@ def joined(split) -> tuple:
 
 
 def persistence(targets: np.ndarray, lag: int) -> np.ndarray:
-    """The persistence baseline: float32 [S, T, K], each reading's target `lag` readings
-    earlier in its stream (NaN for the first `lag` readings)."""
-    out = np.full(targets.shape, np.nan, np.float32)
+    """The persistence baseline: [S, T, K] in the targets' dtype (float32 at least), each
+    reading's target `lag` readings earlier in its stream (NaN for the first `lag` readings)."""
+    out = np.full(targets.shape, np.nan, np.result_type(targets.dtype, np.float32))
     out[:, lag:] = targets[:, :-lag] if lag < targets.shape[1] else out[:, lag:]
     return out
 
@@ -74,13 +74,15 @@ def figures(pred: np.ndarray, targets: np.ndarray, lengths: np.ndarray, lag: int
 
 def aligned(split, data_names: list | None, model_names: list, where: str = "the data"):
     """`split` with its targets in the model's order: by name where the data names them as the
-    model does (in any order), by position where the data's are unnamed (target, target0, ...).
+    model does (in any order), by position where the data's or the model's are unnamed (target,
+    target0, ...: the names the loader gives).
     Raises UsageError, one line naming both, where they are other targets."""
     if split.targets is None:
         raise UsageError(f"{where} has no per-reading targets to score a regression model on; give data with "
                          "targets (and targets_test), docs/regression.md")
     K = split.targets.shape[2]
-    generic = data_names is None or data_names == (["target"] if K == 1 else [f"target{i}" for i in range(K)])
+    unnamed = (["target"] if K == 1 else [f"target{i}" for i in range(K)])
+    generic = data_names is None or list(data_names) == unnamed or list(model_names) == unnamed
     if K == len(model_names) and (generic or list(data_names) == list(model_names)):
         return split
     if not generic and sorted(data_names) == sorted(model_names):

@@ -322,6 +322,8 @@ def stream_lines(sess, lines, on_bad="error", as_json=False, echo=print, on_read
     if regress:                                       # outputs -> the targets in their own units
         t_std = np.asarray(sess.meta.task["target_std"], np.float32)
         t_mean = np.asarray(sess.meta.task["target_mean"], np.float32)
+        if not as_json and start == 0:                # CSV: a header names the targets' columns, in the model's order
+            echo(csv_line("reading", *sess.labels))
     reader = LineReader(sess.features)
     for lineno, line in enumerate(lines, start=1):
         try:
@@ -347,7 +349,7 @@ def stream_lines(sess, lines, on_bad="error", as_json=False, echo=print, on_read
             active = sess.decision_state()[0] is not None
         if regress:
             values = sess._outputs()[0] * t_std + t_mean
-            echo(json.dumps({"reading": stats["readings"], "values": {n: round(float(v), 6) for n, v in
+            echo(json.dumps({"reading": stats["readings"], "values": {n: float(f"{v:.7g}") for n, v in
                                                                     zip(sess.labels, values)},
                              **({"true": reader.label or None} if true else {})}) if as_json
                  else csv_line(stats["readings"], *(f"{float(v):.6g}" for v in values), *true))

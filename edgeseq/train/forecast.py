@@ -38,6 +38,7 @@ TASKS = ("classify", "anomaly", "regress")
 LOGVAR_LIMIT = 8.0          # forecast log-variances are clamped to +-this in the loss (variance e^-8 .. e^8)
 WARM = 8                    # readings at a recording's start the loss leaves out (state still empty)
 FINAL_SHARE = 0.5           # regress: after early stopping, every recording trains this share of the kept epochs
+RESOLUTION = 1e-5           # regress: a target's std must be at least this share of |its mean| (float32 outputs)
 PATIENCE_UPDATES = 250      # early stopping waits at least this many updates (short data has few per epoch)
 
 
@@ -163,10 +164,14 @@ def train_task(arch: str, dataset: Dataset, task: str, epochs: int | None = None
         Ytr = targets["train"]
         flat = np.concatenate([Ytr[i, :tr.lengths[i]] for i in range(len(tr))]).astype(np.float64)
         t_mean, t_std = flat.mean(0), flat.std(0)
-        flat_k = [k for k in range(len(t_std)) if not t_std[k] > 1e-6 * max(1.0, abs(t_mean[k]))]
-        if flat_k:
-            raise DataError(f"target '{targets['names'][flat_k[0]]}' of '{dataset.name}' is constant in the training "
-                            f"split ({t_mean[flat_k[0]]:.6g}): there is nothing to learn; drop it from targets")
+        for k, name in enumerate(targets["names"]):
+            if not t_std[k] > 0:
+                raise DataError(f"target '{name}' of '{dataset.name}' is constant in the training split "
+                                f"({t_mean[k]:.6g}): there is nothing to learn; drop it from targets")
+            if t_std[k] < RESOLUTION * abs(t_mean[k]):       # float32 outputs: mean + z x std keeps ~7 digits
+                raise DataError(f"target '{name}' of '{dataset.name}' varies by {t_std[k]:.3g} around {t_mean[k]:.6g}, "
+                                f"below {RESOLUTION:g} of its size, finer than the model's float32 outputs resolve; "
+                                "subtract an offset from it (train on the difference)")
         tl = [((Ytr[i, :tr.lengths[i]] - t_mean) / t_std).astype(np.float32) for i in range(len(tr))]
         Yn, _ = _batch([tl[i] for i in rows], chunk)
         if len(vrows):
