@@ -694,13 +694,15 @@ def test_calibrate_cli_dry_run_json_and_errors(runner, gru, basicmotions, tmp_pa
 # -- the C step (firmware_sim/kernels/es_decide.h) ---------------------------------------------
 
 @pytest.mark.skipif(not native.available(), reason="the native extension is not built here")
-@pytest.mark.parametrize("smoothing", ["ema", "none"])
+@pytest.mark.parametrize("smoothing", ["ema", "mean", "none"])
 def test_the_c_decision_step_is_the_python_deciders_bit_for_bit(smoothing):
-    """Random probabilities through 12 streams of different settings: the C kernel's events and
-    every state array equal the Python Decider's after every reading."""
+    """Random probabilities through 12 streams of different settings (a moving mean's windows
+    1 to 40 readings, the ring's rows the largest): the C kernel's events and every state array
+    equal the Python Decider's after every reading."""
     rng = np.random.default_rng(7)
     labels = ["rest", "a", "b", "c"]
-    specs = [DecisionSpec.make(labels, ["rest"], smoothing, float(rng.choice([1.0, 0.5, 0.3, 0.1])), 8,
+    specs = [DecisionSpec.make(labels, ["rest"], smoothing, float(rng.choice([1.0, 0.5, 0.3, 0.1])),
+                               int(rng.integers(1, 41)),
                                float(rng.choice([0.3, 0.5, 0.7])), int(rng.integers(1, 5)), int(rng.integers(0, 6)),
                                int(rng.integers(1, 4))) for _ in range(12)]
     py, c = Decider(specs), Decider(specs)
@@ -718,9 +720,9 @@ def test_the_c_decision_step_is_the_python_deciders_bit_for_bit(smoothing):
 def test_a_native_session_decides_in_c_on_both_its_paths(gru, streams, int8):
     """The native push decides in the C call (and a push that takes the Python path, readings of
     another dtype, in C once): the same events and decision state as the Python Decider, for a
-    float and an int8 model."""
-    for model in (gru, int8("gru", "static")[0]):
-        sess = StreamSession(model, streams=3, backend="native", decision=gru_spec(StreamSession(model).labels))
+    float and an int8 model, smoothed by an EMA and by a moving mean."""
+    for model, kw in ((gru, {}), (int8("gru", "static")[0], {}), (gru, {"smoothing": "mean", "window": 4})):
+        sess = StreamSession(model, streams=3, backend="native", decision=gru_spec(StreamSession(model).labels, **kw))
         assert sess._native_decide
         ref = Decider(sess.decision, 3)
         for t, x in enumerate(streams):

@@ -299,20 +299,18 @@ class Decider:
         return events
 
     def native_arrays(self) -> tuple | None:
-        """(kind, arrays) for the native pusher's `decide` (es_decide.h), or None where the C
-        step does not run this smoothing (a moving mean: Python only). The arrays are this
-        decider's own, changed in place by the C step; `out` (int64 [streams, 4]) and `fired`
-        (int64 [1]) are where it leaves each call's events (`native_events`)."""
-        kind = {"ema": 0, "none": 2}.get(self.spec.smoothing)
-        if kind is None:
-            return None
+        """(kind, arrays) for the native pusher's `decide` (es_decide.h): EMA, moving mean or
+        no smoothing. The arrays are this decider's own, changed in place by the C step; `out`
+        (int64 [streams, 4]) and `fired` (int64 [1]) are where it leaves each call's events
+        (`native_events`)."""
+        kind = {"ema": 0, "mean": 1, "none": 2}[self.spec.smoothing]
         if not hasattr(self, "_out"):
             self._alpha1 = np.ascontiguousarray(self.alpha[:, 0], np.float32)
             self._out = np.zeros((self.streams, 4), np.int64)
             self._fired = np.zeros(1, np.int64)
         return kind, (self._alpha1, self.threshold, self.min_duration, self.refractory, self.release, self.smooth,
                       self.seen, self.run_cls, self.run_len, self.active, self.onset, self.cool, self.gone,
-                      self._out, self._fired)
+                      self._out, self._fired, self._windows, self.ring)
 
     def native_once(self, probs: np.ndarray) -> None:
         """The C step (es_decide.h) once on float32 [streams, classes] probabilities, leaving its

@@ -1,10 +1,13 @@
 /* The decision layer's step in C: probabilities in, events out, per stream.
 
    The arithmetic of edgeseq.runtime.decision.Decider.update, operation for operation, for EMA
-   smoothing (kind ES_DECIDE_EMA) or none (ES_DECIDE_NONE), in float32 without fused
-   multiply-adds, so it gives the Python step's events and state bit for bit:
+   smoothing (kind ES_DECIDE_EMA), a moving mean (ES_DECIDE_MEAN) or none (ES_DECIDE_NONE), in
+   float32 without fused multiply-adds, so it gives the Python step's events and state bit for bit:
 
-     smooth:  s = p at a stream's first reading, else s = s + alpha * (p - s)
+     smooth:  EMA: s = p at a stream's first reading, else s = s + alpha * (p - s);
+              mean: p into slot seen % window of the stream's ring (window x classes, its
+              `windows` entry; `window` the ring's rows, the streams' largest), then s = the
+              ring's rows summed in order (0 .. window - 1, unfilled rows 0) / min(seen + 1, its window)
      cand:    the first class with the largest s, if s[top] >= threshold[top] (+inf for a
               background class), else -1
      run:     run_len = run_len + 1 while cand stays, 1 when a class takes over, 0 for none
@@ -25,6 +28,7 @@
 #include <stdint.h>
 
 #define ES_DECIDE_EMA 0
+#define ES_DECIDE_MEAN 1
 #define ES_DECIDE_NONE 2
 
 typedef struct {
@@ -38,6 +42,9 @@ typedef struct {
   float *smooth;                 /* [streams * classes] */
   int64_t *seen, *run_cls, *run_len, *active, *onset, *cool, *gone;   /* [streams] each */
   int64_t *out;                  /* [streams * 4] */
+  const int64_t *windows;        /* [streams]: each stream's moving-mean window (ES_DECIDE_MEAN) */
+  float *ring;                   /* [streams * window * classes]: the last readings' probabilities (ES_DECIDE_MEAN) */
+  int64_t window;                /* the ring's rows per stream (0 for the other kinds) */
 } es_decision;
 
 #if defined(__clang__)
@@ -66,6 +73,17 @@ static ES_NO_CONTRACT int64_t es_decide(const es_decision *d, const float *probs
         float diff = p[c] - s[c];
         float step = a * diff;
         s[c] = s[c] + step;
+      }
+    } else if (d->kind == ES_DECIDE_MEAN) {
+      const int64_t W = d->window, wi = d->windows[i];
+      float *r = d->ring + i * W * C;
+      const int64_t slot = d->seen[i] % wi, n = d->seen[i] + 1 < wi ? d->seen[i] + 1 : wi;
+      int64_t w;
+      for (c = 0; c < C; c++) r[slot * C + c] = p[c];
+      for (c = 0; c < C; c++) {
+        float acc = r[c];
+        for (w = 1; w < W; w++) acc = acc + r[w * C + c];
+        s[c] = acc / (float)n;
       }
     } else {
       for (c = 0; c < C; c++) s[c] = p[c];

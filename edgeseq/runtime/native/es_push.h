@@ -18,29 +18,42 @@
 
 #include "es_decide.h"
 
-#define ES_DECIDE_ARRAYS 15     /* alpha threshold min_duration refractory release smooth seen run_cls run_len
-                                   active onset cool gone out fired */
+#define ES_DECIDE_ARRAYS 17     /* alpha threshold min_duration refractory release smooth seen run_cls run_len
+                                   active onset cool gone out fired windows ring */
 
 /* Bind `arrays` (a tuple of ES_DECIDE_ARRAYS numpy arrays, in the order above) for `streams` x
    `classes` into `d`, holding a view of each in `views`; -1 with an exception set (views released). */
 static int decision_bind(es_decision *d, int kind, PyObject *arrays, int64_t streams, int64_t classes,
                          Py_buffer *views, int64_t **fired) {
-  static const char kinds[ES_DECIDE_ARRAYS] = {'f', 'f', 'i', 'i', 'i', 'f', 'i', 'i', 'i', 'i', 'i', 'i', 'i', 'i', 'i'};
+  static const char kinds[ES_DECIDE_ARRAYS] = {'f', 'f', 'i', 'i', 'i', 'f', 'i', 'i', 'i', 'i', 'i', 'i', 'i', 'i', 'i',
+                                                'i', 'f'};
   int64_t sizes[ES_DECIDE_ARRAYS];
   void *ptr[ES_DECIDE_ARRAYS];
   int k, j;
-  if (kind != ES_DECIDE_EMA && kind != ES_DECIDE_NONE) {
-    PyErr_SetString(PyExc_ValueError, "decide: kind must be 0 (EMA) or 2 (none)");
+  int64_t window = 0;
+  if (kind != ES_DECIDE_EMA && kind != ES_DECIDE_MEAN && kind != ES_DECIDE_NONE) {
+    PyErr_SetString(PyExc_ValueError, "decide: kind must be 0 (EMA), 1 (moving mean) or 2 (none)");
     return -1;
   }
   if (!PyTuple_Check(arrays) || PyTuple_GET_SIZE(arrays) != ES_DECIDE_ARRAYS || streams < 1 || classes < 1) {
-    PyErr_SetString(PyExc_TypeError, "decide: arrays must be a tuple of 15 arrays");
+    PyErr_SetString(PyExc_TypeError, "decide: arrays must be a tuple of 17 arrays");
     return -1;
+  }
+  {   /* the ring's rows per stream, from its length: streams x window x classes float32 */
+    Py_buffer rv;
+    if (PyObject_GetBuffer(PyTuple_GET_ITEM(arrays, 16), &rv, PyBUF_SIMPLE) < 0) return -1;
+    window = (int64_t)rv.len / 4 / (streams * classes);
+    PyBuffer_Release(&rv);
+    if (kind == ES_DECIDE_MEAN && window < 1) {
+      PyErr_SetString(PyExc_ValueError, "decide: a moving mean needs a ring of at least one row per stream");
+      return -1;
+    }
   }
   for (k = 0; k < ES_DECIDE_ARRAYS; k++) sizes[k] = streams;
   sizes[1] = sizes[2] = sizes[5] = streams * classes;
   sizes[13] = streams * 4;
   sizes[14] = 1;
+  sizes[16] = streams * window * classes;
   for (k = 0; k < ES_DECIDE_ARRAYS; k++) {
     Py_buffer *v = &views[k];
     if (PyObject_GetBuffer(PyTuple_GET_ITEM(arrays, k), v, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | PyBUF_WRITABLE) < 0) {
@@ -64,7 +77,15 @@ static int decision_bind(es_decision *d, int kind, PyObject *arrays, int64_t str
   d->alpha = ptr[0], d->threshold = ptr[1], d->min_duration = ptr[2], d->refractory = ptr[3], d->release = ptr[4];
   d->smooth = ptr[5], d->seen = ptr[6], d->run_cls = ptr[7], d->run_len = ptr[8], d->active = ptr[9];
   d->onset = ptr[10], d->cool = ptr[11], d->gone = ptr[12], d->out = ptr[13];
+  d->windows = ptr[15], d->ring = ptr[16], d->window = window;
   *fired = ptr[14];
+  if (kind == ES_DECIDE_MEAN)          /* every window in 1..the ring's rows: the kernel indexes by them */
+    for (k = 0; k < streams; k++)
+      if (d->windows[k] < 1 || d->windows[k] > window) {
+        for (j = 0; j < ES_DECIDE_ARRAYS; j++) PyBuffer_Release(&views[j]);
+        PyErr_SetString(PyExc_ValueError, "decide: each stream's window must be 1 .. the ring's rows");
+        return -1;
+      }
   return 0;
 }
 
