@@ -336,3 +336,25 @@ def private(path) -> bool:
     import os
     import stat
     return stat.S_IMODE(os.stat(path).st_mode) & 0o077 == 0
+
+
+def task_models(data, task: str, root, epochs: int):
+    """arch -> (checkpoint, float .onnx path) of `task` ('anomaly' or 'regress') models trained
+    `epochs` epochs on `data` (small recurrent nets: hidden 16), each made once and exported
+    into `root`."""
+    import torch
+
+    from edgeseq.train.forecast import train_task
+    from export.step import export_model
+    cache = {}
+
+    def get(arch):
+        if arch not in cache:
+            torch.manual_seed(0)
+            settings = {"hidden": 16} if arch in ("rnn", "gru", "lstm") else {}
+            ck = train_task(arch, data, task, epochs=epochs, seed=0, settings=settings, progress=False)
+            path = root / f"{arch}.onnx"
+            export_model(ck, path)
+            cache[arch] = (ck, path)
+        return cache[arch]
+    return get

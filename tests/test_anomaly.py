@@ -5,7 +5,6 @@ import json
 
 import numpy as np
 import pytest
-import torch
 from click.testing import CliRunner
 
 from edgeseq.contract import META_TASK, MetadataError, ModelMeta
@@ -43,21 +42,8 @@ def data():
 @pytest.fixture(scope="module")
 def models(data, tmp_path_factory):
     """arch -> (checkpoint, float .onnx path), trained a few epochs."""
-    from export.step import export_model
-    from edgeseq.train.forecast import train_task
-    root = tmp_path_factory.mktemp("anomaly")
-    cache = {}
-
-    def get(arch):
-        if arch not in cache:
-            torch.manual_seed(0)
-            settings = {"hidden": 16} if arch in ("rnn", "gru", "lstm") else {}
-            ck = train_task(arch, data, "anomaly", epochs=3, seed=0, settings=settings, progress=False)
-            path = root / f"{arch}.onnx"
-            export_model(ck, path)
-            cache[arch] = (ck, path)
-        return cache[arch]
-    return get
+    from helpers import task_models
+    return task_models(data, "anomaly", tmp_path_factory.mktemp("anomaly"), 3)
 
 
 def test_the_embedded_anomaly_sets_load_with_per_reading_labels():

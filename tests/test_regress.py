@@ -5,7 +5,6 @@ import json
 
 import numpy as np
 import pytest
-import torch
 from click.testing import CliRunner
 
 from edgeseq.contract import META_TASK, MetadataError, ModelMeta
@@ -35,21 +34,8 @@ def data():
 @pytest.fixture(scope="module")
 def models(data, tmp_path_factory):
     """arch -> (checkpoint, float .onnx path), trained two epochs."""
-    from edgeseq.train.forecast import train_task
-    from export.step import export_model
-    root = tmp_path_factory.mktemp("regress")
-    cache = {}
-
-    def get(arch):
-        if arch not in cache:
-            torch.manual_seed(0)
-            settings = {"hidden": 16} if arch in ("rnn", "gru", "lstm") else {}
-            ck = train_task(arch, data, "regress", epochs=2, seed=0, settings=settings, progress=False)
-            path = root / f"{arch}.onnx"
-            export_model(ck, path)
-            cache[arch] = (ck, path)
-        return cache[arch]
-    return get
+    from helpers import task_models
+    return task_models(data, "regress", tmp_path_factory.mktemp("regress"), 2)
 
 
 def test_the_embedded_motor_set_has_targets_a_lag_and_groups():
