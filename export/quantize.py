@@ -419,7 +419,9 @@ def dataset_for(ckpt: dict, data: str | Dataset | None) -> Dataset:
         spec = data or ckpt.get("data_path") or ckpt.get("dataset") or "basicmotions"
         try:           # a .csv: the model's columns by name, so a column training ignored is not read here either
             csv = str(spec).lower().endswith(".csv")
-            ds = load_dataset(spec, features=list(ckpt["features"])) if csv else load_dataset(spec)
+            task = ckpt.get("task") or {}
+            targets = task.get("targets") if task.get("kind") == "regress" and csv else None
+            ds = load_dataset(spec, features=list(ckpt["features"]), targets=targets) if csv else load_dataset(spec)
         except DataError as e:
             if data:
                 raise

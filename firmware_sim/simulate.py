@@ -113,8 +113,9 @@ def simulate_regress(m, qsess, qmeta, model, data, float_model, fmeta, readings:
     emitted C's int32 (`model_regress`)."""
     from edgeseq.runtime.regress import aligned, figures, joined
     from firmware_sim.cemit import model_regress, targets_fixed
-    ds = data_for_model(data, m.meta["features"], None, m.meta.get("data"), str(model), m.meta.get("data_sha256"))
     task = qmeta.task
+    ds = data_for_model(data, m.meta["features"], None, m.meta.get("data"), str(model), m.meta.get("data_sha256"),
+                        targets=task["targets"])
     split = aligned(ds.test, ds.target_names, task["targets"], f"data '{printable(ds.name)}'")
     q = model_regress(m)
     std, mean = np.asarray(task["target_std"], np.float64), np.asarray(task["target_mean"], np.float64)

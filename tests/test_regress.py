@@ -345,3 +345,42 @@ def test_a_model_of_unnamed_targets_takes_named_data_by_position_and_check_refus
     save_model(proto, str(tmp_path / "huge.onnx"))
     with pytest.raises(UsageError, match="does not fit the firmware's int32"):
         check_model(tmp_path / "huge.onnx", get_target("nrf52840"))
+
+
+def test_a_csv_carries_targets_in_named_columns(data, tmp_path):
+    """--targets names a .csv's target columns (its label column then optional); train, export and
+    eval read them by name (eval: the model's targets), and bad target cells or names are refused."""
+    from edgeseq.cli import cli as main
+    rows = ["sequence,timestamp,winding_c_in_60s,current_a,ambient_c,winding_c,split"]
+    for side, split in (("train", data.train), ("test", data.test)):
+        for n in range(3):
+            rows += [f"{side}{n},{t},{float(split.targets[n, t, 0])!r},{float(x[0])!r},{float(x[1])!r},"
+                     f"{float(x[2])!r},{side}" for t, x in enumerate(split.X[n, :150])]
+    path = tmp_path / "log.csv"
+    path.write_text("\n".join(rows) + "\n")
+    ds = load_dataset(str(path), targets=["winding_c_in_60s"], persistence_lag=60)
+    assert ds.features == ["current_a", "ambient_c", "winding_c"] and ds.target_names == ["winding_c_in_60s"]
+    assert np.array_equal(ds.test.targets[:, :150], data.test.targets[:3, :150].astype(np.float64))
+    assert ds.persistence_lag == 60 and "timestamp" in ds.ignored
+    run = CliRunner().invoke
+    r = run(main, ["train", "--task", "regress", "--data", str(path), "--targets", "winding_c_in_60s",
+                   "--persistence-lag", "60", "--out", str(tmp_path / "run"), "--epochs", "1", "--set", "hidden=8",
+                   "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert run(main, ["export", str(tmp_path / "run"), "--out", str(tmp_path / "m.onnx")]).exit_code == 0
+    r = run(main, ["eval", str(tmp_path / "m.onnx"), "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["lag"] == 60 and json.loads(r.output)["per_recording"]["readings"] == 3 * 90
+    bad = path.read_text().replace(f"train0,5,{float(data.train.targets[0, 5, 0])!r},", "train0,5,n/a,", 1)
+    (tmp_path / "bad.csv").write_text(bad)
+    for spec, kw, message in ((path, {"targets": ["nope"]}, "target column 'nope' is not in its header"),
+                              (tmp_path / "bad.csv", {"targets": ["winding_c_in_60s"]}, "line 7: 'n/a' in target"),
+                              (path, {"targets": ["winding_c_in_60s"], "features": ["winding_c_in_60s"]},
+                               "named as a feature and as a target"),
+                              (path, {"targets": ["winding_c_in_60s"], "persistence_lag": 150}, "from 1 to 149")):
+        with pytest.raises(DataError, match=message):
+            load_dataset(str(spec), **kw)
+    with pytest.raises(DataError, match="an .npz carries its own targets"):
+        load_dataset(str(tmp_path / "x.npz"), targets=["a"])
+    r = run(main, ["train", "--data", str(path), "--targets", "winding_c_in_60s", "--out", str(tmp_path / "c")])
+    assert r.exit_code != 0 and "--targets applies to --task regress" in r.output

@@ -33,10 +33,15 @@ from edgeseq.errors import UsageError, printable
               help="classify: class per reading; anomaly: learn normal recordings only (a next-reading forecast "
                    "with its variance) to score how unusual each reading is (docs/anomaly.md); regress: the data's "
                    "per-reading targets, in their units (docs/regression.md).")
+@click.option("--targets", metavar="COL,COL,...", help="--task regress on a .csv: its target columns, by name (its "
+              "label column is then optional). An .npz carries its targets.")
+@click.option("--persistence-lag", type=int, help="--task regress: the persistence baseline's lag in readings (default: "
+              "the .npz's persistence_lag, else 1).")
 @click.option("--json", "as_json", is_flag=True, help="Print metrics as JSON.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @_errors
-def train(arch, data, out, epochs, lr, seed, settings, as_json, quiet, features, task="classify"):
+def train(arch, data, out, epochs, lr, seed, settings, as_json, quiet, features, task="classify", targets=None,
+          persistence_lag=None):
     """Train a model and save a checkpoint that carries its config, normalisation and labels.
 
     User data: .npz with X [N,T,F], y [N], optional lengths [N]; or .csv with one reading per
@@ -54,9 +59,14 @@ def train(arch, data, out, epochs, lr, seed, settings, as_json, quiet, features,
       edgeseq train --arch gru --data wrist.csv --out runs/rot --set augment.rotate=45 --set augment.triples=ax,ay,az
       edgeseq train --arch gru --data log.csv --out runs/acc --features acc_x,acc_y,acc_z
       edgeseq train --task anomaly --arch gru --data vibration --out runs/vib
+      edgeseq train --task regress --arch gru --data motor --out runs/motor
+      edgeseq train --task regress --data log.csv --targets temp_in_60s --persistence-lag 60 --out runs/t
     """
+    if (targets is not None or persistence_lag is not None) and task != "regress":
+        raise UsageError(f"{'--targets' if targets is not None else '--persistence-lag'} applies to --task regress")
     if task != "classify":
-        return _train_task(arch, data, out, epochs, lr, seed, settings, as_json, quiet, features, task)
+        return _train_task(arch, data, out, epochs, lr, seed, settings, as_json, quiet, features, task, targets,
+                           persistence_lag)
     from dataclasses import replace
 
     from edgeseq.data import load_dataset
@@ -115,7 +125,8 @@ def train(arch, data, out, epochs, lr, seed, settings, as_json, quiet, features,
         click.echo(f"warning: not converged: {s['advice']} (curve: {Path(out) / 'training_curve.png'})", err=True)
 
 
-def _train_task(arch, data, out, epochs, lr, seed, settings, as_json, quiet, features, task):
+def _train_task(arch, data, out, epochs, lr, seed, settings, as_json, quiet, features, task, targets=None,
+                persistence_lag=None):
     """`edgeseq train --task anomaly`: `edgeseq.train.forecast.train_task`, then its figures on
     the test split (torch outputs, the default anomaly settings)."""
     from edgeseq.data import RATE_HZ, load_dataset
@@ -134,7 +145,8 @@ def _train_task(arch, data, out, epochs, lr, seed, settings, as_json, quiet, fea
     _check_names(arch, overrides)
     if Path(out).exists() and not Path(out).is_dir():
         raise UsageError(f"--out '{out}' is a file; give a directory for checkpoint.pt and metrics.json")
-    dataset = load_dataset(data, None if features is None else features.split(","))
+    dataset = load_dataset(data, None if features is None else features.split(","),
+                           None if targets is None else targets.split(","), persistence_lag)
     if task == "regress":
         return _train_regress(arch, dataset, out, epochs, lr, seed, overrides, as_json, quiet)
     scored, normal, other = binary(dataset)

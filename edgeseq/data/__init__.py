@@ -221,7 +221,7 @@ def trained_on(ckpt: dict) -> str | None:
 
 
 def data_for_model(data: str | None, features, labels=None, trained: str | None = None,
-                   model: str | None = None, trained_sha256: str | None = None) -> Dataset:
+                   model: str | None = None, trained_sha256: str | None = None, targets=None) -> Dataset:
     """The data a model is evaluated on, its channels in the model's order: what `eval`,
     `compare`, `report` and `firmware simulate`/`measure` read.
 
@@ -230,7 +230,8 @@ def data_for_model(data: str | None, features, labels=None, trained: str | None 
     embedded name or a file's absolute path); a model that records none (a file exported
     before that key) is read against the embedded basicmotions. features, labels: the model's
     channel and class names (labels None: not checked); `model` names it in messages;
-    trained_sha256: the recorded file's sha256 when it was trained (None: not checked).
+    trained_sha256: the recorded file's sha256 when it was trained (None: not checked);
+    targets: a regression model's target names, the columns a .csv's targets are read from.
     A .csv is read for the model's named channels only (`load_dataset(features=...)`), so a
     column the model was not trained on (excluded with `--features`, say) is not read at all;
     a .csv that lacks one of them is read as it is, and refused as below.
@@ -246,7 +247,7 @@ def data_for_model(data: str | None, features, labels=None, trained: str | None 
         check_unchanged(trained, trained_sha256, who)
     spec = data or trained or "basicmotions"
     named = None if _generic([str(f) for f in features]) else [str(f) for f in features]
-    ds = _open(spec, named, strict=False)
+    ds = _open(spec, named, strict=False, targets=targets if str(spec).lower().endswith(".csv") else None)
     ds = ds.for_model(features, f"data '{ds.name}'", DATA_REMEDY)
     if labels is not None and list(ds.labels) != list(labels):
         raise DataError(f"data '{printable(ds.name)}' has the labels {_shown(ds.labels)} but the model predicts "
@@ -335,7 +336,7 @@ def since_change(y: np.ndarray) -> np.ndarray:
     return np.arange(len(y)) - start
 
 
-def load_dataset(spec: str, features=None) -> Dataset:
+def load_dataset(spec: str, features=None, targets=None, persistence_lag: int | None = None) -> Dataset:
     """`basicmotions`, `japanesevowels` (embedded; edgeseq/data/PROVENANCE.md) or a path to a
     `.npz` / `.csv` file (layouts in this module's docstring).
     The Dataset's `source` is what reopens it: the embedded name or the file's absolute path.
@@ -343,13 +344,33 @@ def load_dataset(spec: str, features=None) -> Dataset:
     features: a .csv's feature columns by name (a list of str, in the order the model will
     read them); every other column is ignored. None: the columns that hold readings, found
     as this module's docstring says. A .csv Dataset's `ignored` says which columns were left
-    out and why. Raises DataError (one line): a named column the file lacks (listing the
-    columns it has), one named twice or one of sequence/label/split/group, `features` for data
-    that is not a .csv (an .npz's channels are its X), and the file errors of the readers."""
-    return _open(spec, features, strict=True)
+    out and why. targets: a .csv's regression target columns by name (a list of str; its
+    `label` column is then optional); persistence_lag: the persistence baseline's lag in
+    readings (None: the file's, or 1). Raises DataError (one line): a named column the file
+    lacks (listing the columns it has), one named twice or one of sequence/label/split/group,
+    `features` or `targets` for data that is not a .csv (an .npz's channels are its X, its
+    targets its `targets`), a lag that is not a whole number below each split's longest
+    recording, and the file errors of the readers."""
+    ds = _open(spec, features, strict=True, targets=targets)
+    return with_lag(ds, persistence_lag)
 
 
-def _open(spec: str, features, strict: bool) -> Dataset:
+def with_lag(ds: Dataset, lag: int | None) -> Dataset:
+    """`ds` with its persistence lag set to `lag` (None: as it is), checked against each split's
+    longest recording; DataError for data without targets or a lag that does not fit."""
+    if lag is None:
+        return ds
+    if ds.target_names is None:
+        raise DataError(f"a persistence lag applies to regression data, and '{ds.name}' has no targets")
+    longest = int(min(ds.train.lengths.max(), ds.test.lengths.max()))
+    if isinstance(lag, bool) or not isinstance(lag, (int, np.integer)) or not 1 <= lag < longest:
+        raise DataError(f"the persistence lag must be a whole number of readings from 1 to {longest - 1} (each split's "
+                        f"longest recording of '{ds.name}' holds {longest} or more), got {lag!r}")
+    ds.persistence_lag = int(lag)
+    return ds
+
+
+def _open(spec: str, features, strict: bool, targets=None) -> Dataset:
     """`load_dataset`; strict False (`data_for_model`): a .csv that lacks one of `features`
     is read with the columns found by their content instead, so that the caller can name the
     model's channels and the data's in its refusal; `features` is ignored for other data."""
@@ -358,6 +379,9 @@ def _open(spec: str, features, strict: bool) -> Dataset:
     if features is not None and strict and Path(spec).suffix.lower() != ".csv":
         raise DataError(f"features pick the columns of a .csv file, and data '{spec}' is not one (an .npz's channels "
                         "are its X); save the data with only the channels to train on, or as a .csv")
+    if targets and strict and Path(spec).suffix.lower() != ".csv":
+        raise DataError(f"targets pick the columns of a .csv file, and data '{spec}' is not one (an .npz carries its "
+                        "own targets array); leave the target columns out")
     if spec in EMBEDDED:
         ds = _load_npz(EMBEDDED[spec], name=spec)
         ds.source = spec
@@ -372,7 +396,7 @@ def _open(spec: str, features, strict: bool) -> Dataset:
     if suffix == ".npz":
         ds = _load_npz(path, name=path.stem)
     elif suffix == ".csv":
-        ds = _load_csv(path, features, strict)
+        ds = _load_csv(path, features, strict, targets)
     else:
         raise DataError(f"data file '{spec}' must end in .npz or .csv")
     ds.source = str(path.resolve())

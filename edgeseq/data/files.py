@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import re
 import zipfile
 from pathlib import Path
@@ -373,10 +374,10 @@ def _numberish(cell: str) -> bool:
         return False
 
 
-def _pick_columns(path, header, rows, features, strict):
+def _pick_columns(path, header, rows, features, strict, targets=()):
     """(feature column indices, {name: why} of the other columns that are not sequence, label,
-    split or group): the columns `features` names, or the ones that hold readings."""
-    others = [i for i, h in enumerate(header) if h not in RESERVED]
+    split or group, nor a target): the columns `features` names, or the ones that hold readings."""
+    others = [i for i, h in enumerate(header) if h not in RESERVED and h not in targets]
     if features is not None:
         names = [str(f).strip() for f in features]
         missing = [f for f in names if f not in header]
@@ -386,6 +387,10 @@ def _pick_columns(path, header, rows, features, strict):
             twice = sorted({f for f in names if names.count(f) > 1})
             if twice:
                 raise DataError(f"'{path}': features name {', '.join(twice)} more than once; name each column once")
+            both = [f for f in names if f in targets]
+            if both:
+                raise DataError(f"'{path}': '{both[0]}' is named as a feature and as a target; a column is one or the "
+                                "other")
             kept = [f for f in names if f in RESERVED]
             if kept:
                 raise DataError(f"'{path}': '{kept[0]}' is the {kept[0]} column, not a feature; name feature columns "
@@ -405,7 +410,7 @@ def _pick_columns(path, header, rows, features, strict):
     return [i for i in others if i not in ignored], {header[i]: why for i, why in sorted(ignored.items())}
 
 
-def _load_csv(path: Path, features=None, strict: bool = True) -> Dataset:
+def _load_csv(path: Path, features=None, strict: bool = True, targets=None) -> Dataset:
     try:
         raw = path.read_bytes()
     except OSError as e:
@@ -424,18 +429,26 @@ def _load_csv(path: Path, features=None, strict: bool = True) -> Dataset:
     if not rows:
         raise DataError(f"'{path}' is empty")
     header = [h.strip() for h in rows[0]]
+    targets = [str(t).strip() for t in targets] if targets else []
+    for t in targets:
+        if t not in header or t in RESERVED or targets.count(t) > 1:
+            why = "is not in its header" if t not in header else "is named twice" if targets.count(t) > 1 else \
+                f"is the {t} column"
+            raise DataError(f"'{path}': target column '{t}' {why}; name its target columns (the file's columns: "
+                            f"{', '.join(h for h in header if h not in RESERVED)})")
     for need in ("sequence", "label"):
-        if need not in header:
+        if need not in header and not (need == "label" and targets):     # regression: labels optional
             raise DataError(f"'{path}': header needs a '{need}' column (see `edgeseq train --help`)")
     for i, h in enumerate(header):
         if h and h in header[:i]:               # unnamed columns (an index) may be several: none is read
             raise DataError(f"'{path}': header column {i + 1} repeats the name '{h}'; give each column its own name")
-    i_seq, i_lab = header.index("sequence"), header.index("label")
+    i_seq, i_lab = header.index("sequence"), header.index("label") if "label" in header else None
+    t_idx = [header.index(t) for t in targets]
     i_split = header.index("split") if "split" in header else None
     i_group = header.index("group") if "group" in header else None
     if all(h in RESERVED for h in header):
         raise DataError(f"'{path}': no feature columns besides sequence/label/split/group")
-    feat_idx, ignored = _pick_columns(path, header, rows[1:], features, strict)
+    feat_idx, ignored = _pick_columns(path, header, rows[1:], features, strict, targets)
     if not feat_idx:
         why = ", ".join(f"{h} ({w})" for h, w in ignored.items())
         raise DataError(f"'{path}': no column holds readings (not features: {why}); add columns of numeric "
@@ -458,6 +471,11 @@ def _load_csv(path: Path, features=None, strict: bool = True) -> Dataset:
             col = next(i for i, v in zip(feat_idx, values) if not abs(v) <= F32_MAX)
             raise DataError(f"'{path}' line {lineno}: NaN or Inf value (or one beyond float32's range, 3.4e38) in "
                             f"feature column '{header[col]}'; fix or remove that row")
+        tv = [parse_float(row[i]) if _is_float(row[i]) else math.nan for i in t_idx]
+        if not all(abs(v) <= F32_MAX for v in tv):
+            col = next(i for i, v in zip(t_idx, tv) if not abs(v) <= F32_MAX)
+            raise DataError(f"'{path}' line {lineno}: '{row[col]}' in target column '{header[col]}' is not a finite "
+                            "number; fix or remove that row")
         key = row[i_seq].strip()
         split = row[i_split].strip().lower() if i_split is not None else ""
         if i_split is not None and split not in ("train", "test"):
@@ -471,15 +489,16 @@ def _load_csv(path: Path, features=None, strict: bool = True) -> Dataset:
         if i_group is not None and not group:
             raise DataError(f"'{path}' line {lineno}: the group is empty; name the group (subject, device or "
                             "session) of every row")
-        entry = seqs.setdefault(key, {"labels": [], "split": split, "group": group, "values": []})
+        entry = seqs.setdefault(key, {"labels": [], "split": split, "group": group, "values": [], "targets": []})
         if split != entry["split"]:
             raise DataError(f"'{path}' line {lineno}: sequence '{key}' moves from split '{entry['split']}' to "
                             f"'{split}'; give all rows of a sequence one split")
         if group != entry["group"]:
             raise DataError(f"'{path}' line {lineno}: sequence '{key}' changes group from '{entry['group']}' to "
                             f"'{group}'; give all rows of a sequence one group (or make them separate sequences)")
-        entry["labels"].append(row[i_lab].strip())
+        entry["labels"].append(row[i_lab].strip() if i_lab is not None else "all")
         entry["values"].append(values)
+        entry["targets"].append(tv)
     if not seqs:
         raise DataError(f"'{path}' has a header but no readings")
     T = max(len(e["values"]) for e in seqs.values())
@@ -498,16 +517,21 @@ def _load_csv(path: Path, features=None, strict: bool = True) -> Dataset:
         at += len(e["labels"])
     groups = np.array([e["group"] for e in seqs.values()], dtype=str) if i_group is not None else None
     data = Split(X, Y[np.arange(len(seqs)), L - 1], L, Y, groups)
+    if targets:                                  # regression: the target columns, float64 [N, T, K]
+        data.targets = np.zeros((len(seqs), T, len(targets)), np.float64)
+        for n, e in enumerate(seqs.values()):
+            data.targets[n, : len(e["targets"])] = e["targets"]
     features = [header[i] for i in feat_idx]
     if i_split is not None:
         splits = np.array([e["split"] for e in seqs.values()])
         tr, te = splits == "train", splits == "test"
         if not te.any() or not tr.any():
             raise DataError(f"'{path}': the split column needs both 'train' and 'test' sequences")
-        return Dataset(path.stem, data.take(tr), data.take(te), labels, features, ignored=ignored)
+        return Dataset(path.stem, data.take(tr), data.take(te), labels, features, ignored=ignored,
+                       target_names=targets or None)
     train, test = holdout(data, where=f"'{path}'")
     return Dataset(path.stem, train, test, labels, features, held_out="class" if groups is None else "group",
-                   ignored=ignored)
+                   ignored=ignored, target_names=targets or None)
 
 
 def _is_float(s):

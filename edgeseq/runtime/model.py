@@ -117,5 +117,9 @@ def model_data(path: str | os.PathLike, data: str | None = None):
     as `open_model`, DataError as `edgeseq.data.data_for_model` (a recorded file that is gone,
     channels or labels that are not the model's: one line that says to pass --data)."""
     _, meta = open_model(path)
-    return data_for_model(data, meta.features, meta.labels if meta.kind == "classify" else None, meta.data, str(path),
-                          meta.data_sha256)
+    regress = meta.kind == "regress"
+    ds = data_for_model(data, meta.features, meta.labels if meta.kind == "classify" else None, meta.data, str(path),
+                        meta.data_sha256, targets=meta.task["targets"] if regress else None)
+    if regress and str(data or meta.data or "").lower().endswith(".csv"):    # a .csv carries no lag: the model's
+        ds.persistence_lag = int(meta.task.get("persistence_lag", 1))
+    return ds
