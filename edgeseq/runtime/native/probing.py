@@ -137,14 +137,18 @@ def probe_tolerance(step, want: np.ndarray) -> float:
     `want` (finite, [readings, B, C]). It follows the logits' size and the rounding each side
     does, never their spread over the probe (logits that barely move are no reason to refuse):
     float, FLOAT_PROBE_RTOL of the largest |logit| (at least 1: float32 rounding of the sums
-    behind them); int8, that plus INT8_PROBE_RTOL of the largest |logit|, INT8_PROBE_STEPS of
+    behind them); int8, that plus INT8_PROBE_RTOL of the largest |logit| (a regression model's:
+    at least 1, its outputs being targets in standard deviations), INT8_PROBE_STEPS of
     the graph's own output grids (`output_grid`, at most the largest |logit|: a graph whose
     grid swallows its logits computes nothing the step could match) and, for the firmware's
     integer step, INT8_PROBE_Q12 steps of its Q12 logits."""
     size = float(np.abs(want).max()) if want.size else 0.0
     allowed = FLOAT_PROBE_RTOL * max(1.0, size)
     if step.int8:
-        allowed += INT8_PROBE_RTOL * size + INT8_PROBE_STEPS * min(float(getattr(step, "grid", 0.0)), size)
+        # a regression model's outputs are its targets in standard deviations: one is their scale, however
+        # close to 0 the probe's readings leave them
+        scale = max(size, 1.0) if getattr(getattr(step, "meta", None), "kind", "classify") == "regress" else size
+        allowed += INT8_PROBE_RTOL * scale + INT8_PROBE_STEPS * min(float(getattr(step, "grid", 0.0)), scale)
         if getattr(step, "_integer", False):
             allowed += INT8_PROBE_Q12 / 4096
     return allowed
