@@ -387,14 +387,13 @@ def regress_check(runs, judged, native_why, fsess, meta, ds, X, ref, max_error, 
     """`task_verdict` for a regression model: each target's per-reading mean absolute error on
     the test split (each recording its own stream, `edgeseq.runtime.regress.figures`), at most
     REGRESS_MAE_RISE above the float twin's."""
-    from edgeseq.runtime.regress import figures
+    from edgeseq.runtime.regress import figures, in_units
     task = meta.task
     te = ds.test
-    std, mean = np.asarray(task["target_std"], np.float32), np.asarray(task["target_mean"], np.float32)
     lag = int(task.get("persistence_lag", 1))
 
     def score(outs):
-        pred = np.transpose(outs, (1, 0, 2)) * std + mean
+        pred = in_units(task, np.transpose(outs, (1, 0, 2)))
         return figures(np.nan_to_num(pred, nan=np.inf), te.targets, te.lengths, lag, task["targets"])
 
     def bounds(fig, ref_fig):

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-import numpy as np
 
 from edgeseq.cli._common import Finite, _echo_json, _errors, _seed_option, _writing
 from edgeseq.errors import UsageError, printable
@@ -203,7 +202,7 @@ def _write_task(ckpt, fig, out, arch, as_json):
 def _train_regress(arch, dataset, out, epochs, lr, seed, overrides, as_json, quiet):
     """`edgeseq train --task regress`: `train_task`, then the per-reading error on the test split
     (torch outputs) on both protocols, beside the persistence baseline."""
-    from edgeseq.runtime.regress import figures, joined, line
+    from edgeseq.runtime.regress import figures, in_units, joined, line
     from edgeseq.train.checkpoint import model_from_checkpoint
     from edgeseq.train.forecast import train_task
     from edgeseq.train.loop import stream_logits
@@ -214,12 +213,11 @@ def _train_regress(arch, dataset, out, epochs, lr, seed, overrides, as_json, qui
         ckpt["metrics"]["ignored_columns"] = dict(dataset.ignored)
     model = model_from_checkpoint(ckpt)
     task = ckpt["task"]
-    mean, std = np.asarray(task["target_mean"], np.float32), np.asarray(task["target_std"], np.float32)
     te = dataset.test
     fig = {}
     for name, (X, Y, L, starts) in (("per_recording", (te.X, te.targets, te.lengths, None)),
                                     ("never_reset", joined(te))):
-        pred = stream_logits(model, X).numpy() * std + mean
+        pred = in_units(task, stream_logits(model, X).numpy())
         fig[name] = figures(pred, Y, L, dataset.persistence_lag, task["targets"], starts)
     path = _write_task(ckpt, fig, out, arch, as_json)
     if path is None:

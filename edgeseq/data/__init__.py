@@ -355,17 +355,21 @@ def load_dataset(spec: str, features=None, targets=None, persistence_lag: int | 
     return with_lag(ds, persistence_lag)
 
 
-def with_lag(ds: Dataset, lag: int | None) -> Dataset:
+def with_lag(ds: Dataset, lag, where: str | None = None) -> Dataset:
     """`ds` with its persistence lag set to `lag` (None: as it is), checked against each split's
-    longest recording; DataError for data without targets or a lag that does not fit."""
+    longest recording (the baseline needs a reading past it); DataError, starting with `where`
+    (default: the data's name), for data without targets or a lag that is not a whole number
+    that fits."""
     if lag is None:
         return ds
+    where = f"'{ds.name}': " if where is None else where
     if ds.target_names is None:
-        raise DataError(f"a persistence lag applies to regression data, and '{ds.name}' has no targets")
+        raise DataError(f"{where}a persistence lag applies to regression data, and it has no targets")
     longest = int(min(ds.train.lengths.max(), ds.test.lengths.max()))
     if isinstance(lag, bool) or not isinstance(lag, (int, np.integer)) or not 1 <= lag < longest:
-        raise DataError(f"the persistence lag must be a whole number of readings from 1 to {longest - 1} (each split's "
-                        f"longest recording of '{ds.name}' holds {longest} or more), got {lag!r}")
+        raise DataError(f"{where}persistence_lag must be one whole number of readings from 1 to {longest - 1} (each "
+                        f"split's longest recording holds {longest} or more; the baseline needs a reading past it), "
+                        f"got {lag!r}; give a smaller lag or longer recordings")
     ds.persistence_lag = int(lag)
     return ds
 

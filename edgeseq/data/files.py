@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgeseq.data import F32_MAX, Dataset, Split, holdout, parse_float
+from edgeseq.data import F32_MAX, Dataset, Split, holdout, parse_float, with_lag
 from edgeseq.errors import DataError
 
 
@@ -108,12 +108,7 @@ def _load_npz(path: Path, name: str) -> Dataset:
                            [f"target{i}" for i in range(train.targets.shape[2])] if train.targets.shape[2] > 1
                            else ["target"])
         lag = np.asarray(z.get("persistence_lag", 1))
-        longest = int(min(train.lengths.max(), test.lengths.max()))     # each split needs a reading past the lag
-        if lag.shape not in ((), (1,)) or lag.dtype.kind not in "iu" or not 1 <= int(lag.reshape(-1)[0]) < longest:
-            raise DataError(f"'{path}': persistence_lag must be one whole number of readings from 1 to {longest - 1} "
-                            f"(each split's longest recording holds {longest} or more; the baseline needs a reading "
-                            "past it); give a smaller lag or longer recordings")
-        ds.persistence_lag = int(lag.reshape(-1)[0])
+        with_lag(ds, lag.reshape(-1)[0].item() if lag.shape in ((), (1,)) else lag, f"'{path}': ")
     return ds
 
 

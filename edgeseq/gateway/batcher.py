@@ -221,8 +221,8 @@ class Batcher:
             if self.kind == "anomaly":              # what a device's answer carries: its level and whether it is in an event
                 probs = np.stack([dec.level, dec.active_mask()], 1).astype(np.float32)
         if self.kind == "regress":                  # a device's answer: its targets in their own units
-            t = self.meta.task
-            probs = sess._outputs() * np.asarray(t["target_std"], np.float32) + np.asarray(t["target_mean"], np.float32)
+            from edgeseq.runtime.regress import in_units
+            probs = in_units(self.meta.task, sess._outputs())
         for j, (i, dev, _) in enumerate(chunk):
             dev.arrays = [a[j:j + 1].copy() for a in snap["state"]]
             dev.position = int(pos[j])

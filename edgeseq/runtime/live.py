@@ -330,7 +330,8 @@ def rss_kb() -> int | None:
 def target_values(sess) -> dict:
     """A regression session's last answer on its first stream: {target: value in its units}."""
     t = sess.meta.task
-    out = sess._outputs()[0] * np.asarray(t["target_std"], np.float32) + np.asarray(t["target_mean"], np.float32)
+    from edgeseq.runtime.regress import in_units
+    out = in_units(t, sess._outputs()[0])
     return {name: float(f"{v:.7g}") for name, v in zip(t["targets"], out)}      # 7 significant digits, any scale
 
 
@@ -443,7 +444,8 @@ def run_live(sess, source, rate: float | None = None, on_bad: str = "skip", as_j
             st.latencies.append(time.perf_counter() - t_start)
             st.readings += 1
             k = int(probs.argmax())
-            label, value = answer(sess, probs, k)
+            values = {"values": target_values(sess)} if sess.meta.kind == "regress" else {}
+            label, value = next(iter(values["values"].items())) if values else answer(sess, probs, k)
             truth = source.truth() if hasattr(source, "truth") else None
             if truth is not None:
                 truth = (truth,)
@@ -452,7 +454,6 @@ def run_live(sess, source, rate: float | None = None, on_bad: str = "skip", as_j
             if truth is not None and sess.meta.kind == "classify":
                 score.add(truth[0], label)
             key = {"anomaly": "level", "regress": "value"}.get(sess.meta.kind, "prob")   # what the answer is
-            values = {"values": target_values(sess)} if sess.meta.kind == "regress" else {}
             if on_prediction is not None:
                 on_prediction({"reading": st.readings, "label": label, key: value, **values,
                                **({"true": truth[0]} if truth else {}),

@@ -25,6 +25,13 @@ import numpy as np
 from edgeseq.errors import UsageError
 
 
+def in_units(task: dict, outputs: np.ndarray) -> np.ndarray:
+    """A regression model's outputs (normalised targets, float [..., K]) in the targets' own
+    units: outputs x target_std + target_mean, float32, from the model's `edgeseq.task`."""
+    return (np.asarray(outputs, np.float32) * np.asarray(task["target_std"], np.float32)
+            + np.asarray(task["target_mean"], np.float32))
+
+
 def joined(split) -> tuple:
     """(X float32 [1, T, F], targets float32 [1, T, K], lengths int64 [1], starts int64 [R]):
     every recording of `split` joined end to end in file order, one never-reset stream, and

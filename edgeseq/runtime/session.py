@@ -228,10 +228,9 @@ class StreamSession(ReadingChecks, SnapshotChecks):
             raise UsageError("this is a classifier: use push (probabilities) or push_events (events)")
         with self._dlock:
             if kind == "regress":
+                from edgeseq.runtime.regress import in_units
                 self.push(readings)
-                t = self.meta.task
-                out = self._outputs()
-                return (out * np.asarray(t["target_std"], np.float32) + np.asarray(t["target_mean"], np.float32)), []
+                return in_units(self.meta.task, self._outputs()), []
             if self._decider is None:
                 raise UsageError("this anomaly session was made with decision=False: it keeps no baseline to score "
                                  "against; open it with the model's settings (decision=None)")

@@ -320,8 +320,7 @@ def stream_lines(sess, lines, on_bad="error", as_json=False, echo=print, on_read
     anomaly = kind == "anomaly" and decided
     regress = kind == "regress"
     if regress:                                       # outputs -> the targets in their own units
-        t_std = np.asarray(sess.meta.task["target_std"], np.float32)
-        t_mean = np.asarray(sess.meta.task["target_mean"], np.float32)
+        from edgeseq.runtime.regress import in_units
         if not as_json and start == 0:                # CSV: a header names the targets' columns, in the model's order
             echo(csv_line("reading", *sess.labels))
     reader = LineReader(sess.features)
@@ -348,11 +347,11 @@ def stream_lines(sess, lines, on_bad="error", as_json=False, echo=print, on_read
             level = float(sess._decider.level[0])
             active = sess.decision_state()[0] is not None
         if regress:
-            values = sess._outputs()[0] * t_std + t_mean
+            values = in_units(sess.meta.task, sess._outputs()[0])
             echo(json.dumps({"reading": stats["readings"], "values": {n: float(f"{v:.7g}") for n, v in
                                                                     zip(sess.labels, values)},
                              **({"true": reader.label or None} if true else {})}) if as_json
-                 else csv_line(stats["readings"], *(f"{float(v):.6g}" for v in values), *true))
+                 else csv_line(stats["readings"], *(f"{float(v):.7g}" for v in values), *true))
             if on_reading is not None:
                 on_reading(stats["readings"])
             continue

@@ -121,12 +121,13 @@ def train_task(arch: str, dataset: Dataset, task: str, epochs: int | None = None
     `dataset` and return a checkpoint dict (`edgeseq.train.save_checkpoint` writes it).
 
     anomaly: the training split should hold normal recordings only (its labels are not used);
-    regress: the dataset needs per-reading targets (`Split.targets` float32 [N, T, K],
+    regress: the dataset needs per-reading targets (`Split.targets` float64 [N, T, K],
     `Dataset.target_names`); the loss is the mean squared error of the normalised targets.
     epochs None: early stopping on the held-out recordings (`patience` epochs without a better
-    loss, and at least PATIENCE_UPDATES updates' worth), within a budget of 3,000,000 training readings (20 to 200 epochs); a number: that
-    many epochs, nothing held out. Raises UsageError (bad task or arch), DataError
-    (recordings too short to forecast, no targets for regress)."""
+    loss, and at least PATIENCE_UPDATES updates' worth), within a budget of 3,000,000 training
+    readings (20 to 200 epochs); a number: that many epochs, nothing held out. Raises
+    UsageError (bad task or arch), DataError (recordings too short to forecast; for regress no
+    targets, or a target constant or finer than float32 outputs resolve)."""
     check_arch(arch)
     if arch not in ("rnn", "gru", "lstm", "ssm", "transformer"):
         raise UsageError(f"--task {task} trains stream models (rnn, gru, lstm, ssm, transformer), not '{arch}'")
