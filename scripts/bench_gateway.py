@@ -106,6 +106,7 @@ async def phase(url, devices, features, rate, seconds, sample, broker_pid, gatew
     start_seq = int(time.time() * 1000) * 1000          # seq numbers rise across runs on one broker
     out0 = (await js.stream_info(wire.PREDICTIONS)).state.last_seq
     procs = {"broker": broker_pid, **{g.name: g.pid for g in gateways}, "devices": os.getpid()}
+    counted0 = _counted(gateways)
     cpu0 = {k: cpu_seconds(p) for k, p in procs.items()}
     t0 = time.monotonic()
     ticks = int(seconds * rate / K)
@@ -148,7 +149,8 @@ async def phase(url, devices, features, rate, seconds, sample, broker_pid, gatew
               "sampled_received": len(lat), "sampled_expected": expected, "late_ticks": late,
               "p50_ms": round(float(np.percentile(lat, 50)), 1) if len(lat) else None,
               "p99_ms": round(float(np.percentile(lat, 99)), 1) if len(lat) else None,
-              "cpu_share": {k: round((cpu1[k] - cpu0[k]) / elapsed, 2) for k in cpu1}}
+              "cpu_share": {k: round((cpu1[k] - cpu0[k]) / elapsed, 2) for k in cpu1},
+              **{k: v - counted0[k] for k, v in _counted(gateways).items()}}
     if killed is not None:
         gaps = []
         for d in sampled:
@@ -158,6 +160,12 @@ async def phase(url, devices, features, rate, seconds, sample, broker_pid, gatew
         result["failover_s"] = round(max(gaps), 2)
         result["devices_interrupted"] = sum(g > 1.0 for g in gaps)
     return result
+
+
+def _counted(gateways) -> dict:
+    """Partitions lost (leases taken over) and readings refused by the rate limit, summed over the
+    gateways' last status lines."""
+    return {k: sum(g.status.get(k, 0) for g in gateways) for k in ("partitions_lost", "rate_limited")}
 
 
 class Gw:

@@ -31,12 +31,13 @@ def test_a_node_killed_mid_stream_loses_nothing_and_applies_nothing_twice(tmp_pa
             # The readings stream sends no acknowledgements (see docs/gateway.md), so readings sent
             # while it elects a new leader are dropped: the devices go on once it answers again.
             nc = await nats.connect(servers=survivors.split(","))
-            for _ in range(240):
-                try:
-                    await nc.jetstream(timeout=2).stream_info(wire.READINGS)
-                    break
-                except Exception:  # noqa: BLE001 - no leader yet
-                    await asyncio.sleep(0.5)
+            for p in range(gw.P):                               # every partition's stream has a leader again
+                for _ in range(240):
+                    try:
+                        await nc.jetstream(timeout=2).stream_info(wire.readings_stream(p))
+                        break
+                    except Exception:  # noqa: BLE001 - no leader yet
+                        await asyncio.sleep(0.5)
             await nc.close()
             await devices.replay(survivors, X, start=15)
             got = await devices.predictions(survivors, 120, timeout=180)

@@ -181,7 +181,8 @@ def test_only_a_devices_own_credentials_publish_its_readings(fleet_broker, expor
         forged = wire.encode_reading(5, np.zeros(X["dev-a"].shape[1]))
         for subject in ("edgeseq.in.dev-b", f"edgeseq.part.{partition_of('dev-b', 4)}.dev-b",
                         f"edgeseq.part.{(partition_of('dev-a', 4) + 1) % 4}.dev-a",
-                        f"$KV.{wire.STATE_BUCKET}.d.dev-b", "$JS.API.STREAM.PURGE.EDGESEQ_IN", "edgeseq.out.dev-b"):
+                        f"$KV.{wire.STATE_BUCKET}.d.dev-b", "$JS.API.STREAM.PURGE.EDGESEQ_IN",
+                        f"$JS.API.STREAM.PURGE.{wire.readings_stream(partition_of('dev-b', 4))}", "edgeseq.out.dev-b"):
             await a.publish(subject, forged)
         await a.flush()
         c, rc = _mqtt_connect(broker.mqtt_port, "dev-b", pw["dev-b"], client_id="dev-b")
@@ -213,7 +214,7 @@ def test_only_a_devices_own_credentials_publish_its_readings(fleet_broker, expor
     _check_equal(got, devices.reference(model, X))
     assert out == 10 and config["partitions"] == 4 and lease == gw.name.encode()
     assert gw.stats["readings"] == 10 and gw.stats["dead"] == 0 and gw.stats["duplicates"] == 5
-    assert sum("permissions violation" in e for e in errors) == 6, errors
+    assert sum("permissions violation" in e for e in errors) == 7, errors
 
 
 @needs_server
@@ -343,3 +344,92 @@ def test_a_gateway_whose_credentials_change_while_it_runs_stops(fleet_broker, ex
         await asyncio.sleep(0.5)
     with pytest.raises(EdgeseqError, match="no longer accepts the gateway's credentials"):
         asyncio.run(_run_gateway(model, broker.gateway_url, body))
+
+
+def _self_signed(tmp_path):
+    """A self-signed certificate for 127.0.0.1 and localhost (openssl, as docs/gateway.md shows)."""
+    import shutil
+    import subprocess
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl not installed (apt-get install openssl)")
+    cert, key = tmp_path / "server.pem", tmp_path / "server.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=edgeseq",
+                    "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    return cert, key
+
+
+@needs_server
+def test_tls_carries_nats_and_mqtt_and_a_client_without_it_or_the_ca_is_refused(tmp_path, exported):
+    """`serve --tls-cert --tls-key`: the server takes TLS only, on NATS and MQTT. A device
+    publishes over mqtts:// checking the certificate; the gateway connects over tls:// with
+    --tls-ca; plain NATS is refused, and a gateway without the CA stops with one line that
+    says to give --tls-ca. The predictions are one session's."""
+    import ssl
+
+    import nats
+
+    from edgeseq.errors import EdgeseqError
+    from edgeseq.gateway import devices, wire
+    from edgeseq.gateway.fleet import with_credentials
+    from edgeseq.runtime.session import StreamSession
+
+    from test_gateway import _check_equal, _readings, _run_gateway
+    cert, key = _self_signed(tmp_path)
+    fleet = Fleet(tmp_path / "fleet")
+    pw = fleet.add_device("dev-b")
+    model = str(exported("gru")[0])
+    X = _readings(StreamSession(model).n_features, devices=2, T=5)
+    X = {"dev-b": X["dev-1"]}
+    with LocalBroker(tmp_path / "nats", partitions=4, fleet=fleet, tls=(cert, key)) as broker:
+        assert broker.url.startswith("tls://") and broker.mqtt_url.startswith("mqtts://")
+        assert "tls {" in (broker.workdir / "nats.conf").read_text()
+        ctx = ssl.create_default_context(cafile=str(cert))
+        plain = with_credentials(broker.url.replace("tls://", "nats://"), *fleet.gateway_credentials())
+
+        async def body(gw):
+            import paho.mqtt.client as mqtt
+            try:                                    # no TLS: refused by the server
+                nc = await nats.connect(plain, allow_reconnect=False, max_reconnect_attempts=0, connect_timeout=5)
+                await nc.close()
+                plain_ok = True
+            except Exception:  # noqa: BLE001 - nats-py raises several kinds for a refused handshake
+                plain_ok = False
+            c = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="dev-b")
+            c.username_pw_set("dev-b", pw)
+            c.tls_set(ca_certs=str(cert))
+            c.connect("127.0.0.1", broker.mqtt_port)
+            c.loop_start()
+            for t in range(5):
+                c.publish("edgeseq/in/dev-b", wire.encode_reading(t, X["dev-b"][t]), qos=1).wait_for_publish(10)
+            nc = await nats.connect(broker.gateway_url, tls=ctx)
+            sub = await nc.jetstream().subscribe(f"{wire.OUT_SUBJECT}.>", stream=wire.PREDICTIONS,
+                                                 ordered_consumer=True)
+            got: dict = {}
+            while sum(map(len, got.values())) < 5:
+                for p in wire.predictions_of((await sub.next_msg(timeout=60)).data):
+                    got.setdefault(p["device"], {})[p["seq"]] = p
+            await nc.close()
+            c.loop_stop()
+            c.disconnect()
+            return plain_ok, got
+        gw, (plain_ok, got) = asyncio.run(_run_gateway(model, broker.gateway_url, body, tls_ca=str(cert)))
+        assert not plain_ok
+        _check_equal(got, devices.reference(model, X))
+        with pytest.raises(EdgeseqError, match="TLS with the NATS server at tls://.*failed .*give --tls-ca"):
+            asyncio.run(_run_gateway(model, broker.gateway_url, lambda gw: None))
+
+
+def test_tls_settings_are_checked_in_one_line(tmp_path, runner, exported):
+    from edgeseq.cli import cli
+    (tmp_path / "junk.pem").write_text("not a certificate")
+    for conf, what in (((tmp_path / "junk.pem", tmp_path / "junk.pem"), "--tls-cert .*not a PEM file"),
+                       ((tmp_path / "missing.pem", tmp_path / "junk.pem"), "--tls-cert .*missing.pem: No such file")):
+        with pytest.raises(UsageError, match=what):
+            server_config(tmp_path, 4222, 1883, 4, tls=conf)
+    model = str(exported("gru")[0])
+    for args, what in ((["--tls-cert", "c.pem"], "give both --tls-cert and --tls-key"),
+                       (["--tls-cert", "c.pem", "--tls-key", "k.pem", "--nats", "tls://127.0.0.1:1"],
+                        "with --nats, TLS is that server's")):
+        r = runner.invoke(cli, ["serve", model, *args, "--duration", "1"])
+        assert r.exit_code == 2 and what in r.output, r.output

@@ -348,23 +348,32 @@ def test_devices_speak_mqtt_through_the_same_server(broker, exported):
 
 @needs_server
 def test_full_backlogs_refuse_readings_instead_of_growing(broker, exported):
-    """EDGESEQ_IN holds at most max_backlog readings, and at most max_device_backlog of one
-    device: a device that floods is refused past its own share while its neighbours go on."""
+    """A partition's stream holds at most max_backlog / P readings, and at most
+    max_device_backlog of one device: a device that floods is refused past its own share while
+    its neighbours go on."""
     from edgeseq.gateway import devices, wire
+    from edgeseq.gateway.fleet import partition_of
     model = str(exported("gru")[0])
-    X = _readings(StreamSession(model).n_features, devices=3, T=12)
-    _streams_made(model, broker.url, max_backlog=20, max_device_backlog=8, snapshot_every=4)
+    names = [n for n in (f"dev-{i}" for i in range(64)) if partition_of(n, 4) == 1][:3]
+    X = dict(zip(names, _readings(StreamSession(model).n_features, devices=3, T=12).values()))
+    _streams_made(model, broker.url, max_backlog=80, max_device_backlog=8, snapshot_every=4)    # 20 a partition
 
     async def flood():
-        await devices.replay(broker.url, {"dev-0": X["dev-0"]})                  # 12 readings, 8 kept
-        await devices.replay(broker.url, {"dev-1": X["dev-1"]}, stop=8)          # 8 more: 16
-        await devices.replay(broker.url, {"dev-2": X["dev-2"]}, stop=8)          # 4 of 8 fit: 20
+        a, b, c = names
         nc = await nats.connect(broker.url)
-        info = await nc.jetstream().stream_info(wire.READINGS, subjects_filter=">")
+        await nc.jetstream().purge_stream(wire.readings_stream(1))    # the mapping probes of a gateway that stopped
+        await devices.replay(broker.url, {a: X[a]})                  # 12 readings, 8 kept
+        await devices.replay(broker.url, {b: X[b]}, stop=8)          # 8 more: 16
+        await devices.replay(broker.url, {c: X[c]}, stop=8)          # 4 of 8 fit: 20
+        info = await nc.jetstream().stream_info(wire.readings_stream(1), subjects_filter=">")
+        others = [(await nc.jetstream().stream_info(wire.readings_stream(p), subjects_filter=">")).state.subjects
+                  for p in (0, 2, 3)]
         await nc.close()
-        return info.state.messages, {k.rsplit(".", 1)[1]: v for k, v in info.state.subjects.items()}
-    total, per_device = asyncio.run(flood())
-    assert total == 20 and per_device == {"dev-0": 8, "dev-1": 8, "dev-2": 4}, (total, per_device)
+        return info.state.messages, {k.rsplit(".", 1)[1]: v for k, v in info.state.subjects.items()}, others
+    total, per_device, others = asyncio.run(flood())
+    others = [k for subjects in others for k in (subjects or {}) if "~probe-" not in k]
+    assert total == 20 and per_device == dict(zip(names, (8, 8, 4))) and others == [], \
+        (total, per_device, others)
 
 
 def test_serve_without_nats_server_says_how_to_install_it(runner, exported, monkeypatch):
@@ -488,12 +497,12 @@ def test_readings_leave_the_stream_once_stored_so_the_backlog_bounds_only_what_w
 
     async def body(gw):
         gw_ref.append(gw)
-        for lo in range(0, 150, 15):                         # 300 readings through a backlog of 40
+        for lo in range(0, 150, 15):                         # 300 readings through backlogs of 40 a partition
             await devices.replay(broker.url, X, start=lo, stop=lo + 15)       # acknowledged: a full stream raises
             await until(lambda: gw.stats["readings"] == 2 * (lo + 15))
             await until(lambda: all(p.since_snapshot == 0 for p in gw.parts.values()))
         return await devices.predictions(broker.url, 300, timeout=90)
-    gw, got = asyncio.run(_run_gateway(model, broker.url, body, snapshot_every=1, max_backlog=40))
+    gw, got = asyncio.run(_run_gateway(model, broker.url, body, snapshot_every=1, max_backlog=4 * 40))
     _check_equal(got, devices.reference(model, X))
 
 
@@ -637,3 +646,87 @@ def test_metrics_are_served_to_prometheus_with_its_password_only(broker, exporte
     assert f'edgeseq_gateway_partitions_held{{gateway="{name}"}} 4.0' in text
     assert f'edgeseq_gateway_latency_seconds_count{{gateway="{name}"}} 30.0' in text
     assert "edgeseq_gateway_backlog" in text and "edgeseq_gateway_dead_letters_total" in text
+
+
+@needs_server
+def test_a_device_past_its_rate_limit_is_dead_lettered_with_the_reason_and_its_neighbour_goes_on(broker, exported):
+    """--max-device-rate: a token bucket of 10 seconds' worth, timed by JetStream's storage time
+    and stored with the device's state. A device sending 40 readings at once at a limit of 2 a
+    second gets its first 20 (or one or two more, refilled while they were sent) predicted,
+    exactly as one session of those readings, and the rest dead-lettered with the reason; its
+    neighbour is untouched."""
+    from edgeseq.gateway import devices, wire
+    model = str(exported("gru")[0])
+    X = _readings(StreamSession(model).n_features, devices=2, T=40)
+    X["dev-1"] = X["dev-1"][:5]
+
+    async def body(gw):
+        nc = await nats.connect(broker.url)
+        dead = await nc.jetstream().subscribe(f"{wire.DEAD_SUBJECT}.>", stream=wire.DEAD, ordered_consumer=True)
+        await devices.replay(broker.url, {"dev-0": X["dev-0"]})
+        await devices.replay(broker.url, {"dev-1": X["dev-1"]})
+        got = await devices.predictions(broker.url, 25, timeout=60)
+        letters = []
+        with contextlib.suppress(nats.errors.TimeoutError):
+            while len(letters) < 40:
+                letters.append(await dead.next_msg(timeout=3))
+        await nc.close()
+        return got, letters
+    gw, (got, letters) = asyncio.run(_run_gateway(model, broker.url, body, max_device_rate=2.0))
+    k = len(got["dev-0"])
+    assert 20 <= k <= 22 and sorted(got["dev-0"]) == list(range(k)), sorted(got["dev-0"])
+    _check_equal(got, devices.reference(model, {"dev-0": X["dev-0"][:k], "dev-1": X["dev-1"]}))
+    assert len(letters) == 40 - k and gw.stats["rate_limited"] == 40 - k
+    assert all(m.subject == "edgeseq.dead.dev-0" and "rate limit" in m.headers["Edgeseq-Error"]
+               and "--max-device-rate" in m.headers["Edgeseq-Error"] for m in letters)
+
+
+def test_the_rate_limit_bucket_travels_with_the_state_and_a_bad_one_is_refused():
+    from edgeseq.gateway import wire
+    data = wire.encode_state([np.zeros((1, 1, 4), np.float32)], 3, 2, "0" * 64, bucket=(7.5, 123456789))
+    assert wire.decode_state(data)["bucket"] == (7.5, 123456789)
+    assert wire.decode_state(wire.encode_state([np.zeros((1, 1, 4), np.float32)], 3, 2, "0" * 64))["bucket"] is None
+    for bad in ((float("nan"), 1), (-1.0, 1), (1.0, -5)):
+        with pytest.raises(wire.BadMessage, match="rate-limit bucket"):
+            wire.decode_state(wire.encode_state([np.zeros((1, 1, 4), np.float32)], 3, 2, "0" * 64, bucket=bad))
+
+
+@needs_server
+def test_leases_are_renewed_while_a_round_waits_on_the_server(broker, exported):
+    """Lease renewal has a task of its own: a round that waits 3 s on its predictions'
+    acknowledgements (a slow server, a cluster electing a leader) with leases of 1 s loses no
+    partition, and nothing is replayed."""
+    from edgeseq.gateway import devices
+    model = str(exported("gru")[0])
+    X = _readings(StreamSession(model).n_features, devices=3, T=10)
+
+    async def body(gw):
+        publish = gw._publish
+        slow = [True]
+
+        async def slowly(answers):
+            if slow[0]:
+                slow[0] = False
+                await asyncio.sleep(3.0)
+            await publish(answers)
+        gw._publish = slowly
+        await devices.replay(broker.url, X)
+        return await devices.predictions(broker.url, 30, timeout=60)
+    gw, got = asyncio.run(_run_gateway(model, broker.url, body, lease_seconds=1))
+    _check_equal(got, devices.reference(model, X))
+    assert gw.stats["partitions_lost"] == 0 and gw.stats["partitions_taken"] == 4 and gw.stats["replayed"] == 0, \
+        gw.stats
+
+
+@needs_server
+def test_a_server_without_the_partition_mapping_is_refused_in_one_line(tmp_path, exported):
+    """The gateway probes the server's mapping at start: a server that maps to another
+    partition count (or none) would put readings in no partition's stream."""
+    from edgeseq.errors import UsageError
+    if not HAVE_NATS_PY:
+        pytest.skip("nats-py not installed (pip install nats-py)")
+    model = str(exported("gru")[0])
+    with LocalBroker(tmp_path / "nats", partitions=8) as b:
+        with pytest.raises(UsageError, match=r"maps devices to partition \d+, not as this deployment's "
+                                             r"partitions \(of 4\) do: give"):
+            _streams_made(model, b.url)

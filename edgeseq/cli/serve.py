@@ -27,6 +27,9 @@ RELOAD_SECONDS = 2.0             # how often a running server looks for fleet ch
               help="Devices per multi-stream push at most.")
 @click.option("--max-device-backlog", type=click.IntRange(1, 10_000_000), default=10_000, show_default=True,
               help="Readings of one device waiting in the stream at most; past it the server refuses its new ones.")
+@click.option("--max-device-rate", type=click.FloatRange(0, 1e6), default=1000.0, show_default=True,
+              help="Readings a second one device may send (10 seconds' worth at once); a message beyond it is "
+              "dead-lettered with the reason. 0: no limit.")
 @click.option("--replicas", type=click.IntRange(1, 5), default=1, show_default=True,
               help="Copies of every stream and bucket: 3 on a three-node JetStream cluster (--nats with the nodes' "
               "URLs, comma-separated), so one node may die.")
@@ -41,6 +44,12 @@ RELOAD_SECONDS = 2.0             # how often a running server looks for fleet ch
               "(0.0.0.0: every interface; the server admits the --fleet's devices only).")
 @click.option("--fleet", default="runs/fleet", show_default=True, type=click.Path(file_okay=False),
               help="Folder of the devices' credentials (`edgeseq devices add NAME`) and the gateway's own.")
+@click.option("--tls-cert", type=click.Path(dir_okay=False), help="Without --nats: the server's certificate (PEM); "
+              "NATS and MQTT clients must then use TLS (tls://, mqtts://). With --tls-key; see docs/gateway.md.")
+@click.option("--tls-key", type=click.Path(dir_okay=False), help="The private key of --tls-cert (PEM).")
+@click.option("--tls-ca", type=click.Path(dir_okay=False), help="The CA (or self-signed certificate) the gateway "
+              "checks a tls:// server's certificate against. Default: the system's CAs; --tls-cert for the "
+              "server serve starts.")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), default=0, show_default=True,
               help="Serve Prometheus metrics on http://--metrics-host:PORT/metrics (0: none), behind HTTP basic "
               "authentication: user prometheus, the password in --fleet's metrics.json.")
@@ -57,8 +66,10 @@ RELOAD_SECONDS = 2.0             # how often a running server looks for fleet ch
               "(its devices start over).")
 @_backend_option
 @_errors
-def serve(model, url, partitions, name, snapshot_every, lease_seconds, max_batch, max_device_backlog, replicas,
-          max_history, store, port, mqtt_port, host, fleet, metrics_port, metrics_host, status_every, duration,
+def serve(model, url, partitions, name, snapshot_every, lease_seconds, max_batch, max_device_backlog, max_device_rate,
+          replicas,
+          max_history, store, port, mqtt_port, host, fleet, tls_cert, tls_key, tls_ca, metrics_port, metrics_host,
+          status_every, duration,
           print_config, predictions, replace_model, backend):
     """Serve MODEL to many devices: readings in over NATS or MQTT, predictions out, each
     device's state kept in JetStream.
@@ -91,6 +102,11 @@ def serve(model, url, partitions, name, snapshot_every, lease_seconds, max_batch
         click.echo(f"# the gateway connects as {crew.gateway_credentials()[0]} with the password in "
                    f"{crew.gateway_file}; devices as in `edgeseq devices list --fleet {fleet}`", err=True)
         return
+    if (tls_cert is None) != (tls_key is None):
+        raise click.BadParameter("give both --tls-cert and --tls-key (or neither)", param_hint="--tls-cert")
+    if tls_cert is not None and url is not None:
+        raise click.BadParameter("--tls-cert configures the server serve starts; with --nats, TLS is that server's "
+                                 "(give --nats tls://host:port and --tls-ca)", param_hint="--tls-cert")
     if duration is not None and not duration == duration:
         raise click.BadParameter("give a number of seconds", param_hint="--duration")
     from edgeseq.gateway.service import Gateway
@@ -100,14 +116,20 @@ def serve(model, url, partitions, name, snapshot_every, lease_seconds, max_batch
         url = ",".join(with_credentials(u.strip(), *crew.gateway_credentials()) for u in url.split(","))
     gw = Gateway(model, url or "nats://placeholder", partitions=partitions, name=name, snapshot_every=snapshot_every,
                  lease_seconds=lease_seconds, max_batch=max_batch, backend=backend, max_history=max_history,
-                 max_device_backlog=max_device_backlog, replicas=replicas,
-                 replace_model=replace_model, predictions=predictions, echo=echo)
+                 max_device_backlog=max_device_backlog, max_device_rate=max_device_rate, replicas=replicas,
+                 replace_model=replace_model, predictions=predictions, echo=echo,
+                 tls_ca=tls_ca or (tls_cert if url is None else None))
     broker = None
     if url is None:
         if mqtt_port == port:
             raise click.BadParameter(f"--port and --mqtt-port are both {port}; give them different ports")
         broker = LocalBroker(store, partitions=partitions, port=port, mqtt_port=mqtt_port or None,
-                             mqtt=bool(mqtt_port), host=host, fleet=crew).start()
+                             mqtt=bool(mqtt_port), host=host, fleet=crew,
+                             tls=(tls_cert, tls_key) if tls_cert else None).start()
+        from edgeseq.gateway.broker import is_loopback
+        if not tls_cert and not is_loopback(host):
+            echo(f"warning: listening on {host} without TLS: device passwords and readings cross the network in the "
+                 "clear; give --tls-cert and --tls-key (docs/gateway.md shows how to make them)")
         gw.url = broker.gateway_url
         n = len(crew.devices())
         echo(f"nats-server: {broker.url}" + (f", MQTT {broker.mqtt_url}" if broker.mqtt_url else "")

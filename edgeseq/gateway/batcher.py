@@ -30,15 +30,17 @@ class Device:
     0 before any), `dirty` (changed since its state was last stored), `boot` (resets seen: part of
     each prediction's id, so a device that counts from 0 again is never taken for a duplicate),
     `decision` (the decision layer's state, {name: array with a batch axis of 1}; None for a
-    model without decision settings)."""
+    model without decision settings), `bucket` (its rate limit's (readings left, storage time in
+    ns of the last message); None before its first message)."""
 
-    __slots__ = ("name", "arrays", "position", "last_seq", "stream_seq", "dirty", "seen", "boot", "decision")
+    __slots__ = ("name", "arrays", "position", "last_seq", "stream_seq", "dirty", "seen", "boot", "decision",
+                 "bucket")
 
     def __init__(self, name: str, arrays: list, position: int = 0, last_seq: int = -1, boot: int = 0,
                  decision: dict | None = None):
         self.name, self.arrays, self.position, self.last_seq = name, arrays, int(position), int(last_seq)
         self.stream_seq, self.dirty, self.seen, self.boot = 0, False, 0.0, int(boot)
-        self.decision = decision
+        self.decision, self.bucket = decision, None
 
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self.arrays) + sum(a.nbytes for a in (self.decision or {}).values())

@@ -46,21 +46,38 @@ def mapping_block(partitions: int) -> str:
 
 
 def server_config(store_dir: str | os.PathLike, port: int, mqtt_port: int | None, partitions: int,
-                  host: str = "127.0.0.1", name: str = "edgeseq", fleet=None, cluster: dict | None = None) -> str:
+                  host: str = "127.0.0.1", name: str = "edgeseq", fleet=None, cluster: dict | None = None,
+                  tls: tuple | None = None) -> str:
     """nats-server configuration text: client port, JetStream stored under `store_dir`, MQTT on
     `mqtt_port` (None: off), the partition mapping and, with a `fleet`
-    (`edgeseq.gateway.fleet.Fleet`), its authorization block (NATS and MQTT alike). Raises
-    UsageError for a partition count outside 1..MAX_PARTITIONS, and for a server without a fleet
-    that would listen beyond loopback (anyone on the network could publish as any device)."""
+    (`edgeseq.gateway.fleet.Fleet`), its authorization block (NATS and MQTT alike); with `tls`
+    (certificate file, key file: PEM) both NATS and MQTT clients must speak TLS. Raises
+    UsageError for a partition count outside 1..MAX_PARTITIONS, for a server without a fleet
+    that would listen beyond loopback (anyone on the network could publish as any device), and
+    for a certificate or key file that cannot be read."""
     check_partitions(partitions)
+    block = ""
+    if tls is not None:
+        files = []
+        for what, f in zip(("--tls-cert", "--tls-key"), tls):
+            try:
+                text = Path(f).read_text(errors="replace")
+            except OSError as e:
+                raise UsageError(f"{what} {f}: {e.strerror or e}") from None
+            if "-----BEGIN " not in text:
+                raise UsageError(f"{what} {f}: not a PEM file (make one as docs/gateway.md shows, with openssl)")
+            files.append(json.dumps(str(Path(f).resolve())))
+        block = f"tls {{ cert_file: {files[0]}, key_file: {files[1]} }}"
     if fleet is None and not is_loopback(host):
         raise UsageError(f"a server listening on {host} without authorization lets anyone on the network publish as "
                          "any device; listen on 127.0.0.1, or give the server a fleet of device credentials "
                          "(`edgeseq devices add NAME`)")
     text = (f"server_name: {name}\nlisten: {_hostport(host, port)}\n"
             f'jetstream {{ store_dir: "{Path(store_dir).resolve()}" }}\n')
+    if block:
+        text += block + "\n"
     if mqtt_port:
-        text += f"mqtt {{ listen: {_hostport(host, mqtt_port)} }}\n"
+        text += f"mqtt {{ listen: {_hostport(host, mqtt_port)}{(', ' + block) if block else ''} }}\n"
     if fleet is not None:
         text += fleet.authorization_block(partitions)
     if cluster is not None:
@@ -122,7 +139,8 @@ class LocalBroker:
     ...     b.gateway_url                # nats://edgeseq-gateway:PASSWORD@127.0.0.1:PORT
 
     Ports default to free ones; JetStream's files stay in `workdir/jetstream` (so a broker
-    restarted on the same directory keeps its streams). With a `fleet` the server admits its
+    restarted on the same directory keeps its streams). With `tls` (certificate file, key file)
+    NATS and MQTT clients must use TLS (`url` is tls://, `mqtt_url` mqtts://). With a `fleet` the server admits its
     devices and the gateway only (`edgeseq.gateway.fleet`), and `reload()` applies a changed
     fleet; without one it listens on loopback only, open to every local process. Raises
     UsageError when nats-server is not installed (saying how to install it) or does not start
@@ -131,7 +149,7 @@ class LocalBroker:
 
     def __init__(self, workdir: str | os.PathLike, partitions: int = 8, port: int | None = None,
                  mqtt_port: int | None = None, mqtt: bool = True, host: str = "127.0.0.1", fleet=None,
-                 name: str = "edgeseq", cluster: dict | None = None):
+                 name: str = "edgeseq", cluster: dict | None = None, tls: tuple | None = None):
         self.binary = find_server()
         if self.binary is None:
             raise UsageError(f"nats-server not found: {INSTALL_HINT}")
@@ -142,11 +160,11 @@ class LocalBroker:
         self.proc = None
         self.fleet = fleet
         self.fleet_version = None
-        self.name, self.cluster = name, cluster
+        self.name, self.cluster, self.tls = name, cluster, tls
 
     @property
     def url(self) -> str:
-        return f"nats://{self.host}:{self.port}"
+        return f"{'tls' if self.tls else 'nats'}://{self.host}:{self.port}"
 
     @property
     def gateway_url(self) -> str:
@@ -160,7 +178,7 @@ class LocalBroker:
         conf = self.workdir / "nats.conf"
         self.fleet_version = self.fleet.version() if self.fleet is not None else None
         text = server_config(self.workdir, self.port, self.mqtt_port, self.partitions, self.host, fleet=self.fleet,
-                             name=self.name, cluster=self.cluster)
+                             name=self.name, cluster=self.cluster, tls=self.tls)
         from edgeseq.gateway.fleet import write_private
         write_private(conf, text)                 # it holds password hashes
         return conf
@@ -191,7 +209,7 @@ class LocalBroker:
 
     @property
     def mqtt_url(self) -> str | None:
-        return f"mqtt://{self.host}:{self.mqtt_port}" if self.mqtt_port else None
+        return f"{'mqtts' if self.tls else 'mqtt'}://{self.host}:{self.mqtt_port}" if self.mqtt_port else None
 
     def start(self, timeout: float = 10.0) -> LocalBroker:
         try:

@@ -3,13 +3,16 @@ JetStream as the engine (readings, predictions, dead letters, state and partitio
 
 How it holds together:
 
-- Readings arrive in stream EDGESEQ_IN, one subject per partition and device
+- Readings arrive in one stream per partition, EDGESEQ_IN_<p>, one subject per device
   (`edgeseq.part.<p>.<device>`, the server's mapping; see `broker`). Each partition is read by
-  one gateway at a time through a durable pull consumer `part-<p>`, so a device's readings are
-  applied in the order they were stored.
+  one gateway at a time through a durable consumer `part-<p>`, so a device's readings are
+  applied in the order they were stored. Once the state that holds them is stored, a partition's
+  readings are purged from its stream up to a stream sequence (no subject filter, which would
+  cost the server a walk over every device's subject). EDGESEQ_IN keeps readings that no
+  partition holds (a server without the mapping): they are dead-lettered.
 - Which gateway reads which partition is a lease in key-value bucket `edgeseq_leases`
   (key `part.<p>`, value the gateway's name), created with compare-and-set and renewed every
-  quarter of `lease_seconds`; the bucket's TTL ends the leases of a gateway that stops renewing
+  quarter of `lease_seconds` by a task of its own, which never waits behind processing; the bucket's TTL ends the leases of a gateway that stops renewing
   (killed, hung, cut off), and another gateway then creates them. Gateways share the partitions
   evenly: each heartbeats `gw.<name>` in the same bucket and holds at most ceil(P / live
   gateways), handing extras over (state stored first) when another joins.
@@ -22,15 +25,22 @@ How it holds together:
   `Nats-Msg-Id`, device:boot:seq, within its duplicate window).
 - Back-pressure: each partition's consumer has at most `max_pending` readings delivered and
   not yet acknowledged (acknowledged once applied), so the server stops sending to a gateway that
-  falls behind; JetStream holds the rest, and a full EDGESEQ_IN (`max_backlog` readings, or 1
-  GiB) drops new ones (it sends no acknowledgements) instead of growing without bound. One device
-  holds at most `max_device_backlog` of them (JetStream's per-subject limit, new ones refused):
-  a device that floods can neither fill the stream nor bury its neighbours' readings.
+  falls behind; JetStream holds the rest, and a full partition stream (`max_backlog` / P
+  readings, or 1 GiB / P) drops new ones (it sends no acknowledgements) instead of growing
+  without bound. One device holds at most `max_device_backlog` of them (JetStream's per-subject
+  limit, new ones refused): a device that floods can neither fill the stream nor bury its
+  neighbours' readings.
+- Fair share: a round steps one reading of each device with readings waiting, then the next;
+  and a device may send at most `max_device_rate` readings a second (a token bucket of
+  RATE_BURST_SECONDS' worth, timed by JetStream's storage time of each message, kept in the
+  device's stored state, so a partition replayed elsewhere makes the same decisions). A message
+  beyond it is dead-lettered with the reason.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import math
@@ -48,7 +58,7 @@ ROUND_MESSAGES = 4096           # messages taken into one processing round at mo
 ROUND_BYTES = 1 << 20           # ... and about this many bytes of them (a message may carry 1,000 readings)
 PREDICTIONS_KEPT = 1_000_000    # EDGESEQ_OUT keeps the newest this many predictions ...
 PREDICTION_BYTES = 1 << 30      # ... and at most this many bytes of them
-READING_BYTES = 1 << 30         # EDGESEQ_IN holds at most this many bytes of readings waiting ...
+READING_BYTES = 1 << 30         # the partitions' streams hold at most this many bytes of readings waiting ...
 READING_MAX = 1 << 20           # ... each message at most this many: nats-server's default max_payload, so
                                 # the server refuses a larger one to its publisher (1,000 readings of a few
                                 # float32 values as JSON fit)
@@ -57,6 +67,11 @@ DEAD_PREFIX = 1024              # a dead letter carries this many bytes of the m
 PUBLISH_TRIES, PUBLISH_WAIT = 12, 0.5   # a prediction message is sent again this often, this far apart (s) ...
 PUBLISH_TIMEOUT = 2.0           # ... each time waiting this long for JetStream's acknowledgement
 ACK_SOON = 5.0                  # seconds a quiet partition's readings wait for their acknowledgement at most
+RATE_BURST_SECONDS = 10.0       # a device's rate limit lets this many seconds' worth of readings through at once
+OFFLOAD_READINGS = 32           # a round of at least this many readings steps in a thread, so the loop (and
+                                # everything awaiting in it) goes on while the native step runs without the GIL
+PROBE = "~probe-"               # device-token prefix of the gateway's mapping probes (no device id holds "~") ...
+PROBES = 16                     # ... this many, so a mapping for another partition count shows in one of them
 MISSING = "nats-py is not installed: pip install nats-py (or pip install '.[gateway]' in edgeseq's clone)"
 
 
@@ -84,6 +99,7 @@ class Partition:
         self.unacked = 0              # messages delivered since the last acknowledgement
         self.unacked_since = 0.0      # when the first of them arrived (monotonic seconds)
         self.backlog = 0              # readings stored and not yet delivered here (the last message's metadata)
+        self.lost = False             # its lease was taken over: dropped without storing at the next round
 
     async def deliver(self, msg) -> None:
         self.buf.append(msg)
@@ -99,7 +115,10 @@ class Gateway:
     stored states; lease_seconds: how long a lease outlives its last renewal (a partition is
     taken over within about 1.25x this after its gateway dies); idle_seconds: a device silent this
     long is stored and dropped from memory; max_backlog, max_device_backlog: readings waiting in
-    EDGESEQ_IN in all and per device at most; replicas: copies of every stream and bucket (3 on a
+    all (each partition's stream holds max_backlog / P) and per device at most; max_device_rate:
+    readings a second a device may send (0: no limit; RATE_BURST_SECONDS' worth at once), the
+    excess dead-lettered with the reason; tls_ca: a PEM file of the CA (or self-signed
+    certificate) that signed a tls:// server's certificate (default: the system's CAs); replicas: copies of every stream and bucket (3 on a
     three-node JetStream cluster: one node may die); url: one server, or the nodes of a cluster
     comma-separated; `stats` counts readings, predictions, duplicates
     (a sequence number already applied: skipped), gaps (numbers skipped), dead (malformed or
@@ -110,7 +129,8 @@ class Gateway:
                  lease_seconds: float = 5.0, max_batch: int = 1024, backend: str | None = None,
                  max_history: int | None = None, idle_seconds: float = 300.0,
                  max_pending: int = 20000, max_backlog: int = 1_000_000, max_device_backlog: int = 10_000,
-                 replicas: int = 1, replace_model: bool = False, predictions: bool = True, echo=None):
+                 replicas: int = 1, replace_model: bool = False, predictions: bool = True,
+                 max_device_rate: float = 1000.0, tls_ca: str | None = None, echo=None):
         from edgeseq.gateway.broker import check_partitions
         _nats()
         self.P = check_partitions(partitions)
@@ -122,6 +142,12 @@ class Gateway:
         for what, v in (("lease_seconds", lease_seconds), ("idle_seconds", idle_seconds)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 1 <= v <= 86400:
                 raise UsageError(f"{what} must be a number of seconds from 1 to 86400, got {v!r}")
+        if isinstance(max_device_rate, bool) or not isinstance(max_device_rate, (int, float)) \
+                or not math.isfinite(max_device_rate) or not 0 <= max_device_rate <= 1e6:
+            raise UsageError(f"max_device_rate must be readings a second from 0 (no limit) to 1e6, got "
+                             f"{max_device_rate!r}")
+        self.max_device_rate = float(max_device_rate)
+        self.tls_ca = tls_ca
         if name is None:
             name = re.sub(r"[^A-Za-z0-9_-]", "-", f"{socket.gethostname()}-{os.getpid()}")[-wire.MAX_DEVICE:]
         try:
@@ -154,6 +180,7 @@ class Gateway:
         self.refused = False          # the server stopped taking the gateway's credentials: `run` stops
         self.metrics = None           # a GatewayMetrics (`edgeseq serve --metrics-port`): latency observed per message
         self._draining = False
+        self._stepper = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="edgeseq-step")
 
     @property
     def where(self) -> str:
@@ -188,11 +215,22 @@ class Gateway:
         async def first_error(e):
             refused.append(e)
         server, creds = _credentials(self.url)
+        if self.tls_ca is not None or any(u.strip().startswith("tls://") for u in self.url.split(",")):
+            creds["tls"] = self._tls_context()
         try:
             self.nc = await asyncio.wait_for(nats.connect(
                 server, name=f"edgeseq-gateway-{self.name}", max_reconnect_attempts=0, connect_timeout=5,
                 allow_reconnect=False, error_cb=first_error, **creds), 20)
         except Exception as e:  # noqa: BLE001 - nats-py raises several kinds for one cause
+            import ssl
+            bad_tls = next((x for x in [*refused, e] if isinstance(x, ssl.SSLError)), None)
+            if bad_tls is not None:
+                raise EdgeseqError(f"TLS with the NATS server at {self.where} failed ({bad_tls.reason or bad_tls}); "
+                                   "give --tls-ca with the CA (or self-signed certificate) that signed the server's "
+                                   "certificate, whose names must include the host in --nats") from None
+            if any("tls" in str(x).lower() for x in [*refused, e]) and "tls" not in creds:
+                raise EdgeseqError(f"the NATS server at {self.where} requires TLS: give --nats tls://host:port "
+                                   "(and --tls-ca for a private CA)") from None
             if any("authoriz" in str(x).lower() or "authentic" in str(x).lower() for x in [*refused, e]):
                 raise EdgeseqError(f"the NATS server at {self.where} refused the gateway's credentials; without "
                                    "--nats `edgeseq serve` uses its own (in --fleet), with --nats give "
@@ -210,6 +248,14 @@ class Gateway:
         self.state = await self._bucket(wire.STATE_BUCKET)
         await self._check_deployment()
         await self._check_mapping(at_start=True)
+
+    def _tls_context(self):
+        import ssl
+        try:
+            return ssl.create_default_context(cafile=self.tls_ca)
+        except (OSError, ssl.SSLError) as e:
+            raise UsageError(f"--tls-ca {self.tls_ca}: {getattr(e, 'strerror', None) or e}; give a PEM file of "
+                             "the CA certificate") from None
 
     def _say(self, key: str, line: str, every: float = 30.0) -> None:
         """One line per kind of trouble per `every` seconds, not one per retry."""
@@ -235,23 +281,28 @@ class Gateway:
             self.echo(f"NATS connection {what}")
         return note
 
+    def _reading_limits(self) -> dict:
+        api = self.api
+        # EDGESEQ_IN_<p> sends no acknowledgements (no_ack): JetStream would publish one, as the
+        # server, to whatever reply subject a device set, a subject the device itself may not
+        # publish to (another device's state, the JetStream API).
+        return dict(max_msgs=-(-self.max_backlog // self.P), max_bytes=max(READING_MAX, READING_BYTES // self.P),
+                    max_msg_size=READING_MAX, max_msgs_per_subject=self.max_device_backlog,
+                    discard_new_per_subject=True, discard=api.DiscardPolicy.NEW, no_ack=True,
+                    num_replicas=self.replicas)
+
     async def _streams(self):
         api = self.api
-        # A partition's readings are purged from the stream once the state that holds them is stored
-        # (with the partition's mark), so max_backlog bounds what is not yet stored.
-        # EDGESEQ_IN sends no acknowledgements (no_ack): JetStream would publish one, as the server,
-        # to whatever reply subject a device set, a subject the device itself may not publish to
-        # (another device's state, the JetStream API).
-        specs = [(wire.READINGS, [f"{wire.PART_SUBJECT}.>", f"{wire.IN_SUBJECT}.>"],
-                  dict(max_msgs=self.max_backlog, max_bytes=READING_BYTES, max_msg_size=READING_MAX,
-                       max_msgs_per_subject=self.max_device_backlog, discard_new_per_subject=True,
-                       discard=api.DiscardPolicy.NEW, no_ack=True, num_replicas=self.replicas)),
-                 (wire.PREDICTIONS, [f"{wire.OUT_SUBJECT}.>"], dict(max_msgs=PREDICTIONS_KEPT, max_bytes=PREDICTION_BYTES,
+        readings = self._reading_limits()
+        await self._old_layout()
+        specs = [(wire.readings_stream(p), [f"{wire.PART_SUBJECT}.{p}.*"], readings) for p in range(self.P)]
+        specs += [(wire.READINGS, [f"{wire.IN_SUBJECT}.>"], readings),
+                  (wire.PREDICTIONS, [f"{wire.OUT_SUBJECT}.>"], dict(max_msgs=PREDICTIONS_KEPT, max_bytes=PREDICTION_BYTES,
                                                                  discard=api.DiscardPolicy.OLD, duplicate_window=120.0,
                                                                  num_replicas=self.replicas)),
-                 (wire.DEAD, [f"{wire.DEAD_SUBJECT}.>"], dict(max_msgs=DEAD_KEPT, max_bytes=DEAD_BYTES,
-                                                             max_msg_size=DEAD_PREFIX + 4096,
-                                                             discard=api.DiscardPolicy.OLD, num_replicas=self.replicas))]
+                  (wire.DEAD, [f"{wire.DEAD_SUBJECT}.>"], dict(max_msgs=DEAD_KEPT, max_bytes=DEAD_BYTES,
+                                                              max_msg_size=DEAD_PREFIX + 4096,
+                                                              discard=api.DiscardPolicy.OLD, num_replicas=self.replicas))]
         for name, subjects, limits in specs:
             try:
                 info = await self.js.stream_info(name)
@@ -270,6 +321,30 @@ class Gateway:
             except self.errors.ServiceUnavailableError:
                 raise UsageError(f"the NATS server at {self.where} has no JetStream: start it with -js "
                                  "(or `jetstream {}` in its configuration)") from None
+
+    async def _old_layout(self):
+        """A deployment made before the partitions had streams of their own kept every partition's
+        readings in EDGESEQ_IN: an empty one is narrowed to the unmapped readings; one that still
+        holds readings is refused (they would never be read)."""
+        try:
+            info = await self.js.stream_info(wire.READINGS)
+        except self.errors.NotFoundError:
+            return
+        except self.errors.ServiceUnavailableError:
+            raise UsageError(f"the NATS server at {self.where} has no JetStream: start it with -js "
+                             "(or `jetstream {}` in its configuration)") from None
+        if f"{wire.PART_SUBJECT}.>" not in (info.config.subjects or []):
+            return
+        if info.state.messages:
+            raise UsageError(f"stream {wire.READINGS} holds {info.state.messages:,} readings in the layout of an "
+                             "earlier edgeseq (every partition in one stream): serve them with that version first, "
+                             f"or delete the stream (`nats stream rm {wire.READINGS}`), then start this gateway")
+        have = info.config
+        await self.js.update_stream(self.api.StreamConfig(name=wire.READINGS, subjects=[f"{wire.IN_SUBJECT}.>"], **{
+            k: getattr(have, k) for k in ("storage", "retention", "max_msgs", "max_bytes", "max_msg_size",
+                                          "max_msgs_per_subject", "discard", "no_ack", "num_replicas")
+            if getattr(have, k, None) is not None}))
+        self.echo(f"stream {wire.READINGS}: now holds unmapped readings only (each partition has its own stream)")
 
     async def _bucket(self, bucket, ttl=None):
         try:
@@ -308,33 +383,81 @@ class Gateway:
             self.echo(f"the deployment now serves {self.batcher.model}; devices start over as they come")
 
     async def _check_mapping(self, at_start: bool = False):
-        """Readings in a partition beyond --partitions mean the server's mapping disagrees."""
+        """The server must map edgeseq.in.<device> to edgeseq.part.<p>.<device> with this
+        deployment's P, or readings land in no partition's stream: PROBES probes (device tokens
+        `~probe-<name>-<i>`, which no device id can hold) are published and their mapped
+        subjects read back. Raises UsageError at start; later, says so once a minute."""
+        from edgeseq.gateway.fleet import partition_of
+        probes = {f"{PROBE}{self.name}-{i}" for i in range(PROBES)}
+        arrived: dict = {}
+        done = asyncio.Event()
+
+        async def seen(msg):
+            arrived[msg.subject.split(".", 3)[3]] = msg.subject.split(".")[2]
+            if len(arrived) == len(probes):
+                done.set()
+        subs = [await self.nc.subscribe(f"{wire.PART_SUBJECT}.*.{probe}", cb=seen) for probe in probes]
         try:
-            info = await self.js.stream_info(wire.READINGS, subjects_filter=f"{wire.PART_SUBJECT}.>")
-        except Exception:  # noqa: BLE001 - a server too old for subject details: nothing to check with
+            await self.nc.flush()
+            for probe in probes:
+                await self.nc.publish(f"{wire.IN_SUBJECT}.{probe}", b"")
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(done.wait(), 5)
+        finally:
+            for sub in subs:
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
+        config = f"give the server the mapping from `edgeseq serve MODEL --partitions {self.P} --print-config`"
+        wrong = sorted({int(p) for d, p in arrived.items() if p != str(partition_of(d, self.P))})
+        if arrived and not wrong:
+            self.stats.pop("unserved_partitions", None)
             return
-        beyond = sorted({int(t[2]) for t in (k.split(".") for k in (info.state.subjects or {}))
-                         if len(t) == 4 and t[2].isdigit() and int(t[2]) >= self.P})
-        if beyond:
-            msg = (f"the NATS server maps devices to partition {beyond[-1]}, beyond this deployment's {self.P}: "
-                   f"give the server the mapping from `edgeseq serve MODEL --partitions {self.P} --print-config`")
-            if at_start:
-                raise UsageError(msg)
-            self.stats["unserved_partitions"] = len(beyond)
-            self._say("mapping", f"error: {msg}", every=60)
+        msg = (f"the NATS server maps devices to partition {wrong[-1]}, not as this deployment's partitions (of "
+               f"{self.P}) do: {config}" if wrong else
+               f"the NATS server does not map {wire.IN_SUBJECT}.<device> to partitions: {config}")
+        if at_start:
+            raise UsageError(msg)
+        self.stats["unserved_partitions"] = 1
+        self._say("mapping", f"error: {msg}", every=60)
 
     # -- leases ---------------------------------------------------------------------------
 
-    async def _leases(self):
+    async def _renew(self):
+        """Heartbeat `gw.<name>` and renew every lease held; one taken over (or gone) marks its
+        partition lost, dropped by the loop before its next round."""
         errors = self.errors
         await self.leases.put(f"gw.{self.name}", str(time.time()).encode())
         for p, part in list(self.parts.items()):
             try:
                 part.rev = await self.leases.update(f"part.{p}", self.name.encode(), last=part.rev)
             except (errors.KeyWrongLastSequenceError, errors.KeyNotFoundError, errors.APIError):
-                self.echo(f"lost partition {p} (its lease was taken over); dropping it without storing")
-                self.stats["partitions_lost"] += 1
-                await self._drop(p)
+                if self.parts.get(p) is part and not part.lost:
+                    part.lost = True
+                    self.wake.set()
+
+    async def _renewing(self):
+        """Renew the leases every quarter of lease_seconds, in a task of its own: a slow round
+        of readings (a flood, a slow server) never delays it."""
+        while True:
+            try:
+                await self._renew()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - a slow or restarting server: try again soon
+                self._say("lease-trouble", f"NATS: {type(e).__name__} renewing leases; retrying")
+            await asyncio.sleep(self.lease_seconds / 4)
+
+    async def _drop_lost(self):
+        for p in [p for p, part in self.parts.items() if part.lost]:
+            self.echo(f"lost partition {p} (its lease was taken over); dropping it without storing")
+            self.stats["partitions_lost"] += 1
+            await self._drop(p)
+
+    async def _leases(self):
+        """Share the partitions: hold at most ceil(P / live gateways), handing extras over and
+        taking free ones."""
+        errors = self.errors
+        await self._drop_lost()
         try:
             live = sum(1 for k in await self.leases.keys() if k.startswith("gw."))
         except errors.NoKeysError:
@@ -368,24 +491,24 @@ class Gateway:
             part.applied_seq = 0
         start = dict(deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=part.applied_seq + 1) \
             if part.applied_seq else dict(deliver_policy=api.DeliverPolicy.ALL)
-        part.sub = await self._consumer(f"part-{p}", f"{wire.PART_SUBJECT}.{p}.*", part.deliver, start)
+        part.sub = await self._consumer(wire.readings_stream(p), f"part-{p}", part.deliver, start)
         if p == 0:                                # readings the mapping sent nowhere: dead-lettered here
             self.unmapped = Partition(-1, 0, self._epoch)
             self.unmapped.wake = self.wake
-            self.unmapped.sub = await self._consumer("unmapped", f"{wire.IN_SUBJECT}.>", self.unmapped.deliver,
+            self.unmapped.sub = await self._consumer(wire.READINGS, "unmapped", self.unmapped.deliver,
                                                      dict(deliver_policy=api.DeliverPolicy.ALL))
         self.stats["partitions_taken"] += 1
         self.echo(f"took partition {p} (replaying from stream sequence {part.applied_seq + 1})")
 
-    async def _consumer(self, durable: str, subject: str, cb, start: dict):
-        """A durable push consumer on EDGESEQ_IN made afresh (an old one of that name is deleted:
+    async def _consumer(self, stream: str, durable: str, cb, start: dict):
+        """A durable push consumer on `stream` made afresh (an old one of that name is deleted:
         its owner is gone), delivering to `cb`; at most max_pending unacknowledged."""
         with contextlib.suppress(self.errors.NotFoundError):
-            await self.js.delete_consumer(wire.READINGS, durable)
+            await self.js.delete_consumer(stream, durable)
         inbox = self.nc.new_inbox()
         sub = await self.nc.subscribe(inbox, cb=cb)
-        await self.js.add_consumer(wire.READINGS, self.api.ConsumerConfig(
-            durable_name=durable, filter_subject=subject, ack_policy=self.api.AckPolicy.ALL, ack_wait=60.0,
+        await self.js.add_consumer(stream, self.api.ConsumerConfig(
+            durable_name=durable, ack_policy=self.api.AckPolicy.ALL, ack_wait=60.0,
             max_ack_pending=self.max_pending, deliver_subject=inbox, **start))
         return sub
 
@@ -411,12 +534,22 @@ class Gateway:
 
     # -- state ----------------------------------------------------------------------------
 
-    async def _device(self, part: Partition, name: str):
-        dev = self.batcher.new_device(name)
+    async def _stored(self, name: str) -> bytes | None:
         try:
-            data = (await self.state.get(f"d.{name}")).value
+            return (await self.state.get(f"d.{name}")).value
         except self.errors.KeyNotFoundError:
-            data = None
+            return None
+
+    async def _join(self, part: Partition, names: list) -> None:
+        """Devices first seen in this round: their stored states fetched together (256 requests
+        in flight at most), not one round trip after another."""
+        for lo in range(0, len(names), 256):
+            chunk = names[lo:lo + 256]
+            for name, data in zip(chunk, await asyncio.gather(*(self._stored(n) for n in chunk))):
+                self._device(part, name, data)
+
+    def _device(self, part: Partition, name: str, data: bytes | None):
+        dev = self.batcher.new_device(name)
         if data:
             try:
                 st = wire.decode_state(data, max_bytes=self.batcher.max_state_bytes)
@@ -427,6 +560,7 @@ class Gateway:
                         raise wire.BadMessage(f"its decision state does not fit ({e})") from None
                     dev.arrays, dev.position, dev.last_seq = st["arrays"], st["position"], st["last_seq"]
                     dev.stream_seq, dev.boot, dev.decision = st["stream_seq"], st["boot"], decision
+                    dev.bucket = st["bucket"]
                 else:
                     self.stats["state_mismatch"] += 1
                     self._say("model", f"device {name}: its stored state is for another model; starting it over "
@@ -442,10 +576,12 @@ class Gateway:
         """Store every changed device of `part`, then its mark; then acknowledge and purge the
         readings the mark covers."""
         sha = self.batcher.model_sha256
+        if part.lost:                             # another gateway holds it now: its states are not ours to store
+            return
         dirty = [d for d in part.devices.values() if d.dirty]
         for lo in range(0, len(dirty), 256):
             await asyncio.gather(*(self.state.put(f"d.{d.name}", wire.encode_state(
-                d.arrays, d.position, d.last_seq, sha, d.stream_seq, d.boot, d.decision))
+                d.arrays, d.position, d.last_seq, sha, d.stream_seq, d.boot, d.decision, d.bucket))
                 for d in dirty[lo:lo + 256]))
         for d in dirty:
             d.dirty = False
@@ -454,8 +590,7 @@ class Gateway:
             await self.nc.flush()                 # the predictions first, then let the readings go
             await part.last_msg.ack()
             part.last_msg = None
-            await self.js.purge_stream(wire.READINGS, subject=f"{wire.PART_SUBJECT}.{part.p}.*",
-                                       seq=part.applied_seq + 1)
+            await self.js.purge_stream(wire.readings_stream(part.p), seq=part.applied_seq + 1)
         part.since_snapshot = part.unacked = 0
         self.stats["snapshots"] += 1
         if evict:
@@ -507,6 +642,25 @@ class Gateway:
         await self.nc.publish(wire.dead_subject(device), payload[:DEAD_PREFIX],
                               headers={"Edgeseq-Error": reason[:500], "Edgeseq-Size": str(len(payload))})
 
+    def _burst(self) -> float:
+        return self.max_device_rate * RATE_BURST_SECONDS
+
+    def _admit(self, dev, k: int, t: int) -> bool:
+        """Take k readings from the device's token bucket (max_device_rate a second, at most
+        _burst() held) at JetStream storage time t (ns): False, and nothing taken, when it holds
+        fewer. Storage times make the decision the same wherever the partition is replayed."""
+        if not t:
+            return True                           # no storage time (not from JetStream): not limited
+        burst = self._burst()
+        if dev.bucket is None:
+            tokens = burst
+        else:
+            tokens, t0 = dev.bucket
+            tokens = min(burst, tokens + max(0, t - t0) * 1e-9 * self.max_device_rate)
+        ok = k <= tokens
+        dev.bucket = (tokens - k if ok else tokens, t)
+        return ok
+
     def _applied(self, dev, seq: int, sseq: int) -> None:
         if dev.last_seq >= 0 and seq > dev.last_seq + 1:
             self.stats["gaps"] += seq - dev.last_seq - 1
@@ -514,6 +668,8 @@ class Gateway:
 
     async def _unmapped(self, msgs: list):
         for m in msgs:
+            if m.subject.startswith(f"{wire.IN_SUBJECT}.{PROBE}"):
+                continue                          # a gateway's mapping probe on a server without the mapping
             await self._dead(m.subject.split(".", 2)[-1], m.data,
                              f"subject {m.subject[:200]!r} is not {wire.IN_SUBJECT}.<device> with a one-token device "
                              "id (MQTT: edgeseq/in/<device>), or the server lacks the partition mapping "
@@ -521,8 +677,13 @@ class Gateway:
         if msgs:
             await self.nc.flush()
             await msgs[-1].ack()
-            await self.js.purge_stream(wire.READINGS, subject=f"{wire.IN_SUBJECT}.>",
-                                       seq=wire.stream_seq(msgs[-1].reply) + 1)
+            await self.js.purge_stream(wire.READINGS, seq=wire.stream_seq(msgs[-1].reply) + 1)
+
+    @staticmethod
+    def _newcomers(part: Partition, msgs: list) -> set:
+        """Device ids in `msgs` that `part` does not hold yet (valid ids only)."""
+        names = {m.subject.split(".", 3)[3] for m in msgs if m.subject.count(".") >= 3}
+        return {n for n in names if n not in part.devices and len(n) <= wire.MAX_DEVICE and wire._DEVICE.fullmatch(n)}
 
     async def _process(self, batches: list):
         """Apply delivered messages [(partition, epoch, [msgs])]: parse, order per device, step in
@@ -546,11 +707,14 @@ class Gateway:
                     continue
                 dev = part.devices.get(device)
                 if dev is None:
+                    if device.startswith(PROBE):
+                        continue                  # a gateway's mapping probe: no device's reading
                     if not wire._DEVICE.fullmatch(device) or len(device) > wire.MAX_DEVICE:
                         await self._dead(device, m.data, f"device id {device[:200]!r}: use 1-{wire.MAX_DEVICE} "
                                          "letters, digits, '-' or '_'")
                         continue
-                    dev = await self._device(part, device)
+                    await self._join(part, sorted(self._newcomers(part, msgs)))
+                    dev = part.devices[device]
                 dev.seen = now
                 if sseq and sseq <= dev.stream_seq:
                     self.stats["replayed"] += 1   # applied before this partition changed hands
@@ -565,6 +729,14 @@ class Gateway:
                     await self._dead(device, m.data, f"unreadable ({type(e).__name__})")
                     dev.stream_seq, dev.dirty = sseq, True
                     continue
+                k = 0 if x is None else len(x)
+                if k and self.max_device_rate and not self._admit(dev, k, wire.stored_ns(m.reply)):
+                    self.stats["rate_limited"] += k
+                    await self._dead(device, m.data, f"rate limit: this device sent more than {self.max_device_rate:g} "
+                                     f"readings a second (at most {self._burst():g} at once); this message's {k} "
+                                     "reading(s) were refused (the gateway's --max-device-rate)")
+                    dev.stream_seq, dev.dirty = sseq, True
+                    continue
                 queue = pending.setdefault(dev, [])
                 if x is None:
                     queue.append((seq, None, reset, part, sseq, m.data, False))
@@ -572,6 +744,8 @@ class Gateway:
                     queue.append((seq + i, row, reset and i == 0, part, sseq, m.data, len(x) > 1))
             if self.metrics is not None:
                 for m in msgs:
+                    if PROBE in m.subject:
+                        continue                          # a mapping probe: no reading to time
                     with contextlib.suppress(Exception):      # a message without JetStream metadata: not timed
                         stored.append(m.metadata.timestamp.timestamp())
                 with contextlib.suppress(Exception):
@@ -605,7 +779,10 @@ class Gateway:
                     continue
                 items.append((dev, x))
                 refs.append((seq, part, sseq, data, several))
-            outs = self.batcher.step(items) if items else []
+            if len(items) >= OFFLOAD_READINGS:
+                outs = await asyncio.get_running_loop().run_in_executor(self._stepper, self.batcher.step, items)
+            else:
+                outs = self.batcher.step(items) if items else []
             events = self.batcher.events if items else []
             for (dev, _), (seq, part, sseq, data, several), out, fired in zip(items, refs, outs, events):
                 part.since_snapshot += 1
@@ -676,7 +853,10 @@ class Gateway:
         self.echo(f"gateway {self.name}: {self.batcher.meta.arch} on the {self.batcher.backend} backend, "
                   f"{self.P} partitions, NATS at {self.where}")
         next_lease = next_status = 0.0
-        next_mapping = time.monotonic() + 10
+        next_mapping = time.monotonic() + 60
+        with contextlib.suppress(Exception):     # heartbeat first, so the first share counts this gateway
+            await self._renew()
+        renewing = asyncio.ensure_future(self._renewing())
         try:
             while not stop.is_set():
                 if self.refused:
@@ -684,6 +864,8 @@ class Gateway:
                                        "longer accepts the gateway's credentials (changed or removed while it ran); "
                                        "start it again with the current ones")
                 now = time.monotonic()
+                if any(part.lost for part in self.parts.values()):
+                    await self._drop_lost()
                 if now >= next_lease:
                     try:
                         await self._leases()
@@ -695,7 +877,7 @@ class Gateway:
                 if now >= next_mapping and 0 in self.parts:
                     with contextlib.suppress(Exception):
                         await self._check_mapping()
-                    next_mapping = now + 10
+                    next_mapping = now + 60
                 if status_every and now >= next_status:
                     self.echo(json.dumps(self.status()))
                     next_status = now + status_every
@@ -721,6 +903,9 @@ class Gateway:
                     msgs, self.unmapped.buf = self.unmapped.buf, []
                     await self._unmapped(msgs)
         finally:
+            renewing.cancel()
+            with contextlib.suppress(BaseException):
+                await renewing
             for p in list(self.parts):
                 with contextlib.suppress(Exception):
                     await self._release(p)
@@ -729,6 +914,7 @@ class Gateway:
             self._draining = True
             with contextlib.suppress(Exception):
                 await self.nc.drain()
+            self._stepper.shutdown(wait=False)
 
     def status(self) -> dict:
         devices = [d for part in self.parts.values() for d in part.devices.values()]

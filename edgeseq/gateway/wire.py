@@ -25,7 +25,7 @@ the per-device state kept in JetStream's key-value store.
   id itself is bad) as received, with the reason in header `Edgeseq-Error`.
 - A device's state: key `d.<device>` in bucket `edgeseq_state`, an .npz (numpy's format,
   read with allow_pickle=False: it can hold arrays only, never code) of the session's state
-  rows, position, the last `seq` applied and the model's sha256.
+  rows, position, the last `seq` applied, the model's sha256 and its rate limit's token bucket.
 """
 
 from __future__ import annotations
@@ -45,6 +45,11 @@ MAX_SEQ = 2 ** 53
 MAX_READINGS = 1000             # readings one message may carry
 _DEVICE = re.compile(r"[A-Za-z0-9_-]+")
 _NUMBERS = {int, float}
+
+
+def readings_stream(p: int) -> str:
+    """The JetStream stream holding partition p's readings (subjects edgeseq.part.<p>.*)."""
+    return f"{READINGS}_{p}"
 
 
 class BadMessage(ValueError):
@@ -131,6 +136,16 @@ def stream_seq(reply: str) -> int:
         return 0
 
 
+def stored_ns(reply: str) -> int:
+    """JetStream's storage time of a message (ns since the epoch) from its acknowledgement
+    subject (see `stream_seq`). 0 if it has none."""
+    t = reply.split(".")
+    try:
+        return int(t[7] if len(t) == 9 else t[9])
+    except (IndexError, ValueError):
+        return 0
+
+
 def dead_subject(device: str) -> str:
     """Where a dead letter goes: edgeseq.dead.<device>, or edgeseq.dead._.invalid for a message
     whose device id cannot be one (two tokens: no device's subject)."""
@@ -198,22 +213,33 @@ def predictions_of(payload: bytes) -> list:
 
 
 def encode_state(arrays: list, position: int, last_seq: int, model_sha256: str, stream_seq: int = 0,
-                 boot: int = 0, decision: dict | None = None) -> bytes:
+                 boot: int = 0, decision: dict | None = None, bucket: tuple | None = None) -> bytes:
     """A device's state as .npz bytes (np.savez: members stored, not compressed): `arrays`
     (float32, one per state tensor, batch axis 1), its position, the last `seq` applied, the
     stream sequence of the last message applied, its `boot` (resets seen so far) and its
     decision layer's state (`decision`, {name: array}, members `d_<name>`; none for a model
-    without decision settings)."""
+    without decision settings) and its rate limit's token bucket (`bucket`: (readings left,
+    JetStream storage time of the last message in ns); none before its first message)."""
     buf = io.BytesIO()
+    extra = {} if bucket is None else {"rate_tokens": np.float64(bucket[0]), "rate_time": np.int64(bucket[1])}
     np.savez(buf, position=np.int64(position), last_seq=np.int64(last_seq), stream_seq=np.int64(stream_seq),
-             boot=np.int64(boot), model=np.str_(model_sha256),
+             boot=np.int64(boot), model=np.str_(model_sha256), **extra,
              **{f"s{i}": np.ascontiguousarray(a, np.float32) for i, a in enumerate(arrays)},
              **{f"d_{k}": np.ascontiguousarray(a) for k, a in (decision or {}).items()})
     return buf.getvalue()
 
 
+def _bucket(z) -> tuple | None:
+    if "rate_tokens" not in z.files:
+        return None
+    tokens, t = float(z["rate_tokens"]), int(z["rate_time"])
+    if not (math.isfinite(tokens) and tokens >= 0 and t >= 0):
+        raise BadMessage("stored state's rate-limit bucket is out of range")
+    return tokens, t
+
+
 def decode_state(data: bytes, max_bytes: int | None = None) -> dict:
-    """{"arrays", "position", "last_seq", "stream_seq", "boot", "model", "decision"} from `encode_state`
+    """{"arrays", "position", "last_seq", "stream_seq", "boot", "model", "decision", "bucket"} from `encode_state`
     bytes. Before anything is decompressed or read: bytes beyond `max_bytes` (what this model's
     state can take) and any member that is compressed (it could inflate far beyond its stored
     size) are refused, so a stored state never costs more memory than its own bytes. Arrays
@@ -234,6 +260,7 @@ def decode_state(data: bytes, max_bytes: int | None = None) -> dict:
                     "last_seq": int(z["last_seq"]),
                     "stream_seq": int(z["stream_seq"]) if "stream_seq" in z.files else 0,
                     "boot": int(z["boot"]) if "boot" in z.files else 0, "model": str(z["model"]),
-                    "decision": {k[2:]: np.array(z[k]) for k in z.files if k.startswith("d_")} or None}
+                    "decision": {k[2:]: np.array(z[k]) for k in z.files if k.startswith("d_")} or None,
+                    "bucket": _bucket(z)}
     except Exception as e:  # noqa: BLE001 - any unreadable bytes are one kind of failure here
         raise BadMessage(f"stored state unreadable ({type(e).__name__}: {str(e)[:200]})") from None
