@@ -4,6 +4,7 @@ nats-server into gateways, measured end to end. Not a test: it prints figures (a
     .venv/bin/python scripts/bench_gateway.py                                # 1,000 devices at 50 Hz
     .venv/bin/python scripts/bench_gateway.py --devices 1000 --rates 10 25 50 --seconds 15 --gateways 1
     .venv/bin/python scripts/bench_gateway.py --failover --gateways 2        # then SIGKILL one of two
+    .venv/bin/python scripts/bench_gateway.py --cluster --failover --gateways 2   # and a broker node with it
 
 Devices publish readings (core NATS, JSON) in ticks of 1/rate seconds, every device once a tick;
 a sample of devices' predictions is timed from the tick's publish to the prediction's arrival
@@ -12,13 +13,18 @@ window (from the stream's own count). CPU is each process's user+system time ove
 (/proc), as a share of one core; memory per device is the gateway's RSS growth over the run
 divided by the devices (and the state bytes it holds, as the gateway reports). With --failover one
 of the gateways is SIGKILLed mid-run; the figure is the longest gap in the sampled devices'
-predictions after the kill (how long their partitions went unserved).
+predictions after the kill (how long their partitions went unserved). With --cluster the broker
+is three nats-server nodes (R3 streams and buckets) and the failover kills node-0 with the
+gateway; the devices' connections move to the survivors. Each phase also counts the sampled
+devices' prediction messages EDGESEQ_OUT stored against the messages they sent (fewer: lost;
+more: applied twice).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -34,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from edgeseq.gateway import wire  # noqa: E402
-from edgeseq.gateway.broker import LocalBroker  # noqa: E402
+from edgeseq.gateway.broker import LocalBroker, LocalCluster  # noqa: E402
 from edgeseq.runtime.session import StreamSession  # noqa: E402
 
 HZ = os.sysconf("SC_CLK_TCK")
@@ -84,9 +90,10 @@ async def wait_owned(gateways, partitions, timeout=60):
     raise SystemExit("gateways did not take the partitions: " + " | ".join(g.lines[-1] for g in gateways if g.lines))
 
 
-async def phase(url, devices, features, rate, seconds, sample, broker_pid, gateways, kill_at=None, per_message=1):
+async def phase(url, devices, features, rate, seconds, sample, brokers, gateways, kill_at=None, per_message=1,
+                kill=None):
     import nats
-    nc = await nats.connect(url, pending_size=64 * 1024 * 1024)
+    nc = await nats.connect(servers=url.split(","), pending_size=64 * 1024 * 1024, max_reconnect_attempts=-1)
     js = nc.jetstream(timeout=60)                          # an overloaded broker answers slowly
     names = [f"dev-{i:05d}" for i in range(devices)]
     rng = np.random.default_rng(0)
@@ -105,7 +112,8 @@ async def phase(url, devices, features, rate, seconds, sample, broker_pid, gatew
         await nc.subscribe(f"{wire.OUT_SUBJECT}.{d}", cb=on_pred)
     start_seq = int(time.time() * 1000) * 1000          # seq numbers rise across runs on one broker
     out0 = (await js.stream_info(wire.PREDICTIONS)).state.last_seq
-    procs = {"broker": broker_pid, **{g.name: g.pid for g in gateways}, "devices": os.getpid()}
+    stored0 = await _stored(js, sampled)
+    procs = {**brokers, **{g.name: g.pid for g in gateways}, "devices": os.getpid()}
     counted0 = _counted(gateways)
     cpu0 = {k: cpu_seconds(p) for k, p in procs.items()}
     t0 = time.monotonic()
@@ -127,10 +135,12 @@ async def phase(url, devices, features, rate, seconds, sample, broker_pid, gatew
             await nc.publish(f"{wire.IN_SUBJECT}.{d}", head + payloads[i % len(payloads)][t % 64])
         if kill_at is not None and killed is None and t * K >= kill_at * rate:
             gateways[0].proc.send_signal(signal.SIGKILL)
+            if kill is not None:
+                kill()                                      # a broker node too
             killed = time.monotonic()
     await nc.flush(timeout=60)
     elapsed = time.monotonic() - t0
-    cpu1 = {k: cpu_seconds(p) for k, p in procs.items() if k != gateways[0].name or killed is None}
+    cpu1 = {k: cpu_seconds(p) for k, p in procs.items() if killed is None or k not in (gateways[0].name, "node-0")}
     out1 = (await js.stream_info(wire.PREDICTIONS)).state.last_seq
     drained, last = time.monotonic(), out1                           # let the backlog drain before the next phase
     while time.monotonic() - drained < (3 if killed is None else 15) and time.monotonic() - t0 < elapsed + 180:
@@ -138,6 +148,7 @@ async def phase(url, devices, features, rate, seconds, sample, broker_pid, gatew
         now = (await js.stream_info(wire.PREDICTIONS)).state.last_seq
         if now != last:
             drained, last = time.monotonic(), now
+    stored = await _stored(js, sampled)
     await nc.close()
     lat = np.array([arrived[k] - sent[k[1]] for k in arrived if k[1] in sent]) * 1e3
     expected = len(sampled) * ticks * K
@@ -150,7 +161,11 @@ async def phase(url, devices, features, rate, seconds, sample, broker_pid, gatew
               "p50_ms": round(float(np.percentile(lat, 50)), 1) if len(lat) else None,
               "p99_ms": round(float(np.percentile(lat, 99)), 1) if len(lat) else None,
               "cpu_share": {k: round((cpu1[k] - cpu0[k]) / elapsed, 2) for k in cpu1},
-              **{k: v - counted0[k] for k, v in _counted(gateways).items()}}
+              **{k: v - counted0[k] for k, v in _counted(gateways).items()},
+              # EDGESEQ_OUT's prediction messages of the sampled devices stored in this phase: more than one a
+              # message sent would be a reading applied twice (a duplicate id would have been dropped)
+              "sampled_stored": sum(stored.get(d, 0) - stored0.get(d, 0) for d in sampled),
+              "sampled_messages": len(sampled) * ticks}
     if killed is not None:
         gaps = []
         for d in sampled:
@@ -160,6 +175,13 @@ async def phase(url, devices, features, rate, seconds, sample, broker_pid, gatew
         result["failover_s"] = round(max(gaps), 2)
         result["devices_interrupted"] = sum(g > 1.0 for g in gaps)
     return result
+
+
+async def _stored(js, devices) -> dict:
+    """{device: prediction messages EDGESEQ_OUT holds for it}."""
+    info = await js.stream_info(wire.PREDICTIONS, subjects_filter=f"{wire.OUT_SUBJECT}.*")
+    have = {k.rsplit(".", 1)[1]: v for k, v in (info.state.subjects or {}).items()}
+    return {d: have.get(d, 0) for d in devices}
 
 
 def _counted(gateways) -> dict:
@@ -187,8 +209,18 @@ async def main_async(args):
         raise SystemExit(f"{model} not found: run `make demo` first (it exports models/gru-int8.onnx), or pass --model")
     features = StreamSession(str(model)).n_features
     results = []
-    with tempfile.TemporaryDirectory() as tmp, LocalBroker(Path(tmp) / "nats", partitions=args.partitions) as broker:
-        gateways = [Gw(start_gateway(model, broker.url, f"gw-{i}", args.partitions), f"gw-{i}")
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        broker = (LocalCluster(Path(tmp) / "nats", nodes=3, partitions=args.partitions) if args.cluster
+                  else LocalBroker(Path(tmp) / "nats", partitions=args.partitions))
+        await asyncio.get_running_loop().run_in_executor(None, broker.start)    # a cluster waits on its own loop
+        stack.callback(broker.stop)
+        extra = ["--snapshot-every", str(args.snapshot_every)] if args.snapshot_every else []
+        if args.cluster:
+            extra += ["--replicas", "3"]
+            brokers = {f"node-{i}": n.proc.pid for i, n in enumerate(broker.nodes)}
+        else:
+            brokers = {"broker": broker.proc.pid}
+        gateways = [Gw(start_gateway(model, broker.url, f"gw-{i}", args.partitions, extra), f"gw-{i}")
                     for i in range(args.gateways)]
         followers = [asyncio.ensure_future(follow(g.proc)) for g in gateways]
         try:
@@ -196,7 +228,7 @@ async def main_async(args):
             rss0 = {g.name: rss_kb(g.pid) for g in gateways}
             for rate in args.rates:
                 r = await phase(broker.url, args.devices, features, rate, args.seconds, args.sample,
-                                broker.proc.pid, gateways, per_message=args.per_message)
+                                brokers, gateways, per_message=args.per_message)
                 results.append(r)
                 print(json.dumps(r), flush=True)
             mem = {g.name: {"rss_growth_kb": rss_kb(g.pid) - rss0[g.name], "devices": g.status.get("devices"),
@@ -210,7 +242,9 @@ async def main_async(args):
                 if len(gateways) < 2:
                     raise SystemExit("--failover needs --gateways 2 or more")
                 failover = await phase(broker.url, args.devices, features, args.failover_rate, args.seconds,
-                                       args.sample, broker.proc.pid, gateways, kill_at=args.seconds / 3)
+                                       args.sample, brokers, gateways, kill_at=args.seconds / 3,
+                                       kill=broker.nodes[0].kill if args.cluster else None)
+                failover["killed"] = "a gateway and broker node-0" if args.cluster else "a gateway"
                 print(json.dumps({"failover": failover}), flush=True)
         finally:
             for g in gateways:
@@ -225,6 +259,7 @@ async def main_async(args):
     report = {"command": "python scripts/bench_gateway.py " + " ".join(sys.argv[1:]),
               "date": time.strftime("%Y-%m-%d"), "cpu": _cpu(), "cores": os.cpu_count(), "model": model.name,
               "gateways": args.gateways, "partitions": args.partitions, "phases": results, "memory": memory,
+              "brokers": "a three-node JetStream cluster, R3 streams and buckets" if args.cluster else "one nats-server",
               "failover": failover}
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
@@ -249,6 +284,9 @@ def main():
     ap.add_argument("--gateways", type=int, default=1)
     ap.add_argument("--partitions", type=int, default=8)
     ap.add_argument("--sample", type=int, default=50, help="devices whose predictions are timed")
+    ap.add_argument("--snapshot-every", type=int, help="the gateways' --snapshot-every (default: theirs)")
+    ap.add_argument("--cluster", action="store_true", help="a three-node JetStream cluster (R3); with --failover "
+                    "broker node-0 is SIGKILLed with the gateway")
     ap.add_argument("--failover", action="store_true")
     ap.add_argument("--failover-rate", type=float, default=10.0)
     ap.add_argument("--json", help="write the figures here")

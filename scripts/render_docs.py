@@ -22,7 +22,8 @@ Sources:
                                  (after `make demo`; the command is recorded in the JSON)
   - docs/figures/gateway.json   `python scripts/bench_gateway.py ... --json docs/figures/gateway.json`
                                  (the command is recorded in the JSON; gateway_batched.json likewise, with
-                                 --per-message)
+                                 --per-message; gateway_overload.json, at twice the capacity; and
+                                 gateway_cluster.json, with --cluster --failover)
   - docs/figures/ucr.json       `python scripts/measure_ucr.py run --sets /tmp/ucr --json docs/figures/ucr.json`
                                  (after its `convert`; the command is recorded in the JSON)
   - docs/figures/compilers.json `python scripts/firmware_compilers.py --json docs/figures/compilers.json
@@ -59,6 +60,8 @@ SOURCES = {
     "firmware": "docs/figures/firmware.json",
     "gateway": "docs/figures/gateway.json",
     "gateway-batched": "docs/figures/gateway_batched.json",
+    "gateway-overload": "docs/figures/gateway_overload.json",
+    "gateway-cluster": "docs/figures/gateway_cluster.json",
     "ucr": "docs/figures/ucr.json",
     "compilers": "docs/figures/compilers.json",
     "demo": "docs/figures/demo.json",
@@ -382,22 +385,28 @@ def render_gateway(d: dict, source: str) -> str:
         rows.append([f"{r['devices']:,} x {r['rate_hz']:g} Hz" + (f", {k} readings a message" if k > 1 else ""),
                      f"{r['offered_per_s']:,}", f"{r['predictions_per_s']:,}",
                      f"{r['p50_ms']:,.1f} ms" if r["p50_ms"] is not None else "-",
-                     f"{r['p99_ms']:,.1f} ms" if r["p99_ms"] is not None else "-", cpu])
+                     f"{r['p99_ms']:,.1f} ms" if r["p99_ms"] is not None else "-",
+                     f"{r['sampled_received']:,} of {r['sampled_expected']:,}",
+                     f"{r['partitions_lost']}" if "partitions_lost" in r else "-", cpu])
     table = _table(["devices x rate", "offered readings/s", "predictions/s", "p50 publish to prediction", "p99",
-                    "CPU (cores)"], rows)
+                    "sampled readings predicted", "leases lost", "CPU (cores)"], rows)
     m = d["memory"]
     text = [f"Memory: {m['state_bytes_per_device']:,} B of model state per device; the gateways' RSS grew by "
             f"{m['rss_bytes_per_device']:,} B per device over the run (the state, the device records and the "
             "batch sessions made on first use)."]
     f = d.get("failover")
     if f:
-        text.append(f"Failover ({d['gateways']} gateways, {f['devices']:,} devices at {f['rate_hz']:g} Hz, one "
-                    f"SIGKILLed): the longest gap in a sampled device's predictions after the kill was "
+        stored = (f" EDGESEQ_OUT stored {f['sampled_stored']:,} of the sampled devices' {f['sampled_messages']:,} "
+                  "prediction messages." if "sampled_stored" in f else "")
+        text.append(f"Failover ({d['gateways']} gateways, {f['devices']:,} devices at {f['rate_hz']:g} Hz, "
+                    f"{f.get('killed', 'a gateway')} SIGKILLed): the longest gap in a sampled device's predictions after the kill was "
                     f"{f['failover_s']:.1f} s ({f['devices_interrupted']} of {f['sampled_devices']} sampled devices "
                     f"went more than 1 s without one, the survivor's own too while it replayed the partitions it "
-                    f"took); every sampled prediction arrived ({f['sampled_received']:,} of {f['sampled_expected']:,}).")
+                    "took); " + ("every sampled prediction arrived" if f["sampled_received"] == f["sampled_expected"]
+                                 else "NOT every sampled prediction arrived") +
+                    f" ({f['sampled_received']:,} of {f['sampled_expected']:,})." + stored)
     how = (f"`{d['command']}`: {d['gateways']} gateway process(es), {d['partitions']} partitions, model "
-           f"{d['model']}, broker, gateways and devices on one {d['cores']}-core machine ({d['cpu']}); "
+           f"{d['model']}, {d.get('brokers', 'one nats-server')}, gateways and devices on one {d['cores']}-core machine ({d['cpu']}); "
            f"measured {d['date']}")
     return "\n\n".join([f"*{how}.*", table, *text])
 
@@ -622,6 +631,8 @@ RENDERERS = {
     "compilers": ("compilers", render_compilers),
     "gateway": ("gateway", render_gateway),
     "gateway-batched": ("gateway-batched", render_gateway),
+    "gateway-overload": ("gateway-overload", render_gateway),
+    "gateway-cluster": ("gateway-cluster", render_gateway),
     "demo": ("demo", render_demo),
 }
 

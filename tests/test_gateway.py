@@ -104,6 +104,8 @@ def broker(tmp_path):
 
 async def _run_gateway(model, url, body, **kw):
     from edgeseq.gateway.service import Gateway
+    if "snapshot_every" in kw:                  # a test of stores every so many readings: not held back by time
+        kw.setdefault("snapshot_seconds", 0.0)
     gw = Gateway(model, url, partitions=4, **kw)
     gw.ready = asyncio.Event()
     stop = asyncio.Event()
@@ -365,7 +367,13 @@ def test_full_backlogs_refuse_readings_instead_of_growing(broker, exported):
         await devices.replay(broker.url, {a: X[a]})                  # 12 readings, 8 kept
         await devices.replay(broker.url, {b: X[b]}, stop=8)          # 8 more: 16
         await devices.replay(broker.url, {c: X[c]}, stop=8)          # 4 of 8 fit: 20
-        info = await nc.jetstream().stream_info(wire.readings_stream(1), subjects_filter=">")
+        info, last = None, -1
+        for _ in range(50):                                          # until the server has stored what it will
+            info = await nc.jetstream().stream_info(wire.readings_stream(1), subjects_filter=">")
+            if info.state.messages == last:
+                break
+            last = info.state.messages
+            await asyncio.sleep(0.1)
         others = [(await nc.jetstream().stream_info(wire.readings_stream(p), subjects_filter=">")).state.subjects
                   for p in (0, 2, 3)]
         await nc.close()

@@ -21,6 +21,9 @@ RELOAD_SECONDS = 2.0             # how often a running server looks for fleet ch
 @click.option("--name", help="This gateway's id (letters, digits, - and _). Default: host-pid.")
 @click.option("--snapshot-every", type=click.IntRange(min=1), default=1000, show_default=True,
               help="Readings of a partition between stored device states.")
+@click.option("--snapshot-seconds", type=click.FloatRange(0, 3600), default=1.0, show_default=True,
+              help="Seconds between a partition's stored states at least (each store is a put per device that "
+              "changed); a gateway taking a partition over replays about this much and --snapshot-every readings.")
 @click.option("--lease-seconds", type=click.FloatRange(1, 86400), default=5.0, show_default=True,
               help="A dead gateway's partitions are taken over this long after its last renewal.")
 @click.option("--max-batch", type=click.IntRange(1, 1024), default=1024, show_default=True,
@@ -66,11 +69,10 @@ RELOAD_SECONDS = 2.0             # how often a running server looks for fleet ch
               "(its devices start over).")
 @_backend_option
 @_errors
-def serve(model, url, partitions, name, snapshot_every, lease_seconds, max_batch, max_device_backlog, max_device_rate,
-          replicas,
-          max_history, store, port, mqtt_port, host, fleet, tls_cert, tls_key, tls_ca, metrics_port, metrics_host,
-          status_every, duration,
-          print_config, predictions, replace_model, backend):
+def serve(model, url, partitions, name, snapshot_every, snapshot_seconds, lease_seconds, max_batch,
+          max_device_backlog, max_device_rate, replicas, max_history, store, port, mqtt_port, host, fleet, tls_cert,
+          tls_key, tls_ca, metrics_port, metrics_host, status_every, duration, print_config, predictions,
+          replace_model, backend):
     """Serve MODEL to many devices: readings in over NATS or MQTT, predictions out, each
     device's state kept in JetStream.
 
@@ -115,6 +117,7 @@ def serve(model, url, partitions, name, snapshot_every, lease_seconds, max_batch
     if url is not None and "@" not in url and crew.gateway_file.exists():      # the server --print-config configured
         url = ",".join(with_credentials(u.strip(), *crew.gateway_credentials()) for u in url.split(","))
     gw = Gateway(model, url or "nats://placeholder", partitions=partitions, name=name, snapshot_every=snapshot_every,
+                 snapshot_seconds=snapshot_seconds,
                  lease_seconds=lease_seconds, max_batch=max_batch, backend=backend, max_history=max_history,
                  max_device_backlog=max_device_backlog, max_device_rate=max_device_rate, replicas=replicas,
                  replace_model=replace_model, predictions=predictions, echo=echo,

@@ -16,7 +16,9 @@ How it holds together:
   (killed, hung, cut off), and another gateway then creates them. Gateways share the partitions
   evenly: each heartbeats `gw.<name>` in the same bucket and holds at most ceil(P / live
   gateways), handing extras over (state stored first) when another joins.
-- Every `snapshot_every` readings of a partition, the gateway stores the state of each device that
+- Every `snapshot_every` readings of a partition, but not sooner than `snapshot_seconds` after
+  its last store (at a high rate, a store per so many readings would cost as much as the readings:
+  a put per device), the gateway stores the state of each device that
   changed (`d.<device>` in bucket `edgeseq_state`, with the last sequence number applied) and then
   the partition's mark (`m.<p>`: the stream sequence of the last reading applied). A gateway that
   takes a partition over replays the stream from the mark on; a device's stored state says which
@@ -72,6 +74,7 @@ OFFLOAD_READINGS = 32           # a round of at least this many readings steps i
                                 # everything awaiting in it) goes on while the native step runs without the GIL
 PROBE = "~probe-"               # device-token prefix of the gateway's mapping probes (no device id holds "~") ...
 PROBES = 16                     # ... this many, so a mapping for another partition count shows in one of them
+SETUP_TRIES = 6                 # tries at making the streams and buckets (each call waits up to 10 s)
 MISSING = "nats-py is not installed: pip install nats-py (or pip install '.[gateway]' in edgeseq's clone)"
 
 
@@ -100,6 +103,7 @@ class Partition:
         self.unacked_since = 0.0      # when the first of them arrived (monotonic seconds)
         self.backlog = 0              # readings stored and not yet delivered here (the last message's metadata)
         self.lost = False             # its lease was taken over: dropped without storing at the next round
+        self.stored_at = time.monotonic()   # when its states were last stored (or it was taken)
 
     async def deliver(self, msg) -> None:
         self.buf.append(msg)
@@ -112,7 +116,7 @@ class Gateway:
     model: an edgeseq .onnx step graph; url: the NATS server (JetStream on, with the partition
     mapping of `broker.mapping_block(partitions)`); partitions: P, as in that mapping;
     name: this gateway's id (default host-pid); snapshot_every: readings of a partition between
-    stored states; lease_seconds: how long a lease outlives its last renewal (a partition is
+    stored states, and snapshot_seconds: seconds between them at least; lease_seconds: how long a lease outlives its last renewal (a partition is
     taken over within about 1.25x this after its gateway dies); idle_seconds: a device silent this
     long is stored and dropped from memory; max_backlog, max_device_backlog: readings waiting in
     all (each partition's stream holds max_backlog / P) and per device at most; max_device_rate:
@@ -126,6 +130,7 @@ class Gateway:
     missing, a server without JetStream)."""
 
     def __init__(self, model, url: str, partitions: int = 8, name: str | None = None, snapshot_every: int = 1000,
+                 snapshot_seconds: float = 1.0,
                  lease_seconds: float = 5.0, max_batch: int = 1024, backend: str | None = None,
                  max_history: int | None = None, idle_seconds: float = 300.0,
                  max_pending: int = 20000, max_backlog: int = 1_000_000, max_device_backlog: int = 10_000,
@@ -142,6 +147,10 @@ class Gateway:
         for what, v in (("lease_seconds", lease_seconds), ("idle_seconds", idle_seconds)):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 1 <= v <= 86400:
                 raise UsageError(f"{what} must be a number of seconds from 1 to 86400, got {v!r}")
+        if isinstance(snapshot_seconds, bool) or not isinstance(snapshot_seconds, (int, float)) \
+                or not math.isfinite(snapshot_seconds) or not 0 <= snapshot_seconds <= 3600:
+            raise UsageError(f"snapshot_seconds must be a number of seconds from 0 to 3600, got {snapshot_seconds!r}")
+        self.snapshot_seconds = float(snapshot_seconds)
         if isinstance(max_device_rate, bool) or not isinstance(max_device_rate, (int, float)) \
                 or not math.isfinite(max_device_rate) or not 0 <= max_device_rate <= 1e6:
             raise UsageError(f"max_device_rate must be readings a second from 0 (no limit) to 1e6, got "
@@ -243,10 +252,19 @@ class Gateway:
             allow_reconnect=True, error_cb=self._nats_error, disconnected_cb=self._nats_note("disconnected"),
             reconnected_cb=self._nats_note("reconnected"), closed_cb=self._closed, **creds), 20)
         self.js = self.nc.jetstream(timeout=10)
-        await self._streams()
-        self.leases = await self._bucket(wire.LEASE_BUCKET, ttl=self.lease_seconds)
-        self.state = await self._bucket(wire.STATE_BUCKET)
-        await self._check_deployment()
+        for attempt in range(SETUP_TRIES):
+            try:
+                await self._streams()
+                self.leases = await self._bucket(wire.LEASE_BUCKET, ttl=self.lease_seconds)
+                self.state = await self._bucket(wire.STATE_BUCKET)
+                await self._check_deployment()
+                break
+            except asyncio.TimeoutError:          # a cluster placing replicated streams (another gateway too)
+                if attempt == SETUP_TRIES - 1:
+                    raise EdgeseqError(f"JetStream at {self.where} did not answer while the gateway made its "
+                                       f"streams ({SETUP_TRIES} tries of 10 s); check the server's log "
+                                       "(a cluster needs a majority of its nodes)") from None
+                self._say("setup", "NATS: JetStream slow to answer while making the streams; retrying")
         await self._check_mapping(at_start=True)
 
     def _tls_context(self):
@@ -592,6 +610,7 @@ class Gateway:
             part.last_msg = None
             await self.js.purge_stream(wire.readings_stream(part.p), seq=part.applied_seq + 1)
         part.since_snapshot = part.unacked = 0
+        part.stored_at = time.monotonic()
         self.stats["snapshots"] += 1
         if evict:
             old = time.monotonic() - self.idle_seconds
@@ -688,7 +707,8 @@ class Gateway:
     async def _process(self, batches: list):
         """Apply delivered messages [(partition, epoch, [msgs])]: parse, order per device, step in
         rounds (one reading per device a round), publish; store and acknowledge every
-        snapshot_every readings (or when half of max_pending waits unacknowledged)."""
+        snapshot_every readings, snapshot_seconds apart at least (or when half of max_pending waits
+        unacknowledged)."""
         pending: dict = {}
         touched = []
         stored: list = []             # JetStream's storage times of the messages (seconds since the epoch)
@@ -822,8 +842,8 @@ class Gateway:
             for t in stored:
                 self.metrics.observe(wall - t)
         for part in set(touched):
-            if part.p in self.parts and (part.since_snapshot >= self.snapshot_every
-                                         or part.unacked >= self.max_pending // 2):
+            due = part.since_snapshot >= self.snapshot_every and now - part.stored_at >= self.snapshot_seconds
+            if part.p in self.parts and (due or part.unacked >= self.max_pending // 2):
                 try:
                     await self._snapshot(part)
                 except Exception as e:  # noqa: BLE001 - stored next round: the mark moves once all is stored
