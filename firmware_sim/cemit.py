@@ -216,6 +216,10 @@ def decision_header(m, p: str) -> str:
     if spec is None:
         return ""
     P = p.upper()
+    from firmware_sim.intdecide import params
+    W = params(spec)["window"]
+    ring = (f"\n  int32_t ring[{W}][{P}_CLASSES];   /* the moving mean's last {W} readings, Q15 */"
+            f"\n  int32_t sum[{P}_CLASSES], head, n;" if W else "")
     return f"""
 /* The decision layer (edgeseq calibrate: {comment_text(spec.describe())}), in integer
    arithmetic (es_decide_q15.h). Call {p}_decide after each step: it returns the events that
@@ -224,7 +228,7 @@ def decision_header(m, p: str) -> str:
 #define {P}_DECISION 1
 typedef struct {{
   int32_t s[{P}_CLASSES];   /* smoothed probabilities, Q15 */
-  int32_t started, run_cls, run_len, active, cool, gone;
+  int32_t started, run_cls, run_len, active, cool, gone;{ring}
 }} {p}_decision_t;
 void {p}_decision_reset({p}_decision_t *d);
 int {p}_decide(const int32_t logits_q12[{P}_CLASSES], {p}_decision_t *d, int32_t probs_q15[{P}_CLASSES],
@@ -240,25 +244,32 @@ def decision_source(m, p: str) -> str:
     from firmware_sim.intdecide import EXP_Q15, params
     q = params(spec)
     P = p.upper()
+    W = q["window"]
+    clear = (f"\n  for (c = 0; c < {W} * {P}_CLASSES; c++) d->ring[c / {P}_CLASSES][c % {P}_CLASSES] = 0;"
+             f"\n  for (c = 0; c < {P}_CLASSES; c++) d->sum[c] = 0;\n  d->head = 0, d->n = 0;" if W else "")
+    ring_in = ("  st.ring = &d->ring[0][0], st.sum = d->sum, st.head = d->head, st.n = d->n;" if W else
+               "  st.ring = 0, st.sum = 0, st.head = 0, st.n = 0;")
+    ring_out = "\n  d->head = st.head, d->n = st.n;" if W else ""
     return (_arr("int32_t", f"{p}_dec_thr", q["threshold_q15"]) + _arr("int32_t", f"{p}_dec_min", q["min_duration"])
             + _arr("uint16_t", f"{p}_dec_exp", EXP_Q15) + f"""
 void {p}_decision_reset({p}_decision_t *d) {{
   int c;
   for (c = 0; c < {P}_CLASSES; c++) d->s[c] = 0;
-  d->started = 0, d->run_cls = -1, d->run_len = 0, d->active = -1, d->cool = 0, d->gone = 0;
+  d->started = 0, d->run_cls = -1, d->run_len = 0, d->active = -1, d->cool = 0, d->gone = 0;{clear}
 }}
 
 int {p}_decide(const int32_t logits_q12[{P}_CLASSES], {p}_decision_t *d, int32_t probs_q15[{P}_CLASSES],
                int32_t *ended, int32_t *started, int32_t *run) {{
   static const es_dec_params prm = {{{P}_CLASSES, {q['alpha_q15']}, {p}_dec_thr, {p}_dec_min, {q['refractory']},
-                                     {q['release']}, {p}_dec_exp}};
+                                     {q['release']}, {p}_dec_exp, {W}}};
   es_dec_state st;
   int n;
   st.s = d->s, st.started = d->started, st.run_cls = d->run_cls, st.run_len = d->run_len;
   st.active = d->active, st.cool = d->cool, st.gone = d->gone;
+{ring_in}
   n = es_dec_step(&prm, &st, logits_q12, probs_q15, ended, started, run);
   d->started = st.started, d->run_cls = st.run_cls, d->run_len = st.run_len;
-  d->active = st.active, d->cool = st.cool, d->gone = st.gone;
+  d->active = st.active, d->cool = st.cool, d->gone = st.gone;{ring_out}
   return n;
 }}
 
@@ -376,7 +387,7 @@ def anomaly_source(m, p: str) -> str:
             + _arr("uint16_t", f"{p}_an_exp", EXP_Q15) + f"""
 static const es_anom_params {p}_an = {{{P}_FEATURES, {q['alpha_q10']}, {q['learn']}, {q['warm']}, {q['adapt_shift']},
   {q['sig2_q8']}, {p}_an_mean_fx, {p}_an_dmax, {p}_an_pre, {p}_an_mult, {p}_an_post, {p}_an_expnv, {p}_an_lim,
-  {{2, 32768, {p}_an_thr, {p}_an_min, {q['refractory']}, {q['release']}, {p}_an_exp}}}};
+  {{2, 32768, {p}_an_thr, {p}_an_min, {q['refractory']}, {q['release']}, {p}_an_exp, 0}}}};
 
 static void {p}_an_in(const {p}_anomaly_t *a, es_anom_state *st, int32_t *mu, int32_t *lv, int32_t *s2) {{
   int f;
@@ -385,6 +396,7 @@ static void {p}_an_in(const {p}_anomaly_t *a, es_anom_state *st, int32_t *mu, in
   st->var = a->var, s2[0] = a->dec_s[0], s2[1] = a->dec_s[1], st->dec.s = s2;
   st->dec.started = a->started, st->dec.run_cls = a->run_cls, st->dec.run_len = a->run_len;
   st->dec.active = a->active, st->dec.cool = a->cool, st->dec.gone = a->gone;
+  st->dec.ring = 0, st->dec.sum = 0, st->dec.head = 0, st->dec.n = 0;
 }}
 
 static void {p}_an_out(const es_anom_state *st, {p}_anomaly_t *a) {{

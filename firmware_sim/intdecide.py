@@ -9,7 +9,8 @@ the Q12 logits: exp(-d) looked up in 1/16 steps of the logit difference d from t
 (`EXP_Q15`), normalised with one division per reading. So the firmware's probabilities differ
 from the float softmax by up to about 3% of a probability (the 1/16 step), and its events may
 differ from the host's float decision layer near a threshold; `event_scores_int` measures them.
-Only EMA smoothing (or none) runs in firmware; a moving mean is refused.
+A moving mean keeps the window's Q15 probabilities in a ring and their sum per class:
+s = sum // n, n the readings in the ring (at most the window).
 """
 
 from __future__ import annotations
@@ -28,17 +29,14 @@ NEVER = 32769                  # a background class's threshold: above any Q15 p
 
 def params(spec: DecisionSpec) -> dict:
     """The integer constants of `spec`: alpha_q15, threshold_q15 [C], min_duration [C],
-    refractory, release. UsageError for a moving mean (not in firmware)."""
-    if spec.smoothing == "mean":
-        raise UsageError("the firmware's decision layer smooths with an EMA (or not at all), not a moving mean; "
-                         "calibrate again, or set smoothing to ema")
+    refractory, release, window (a moving mean's readings; 0 for an EMA or none)."""
     labels = list(spec.labels)
     alpha = 32768 if spec.smoothing == "none" else int(round(spec.alpha * 32768))
     thr = [NEVER if x in spec.background else int(round(spec.threshold[x] * 32768)) for x in labels]
     mind = [0 if x in spec.background else int(spec.min_duration[x]) for x in labels]
     return {"alpha_q15": max(1, alpha), "threshold_q15": np.array(thr, np.int64),
             "min_duration": np.array(mind, np.int64), "refractory": int(spec.refractory),
-            "release": int(spec.release)}
+            "release": int(spec.release), "window": int(spec.window) if spec.smoothing == "mean" else 0}
 
 
 def probs_q15(logits_q12: np.ndarray) -> np.ndarray:
@@ -60,9 +58,11 @@ class IntDecider:
         self.spec, self.labels, self.streams = spec, list(spec.labels), int(streams)
         q = params(spec)
         self.alpha, self.thr, self.mind = q["alpha_q15"], q["threshold_q15"], q["min_duration"]
-        self.refractory, self.release = q["refractory"], q["release"]
+        self.refractory, self.release, self.window = q["refractory"], q["release"], q["window"]
         S, C = self.streams, len(self.labels)
         self.s = np.zeros((S, C), np.int64)
+        self.ring = np.zeros((S, self.window, C), np.int64)
+        self.sum = np.zeros((S, C), np.int64)
         self.started = np.zeros(S, bool)
         self.run_cls = np.full(S, -1, np.int64)
         self.run_len = np.zeros(S, np.int64)
@@ -75,7 +75,13 @@ class IntDecider:
 
     def update(self, logits_q12: np.ndarray) -> list:
         p = probs_q15(logits_q12)
-        self.s = np.where(self.started[:, None], self.s + ((self.alpha * (p - self.s)) >> 15), p)
+        if self.window:
+            slot = self.seen % self.window
+            self.sum += p - self.ring[self._rows, slot]
+            self.ring[self._rows, slot] = p
+            self.s = self.sum // np.minimum(self.seen + 1, self.window)[:, None]
+        else:
+            self.s = np.where(self.started[:, None], self.s + ((self.alpha * (p - self.s)) >> 15), p)
         self.started[:] = True
         top = self.s.argmax(axis=1)
         cand = np.where(self.s[self._rows, top] >= self.thr[top], top, -1)

@@ -48,10 +48,13 @@ class Buffer:
 
 # The integer decision layer (es_decide_q15.h), where a model has decision settings: its exp table (178 uint16),
 # its code (estimated from the M4 and M0+ builds) and its cycles per class, measured by `firmware measure` on
-# emulated cores with 4 classes (GRU, SSM, Transformer: 295-301 cycles on the M4, 462-472 on the M0+).
+# emulated cores with 4 classes (GRU, SSM, Transformer at -O2; the most of the three, per class): an EMA 290-297
+# cycles on the M4, 472-478 on the M0+; a moving mean of 6 readings (a division per class: in software on the
+# M0+) 375-385 on the M4, 819-968 on the M0+.
 DECISION_EXP_BYTES = 356
 DECISION_CODE = 400
-DECISION_CYCLES_PER_CLASS = {"cortex-m4": 75, "cortex-m7": 75, "cortex-m33": 75, "cortex-m0plus": 118}
+DECISION_CYCLES_PER_CLASS = {"cortex-m4": 75, "cortex-m7": 75, "cortex-m33": 75, "cortex-m0plus": 120}
+DECISION_MEAN_CYCLES_PER_CLASS = {"cortex-m4": 97, "cortex-m7": 97, "cortex-m33": 97, "cortex-m0plus": 242}
 # The integer anomaly layer (es_anomaly_q8.h) of an anomaly model: its tables (exp(-v) and its limits, 2 x 257
 # uint32, and the decision layer's exp table), per-channel constants (5 int32), code (estimated) and cycles per
 # channel, from `firmware measure` of a 3-channel GRU past its learning phase (709 cycles on the M4, 1,085 on the
@@ -327,10 +330,12 @@ def check_model(path, target, history: int | None = None, cycles_per_mac: float 
     if integer and meta.decision is not None:          # the integer decision layer (es_decide_q15.h) after the step
         from edgeseq.runtime.decision import DecisionSpec
         from firmware_sim.intdecide import params
-        params(DecisionSpec.from_json(meta.decision, meta.labels))     # a moving mean: refused, as emit refuses it
+        W = params(DecisionSpec.from_json(meta.decision, meta.labels))["window"]
         C = len(meta.labels)
-        decision = {"flash": DECISION_EXP_BYTES + 8 * C + DECISION_CODE, "ram": 8 * C + 24,
-                    "cycles": DECISION_CYCLES_PER_CLASS.get(core, max(DECISION_CYCLES_PER_CLASS.values())) * C}
+        per_class = DECISION_MEAN_CYCLES_PER_CLASS if W else DECISION_CYCLES_PER_CLASS
+        decision = {"flash": DECISION_EXP_BYTES + 8 * C + DECISION_CODE,
+                    "ram": 8 * C + 24 + (4 * W * C + 4 * C + 8 if W else 0),       # a moving mean: its ring and sums
+                    "cycles": per_class.get(core, max(per_class.values())) * C}
         flash["decision"] = decision["flash"]
     if integer and meta.kind == "anomaly":             # the integer anomaly layer (es_anomaly_q8.h) after the step
         F = len(meta.features)
@@ -377,8 +382,8 @@ def check_model(path, target, history: int | None = None, cycles_per_mac: float 
     elif decision:
         r["decision"] = {**decision, "source": "flash: the exp table and per-class constants (exact) and code "
                          f"(estimated, {DECISION_CODE} B); RAM: its state and probabilities (exact); cycles: "
-                         "per class, from `firmware measure` of GRU/SSM/Transformer with 4 classes (about 300 on "
-                         "the M4, 465 on the M0+)"}
+                         "per class, from `firmware measure` of GRU/SSM/Transformer with 4 classes (an EMA about "
+                         "300 on the M4, 480 on the M0+; a moving mean of 6 readings about 385 and 970)"}
     r["fits"] = r["flash"]["margin"] >= 0 and r["ram"]["margin"] >= 0
     if asked is not None or exported is not None:
         r["history_asked"] = asked if asked is not None else exported

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from edgeseq.data import load_dataset
-from edgeseq.errors import UsageError
 from edgeseq.runtime.decision import DecisionSpec
 from edgeseq.runtime.evaluate import joined_streams
 from firmware_sim.cemit import emit
@@ -20,14 +19,15 @@ from helpers import assert_c_never_says, gcc_strict, host_stream, simulated
 ARCHS = ["gru", "ssm", "transformer"]
 
 
-def decided_int8(int8, arch, folder):
-    """The static int8 model of `arch` with decision settings that fire on BasicMotions."""
+def decided_int8(int8, arch, folder, smoothing="ema"):
+    """The static int8 model of `arch` with decision settings that fire on BasicMotions (an EMA,
+    or a moving mean of 6 readings)."""
     from export.decision import write_decision
     src = int8(arch, "static")[0]
     labels = from_onnx(src).labels
-    spec = DecisionSpec.make(labels, ["Standing"], alpha=0.3, threshold=0.7, min_duration=3, refractory=5, release=2,
-                             rate_hz=10.0)
-    return write_decision(src, spec, folder / f"{arch}-events.onnx"), spec
+    spec = DecisionSpec.make(labels, ["Standing"], smoothing=smoothing, alpha=0.3, window=6, threshold=0.7,
+                             min_duration=3, refractory=5, release=2, rate_hz=10.0)
+    return write_decision(src, spec, folder / f"{arch}-{smoothing}-events.onnx"), spec
 
 
 def stream(m, n=1500):
@@ -45,17 +45,25 @@ def test_integer_probabilities_and_the_exp_table():
     assert (probs_q15(np.random.default_rng(0).integers(-40000, 40000, (200, 5))).sum(1) <= 32768).all()
 
 
-def test_a_moving_mean_is_refused_for_firmware():
-    spec = DecisionSpec.make(["a", "b"], smoothing="mean", window=4)
-    with pytest.raises(UsageError, match="EMA"):
-        params(spec)
+def test_the_integer_moving_mean_is_the_floor_of_the_windows_mean():
+    """A moving mean in firmware: s = (sum of the last `window` Q15 probabilities) // readings
+    in the window, per stream, from the first reading on."""
+    spec = DecisionSpec.make(["a", "b", "c"], smoothing="mean", window=4, threshold=0.99)
+    assert params(spec)["window"] == 4 and params(DecisionSpec.make(["a", "b"], alpha=0.5))["window"] == 0
     assert params(DecisionSpec.make(["a", "b"], ["a"], smoothing="none"))["threshold_q15"][0] == 32769
+    rng = np.random.default_rng(0)
+    logits = rng.integers(-30000, 30000, (40, 2, 3))
+    dec = IntDecider(spec, 2)
+    for t in range(40):
+        dec.update(logits[t])
+        p = probs_q15(logits[max(0, t - 3):t + 1])
+        assert np.array_equal(dec.s, p.sum(axis=0) // len(p)), t
 
 
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc on the host")
-@pytest.mark.parametrize("arch", ARCHS)
-def test_emitted_decision_is_bit_exact_with_the_integer_simulator(int8, arch, tmp_path):
-    path, spec = decided_int8(int8, arch, tmp_path)
+@pytest.mark.parametrize("arch,smoothing", [*((a, "ema") for a in ARCHS), ("gru", "mean")])
+def test_emitted_decision_is_bit_exact_with_the_integer_simulator(int8, arch, smoothing, tmp_path):
+    path, spec = decided_int8(int8, arch, tmp_path, smoothing)
     m = from_onnx(path)
     emit(m, tmp_path / "c", prefix="es")
     c = tmp_path / "c"
@@ -81,12 +89,12 @@ def test_a_model_without_settings_emits_no_decision(int8, tmp_path):
     assert not (tmp_path / "es_decide_q15.h").exists() and "decide" not in (tmp_path / "es_model.h").read_text()
 
 
-@pytest.mark.parametrize("core", ["cortex-m4", "cortex-m0plus"])
-def test_decision_on_an_emulated_core_is_bit_exact_and_cheap(int8, tmp_path, core):
+@pytest.mark.parametrize("core,smoothing", [("cortex-m4", "ema"), ("cortex-m0plus", "ema"), ("cortex-m0plus", "mean")])
+def test_decision_on_an_emulated_core_is_bit_exact_and_cheap(int8, tmp_path, core, smoothing):
     from helpers import skip_without_emulator
     skip_without_emulator()
     from firmware_sim.measure import measure
-    path, _ = decided_int8(int8, "gru", tmp_path)
+    path, _ = decided_int8(int8, "gru", tmp_path, smoothing)
     r = measure(path, core, "-O2", readings=400, counted=2)       # raises where any logit or event differs
     d = r["decision"]
     assert d["bit_exact_readings"] == 400
@@ -102,3 +110,5 @@ def test_check_counts_the_decision_layer(int8, tmp_path):
     assert with_dec["ram"]["total"] - plain["ram"]["total"] == 8 * C + 24
     assert with_dec["flash"]["total"] - plain["flash"]["total"] == with_dec["flash"]["decision"] > 356
     assert 0 < with_dec["cost"]["cycles"] - plain["cost"]["cycles"] <= 0.03 * plain["cost"]["cycles"]
+    mean = check_model(decided_int8(int8, "gru", tmp_path, "mean")[0], get_target("nrf52840"))
+    assert mean["ram"]["total"] - plain["ram"]["total"] == 8 * C + 24 + 4 * 6 * C + 4 * C + 8     # ring, sums

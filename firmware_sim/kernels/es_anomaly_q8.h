@@ -57,7 +57,7 @@ static inline void es_anom_reset(const es_anom_params *a, es_anom_state *st) {
   st->dec_s[0] = st->dec_s[1] = 0;
   st->dec.s = st->dec_s;
   st->dec.started = 0, st->dec.run_cls = -1, st->dec.run_len = 0, st->dec.active = -1, st->dec.cool = 0;
-  st->dec.gone = 0;
+  st->dec.gone = 0, st->dec.ring = 0, st->dec.sum = 0, st->dec.head = 0, st->dec.n = 0;
 }
 
 static inline int32_t es_anom_clamp(int32_t v, int32_t lim) { return v > lim ? lim : v < -lim ? -lim : v; }

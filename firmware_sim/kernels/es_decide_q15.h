@@ -5,13 +5,14 @@
 
      probabilities, Q15: d_c = max - l_c (Q12); u = d_c >> 8 (1/16 units); e_c = es_dec_exp[u]
        (round(32768 exp(-u / 16)), 0 past the table); inv = 2^30 / sum e; p_c = (e_c inv) >> 15
-     smoothing, Q15: s = p at the first reading, else s = s + ((alpha (p - s)) >> 15)
-       (alpha_q15 = 32768: no smoothing)
+     smoothing, Q15: an EMA, s = p at the first reading, else s = s + ((alpha (p - s)) >> 15)
+       (alpha_q15 = 32768: no smoothing); or a moving mean (window > 0): the last window
+       readings' p in a ring, their sum kept per class, s = sum / n (n: readings in the ring)
      candidate: the first class with the largest s, if s >= threshold_q15 (32769 for a
        background class: never), else -1
      run, release, start and refractory: as edgeseq.runtime.decision (counts saturate at 2^30)
 
-   No float, no division but one per reading, no 64-bit arithmetic. Arithmetic right shifts of
+   No float, no 64-bit arithmetic; one division per reading (a moving mean: one per class too). Arithmetic right shifts of
    negative values are assumed to be arithmetic, as gcc, clang and armcc do. */
 
 #ifndef ES_DECIDE_Q15_H
@@ -29,12 +30,17 @@ typedef struct {
   const int32_t *min_duration;    /* [classes] */
   int32_t refractory, release;
   const uint16_t *exp_q15;        /* [ES_DEC_EXP_N] */
+  int32_t window;                 /* a moving mean's readings (at most 65535); 0: the EMA */
 } es_dec_params;
 
-/* One stream's decision state: s [classes] Q15, then started, run_cls, run_len, active, cool, gone. */
+/* One stream's decision state: s [classes] Q15, then started, run_cls, run_len, active, cool, gone;
+   for a moving mean, ring [window][classes] Q15, sum [classes], head (the ring's next slot) and n
+   (readings in it); unused by the EMA. */
 typedef struct {
   int32_t *s;
   int32_t started, run_cls, run_len, active, cool, gone;
+  int32_t *ring, *sum;
+  int32_t head, n;
 } es_dec_state;
 
 /* One reading. p: [classes] words of the caller's, left holding the Q15 probabilities.
@@ -53,10 +59,23 @@ static inline int es_dec_step(const es_dec_params *d, es_dec_state *st, const in
     sum += p[c];
   }
   inv = (int32_t)((uint32_t)1073741824u / (uint32_t)sum);
-  for (c = 0; c < d->classes; c++) {
-    int32_t q = (int32_t)(((uint32_t)p[c] * (uint32_t)inv) >> 15);
-    p[c] = q;
-    st->s[c] = st->started ? st->s[c] + ((d->alpha_q15 * (q - st->s[c])) >> 15) : q;
+  if (d->window > 0) {
+    int32_t *slot = st->ring + st->head * d->classes;
+    if (st->n < d->window) st->n++;
+    for (c = 0; c < d->classes; c++) {
+      int32_t q = (int32_t)(((uint32_t)p[c] * (uint32_t)inv) >> 15);
+      p[c] = q;
+      st->sum[c] += q - slot[c];
+      slot[c] = q;
+      st->s[c] = st->sum[c] / st->n;
+    }
+    st->head = st->head + 1 == d->window ? 0 : st->head + 1;
+  } else {
+    for (c = 0; c < d->classes; c++) {
+      int32_t q = (int32_t)(((uint32_t)p[c] * (uint32_t)inv) >> 15);
+      p[c] = q;
+      st->s[c] = st->started ? st->s[c] + ((d->alpha_q15 * (q - st->s[c])) >> 15) : q;
+    }
   }
   st->started = 1;
   for (c = 1; c < d->classes; c++)
