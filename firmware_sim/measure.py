@@ -71,6 +71,19 @@ int bench_run_decide(int first, int n) {{
 }}
 """
 
+# A regression model: the step and its output conversion (es_targets) per reading, the values kept.
+HARNESS_TARGETS = r"""int32_t bench_vals[N_MAX][ES_CLASSES];
+void bench_dec_reset(void) {{ }}
+int bench_run_decide(int first, int n) {{
+  int i;
+  for (i = 0; i < n; i++) {{
+    es_step(bench_in[first + i], &bench_state, bench_out[first + i], bench_scratch);
+    es_targets(bench_out[first + i], bench_vals[first + i]);
+  }}
+  return n;
+}}
+"""
+
 
 def core_of(target) -> str:
     """The emulated core for a target profile (its `core` field), or UsageError."""
@@ -168,7 +181,7 @@ def measure(model, core: str, opt: str = "-O2", readings: int = 1000, counted: i
         raise UsageError(f"unknown core '{core}'; use one of {', '.join(toolchain.CORES)}")
     if opt not in OPTS:
         raise UsageError(f"optimisation '{opt}' must be one of {', '.join(OPTS)}")
-    from firmware_sim.cemit import model_anomaly, model_decision
+    from firmware_sim.cemit import model_anomaly, model_decision, model_regress, targets_fixed
     m = from_onnx(model)
     X, source = readings_for(m, data, readings, model)       # a model or data error first: no toolchain needed
     compiler = toolchain.require_compiler(compiler)
@@ -197,11 +210,15 @@ def measure(model, core: str, opt: str = "-O2", readings: int = 1000, counted: i
                            + [end[0] if end else -1, start[0].cls if start else -1,
                               start[0].position - start[0].onset + 1 if start else 0])
     want = np.array(want, np.int64)
+    tq = model_regress(m) if dec is None else None          # a regression model: its targets are checked and counted
+    want_vals = targets_fixed(want, tq).astype(np.int64) if tq is not None else None
+    layered = dec is not None or tq is not None
 
     with tempfile.TemporaryDirectory(dir=work_dir) as tmp:
         d = Path(tmp)
         emit(m, d, prefix="es")
-        layer = "" if dec is None else (HARNESS_ANOMALY if width == 4 else HARNESS_DECIDE).format()
+        layer = (HARNESS_TARGETS.format() if tq is not None else "" if dec is None
+                 else (HARNESS_ANOMALY if width == 4 else HARNESS_DECIDE).format())
         (d / "harness.c").write_text(HARNESS.format(n=CHUNK) + layer)
         defines = ["ES_PORTABLE"] if portable else []
         obj = toolchain.compile_object(d / "es_model.c", core, opt, d, include_dirs=[d], defines=defines,
@@ -221,10 +238,10 @@ def measure(model, core: str, opt: str = "-O2", readings: int = 1000, counted: i
         tables = toolchain.sections(elf, symbols_from=used)["rodata"]       # the tables this model reads
         mach = emulate.Machine(elf, core)
         mach.call("bench_reset")
-        if dec is not None:
+        if layered:
             mach.call("bench_dec_reset")
-        got, got_ev = [], []
-        run = "bench_run" if dec is None else "bench_run_decide"
+        got, got_ev, got_vals = [], [], []
+        run = "bench_run_decide" if layered else "bench_run"
         for start in range(0, readings, CHUNK):             # the state carries over between chunks
             chunk = xq[start:start + CHUNK].astype(np.int32)
             mach.write("bench_in", chunk)
@@ -234,7 +251,14 @@ def measure(model, core: str, opt: str = "-O2", readings: int = 1000, counted: i
             if dec is not None:
                 got_ev.append(np.frombuffer(mach.read("bench_ev", 4 * width * len(chunk)), np.int32)
                               .reshape(len(chunk), width))
+            if tq is not None:
+                got_vals.append(np.frombuffer(mach.read("bench_vals", 4 * len(chunk) * len(m.labels)), np.int32)
+                                .reshape(len(chunk), -1))
         got = np.concatenate(got)
+        if tq is not None and not np.array_equal(np.concatenate(got_vals).astype(np.int64), want_vals):
+            bad = int(np.argwhere((np.concatenate(got_vals) != want_vals).any(1))[0, 0])
+            raise EdgeseqError(f"the compiled es_targets differs from firmware_sim.cemit.targets_fixed at reading "
+                               f"{bad} on {core} {opt}")
         if dec is not None and not np.array_equal(np.concatenate(got_ev).astype(np.int64), np.array(want_ev)):
             bad = int(np.argwhere((np.concatenate(got_ev) != np.array(want_ev)).any(1))[0, 0])
             what = "anomaly" if width == 4 else "decision"
@@ -251,7 +275,7 @@ def measure(model, core: str, opt: str = "-O2", readings: int = 1000, counted: i
             mach.call("bench_run", 0, min(CHUNK, warm - start), max_instructions=2_000_000_000)
         r = mach.call("bench_run", 0, min(counted, CHUNK), count=True, max_instructions=200_000_000)
         r_dec = None
-        if dec is not None:                                 # the same readings again, with the decision layer
+        if layered:                                         # the same readings again, with the layer after the step
             mach.call("bench_reset")
             mach.call("bench_dec_reset")
             for start in range(0, warm, CHUNK):
@@ -284,7 +308,15 @@ def measure(model, core: str, opt: str = "-O2", readings: int = 1000, counted: i
                        "instructions_per_step": f"measured (Unicorn, mean over {counted} steps)",
                        "cycles_per_step": "modelled from the executed mix (emulate.TIMINGS)"},
     }
-    if r_dec is not None:
+    if r_dec is not None and tq is not None:
+        out["targets"] = {"bit_exact_readings": readings, "targets": len(m.labels),
+                          "instructions_per_step": r_dec["instructions"] / counted - per_step,
+                          "share_of_step": (r_dec["instructions"] / counted - per_step) / per_step,
+                          "provenance": "measured (Unicorn): the step with es_targets after it, minus the step"}
+        if r_dec.get("cycles") and r.get("cycles"):
+            extra = (r_dec["cycles"]["cycles"] - r["cycles"]["cycles"]) / counted
+            out["targets"].update({"cycles_per_step": extra, "cycles_share": extra * counted / r["cycles"]["cycles"]})
+    elif r_dec is not None:
         key, fn = ("anomaly", "es_anomaly") if width == 4 else ("decision", "es_decide")
         ev = np.array(want_ev)
         fired = int((ev[:, -3] >= 0).sum() + (ev[:, -2] >= 0).sum())

@@ -384,3 +384,18 @@ def test_a_csv_carries_targets_in_named_columns(data, tmp_path):
         load_dataset(str(tmp_path / "x.npz"), targets=["a"])
     r = run(main, ["train", "--data", str(path), "--targets", "winding_c_in_60s", "--out", str(tmp_path / "c")])
     assert r.exit_code != 0 and "--targets applies to --task regress" in r.output
+
+
+def test_firmware_measure_counts_the_targets_conversion_bit_exact(models, data, tmp_path):
+    """`firmware measure` of a regression model runs `<prefix>_targets` after each step on the
+    emulated core, checks its values against `targets_fixed` and counts its instructions."""
+    from helpers import skip_without_emulator
+    skip_without_emulator()
+    from export.quantize import export_int8
+    from firmware_sim.measure import measure
+    ck, _ = models("gru")
+    export_int8(ck, tmp_path / "q.onnx", data=data, keep_anyway=True)
+    r = measure(tmp_path / "q.onnx", "cortex-m0plus", "-O2", readings=100, counted=2)
+    t = r["targets"]
+    assert t["bit_exact_readings"] == 100 and t["targets"] == 1
+    assert 0 < t["instructions_per_step"] and t["share_of_step"] < 0.05, t

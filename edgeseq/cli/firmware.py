@@ -187,6 +187,13 @@ def firmware_measure(model, target, core, opt, compiler, readings, data, targets
                      f"({d['share_of_step']:.1%} of the step)"
                      + (f", modelled {d['cycles_per_step']:,.0f} cycles ({d['cycles_share']:.1%})"
                         if "cycles_per_step" in d else ""))
+    if r.get("targets"):
+        d = r["targets"]
+        lines.append(f"  targets (es_targets, {d['targets']} value(s) in their units): bit-exact over "
+                     f"{d['bit_exact_readings']:,} readings; measured {d['instructions_per_step']:,.0f} instructions "
+                     f"per reading ({d['share_of_step']:.1%} of the step)"
+                     + (f", modelled {d['cycles_per_step']:,.0f} cycles ({d['cycles_share']:.1%})"
+                        if "cycles_per_step" in d else ""))
     lines.append("  most executed: " + ", ".join(f"{k} {v:,.0f}" for k, v in r["mix_top"][:8]))
     click.echo("\n".join(lines))
 
