@@ -416,7 +416,8 @@ def test_tls_carries_nats_and_mqtt_and_a_client_without_it_or_the_ca_is_refused(
         gw, (plain_ok, got) = asyncio.run(_run_gateway(model, broker.gateway_url, body, tls_ca=str(cert)))
         assert not plain_ok
         _check_equal(got, devices.reference(model, X))
-        with pytest.raises(EdgeseqError, match="TLS with the NATS server at tls://.*failed .*give --tls-ca"):
+        with pytest.raises(EdgeseqError, match=r"TLS with the NATS server at tls://.*failed \(.*certificate.*\).*"
+                                               r"--tls-ca"):
             asyncio.run(_run_gateway(model, broker.gateway_url, lambda gw: None))
 
 
@@ -433,3 +434,18 @@ def test_tls_settings_are_checked_in_one_line(tmp_path, runner, exported):
                         "with --nats, TLS is that server's")):
         r = runner.invoke(cli, ["serve", model, *args, "--duration", "1"])
         assert r.exit_code == 2 and what in r.output, r.output
+
+
+@needs_server
+def test_a_tls_url_to_a_server_without_tls_sends_no_credentials(tmp_path, exported):
+    """--nats tls://... at a server whose greeting does not require TLS: refused in one line
+    before the gateway's password is sent (nats-py would send it in the clear)."""
+    from edgeseq.errors import EdgeseqError
+
+    from test_gateway import _run_gateway
+    cert, _ = _self_signed(tmp_path)
+    with LocalBroker(tmp_path / "nats", partitions=4) as b:
+        url = b.url.replace("nats://", "tls://gw:secret@")
+        with pytest.raises(EdgeseqError, match="does not offer TLS .*refusing to send the gateway's credentials") as e:
+            asyncio.run(_run_gateway(str(exported("gru")[0]), url, lambda gw: None, tls_ca=str(cert)))
+        assert "secret" not in str(e.value)

@@ -408,6 +408,7 @@ def test_gateway_settings_are_checked(exported):
     from edgeseq.gateway.service import Gateway
     model = exported("gru")[0]
     for kw, what in ((dict(partitions=0), "--partitions"), (dict(snapshot_every=0), "snapshot_every"),
+                     (dict(snapshot_seconds=31), "--snapshot-seconds"), (dict(max_device_rate=-1), "--max-device-rate"),
                      (dict(lease_seconds=float("nan")), "lease_seconds"), (dict(name="a.b"), "--name"),
                      (dict(max_device_backlog=1000), "above snapshot_every")):
         with pytest.raises(UsageError, match=what):
@@ -661,8 +662,8 @@ def test_a_device_past_its_rate_limit_is_dead_lettered_with_the_reason_and_its_n
     """--max-device-rate: a token bucket of 10 seconds' worth, timed by JetStream's storage time
     and stored with the device's state. A device sending 40 readings at once at a limit of 2 a
     second gets its first 20 (or one or two more, refilled while they were sent) predicted,
-    exactly as one session of those readings, and the rest dead-lettered with the reason; its
-    neighbour is untouched."""
+    exactly as one session of those readings, and the rest refused, with a dead letter giving the
+    reason (one a second at most: the rest are counted in it); its neighbour is untouched."""
     from edgeseq.gateway import devices, wire
     model = str(exported("gru")[0])
     X = _readings(StreamSession(model).n_features, devices=2, T=40)
@@ -684,9 +685,21 @@ def test_a_device_past_its_rate_limit_is_dead_lettered_with_the_reason_and_its_n
     k = len(got["dev-0"])
     assert 20 <= k <= 22 and sorted(got["dev-0"]) == list(range(k)), sorted(got["dev-0"])
     _check_equal(got, devices.reference(model, {"dev-0": X["dev-0"][:k], "dev-1": X["dev-1"]}))
-    assert len(letters) == 40 - k and gw.stats["rate_limited"] == 40 - k
+    assert 1 <= len(letters) <= 2 and gw.stats["rate_limited"] == gw.stats["dead"] == 40 - k
     assert all(m.subject == "edgeseq.dead.dev-0" and "rate limit" in m.headers["Edgeseq-Error"]
                and "--max-device-rate" in m.headers["Edgeseq-Error"] for m in letters)
+
+
+def test_a_message_larger_than_the_bucket_passes_when_it_is_full_and_leaves_it_in_debt(exported):
+    pytest.importorskip("nats", reason="nats-py not installed")
+    from edgeseq.gateway.service import Gateway
+    gw = Gateway(exported("gru")[0], "nats://127.0.0.1:1", max_device_rate=2.0)          # a bucket of 20
+    dev = gw.batcher.new_device("d")
+    s = 1_000_000_000
+    assert gw._admit(dev, 30, 1 * s) and dev.bucket == (-10.0, 1 * s)      # full: passes, 10 in debt
+    assert not gw._admit(dev, 1, 2 * s)                                    # -8 left: refused, nothing taken
+    assert gw._admit(dev, 1, 6 * s + s // 2) and not gw._admit(dev, 1, 6 * s + s // 2)   # 1 after 5.5 s
+    assert gw._admit(dev, 1000, 100 * s)                                   # full again: any message once
 
 
 def test_the_rate_limit_bucket_travels_with_the_state_and_a_bad_one_is_refused():
@@ -694,7 +707,7 @@ def test_the_rate_limit_bucket_travels_with_the_state_and_a_bad_one_is_refused()
     data = wire.encode_state([np.zeros((1, 1, 4), np.float32)], 3, 2, "0" * 64, bucket=(7.5, 123456789))
     assert wire.decode_state(data)["bucket"] == (7.5, 123456789)
     assert wire.decode_state(wire.encode_state([np.zeros((1, 1, 4), np.float32)], 3, 2, "0" * 64))["bucket"] is None
-    for bad in ((float("nan"), 1), (-1.0, 1), (1.0, -5)):
+    for bad in ((float("nan"), 1), (-1001.0, 1), (1.0, -5)):     # a message leaves it at -1,000 at most
         with pytest.raises(wire.BadMessage, match="rate-limit bucket"):
             wire.decode_state(wire.encode_state([np.zeros((1, 1, 4), np.float32)], 3, 2, "0" * 64, bucket=bad))
 
@@ -738,3 +751,46 @@ def test_a_server_without_the_partition_mapping_is_refused_in_one_line(tmp_path,
         with pytest.raises(UsageError, match=r"maps devices to partition \d+, not as this deployment's "
                                              r"partitions \(of 4\) do: give"):
             _streams_made(model, b.url)
+
+        async def made():
+            nc = await nats.connect(b.url)
+            names = await nc.jetstream().streams_info()
+            await nc.close()
+            return [i.config.name for i in names]
+        assert asyncio.run(made()) == []          # refused before anything was made: no record fixes P = 4
+
+
+@needs_server
+def test_an_empty_deployment_of_the_earlier_layout_is_narrowed_and_its_devices_go_on(broker, exported):
+    """A deployment made when every partition's readings were in EDGESEQ_IN: the empty stream is
+    narrowed to unmapped readings, and its marks and device states, which count that stream's
+    sequences, are not taken for the new streams' (every new reading is predicted; the device's
+    own numbering goes on)."""
+    from nats.js import api
+
+    from edgeseq.gateway import devices, wire
+    from edgeseq.gateway.batcher import Batcher
+    model = str(exported("gru")[0])
+    X = _readings(StreamSession(model).n_features, devices=2, T=12)
+
+    async def old_layout():
+        nc = await nats.connect(broker.url)
+        js = nc.jetstream()
+        await js.add_stream(api.StreamConfig(name=wire.READINGS, subjects=[f"{wire.PART_SUBJECT}.>",
+                                                                           f"{wire.IN_SUBJECT}.>"], no_ack=True))
+        kv = await js.create_key_value(api.KeyValueConfig(bucket=wire.STATE_BUCKET, history=1))
+        b = Batcher(model)
+        for p in range(4):
+            await kv.put(f"m.{p}", json.dumps({"stream_seq": 5000, "gateway": "old"}).encode())
+        for d in X:                               # each device's first 6 readings applied, in the old numbering
+            await kv.put(f"d.{d}", wire.encode_state([a.copy() for a in b.new_device(d).arrays], 6, 5,
+                                                     b.model_sha256, stream_seq=9000 + int(d[-1])))
+        await nc.close()
+    asyncio.run(old_layout())
+
+    async def body(gw):
+        await devices.replay(broker.url, X, start=6)
+        return await devices.predictions(broker.url, 12, timeout=60)
+    gw, got = asyncio.run(_run_gateway(model, broker.url, body))
+    assert {d: sorted(v) for d, v in got.items()} == {d: list(range(6, 12)) for d in X}
+    assert gw.stats["readings"] == 12 and gw.stats["redelivered"] == gw.stats["replayed"] == 0, gw.stats

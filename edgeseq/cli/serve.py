@@ -21,7 +21,7 @@ RELOAD_SECONDS = 2.0             # how often a running server looks for fleet ch
 @click.option("--name", help="This gateway's id (letters, digits, - and _). Default: host-pid.")
 @click.option("--snapshot-every", type=click.IntRange(min=1), default=1000, show_default=True,
               help="Readings of a partition between stored device states.")
-@click.option("--snapshot-seconds", type=click.FloatRange(0, 3600), default=1.0, show_default=True,
+@click.option("--snapshot-seconds", type=click.FloatRange(0, 30), default=1.0, show_default=True,
               help="Seconds between a partition's stored states at least (each store is a put per device that "
               "changed); a gateway taking a partition over replays about this much and --snapshot-every readings.")
 @click.option("--lease-seconds", type=click.FloatRange(1, 86400), default=5.0, show_default=True,
@@ -31,8 +31,9 @@ RELOAD_SECONDS = 2.0             # how often a running server looks for fleet ch
 @click.option("--max-device-backlog", type=click.IntRange(1, 10_000_000), default=10_000, show_default=True,
               help="Readings of one device waiting in the stream at most; past it the server refuses its new ones.")
 @click.option("--max-device-rate", type=click.FloatRange(0, 1e6), default=1000.0, show_default=True,
-              help="Readings a second one device may send (10 seconds' worth at once); a message beyond it is "
-              "dead-lettered with the reason. 0: no limit.")
+              help="Readings a second one device may send on average (10 seconds' worth at once, or one message "
+              "of any size when it has sent nothing for that long); a message beyond it is dead-lettered with the "
+              "reason (one letter a second at most). 0: no limit.")
 @click.option("--replicas", type=click.IntRange(1, 5), default=1, show_default=True,
               help="Copies of every stream and bucket: 3 on a three-node JetStream cluster (--nats with the nodes' "
               "URLs, comma-separated), so one node may die.")
@@ -94,18 +95,20 @@ def serve(model, url, partitions, name, snapshot_every, snapshot_seconds, lease_
       edgeseq serve models/gru-int8.onnx --nats nats://gw:4222 --name gw2
       edgeseq serve models/gru-int8.onnx --print-config       # the mapping for your own server
     """
-    from edgeseq.gateway.broker import LocalBroker, mapping_block
+    from edgeseq.gateway.broker import LocalBroker, mapping_block, tls_block
     from edgeseq.gateway.fleet import Fleet, with_credentials
 
     crew = Fleet(fleet)
+    if (tls_cert is None) != (tls_key is None):
+        raise click.BadParameter("give both --tls-cert and --tls-key (or neither)", param_hint="--tls-cert/--tls-key")
     if print_config:
-        click.echo(f"server_name: edgeseq\njetstream {{}}\nmqtt {{ listen: 0.0.0.0:1883 }}\n"
+        tls = tls_block(tls_cert, tls_key) if tls_cert else ""
+        click.echo(f"server_name: edgeseq\njetstream {{}}\n{tls + chr(10) if tls else ''}"
+                   f"mqtt {{ listen: 0.0.0.0:1883{', ' + tls if tls else ''} }}\n"
                    f"{crew.authorization_block(partitions)}{mapping_block(partitions)}", nl=False)
         click.echo(f"# the gateway connects as {crew.gateway_credentials()[0]} with the password in "
                    f"{crew.gateway_file}; devices as in `edgeseq devices list --fleet {fleet}`", err=True)
         return
-    if (tls_cert is None) != (tls_key is None):
-        raise click.BadParameter("give both --tls-cert and --tls-key (or neither)", param_hint="--tls-cert")
     if tls_cert is not None and url is not None:
         raise click.BadParameter("--tls-cert configures the server serve starts; with --nats, TLS is that server's "
                                  "(give --nats tls://host:port and --tls-ca)", param_hint="--tls-cert")
@@ -157,7 +160,14 @@ def serve(model, url, partitions, name, snapshot_every, snapshot_seconds, lease_
                f"{gw.stats['dead']:,} dead letters, {gw.stats['duplicates']:,} duplicates", err=True)
 
 
+def _quiet_tls_eof(record) -> bool:
+    """asyncio says this once per TLS connection nats-py closes: noise, not trouble."""
+    return "eof_received() has no effect when using ssl" not in record.getMessage()
+
+
 async def _serve(gw, duration, status_every, broker=None, echo=None):
+    import logging
+    logging.getLogger("asyncio").addFilter(_quiet_tls_eof)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -34,13 +34,14 @@ class Device:
     ns of the last message); None before its first message)."""
 
     __slots__ = ("name", "arrays", "position", "last_seq", "stream_seq", "dirty", "seen", "boot", "decision",
-                 "bucket")
+                 "bucket", "letters")
 
     def __init__(self, name: str, arrays: list, position: int = 0, last_seq: int = -1, boot: int = 0,
                  decision: dict | None = None):
         self.name, self.arrays, self.position, self.last_seq = name, arrays, int(position), int(last_seq)
         self.stream_seq, self.dirty, self.seen, self.boot = 0, False, 0.0, int(boot)
         self.decision, self.bucket = decision, None
+        self.letters = (0, 0)     # rate-limit dead letters: (storage time in ns of the last, refusals since)
 
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self.arrays) + sum(a.nbytes for a in (self.decision or {}).values())

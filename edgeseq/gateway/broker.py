@@ -45,6 +45,21 @@ def mapping_block(partitions: int) -> str:
             "}\n")
 
 
+def tls_block(cert, key) -> str:
+    """nats-server's `tls { cert_file, key_file }` for PEM files `cert` and `key` (absolute paths).
+    UsageError for a file that cannot be read or is not PEM."""
+    files = []
+    for what, f in (("--tls-cert", cert), ("--tls-key", key)):
+        try:
+            text = Path(f).read_text(errors="replace")
+        except OSError as e:
+            raise UsageError(f"{what} {f}: {e.strerror or e}") from None
+        if "-----BEGIN " not in text:
+            raise UsageError(f"{what} {f}: not a PEM file (make one as docs/gateway.md shows, with openssl)")
+        files.append(json.dumps(str(Path(f).resolve())))
+    return f"tls {{ cert_file: {files[0]}, key_file: {files[1]} }}"
+
+
 def server_config(store_dir: str | os.PathLike, port: int, mqtt_port: int | None, partitions: int,
                   host: str = "127.0.0.1", name: str = "edgeseq", fleet=None, cluster: dict | None = None,
                   tls: tuple | None = None) -> str:
@@ -56,18 +71,7 @@ def server_config(store_dir: str | os.PathLike, port: int, mqtt_port: int | None
     that would listen beyond loopback (anyone on the network could publish as any device), and
     for a certificate or key file that cannot be read."""
     check_partitions(partitions)
-    block = ""
-    if tls is not None:
-        files = []
-        for what, f in zip(("--tls-cert", "--tls-key"), tls):
-            try:
-                text = Path(f).read_text(errors="replace")
-            except OSError as e:
-                raise UsageError(f"{what} {f}: {e.strerror or e}") from None
-            if "-----BEGIN " not in text:
-                raise UsageError(f"{what} {f}: not a PEM file (make one as docs/gateway.md shows, with openssl)")
-            files.append(json.dumps(str(Path(f).resolve())))
-        block = f"tls {{ cert_file: {files[0]}, key_file: {files[1]} }}"
+    block = tls_block(*tls) if tls is not None else ""
     if fleet is None and not is_loopback(host):
         raise UsageError(f"a server listening on {host} without authorization lets anyone on the network publish as "
                          "any device; listen on 127.0.0.1, or give the server a fleet of device credentials "
@@ -164,7 +168,10 @@ class LocalBroker:
 
     @property
     def url(self) -> str:
-        return f"{'tls' if self.tls else 'nats'}://{self.host}:{self.port}"
+        """The client URL: loopback where the server listens on every address (0.0.0.0, ::), which a
+        TLS certificate cannot name."""
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
+        return f"{'tls' if self.tls else 'nats'}://{f'[{host}]' if ':' in host else host}:{self.port}"
 
     @property
     def gateway_url(self) -> str:

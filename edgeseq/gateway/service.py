@@ -70,6 +70,8 @@ PUBLISH_TRIES, PUBLISH_WAIT = 12, 0.5   # a prediction message is sent again thi
 PUBLISH_TIMEOUT = 2.0           # ... each time waiting this long for JetStream's acknowledgement
 ACK_SOON = 5.0                  # seconds a quiet partition's readings wait for their acknowledgement at most
 RATE_BURST_SECONDS = 10.0       # a device's rate limit lets this many seconds' worth of readings through at once
+RATE_LETTER_NS = 1_000_000_000  # a device refused by its rate limit gets one dead letter a second at most
+SNAPSHOT_SECONDS_MAX = 30.0     # states stored at least this often (readings wait unacknowledged until then)
 OFFLOAD_READINGS = 32           # a round of at least this many readings steps in a thread, so the loop (and
                                 # everything awaiting in it) goes on while the native step runs without the GIL
 PROBE = "~probe-"               # device-token prefix of the gateway's mapping probes (no device id holds "~") ...
@@ -148,12 +150,14 @@ class Gateway:
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not 1 <= v <= 86400:
                 raise UsageError(f"{what} must be a number of seconds from 1 to 86400, got {v!r}")
         if isinstance(snapshot_seconds, bool) or not isinstance(snapshot_seconds, (int, float)) \
-                or not math.isfinite(snapshot_seconds) or not 0 <= snapshot_seconds <= 3600:
-            raise UsageError(f"snapshot_seconds must be a number of seconds from 0 to 3600, got {snapshot_seconds!r}")
+                or not math.isfinite(snapshot_seconds) or not 0 <= snapshot_seconds <= SNAPSHOT_SECONDS_MAX:
+            raise UsageError(f"--snapshot-seconds must be a number of seconds from 0 to {SNAPSHOT_SECONDS_MAX:g} "
+                             f"(readings wait unacknowledged that long; JetStream sends them again after 60 s), "
+                             f"got {snapshot_seconds!r}")
         self.snapshot_seconds = float(snapshot_seconds)
         if isinstance(max_device_rate, bool) or not isinstance(max_device_rate, (int, float)) \
                 or not math.isfinite(max_device_rate) or not 0 <= max_device_rate <= 1e6:
-            raise UsageError(f"max_device_rate must be readings a second from 0 (no limit) to 1e6, got "
+            raise UsageError(f"--max-device-rate must be readings a second from 0 (no limit) to 1e6, got "
                              f"{max_device_rate!r}")
         self.max_device_rate = float(max_device_rate)
         self.tls_ca = tls_ca
@@ -219,6 +223,12 @@ class Gateway:
         except OSError as e:
             raise EdgeseqError(f"cannot reach the NATS server at {self.where} ({e.strerror or type(e).__name__}); start "
                                "one (`edgeseq serve` without --nats starts nats-server here) or fix --nats") from None
+        tls = [(h, port) for u, (h, port) in zip(self.url.split(","), addresses) if u.strip().startswith("tls://")]
+        plain = await loop.run_in_executor(None, _without_tls, tls)
+        if plain:                                 # nats-py would send the password before any TLS
+            raise EdgeseqError(f"the NATS server at {plain} does not offer TLS (its INFO does not require it), though "
+                               "--nats says tls://: refusing to send the gateway's credentials in the clear; check "
+                               "the address, or configure the server's tls block")
         refused = []
 
         async def first_error(e):
@@ -234,9 +244,11 @@ class Gateway:
             import ssl
             bad_tls = next((x for x in [*refused, e] if isinstance(x, ssl.SSLError)), None)
             if bad_tls is not None:
-                raise EdgeseqError(f"TLS with the NATS server at {self.where} failed ({bad_tls.reason or bad_tls}); "
-                                   "give --tls-ca with the CA (or self-signed certificate) that signed the server's "
-                                   "certificate, whose names must include the host in --nats") from None
+                why = getattr(bad_tls, "verify_message", None) or bad_tls.reason or str(bad_tls)
+                raise EdgeseqError(f"TLS with the NATS server at {self.where} failed ({why}); the server's "
+                                   "certificate must be valid now, name the host in --nats among its alternative "
+                                   "names, and be signed by a CA the gateway trusts (the system's, or --tls-ca)") \
+                    from None
             if any("tls" in str(x).lower() for x in [*refused, e]) and "tls" not in creds:
                 raise EdgeseqError(f"the NATS server at {self.where} requires TLS: give --nats tls://host:port "
                                    "(and --tls-ca for a private CA)") from None
@@ -252,25 +264,34 @@ class Gateway:
             allow_reconnect=True, error_cb=self._nats_error, disconnected_cb=self._nats_note("disconnected"),
             reconnected_cb=self._nats_note("reconnected"), closed_cb=self._closed, **creds), 20)
         self.js = self.nc.jetstream(timeout=10)
+        await self._check_mapping(at_start=True)   # before anything is made or changed on the server
         for attempt in range(SETUP_TRIES):
             try:
-                await self._streams()
-                self.leases = await self._bucket(wire.LEASE_BUCKET, ttl=self.lease_seconds)
                 self.state = await self._bucket(wire.STATE_BUCKET)
                 await self._check_deployment()
+                await self._streams()
+                self.leases = await self._bucket(wire.LEASE_BUCKET, ttl=self.lease_seconds)
                 break
-            except asyncio.TimeoutError:          # a cluster placing replicated streams (another gateway too)
-                if attempt == SETUP_TRIES - 1:
+            except (asyncio.TimeoutError, self.errors.ServiceUnavailableError) as e:
+                if isinstance(e, self.errors.ServiceUnavailableError) and getattr(e, "err_code", None) != 10008:
+                    raise UsageError(f"the NATS server at {self.where} has no JetStream: start it with -js "
+                                     "(or `jetstream {}` in its configuration)") from None
+                if attempt == SETUP_TRIES - 1:     # a cluster placing replicated streams, or electing a leader
                     raise EdgeseqError(f"JetStream at {self.where} did not answer while the gateway made its "
                                        f"streams ({SETUP_TRIES} tries of 10 s); check the server's log "
                                        "(a cluster needs a majority of its nodes)") from None
-                self._say("setup", "NATS: JetStream slow to answer while making the streams; retrying")
-        await self._check_mapping(at_start=True)
+                self._say("setup", "NATS: JetStream slow to answer or electing a leader while the gateway makes "
+                          "its streams; retrying")
+                await asyncio.sleep(2)
 
     def _tls_context(self):
+        """The system's CAs, and tls_ca's certificates besides them."""
         import ssl
         try:
-            return ssl.create_default_context(cafile=self.tls_ca)
+            ctx = ssl.create_default_context()
+            if self.tls_ca is not None:
+                ctx.load_verify_locations(cafile=self.tls_ca)
+            return ctx
         except (OSError, ssl.SSLError) as e:
             raise UsageError(f"--tls-ca {self.tls_ca}: {getattr(e, 'strerror', None) or e}; give a PEM file of "
                              "the CA certificate") from None
@@ -331,14 +352,7 @@ class Gateway:
                            if getattr(have, k, None) is not None}, **limits}))
                     self.echo(f"stream {name}: limits set to {', '.join(f'{k}={v}' for k, v in limits.items())}")
             except self.errors.NotFoundError:
-                try:
-                    await self.js.add_stream(api.StreamConfig(name=name, subjects=subjects, **limits))
-                except self.errors.ServiceUnavailableError:
-                    raise UsageError(f"the NATS server at {self.where} has no JetStream: start it with -js "
-                                     "(or `jetstream {}` in its configuration)") from None
-            except self.errors.ServiceUnavailableError:
-                raise UsageError(f"the NATS server at {self.where} has no JetStream: start it with -js "
-                                 "(or `jetstream {}` in its configuration)") from None
+                await self.js.add_stream(api.StreamConfig(name=name, subjects=subjects, **limits))
 
     async def _old_layout(self):
         """A deployment made before the partitions had streams of their own kept every partition's
@@ -348,20 +362,26 @@ class Gateway:
             info = await self.js.stream_info(wire.READINGS)
         except self.errors.NotFoundError:
             return
-        except self.errors.ServiceUnavailableError:
-            raise UsageError(f"the NATS server at {self.where} has no JetStream: start it with -js "
-                             "(or `jetstream {}` in its configuration)") from None
         if f"{wire.PART_SUBJECT}.>" not in (info.config.subjects or []):
             return
+        held = {}
         if info.state.messages:
-            raise UsageError(f"stream {wire.READINGS} holds {info.state.messages:,} readings in the layout of an "
+            held = (await self.js.stream_info(wire.READINGS, subjects_filter=">")).state.subjects or {}
+        readings = sum(n for k, n in held.items() if PROBE not in k)
+        if readings:
+            raise UsageError(f"stream {wire.READINGS} holds {readings:,} readings in the layout of an "
                              "earlier edgeseq (every partition in one stream): serve them with that version first, "
                              f"or delete the stream (`nats stream rm {wire.READINGS}`), then start this gateway")
+        for k in held:                            # gateways' mapping probes, nothing else: cleared
+            await self.js.purge_stream(wire.READINGS, subject=k)
         have = info.config
         await self.js.update_stream(self.api.StreamConfig(name=wire.READINGS, subjects=[f"{wire.IN_SUBJECT}.>"], **{
             k: getattr(have, k) for k in ("storage", "retention", "max_msgs", "max_bytes", "max_msg_size",
                                           "max_msgs_per_subject", "discard", "no_ack", "num_replicas")
             if getattr(have, k, None) is not None}))
+        for p in range(self.P):                   # the earlier layout's consumers: nothing reads through them now
+            with contextlib.suppress(self.errors.NotFoundError):
+                await self.js.delete_consumer(wire.READINGS, f"part-{p}")
         self.echo(f"stream {wire.READINGS}: now holds unmapped readings only (each partition has its own stream)")
 
     async def _bucket(self, bucket, ttl=None):
@@ -504,7 +524,9 @@ class Gateway:
         part = self.parts[p] = Partition(p, rev, self._epoch)
         part.wake = self.wake
         try:
-            part.applied_seq = json.loads((await self.state.get(f"m.{p}")).value)["stream_seq"]
+            mark = json.loads((await self.state.get(f"m.{p}")).value)
+            # a mark of the earlier layout counts the one shared stream's sequences: not this stream's
+            part.applied_seq = mark["stream_seq"] if mark.get("stream") == wire.readings_stream(p) else 0
         except self.errors.KeyNotFoundError:
             part.applied_seq = 0
         start = dict(deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=part.applied_seq + 1) \
@@ -543,11 +565,16 @@ class Gateway:
             self.unmapped = None
 
     async def _release(self, p: int):
-        """Store partition p's state, then give its lease up so another gateway takes it at once."""
-        await self._snapshot(self.parts[p], evict=False)
+        """Store partition p's state, then give its lease up (if it is still ours: the revision
+        this gateway last wrote) so another gateway takes it at once."""
+        part = self.parts[p]
+        if part.lost:                             # another gateway holds it: nothing of ours to store or give
+            await self._drop(p)
+            return
+        await self._snapshot(part, evict=False)
         await self._drop(p)
         with contextlib.suppress(Exception):
-            await self.leases.delete(f"part.{p}")
+            await self.leases.delete(f"part.{p}", last=part.rev)
         self.echo(f"handed partition {p} over")
 
     # -- state ----------------------------------------------------------------------------
@@ -577,8 +604,10 @@ class Gateway:
                     except UsageError as e:
                         raise wire.BadMessage(f"its decision state does not fit ({e})") from None
                     dev.arrays, dev.position, dev.last_seq = st["arrays"], st["position"], st["last_seq"]
-                    dev.stream_seq, dev.boot, dev.decision = st["stream_seq"], st["boot"], decision
-                    dev.bucket = st["bucket"]
+                    dev.boot, dev.decision, dev.bucket = st["boot"], decision, st["bucket"]
+                    # stream sequences of the earlier layout's shared stream mean nothing in this one: the
+                    # device's own numbering (last_seq) still keeps any reading from being applied twice
+                    dev.stream_seq = st["stream_seq"] if st["stream"] == wire.readings_stream(part.p) else 0
                 else:
                     self.stats["state_mismatch"] += 1
                     self._say("model", f"device {name}: its stored state is for another model; starting it over "
@@ -599,11 +628,12 @@ class Gateway:
         dirty = [d for d in part.devices.values() if d.dirty]
         for lo in range(0, len(dirty), 256):
             await asyncio.gather(*(self.state.put(f"d.{d.name}", wire.encode_state(
-                d.arrays, d.position, d.last_seq, sha, d.stream_seq, d.boot, d.decision, d.bucket))
-                for d in dirty[lo:lo + 256]))
+                d.arrays, d.position, d.last_seq, sha, d.stream_seq, d.boot, d.decision, d.bucket,
+                stream=wire.readings_stream(part.p))) for d in dirty[lo:lo + 256]))
         for d in dirty:
             d.dirty = False
-        await self.state.put(f"m.{part.p}", json.dumps({"stream_seq": part.applied_seq, "gateway": self.name}).encode())
+        await self.state.put(f"m.{part.p}", json.dumps({"stream_seq": part.applied_seq, "gateway": self.name,
+                                                         "stream": wire.readings_stream(part.p)}).encode())
         if part.last_msg is not None:
             await self.nc.flush()                 # the predictions first, then let the readings go
             await part.last_msg.ack()
@@ -626,7 +656,7 @@ class Gateway:
         old = now - self.idle_seconds
         for part in list(self.parts.values()):
             if any(d.seen < old for d in part.devices.values()) or \
-                    part.unacked and now - part.unacked_since >= ACK_SOON:
+                    part.unacked and now - part.unacked_since >= max(ACK_SOON, self.snapshot_seconds):
                 await self._snapshot(part)
 
     # -- readings -------------------------------------------------------------------------
@@ -667,7 +697,9 @@ class Gateway:
     def _admit(self, dev, k: int, t: int) -> bool:
         """Take k readings from the device's token bucket (max_device_rate a second, at most
         _burst() held) at JetStream storage time t (ns): False, and nothing taken, when it holds
-        fewer. Storage times make the decision the same wherever the partition is replayed."""
+        fewer. A message larger than a full bucket passes when the bucket is full and leaves it in
+        debt (the average rate still holds; such a message is never refused for ever). Storage
+        times make the decision the same wherever the partition is replayed."""
         if not t:
             return True                           # no storage time (not from JetStream): not limited
         burst = self._burst()
@@ -676,7 +708,7 @@ class Gateway:
         else:
             tokens, t0 = dev.bucket
             tokens = min(burst, tokens + max(0, t - t0) * 1e-9 * self.max_device_rate)
-        ok = k <= tokens
+        ok = k <= tokens or tokens >= burst
         dev.bucket = (tokens - k if ok else tokens, t)
         return ok
 
@@ -750,11 +782,20 @@ class Gateway:
                     dev.stream_seq, dev.dirty = sseq, True
                     continue
                 k = 0 if x is None else len(x)
-                if k and self.max_device_rate and not self._admit(dev, k, wire.stored_ns(m.reply)):
+                t = wire.stored_ns(m.reply)
+                if k and self.max_device_rate and not self._admit(dev, k, t):
                     self.stats["rate_limited"] += k
-                    await self._dead(device, m.data, f"rate limit: this device sent more than {self.max_device_rate:g} "
-                                     f"readings a second (at most {self._burst():g} at once); this message's {k} "
-                                     "reading(s) were refused (the gateway's --max-device-rate)")
+                    last, since = dev.letters
+                    if t - last >= RATE_LETTER_NS:      # one letter a second at most: a flood is not a letter flood
+                        await self._dead(device, m.data, f"rate limit: this device sent more than "
+                                         f"{self.max_device_rate:g} readings a second on average (a full bucket "
+                                         f"holds {self._burst():g}); this message's {k} reading(s) were refused"
+                                         + (f", and {since} earlier message(s) since the last letter" if since else "")
+                                         + " (the gateway's --max-device-rate)")
+                        dev.letters = (t, 0)
+                    else:
+                        dev.letters = (last, since + 1)
+                        self.stats["dead"] += 1
                     dev.stream_seq, dev.dirty = sseq, True
                     continue
                 queue = pending.setdefault(dev, [])
@@ -940,6 +981,31 @@ class Gateway:
         devices = [d for part in self.parts.values() for d in part.devices.values()]
         return {"gateway": self.name, "partitions": sorted(self.parts), "devices": len(devices),
                 "state_bytes": sum(d.nbytes() for d in devices), **dict(self.stats)}
+
+
+def _without_tls(addresses: list, timeout: float = 5.0) -> str | None:
+    """The first (host, port) among `addresses` whose NATS INFO line does not require TLS, as
+    host:port; None when every one requires it (or does not answer: the connection says why)."""
+    for host, port in addresses:
+        try:
+            with socket.create_connection((host, port), timeout=timeout) as sock:
+                sock.settimeout(timeout)
+                line = b""
+                while not line.endswith(b"\n") and len(line) < 65536:
+                    chunk = sock.recv(4096)
+                    if not chunk:
+                        break
+                    line += chunk
+        except OSError:
+            continue
+        if line.startswith(b"INFO "):
+            try:
+                info = json.loads(line[5:].split(b"\r\n", 1)[0])
+            except ValueError:
+                continue
+            if not info.get("tls_required"):
+                return f"{host}:{port}"
+    return None
 
 
 def _credentials(url: str) -> tuple:

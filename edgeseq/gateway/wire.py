@@ -213,17 +213,19 @@ def predictions_of(payload: bytes) -> list:
 
 
 def encode_state(arrays: list, position: int, last_seq: int, model_sha256: str, stream_seq: int = 0,
-                 boot: int = 0, decision: dict | None = None, bucket: tuple | None = None) -> bytes:
+                 boot: int = 0, decision: dict | None = None, bucket: tuple | None = None,
+                 stream: str = "") -> bytes:
     """A device's state as .npz bytes (np.savez: members stored, not compressed): `arrays`
     (float32, one per state tensor, batch axis 1), its position, the last `seq` applied, the
     stream sequence of the last message applied, its `boot` (resets seen so far) and its
     decision layer's state (`decision`, {name: array}, members `d_<name>`; none for a model
     without decision settings) and its rate limit's token bucket (`bucket`: (readings left,
-    JetStream storage time of the last message in ns); none before its first message)."""
+    JetStream storage time of the last message in ns); none before its first message) and the
+    stream its `stream_seq` counts in (`stream`)."""
     buf = io.BytesIO()
     extra = {} if bucket is None else {"rate_tokens": np.float64(bucket[0]), "rate_time": np.int64(bucket[1])}
     np.savez(buf, position=np.int64(position), last_seq=np.int64(last_seq), stream_seq=np.int64(stream_seq),
-             boot=np.int64(boot), model=np.str_(model_sha256), **extra,
+             boot=np.int64(boot), model=np.str_(model_sha256), stream=np.str_(stream), **extra,
              **{f"s{i}": np.ascontiguousarray(a, np.float32) for i, a in enumerate(arrays)},
              **{f"d_{k}": np.ascontiguousarray(a) for k, a in (decision or {}).items()})
     return buf.getvalue()
@@ -233,13 +235,13 @@ def _bucket(z) -> tuple | None:
     if "rate_tokens" not in z.files:
         return None
     tokens, t = float(z["rate_tokens"]), int(z["rate_time"])
-    if not (math.isfinite(tokens) and tokens >= 0 and t >= 0):
+    if not (math.isfinite(tokens) and tokens >= -MAX_READINGS and t >= 0):    # a message may leave it in debt
         raise BadMessage("stored state's rate-limit bucket is out of range")
     return tokens, t
 
 
 def decode_state(data: bytes, max_bytes: int | None = None) -> dict:
-    """{"arrays", "position", "last_seq", "stream_seq", "boot", "model", "decision", "bucket"} from `encode_state`
+    """{"arrays", "position", "last_seq", "stream_seq", "boot", "model", "decision", "bucket", "stream"} from `encode_state`
     bytes. Before anything is decompressed or read: bytes beyond `max_bytes` (what this model's
     state can take) and any member that is compressed (it could inflate far beyond its stored
     size) are refused, so a stored state never costs more memory than its own bytes. Arrays
@@ -261,6 +263,6 @@ def decode_state(data: bytes, max_bytes: int | None = None) -> dict:
                     "stream_seq": int(z["stream_seq"]) if "stream_seq" in z.files else 0,
                     "boot": int(z["boot"]) if "boot" in z.files else 0, "model": str(z["model"]),
                     "decision": {k[2:]: np.array(z[k]) for k in z.files if k.startswith("d_")} or None,
-                    "bucket": _bucket(z)}
+                    "bucket": _bucket(z), "stream": str(z["stream"]) if "stream" in z.files else ""}
     except Exception as e:  # noqa: BLE001 - any unreadable bytes are one kind of failure here
         raise BadMessage(f"stored state unreadable ({type(e).__name__}: {str(e)[:200]})") from None
