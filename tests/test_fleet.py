@@ -449,3 +449,20 @@ def test_a_tls_url_to_a_server_without_tls_sends_no_credentials(tmp_path, export
         with pytest.raises(EdgeseqError, match="does not offer TLS .*refusing to send the gateway's credentials") as e:
             asyncio.run(_run_gateway(str(exported("gru")[0]), url, lambda gw: None, tls_ca=str(cert)))
         assert "secret" not in str(e.value)
+
+
+def test_a_node_list_mixing_tls_and_plain_is_refused(exported):
+    """Credentials in --nats go to every node: a list with a nats:// node beside tls:// ones
+    would send them in the clear there."""
+    import socket
+    pytest.importorskip("nats", reason="nats-py not installed")
+
+    from test_gateway import _run_gateway
+    with socket.socket() as a, socket.socket() as b:             # listening, so the nodes can be reached
+        for s in (a, b):
+            s.bind(("127.0.0.1", 0))
+            s.listen()
+        url = f"tls://gw:secret@127.0.0.1:{a.getsockname()[1]},nats://127.0.0.1:{b.getsockname()[1]}"
+        with pytest.raises(UsageError, match="mixes tls:// and nats:// nodes") as e:
+            asyncio.run(_run_gateway(str(exported("gru")[0]), url, lambda gw: None))
+        assert "secret" not in str(e.value)

@@ -106,6 +106,7 @@ class Partition:
         self.backlog = 0              # readings stored and not yet delivered here (the last message's metadata)
         self.lost = False             # its lease was taken over: dropped without storing at the next round
         self.stored_at = time.monotonic()   # when its states were last stored (or it was taken)
+        self.stream_id = ""           # its readings stream, name@created: marks and states say which they count in
 
     async def deliver(self, msg) -> None:
         self.buf.append(msg)
@@ -223,7 +224,11 @@ class Gateway:
         except OSError as e:
             raise EdgeseqError(f"cannot reach the NATS server at {self.where} ({e.strerror or type(e).__name__}); start "
                                "one (`edgeseq serve` without --nats starts nats-server here) or fix --nats") from None
-        tls = [(h, port) for u, (h, port) in zip(self.url.split(","), addresses) if u.strip().startswith("tls://")]
+        urls = [u.strip() for u in self.url.split(",")]
+        tls = [(h, port) for u, (h, port) in zip(urls, addresses) if u.startswith("tls://")]
+        if tls and len(tls) < len(urls):
+            raise UsageError(f"--nats {self.where} mixes tls:// and nats:// nodes: give every node as tls:// (the "
+                             "credentials go to each of them)")
         plain = await loop.run_in_executor(None, _without_tls, tls)
         if plain:                                 # nats-py would send the password before any TLS
             raise EdgeseqError(f"the NATS server at {plain} does not offer TLS (its INFO does not require it), though "
@@ -234,21 +239,28 @@ class Gateway:
         async def first_error(e):
             refused.append(e)
         server, creds = _credentials(self.url)
-        if self.tls_ca is not None or any(u.strip().startswith("tls://") for u in self.url.split(",")):
+        secure = any(u.strip().startswith("tls://") for u in self.url.split(","))
+        if secure or self.tls_ca is not None:
             creds["tls"] = self._tls_context()
+        client = _tls_only_client() if secure else nats.NATS       # credentials never leave but over TLS
+
+        async def connect(**kw):
+            nc = client()
+            await nc.connect(server, name=f"edgeseq-gateway-{self.name}", connect_timeout=5, **creds, **kw)
+            return nc
         try:
-            self.nc = await asyncio.wait_for(nats.connect(
-                server, name=f"edgeseq-gateway-{self.name}", max_reconnect_attempts=0, connect_timeout=5,
-                allow_reconnect=False, error_cb=first_error, **creds), 20)
+            self.nc = await asyncio.wait_for(connect(max_reconnect_attempts=0, allow_reconnect=False,
+                                                     error_cb=first_error), 20)
         except Exception as e:  # noqa: BLE001 - nats-py raises several kinds for one cause
             import ssl
             bad_tls = next((x for x in [*refused, e] if isinstance(x, ssl.SSLError)), None)
             if bad_tls is not None:
                 why = getattr(bad_tls, "verify_message", None) or bad_tls.reason or str(bad_tls)
                 raise EdgeseqError(f"TLS with the NATS server at {self.where} failed ({why}); the server's "
-                                   "certificate must be valid now, name the host in --nats among its alternative "
-                                   "names, and be signed by a CA the gateway trusts (the system's, or --tls-ca)") \
-                    from None
+                                   "certificate must be valid now, name the host the gateway connects to among its "
+                                   "alternative names (the host in --nats; for the server serve starts, "
+                                   "IP:127.0.0.1), and be signed by a CA the gateway trusts (the system's, or "
+                                   "--tls-ca)") from None
             if any("tls" in str(x).lower() for x in [*refused, e]) and "tls" not in creds:
                 raise EdgeseqError(f"the NATS server at {self.where} requires TLS: give --nats tls://host:port "
                                    "(and --tls-ca for a private CA)") from None
@@ -259,10 +271,10 @@ class Gateway:
             raise EdgeseqError(f"no NATS server answered at {self.where} ({type(e).__name__}); something listens "
                                "there but does not speak NATS: check --nats") from None
         await self.nc.close()
-        self.nc = await asyncio.wait_for(nats.connect(      # the credentials work: now the connection that stays
-            server, name=f"edgeseq-gateway-{self.name}", max_reconnect_attempts=-1, connect_timeout=5,
-            allow_reconnect=True, error_cb=self._nats_error, disconnected_cb=self._nats_note("disconnected"),
-            reconnected_cb=self._nats_note("reconnected"), closed_cb=self._closed, **creds), 20)
+        self.nc = await asyncio.wait_for(connect(          # the credentials work: now the connection that stays
+            max_reconnect_attempts=-1, allow_reconnect=True, error_cb=self._nats_error,
+            disconnected_cb=self._nats_note("disconnected"), reconnected_cb=self._nats_note("reconnected"),
+            closed_cb=self._closed), 20)
         self.js = self.nc.jetstream(timeout=10)
         await self._check_mapping(at_start=True)   # before anything is made or changed on the server
         for attempt in range(SETUP_TRIES):
@@ -523,10 +535,13 @@ class Gateway:
         self._epoch += 1
         part = self.parts[p] = Partition(p, rev, self._epoch)
         part.wake = self.wake
+        created = (await self.js.stream_info(wire.readings_stream(p))).created
+        part.stream_id = f"{wire.readings_stream(p)}@{created.isoformat() if created else ''}"
         try:
             mark = json.loads((await self.state.get(f"m.{p}")).value)
-            # a mark of the earlier layout counts the one shared stream's sequences: not this stream's
-            part.applied_seq = mark["stream_seq"] if mark.get("stream") == wire.readings_stream(p) else 0
+            # a mark of another stream (the earlier layout's shared one, or this one before it was deleted and
+            # made again) counts other sequences than this stream's
+            part.applied_seq = mark["stream_seq"] if mark.get("stream") == part.stream_id else 0
         except self.errors.KeyNotFoundError:
             part.applied_seq = 0
         start = dict(deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=part.applied_seq + 1) \
@@ -605,9 +620,10 @@ class Gateway:
                         raise wire.BadMessage(f"its decision state does not fit ({e})") from None
                     dev.arrays, dev.position, dev.last_seq = st["arrays"], st["position"], st["last_seq"]
                     dev.boot, dev.decision, dev.bucket = st["boot"], decision, st["bucket"]
-                    # stream sequences of the earlier layout's shared stream mean nothing in this one: the
-                    # device's own numbering (last_seq) still keeps any reading from being applied twice
-                    dev.stream_seq = st["stream_seq"] if st["stream"] == wire.readings_stream(part.p) else 0
+                    # stream sequences of another stream (the earlier layout's shared one, or this one before it
+                    # was made again) mean nothing here: the device's own numbering (last_seq) still keeps any
+                    # reading from being applied twice
+                    dev.stream_seq = st["stream_seq"] if st["stream"] == part.stream_id else 0
                 else:
                     self.stats["state_mismatch"] += 1
                     self._say("model", f"device {name}: its stored state is for another model; starting it over "
@@ -629,11 +645,11 @@ class Gateway:
         for lo in range(0, len(dirty), 256):
             await asyncio.gather(*(self.state.put(f"d.{d.name}", wire.encode_state(
                 d.arrays, d.position, d.last_seq, sha, d.stream_seq, d.boot, d.decision, d.bucket,
-                stream=wire.readings_stream(part.p))) for d in dirty[lo:lo + 256]))
+                stream=part.stream_id)) for d in dirty[lo:lo + 256]))
         for d in dirty:
             d.dirty = False
         await self.state.put(f"m.{part.p}", json.dumps({"stream_seq": part.applied_seq, "gateway": self.name,
-                                                         "stream": wire.readings_stream(part.p)}).encode())
+                                                         "stream": part.stream_id}).encode())
         if part.last_msg is not None:
             await self.nc.flush()                 # the predictions first, then let the readings go
             await part.last_msg.ack()
@@ -697,9 +713,9 @@ class Gateway:
     def _admit(self, dev, k: int, t: int) -> bool:
         """Take k readings from the device's token bucket (max_device_rate a second, at most
         _burst() held) at JetStream storage time t (ns): False, and nothing taken, when it holds
-        fewer. A message larger than a full bucket passes when the bucket is full and leaves it in
-        debt (the average rate still holds; such a message is never refused for ever). Storage
-        times make the decision the same wherever the partition is replayed."""
+        fewer. A message larger than a full bucket passes when the bucket is full (the device sent
+        nothing for RATE_BURST_SECONDS) and leaves it in debt, so the average rate still holds.
+        Storage times make the decision the same wherever the partition is replayed."""
         if not t:
             return True                           # no storage time (not from JetStream): not limited
         burst = self._burst()
@@ -795,7 +811,6 @@ class Gateway:
                         dev.letters = (t, 0)
                     else:
                         dev.letters = (last, since + 1)
-                        self.stats["dead"] += 1
                     dev.stream_seq, dev.dirty = sseq, True
                     continue
                 queue = pending.setdefault(dev, [])
@@ -981,6 +996,22 @@ class Gateway:
         devices = [d for part in self.parts.values() for d in part.devices.values()]
         return {"gateway": self.name, "partitions": sorted(self.parts), "devices": len(devices),
                 "state_bytes": sum(d.nbytes() for d in devices), **dict(self.stats)}
+
+
+def _tls_only_client():
+    """A nats-py client class that sends its CONNECT (with any credentials) only over a TLS
+    connection, on the first connection and every reconnect: nats-py starts TLS only when the
+    server's greeting asks for it."""
+    from nats.aio.client import Client
+    from nats.errors import Error
+
+    class TLSOnly(Client):
+        def _connect_command(self) -> bytes:
+            writer = getattr(self._transport, "_io_writer", None)
+            if writer is None or writer.get_extra_info("ssl_object") is None:
+                raise Error("the server did not start TLS: credentials not sent")
+            return super()._connect_command()
+    return TLSOnly
 
 
 def _without_tls(addresses: list, timeout: float = 5.0) -> str | None:
