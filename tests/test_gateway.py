@@ -130,6 +130,16 @@ def _streams_made(model, url, **kw):
     return asyncio.run(_run_gateway(model, url, nothing, **kw))
 
 
+def _serve_from(model, url, X, start, n):
+    """A gateway serves X's readings from `start` on; (gateway, the first n predictions read back)."""
+    from edgeseq.gateway import devices
+
+    async def body(gw):
+        await devices.replay(url, X, start=start)
+        return await devices.predictions(url, n, timeout=60)
+    return asyncio.run(_run_gateway(model, url, body))
+
+
 def _check_equal(got, ref):
     for d, rows in ref.items():
         assert sorted(got.get(d, {})) == list(range(len(rows))), f"{d}: missing or extra predictions"
@@ -768,7 +778,7 @@ def test_an_empty_deployment_of_the_earlier_layout_is_narrowed_and_its_devices_g
     own numbering goes on)."""
     from nats.js import api
 
-    from edgeseq.gateway import devices, wire
+    from edgeseq.gateway import wire
     from edgeseq.gateway.batcher import Batcher
     model = str(exported("gru")[0])
     X = _readings(StreamSession(model).n_features, devices=2, T=12)
@@ -788,10 +798,7 @@ def test_an_empty_deployment_of_the_earlier_layout_is_narrowed_and_its_devices_g
         await nc.close()
     asyncio.run(old_layout())
 
-    async def body(gw):
-        await devices.replay(broker.url, X, start=6)
-        return await devices.predictions(broker.url, 12, timeout=60)
-    gw, got = asyncio.run(_run_gateway(model, broker.url, body))
+    gw, got = _serve_from(model, broker.url, X, 6, 12)
     assert {d: sorted(v) for d, v in got.items()} == {d: list(range(6, 12)) for d in X}
     assert gw.stats["readings"] == 12 and gw.stats["redelivered"] == gw.stats["replayed"] == 0, gw.stats
 
@@ -818,10 +825,7 @@ def test_a_partition_stream_deleted_and_made_again_is_read_from_its_start(broker
         await nc.close()
     asyncio.run(remove())
 
-    async def again(gw):
-        await devices.replay(broker.url, X, start=10)
-        return await devices.predictions(broker.url, 64, timeout=60)
-    gw, got = asyncio.run(_run_gateway(model, broker.url, again))
+    gw, got = _serve_from(model, broker.url, X, 10, 64)
     assert {d: sorted(v) for d, v in got.items()} == {d: list(range(16)) for d in X}
     assert gw.stats["readings"] == 24 and gw.stats["redelivered"] == 0, gw.stats
     _check_equal(got, devices.reference(model, X))          # the states carried on across the new streams
