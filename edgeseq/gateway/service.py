@@ -509,7 +509,9 @@ class Gateway:
         errors = self.errors
         await self._drop_lost()
         try:
-            live = sum(1 for k in await self.leases.keys() if k.startswith("gw."))
+            # distinct names, this gateway's among them: a listing taken while a heartbeat is being
+            # written (the renewal task's) may name a key twice
+            live = len({k for k in await self.leases.keys() if k.startswith("gw.")} | {f"gw.{self.name}"})
         except errors.NoKeysError:
             live = 1
         share = math.ceil(self.P / max(live, 1))
