@@ -239,7 +239,7 @@ class Gateway:
         async def first_error(e):
             refused.append(e)
         server, creds = _credentials(self.url)
-        secure = any(u.strip().startswith("tls://") for u in self.url.split(","))
+        secure = bool(tls)
         if secure or self.tls_ca is not None:
             creds["tls"] = self._tls_context()
         client = _tls_only_client() if secure else nats.NATS       # credentials never leave but over TLS
@@ -752,7 +752,7 @@ class Gateway:
     def _newcomers(part: Partition, msgs: list) -> set:
         """Device ids in `msgs` that `part` does not hold yet (valid ids only)."""
         names = {m.subject.split(".", 3)[3] for m in msgs if m.subject.count(".") >= 3}
-        return {n for n in names if n not in part.devices and len(n) <= wire.MAX_DEVICE and wire._DEVICE.fullmatch(n)}
+        return {n for n in names if n not in part.devices and wire.is_device(n)}
 
     async def _process(self, batches: list):
         """Apply delivered messages [(partition, epoch, [msgs])]: parse, order per device, step in
@@ -779,7 +779,7 @@ class Gateway:
                 if dev is None:
                     if device.startswith(PROBE):
                         continue                  # a gateway's mapping probe: no device's reading
-                    if not wire._DEVICE.fullmatch(device) or len(device) > wire.MAX_DEVICE:
+                    if not wire.is_device(device):
                         await self._dead(device, m.data, f"device id {device[:200]!r}: use 1-{wire.MAX_DEVICE} "
                                          "letters, digits, '-' or '_'")
                         continue

@@ -56,10 +56,15 @@ class BadMessage(ValueError):
     """A message the gateway cannot use; its text is the reason sent with the dead letter."""
 
 
+def is_device(device) -> bool:
+    """Whether `device` can be a device id (see `check_device`)."""
+    return isinstance(device, str) and 0 < len(device) <= MAX_DEVICE and bool(_DEVICE.fullmatch(device))
+
+
 def check_device(device: str) -> str:
     """A device id as it may appear in a subject: letters, digits, `-` and `_`, at most MAX_DEVICE
     characters. Raises BadMessage otherwise."""
-    if not isinstance(device, str) or not device or len(device) > MAX_DEVICE or not _DEVICE.fullmatch(device):
+    if not is_device(device):
         raise BadMessage(f"device id {device!r} must be 1-{MAX_DEVICE} letters, digits, '-' or '_'")
     return device
 
