@@ -64,7 +64,7 @@ def start_gateway(model, url, name, partitions, extra=()):
                              *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT,
                             env=dict(os.environ, PYTHONUNBUFFERED="1"))
     proc.status = {}
-    proc.lines = []
+    proc.lines, proc.times = [], []
     return proc
 
 
@@ -76,6 +76,7 @@ async def follow(proc):
         if not line:
             return
         proc.lines.append(line.rstrip())
+        proc.times.append(time.monotonic())
         if line.startswith("{"):
             proc.status = json.loads(line)
 
@@ -143,7 +144,7 @@ async def phase(url, devices, features, rate, seconds, sample, brokers, gateways
     cpu1 = {k: cpu_seconds(p) for k, p in procs.items() if killed is None or k not in (gateways[0].name, "node-0")}
     out1 = (await js.stream_info(wire.PREDICTIONS)).state.last_seq
     drained, last = time.monotonic(), out1                           # let the backlog drain before the next phase
-    while time.monotonic() - drained < (3 if killed is None else 15) and time.monotonic() - t0 < elapsed + 180:
+    while time.monotonic() - drained < (3 if killed is None else 30) and time.monotonic() - t0 < elapsed + 180:
         await asyncio.sleep(0.5)
         now = (await js.stream_info(wire.PREDICTIONS)).state.last_seq
         if now != last:
@@ -173,6 +174,7 @@ async def phase(url, devices, features, rate, seconds, sample, brokers, gateways
             after = [b - a for a, b in zip(times, times[1:]) if b > killed]
             gaps.append(max(after) if after else 0.0)
         result["failover_s"] = round(max(gaps), 2)
+        result["killed_at"] = killed
         result["devices_interrupted"] = sum(g > 1.0 for g in gaps)
     return result
 
@@ -223,6 +225,7 @@ async def main_async(args):
         gateways = [Gw(start_gateway(model, broker.url, f"gw-{i}", args.partitions, extra), f"gw-{i}")
                     for i in range(args.gateways)]
         followers = [asyncio.ensure_future(follow(g.proc)) for g in gateways]
+        t_start, failover_at = time.monotonic(), None
         try:
             await wait_owned(gateways, args.partitions)
             rss0 = {g.name: rss_kb(g.pid) for g in gateways}
@@ -245,6 +248,7 @@ async def main_async(args):
                                        args.sample, brokers, gateways, kill_at=args.seconds / 3,
                                        kill=broker.nodes[0].kill if args.cluster else None)
                 failover["killed"] = "a gateway and broker node-0" if args.cluster else "a gateway"
+                failover_at = failover.pop("killed_at")
                 print(json.dumps({"failover": failover}), flush=True)
         finally:
             for g in gateways:
@@ -256,6 +260,12 @@ async def main_async(args):
                         g.proc.kill()
             for f in followers:
                 f.cancel()
+            if args.log:                                    # each gateway's lines, seconds from the kill (or start)
+                Path(args.log).mkdir(parents=True, exist_ok=True)
+                zero = failover_at if failover_at is not None else t_start
+                for g in gateways:
+                    Path(args.log, f"{g.name}.log").write_text("".join(
+                        f"{t - zero:+9.2f} {line}\n" for t, line in zip(g.proc.times, g.proc.lines)))
     report = {"command": "python scripts/bench_gateway.py " + " ".join(sys.argv[1:]),
               "date": time.strftime("%Y-%m-%d"), "cpu": _cpu(), "cores": os.cpu_count(), "model": model.name,
               "gateways": args.gateways, "partitions": args.partitions, "phases": results, "memory": memory,
@@ -290,6 +300,8 @@ def main():
     ap.add_argument("--failover", action="store_true")
     ap.add_argument("--failover-rate", type=float, default=10.0)
     ap.add_argument("--json", help="write the figures here")
+    ap.add_argument("--log", help="write each gateway's output to DIR/<name>.log, each line timed in seconds from "
+                                  "the failover's kill (or the start)")
     asyncio.run(main_async(ap.parse_args()))
 
 

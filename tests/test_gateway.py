@@ -832,3 +832,62 @@ def test_a_partition_stream_deleted_and_made_again_is_read_from_its_start(broker
     assert {d: sorted(v) for d, v in got.items()} == {d: list(range(16)) for d in X}
     assert gw.stats["readings"] == 24 and gw.stats["redelivered"] == 0, gw.stats
     _check_equal(got, devices.reference(model, X))          # the states carried on across the new streams
+
+
+def test_a_lease_the_server_cannot_renew_for_a_while_is_held_until_it_may_have_run_out(exported):
+    """A bucket electing its leader (503) takes no lease from anyone: the partition is kept
+    while its last renewal is younger than lease_seconds, and dropped once it may have
+    expired; a renewal refused for its revision (taken over) drops it at once."""
+    pytest.importorskip("nats", reason="nats-py not installed")
+    from nats.js import api, errors
+
+    from edgeseq.gateway.service import Gateway, Partition
+    gw = Gateway(exported("gru")[0], "nats://127.0.0.1:1", lease_seconds=5)
+    gw.api, gw.errors, gw.wake = api, errors, asyncio.Event()
+
+    class Leases:
+        def __init__(self, fail):
+            self.fail, self.puts = fail, 0
+
+        async def update(self, key, value, last):
+            if self.fail:
+                raise self.fail
+            return last + 1
+
+        async def put(self, key, value):
+            self.puts += 1
+
+    def held(fail, age):
+        part = Partition(0, 7, 1)
+        part.renewed -= age
+        gw.parts, gw.leases = {0: part}, Leases(fail)
+        with contextlib.suppress(errors.ServiceUnavailableError):
+            asyncio.run(gw._renew())
+        return not part.lost, part.rev
+    electing = errors.ServiceUnavailableError(code=503, err_code=10008,
+                                              description="JetStream system temporarily unavailable")
+    assert held(electing, 1.0) == (True, 7)            # 1 s since the last renewal: still ours
+    assert held(electing, 5.5) == (False, 7)           # past lease_seconds: the TTL may have ended it
+    assert held(None, 4.9) == (True, 8)                # renewed: a new revision
+    taken = errors.KeyWrongLastSequenceError(description="wrong last sequence: 9")
+    assert held(taken, 0.1) == (False, 7)
+
+
+def test_a_delivery_gone_missing_is_read_again_instead_of_acknowledged_unseen():
+    """Readings delivered to a connection that dropped never arrive; the next one delivered
+    would acknowledge them with it (AckAll) and the mark would move past them. A stream
+    sequence beyond the last delivered + 1 stops the partition's round there and marks it to
+    read again from its last applied reading."""
+    from types import SimpleNamespace
+
+    from edgeseq.gateway.service import Gateway, Partition
+
+    def msgs(*seqs):
+        return [SimpleNamespace(reply=f"$JS.ACK.EDGESEQ_IN_0.part-0.1.{s}.{s}.1700000000000000000.0") for s in seqs]
+    part = Partition(0, 1, 1)
+    part.buf = msgs(9)
+    got = Gateway._in_order(part, msgs(4, 5, 6))          # the first deliveries after subscribing: any start
+    assert [m.reply.split(".")[5] for m in got] == ["4", "5", "6"] and not part.resume
+    got = Gateway._in_order(part, msgs(6, 7, 9, 10))      # 6 again (redelivered) is in order; 8 went missing
+    assert [m.reply.split(".")[5] for m in got] == ["6", "7"] and part.resume and part.buf == []
+    assert Gateway._in_order(part, msgs(8, 9)) == []      # nothing more until it has subscribed again

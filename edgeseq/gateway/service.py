@@ -107,6 +107,20 @@ class Partition:
         self.lost = False             # its lease was taken over: dropped without storing at the next round
         self.stored_at = time.monotonic()   # when its states were last stored (or it was taken)
         self.stream_id = ""           # its readings stream, name@created: marks and states say which they count in
+        self.renewed = time.monotonic()   # when the last renewal of its lease that succeeded was sent
+        self.delivered = 0            # stream sequence of the last reading delivered (0: none since subscribing)
+        self.resume = False           # a delivery went missing: read again from applied_seq + 1
+        self.gen = 0                  # the subscription's generation: deliveries of an older one are ignored
+
+    def receiver(self):
+        """The callback of a new subscription: deliveries of the ones before it are ignored."""
+        self.gen += 1
+        gen = self.gen
+
+        async def cb(msg):
+            if self.gen == gen:
+                await self.deliver(msg)
+        return cb
 
     async def deliver(self, msg) -> None:
         self.buf.append(msg)
@@ -192,6 +206,8 @@ class Gateway:
         self.echo = echo or (lambda line: None)
         self._epoch = 0
         self.refused = False          # the server stopped taking the gateway's credentials: `run` stops
+        self.resume_all = False       # the connection came back: every partition reads again from its last reading
+        self.wake: asyncio.Event | None = None
         self.metrics = None           # a GatewayMetrics (`edgeseq serve --metrics-port`): latency observed per message
         self._draining = False
         self._stepper = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="edgeseq-step")
@@ -330,6 +346,10 @@ class Gateway:
     def _nats_note(self, what):
         async def note():
             self.echo(f"NATS connection {what}")
+            if what == "reconnected":           # readings in flight to the old connection are lost: read again
+                self.resume_all = True
+                if self.wake is not None:
+                    self.wake.set()
         return note
 
     def _reading_limits(self) -> dict:
@@ -476,14 +496,35 @@ class Gateway:
         """Heartbeat `gw.<name>` and renew every lease held; one taken over (or gone) marks its
         partition lost, dropped by the loop before its next round."""
         errors = self.errors
-        await self.leases.put(f"gw.{self.name}", str(time.time()).encode())
+        try:
+            for p, part in list(self.parts.items()):
+                sent = time.monotonic()
+                try:
+                    part.rev = await self.leases.update(f"part.{p}", self.name.encode(), last=part.rev)
+                    part.renewed = sent
+                except (errors.ServiceUnavailableError, errors.ServerError):
+                    # a cluster electing the bucket's leader: nobody can take the lease meanwhile; held
+                    # until it may have run out (`_expired`)
+                    raise
+                except errors.APIError:          # taken over, gone, or refused: not ours any longer
+                    self._lose(p, part)
+            await self.leases.put(f"gw.{self.name}", str(time.time()).encode())
+        finally:
+            self._expired()
+
+    def _lose(self, p: int, part: Partition) -> None:
+        if self.parts.get(p) is part and not part.lost:
+            part.lost = True
+            self.wake.set()
+
+    def _expired(self) -> None:
+        """Mark lost every partition whose lease was last renewed (counted from when that
+        renewal was sent) lease_seconds ago or more: the bucket's TTL may have ended it and
+        another gateway may hold it now."""
+        now = time.monotonic()
         for p, part in list(self.parts.items()):
-            try:
-                part.rev = await self.leases.update(f"part.{p}", self.name.encode(), last=part.rev)
-            except (errors.KeyWrongLastSequenceError, errors.KeyNotFoundError, errors.APIError):
-                if self.parts.get(p) is part and not part.lost:
-                    part.lost = True
-                    self.wake.set()
+            if now - part.renewed >= self.lease_seconds:
+                self._lose(p, part)
 
     async def _renewing(self):
         """Renew the leases every quarter of lease_seconds, in a task of its own: a slow round
@@ -524,18 +565,20 @@ class Gateway:
             p = (start + k) % self.P
             if p in self.parts:
                 continue
+            sent = time.monotonic()
             try:
                 rev = await self.leases.create(f"part.{p}", self.name.encode())
             except (errors.KeyWrongLastSequenceError, errors.APIError):
                 continue
-            await self._take(p, rev)
+            await self._take(p, rev, sent)
             if len(self.parts) >= share:
                 break
 
-    async def _take(self, p: int, rev: int):
+    async def _take(self, p: int, rev: int, sent: float):
         api = self.api
         self._epoch += 1
         part = self.parts[p] = Partition(p, rev, self._epoch)
+        part.renewed = sent
         part.wake = self.wake
         created = (await self.js.stream_info(wire.readings_stream(p))).created
         part.stream_id = f"{wire.readings_stream(p)}@{created.isoformat() if created else ''}"
@@ -548,7 +591,7 @@ class Gateway:
             part.applied_seq = 0
         start = dict(deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=part.applied_seq + 1) \
             if part.applied_seq else dict(deliver_policy=api.DeliverPolicy.ALL)
-        part.sub = await self._consumer(wire.readings_stream(p), f"part-{p}", part.deliver, start)
+        part.sub = await self._consumer(wire.readings_stream(p), f"part-{p}", part.receiver(), start)
         if p == 0:                                # readings the mapping sent nowhere: dead-lettered here
             self.unmapped = Partition(-1, 0, self._epoch)
             self.unmapped.wake = self.wake
@@ -568,6 +611,31 @@ class Gateway:
             durable_name=durable, ack_policy=self.api.AckPolicy.ALL, ack_wait=60.0,
             max_ack_pending=self.max_pending, deliver_subject=inbox, **start))
         return sub
+
+    async def _resubscribe(self, part: Partition):
+        """Read `part` again from the reading after the last one applied, on a consumer made
+        afresh: readings delivered to a connection that dropped, or skipped in a delivery, would
+        otherwise wait for ack_wait, or be acknowledged unseen with the next one (AckAll)."""
+        with contextlib.suppress(Exception):
+            await part.sub.unsubscribe()
+        part.buf, part.last_msg, part.unacked, part.delivered, part.resume = [], None, 0, 0, False
+        start = dict(deliver_policy=self.api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=part.applied_seq + 1) \
+            if part.applied_seq else dict(deliver_policy=self.api.DeliverPolicy.ALL)
+        part.sub = await self._consumer(wire.readings_stream(part.p), f"part-{part.p}", part.receiver(), start)
+        self.stats["resubscribed"] += 1
+
+    async def _resubscribe_due(self):
+        """Partitions whose deliveries went missing (or all, after a reconnection) read again."""
+        if self.resume_all:
+            self.resume_all = False
+            for part in self.parts.values():
+                part.resume = True
+        for part in [part for part in self.parts.values() if part.resume and not part.lost]:
+            try:
+                await self._resubscribe(part)
+            except Exception as e:  # noqa: BLE001 - a cluster electing the stream's leader: again next round
+                part.resume = True
+                self._say("resubscribe", f"NATS: {type(e).__name__} reading partition {part.p} again; retrying")
 
     async def _drop(self, p: int):
         part = self.parts.pop(p, None)
@@ -754,6 +822,25 @@ class Gateway:
         names = {m.subject.split(".", 3)[3] for m in msgs if m.subject.count(".") >= 3}
         return {n for n in names if n not in part.devices and wire.is_device(n)}
 
+    @staticmethod
+    def _in_order(part: Partition, msgs: list) -> list:
+        """The messages up to the first one after a missing delivery: a partition's stream numbers
+        its readings one after another (nothing is removed but what was applied), so a stream
+        sequence beyond the last delivered + 1 means deliveries went missing; the partition is
+        then marked to read again from its last applied reading (`_resubscribe`)."""
+        if part.resume:
+            return []
+        for i, m in enumerate(msgs):
+            sseq = wire.stream_seq(m.reply)
+            if part.delivered and sseq > part.delivered + 1:
+                part.resume = True
+                part.buf = []
+                if part.wake is not None:
+                    part.wake.set()
+                return msgs[:i]
+            part.delivered = max(part.delivered, sseq)
+        return msgs
+
     async def _process(self, batches: list):
         """Apply delivered messages [(partition, epoch, [msgs])]: parse, order per device, step in
         rounds (one reading per device a round), publish; store and acknowledge every
@@ -769,6 +856,7 @@ class Gateway:
                 continue                          # delivered before the partition was dropped: the next owner replays
             touched.append(part)
             seen = part.applied_seq
+            msgs = self._in_order(part, msgs)
             for m in msgs:
                 device = m.subject.split(".", 3)[3] if m.subject.count(".") >= 3 else ""
                 sseq = wire.stream_seq(m.reply)
@@ -944,6 +1032,8 @@ class Gateway:
                 now = time.monotonic()
                 if any(part.lost for part in self.parts.values()):
                     await self._drop_lost()
+                if self.resume_all or any(part.resume for part in self.parts.values()):
+                    await self._resubscribe_due()
                 if now >= next_lease:
                     try:
                         await self._leases()
