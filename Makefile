@@ -1,5 +1,6 @@
 # Two commands do all set-up on a fresh machine:  make demo  and  make test.
 # torch is pinned here: an unpinned `torch` makes pip fetch a multi-GB CUDA build.
+SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.edgeseq-installed
@@ -10,8 +11,10 @@ TORCH ?= torch==2.13.0
 $(STAMP): pyproject.toml Makefile
 	python3 -m venv $(VENV)
 	@echo "installing edgeseq with its train, translate, pi and dev extras and $(TORCH) into $(VENV): a few minutes,"
-	@echo "about 1.5 of them compiling the native step extension on 2 cores (pip install -v shows a line per unit)"
-	$(PY) -m pip install --quiet --disable-pip-version-check "$(TORCH)" -e ".[train,translate,pi,dev]"
+	@echo "about 1.5 of them compiling the native step extension on 2 cores, a line per unit (pip's whole log: $(VENV)/pip-install.log)"
+	@set -o pipefail; $(PY) -m pip install -v --disable-pip-version-check "$(TORCH)" -e ".[train,translate,pi,dev]" 2>&1 \
+	  | tee $(VENV)/pip-install.log | { grep --line-buffered "edgeseq native: " || true; } | sed -u 's/^ *//' \
+	  || { tail -n 40 $(VENV)/pip-install.log; echo "pip install failed; its whole log is $(VENV)/pip-install.log"; exit 1; }
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -95,10 +95,10 @@ def main():
           "\nmedian step: StreamSession.push of one reading on the backend named (native: the compiled C step)."
           "\nRecurrent and state-space models hold the same state whatever the history; the Transformer's KV "
           "cache grows "
-          "by one row per reading up to the window it was trained with, then slides."
-          f"\n{next_steps(out, 'gru' if 'gru' in args.archs else args.archs[0])}")
+          "by one row per reading up to the window it was trained with, then slides.")
     events_demo(out, ds, "gru" if "gru" in args.archs else args.archs[0])
     anomaly_demo(out)
+    print(f"\n{next_steps(out, 'gru' if 'gru' in args.archs else args.archs[0])}")
     if args.json:
         write_json(args.json, figures)
 
@@ -143,6 +143,7 @@ def anomaly_demo(out: Path) -> None:
     vib = load_dataset("vibration")
     print(f"\nAnomaly detection (vibration: {len(vib.train)} normal training recordings of 6 machines, "
           f"{len(vib.test)} test recordings, 30 with an injected fault):")
+    print("  training a GRU forecaster on the normal recordings (about 2 minutes on 2 cores) ...", flush=True)
     ckpt = train_task("gru", vib, "anomaly", progress=False)
     save_checkpoint(ckpt, out / "runs" / "vibration-gru")
     export_int8(ckpt, out / "models" / "vibration-gru-int8.onnx", data=vib)

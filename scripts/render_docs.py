@@ -69,6 +69,7 @@ SOURCES = {
     "decision-bench": "docs/figures/decision_bench.json",
     "anomaly": "docs/figures/anomaly.json",
     "regress": "docs/figures/regress.json",
+    "int8": "docs/figures/int8.json",
 }
 
 REGION = re.compile(r"<!-- figures:(?P<name>[a-z0-9-]+) -->\n(?P<body>.*?)<!-- /figures:(?P=name) -->", re.S)
@@ -614,7 +615,29 @@ def render_regress(d: dict, source: str) -> str:
          "never reset: MAE / persistence", "RMSE / persistence", "skill"], rows) + "\n\n" + text
 
 
+def render_int8(d: dict, source: str) -> str:
+    """float against its static and dynamic int8 twins, per architecture (`edgeseq compare`)."""
+    names = {"rnn": "RNN", "gru": "GRU", "lstm": "LSTM", "ssm": "SSM", "transformer": "Transformer"}
+    rows, floats = [], {}
+    for r in d["rows"]:
+        if r["quantization"] == "float":
+            floats[r["arch"]] = r
+        f = floats.get(r["arch"], r)
+        diff = ["", "", ""] if r["max_rel"] is None else \
+            [f"{r['max_rel']:.1%}", f"{r['mean_rel']:.2%}", f"{r['argmax_agreement']:.1%}"]
+        rows.append([names.get(r["arch"], r["arch"]), r["quantization"], f"{r['bytes'] / 1000:.1f} KB",
+                     _x(f["bytes"] / r["bytes"]), f"{r['accuracy']:.3f}", f"{r['continuous']:.3f}", *diff,
+                     f"{r['latency_us']:.1f} ({r['backend']})"])
+    table = _table(["model", "scheme", "file", "smaller", "per sequence", "continuous", "max diff", "mean diff",
+                    "same top class", "us/reading (backend)"], rows)
+    how = (f"`{d['meta']['command']}`: differences over {d['streams']} never-reset streams x "
+           f"{d['readings_per_stream']} readings as a share of the float model's output range; latency median of "
+           f"{d['rounds']} interleaved rounds")
+    return "\n\n".join([machine_line(d, source, how), table])
+
+
 RENDERERS = {
+    "int8": ("int8", render_int8),
     "regress": ("regress", render_regress),
     "anomaly": ("anomaly", render_anomaly),
     "events": ("events", render_events),

@@ -42,19 +42,10 @@ def cli():
     """
 
 
-cli.add_command(train.train)
-cli.add_command(export.export)
-cli.add_command(evaluate.compare)
-cli.add_command(evaluate.eval_cmd)
-cli.add_command(calibrate.calibrate)
-cli.add_command(stream.stream)
-cli.add_command(serve.serve)
-cli.add_command(devices.devices)
-cli.add_command(bench.bench)
-cli.add_command(report.report)
-cli.add_command(firmware.firmware)
-cli.add_command(translate.translate)
-cli.add_command(tune.tune)
+for _command in (train.train, export.export, evaluate.compare, evaluate.eval_cmd, calibrate.calibrate, stream.stream,
+                 serve.serve, devices.devices, bench.bench, report.report, firmware.firmware, translate.translate,
+                 tune.tune):
+    cli.add_command(_command)
 
 
 def main():

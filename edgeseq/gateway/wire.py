@@ -130,25 +130,26 @@ def parse_reading(payload: bytes, features: int) -> tuple[int, np.ndarray | None
     return seq, a, reset
 
 
-def stream_seq(reply: str) -> int:
-    """The stream sequence of a JetStream message from its acknowledgement subject
-    ($JS.ACK.<stream>.<consumer>.<delivered>.<sseq>... or, with domain and account,
-    $JS.ACK.<domain>.<account>.<stream>.<consumer>.<delivered>.<sseq>...). 0 if it has none."""
-    t = reply.split(".")
+def _ack_field(reply: str, i: int) -> int:
+    """Field `i` of a JetStream acknowledgement subject's numbers
+    ($JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<time>.<pending>, or with domain and
+    account after $JS.ACK): 0 delivered, 1 sseq, 2 cseq, 3 time. 0 if it has none."""
+    t = (reply or "").split(".")
     try:
-        return int(t[5] if len(t) == 9 else t[7])
+        return int(t[4 + i] if len(t) == 9 else t[6 + i])
     except (IndexError, ValueError):
         return 0
+
+
+def stream_seq(reply: str) -> int:
+    """The stream sequence of a JetStream message from its acknowledgement subject. 0 if it has none."""
+    return _ack_field(reply, 1)
 
 
 def stored_ns(reply: str) -> int:
     """JetStream's storage time of a message (ns since the epoch) from its acknowledgement
-    subject (see `stream_seq`). 0 if it has none."""
-    t = reply.split(".")
-    try:
-        return int(t[7] if len(t) == 9 else t[9])
-    except (IndexError, ValueError):
-        return 0
+    subject. 0 if it has none."""
+    return _ack_field(reply, 3)
 
 
 def dead_subject(device: str) -> str:
