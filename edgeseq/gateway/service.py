@@ -736,11 +736,18 @@ class Gateway:
 
     async def _sweep(self):
         """Devices silent for idle_seconds leave memory: their partition's state is stored first.
+        Rate-limit refusals not yet in a dead letter get one, a second after the last at least.
         A partition whose readings have waited ACK_SOON seconds unacknowledged (a quiet one) is
         stored too, so JetStream never redelivers them after its ack_wait."""
-        now = time.monotonic()
+        now, wall = time.monotonic(), time.time_ns()
         old = now - self.idle_seconds
         for part in list(self.parts.values()):
+            for dev in part.devices.values():     # refusals since a flood's last letter: told a second on
+                last, since = dev.letters
+                if since and wall - last >= RATE_LETTER_NS:
+                    await self._dead(dev.name, b"", f"rate limit: {since} more message(s) of this device were refused "
+                                     "since the last letter (the gateway's --max-device-rate)", refused=since)
+                    dev.letters = (wall, 0)
             if any(d.seen < old for d in part.devices.values()) or \
                     part.unacked and now - part.unacked_since >= max(ACK_SOON, self.snapshot_seconds):
                 await self._snapshot(part)
@@ -770,12 +777,15 @@ class Gateway:
                 self.stats["partitions_lost"] += 1
                 await self._drop(p)
 
-    async def _dead(self, device: str, payload: bytes, reason: str):
+    async def _dead(self, device: str, payload: bytes, reason: str, refused: int | None = None):
         """Dead-letter a message: its first DEAD_PREFIX bytes, the reason and its full size in
-        headers (Edgeseq-Error, Edgeseq-Size)."""
+        headers (Edgeseq-Error, Edgeseq-Size); a rate-limit letter also says how many messages it
+        stands for (Edgeseq-Refused)."""
         self.stats["dead"] += 1
-        await self.nc.publish(wire.dead_subject(device), payload[:DEAD_PREFIX],
-                              headers={"Edgeseq-Error": reason[:500], "Edgeseq-Size": str(len(payload))})
+        headers = {"Edgeseq-Error": reason[:500], "Edgeseq-Size": str(len(payload))}
+        if refused is not None:
+            headers["Edgeseq-Refused"] = str(refused)
+        await self.nc.publish(wire.dead_subject(device), payload[:DEAD_PREFIX], headers=headers)
 
     def _burst(self) -> float:
         return self.max_device_rate * RATE_BURST_SECONDS
@@ -897,7 +907,7 @@ class Gateway:
                                          f"{self.max_device_rate:g} readings a second on average (a full bucket "
                                          f"holds {self._burst():g}); this message's {k} reading(s) were refused"
                                          + (f", and {since} earlier message(s) since the last letter" if since else "")
-                                         + " (the gateway's --max-device-rate)")
+                                         + " (the gateway's --max-device-rate)", refused=since + 1)
                         dev.letters = (t, 0)
                     else:
                         dev.letters = (last, since + 1)
