@@ -75,6 +75,9 @@ META_DATA = "edgeseq.data"               # what the model was trained on: an emb
                                          # ("basicmotions") or a data file's absolute path; null when it
                                          # cannot be reopened (data built in memory). Absent in older
                                          # files: the commands that evaluate a model then use basicmotions
+META_WEIGHTS_SHA = "edgeseq.weights_sha256"  # the trained checkpoint's fingerprint: sha256 of its architecture
+                                         # and state_dict tensors (`export.step.weights_sha256`), the same in
+                                         # its float and int8 exports; null or absent in older files
 
 REQUIRED_KEYS = (META_FORMAT, META_ARCH, META_MODE, META_FEATURES, META_LABELS, META_STATE)
 
@@ -272,7 +275,7 @@ def _task(v, features: list, labels: list):
             _fail(META_LABELS, "of an anomaly model must be 'mean:<feature>' then 'logvar:<feature>' for every "
                   "feature, in the features' order")
         from edgeseq.errors import UsageError
-        from edgeseq.runtime.anomaly import AnomalySpec       # numpy only; imported when a file has one
+        from edgeseq.runtime.anomaly_watch import AnomalySpec  # numpy only; imported when a file has one
         try:
             return AnomalySpec.from_json(v).to_json()
         except UsageError as e:
@@ -312,6 +315,7 @@ class ModelMeta:
     decision: dict | None = None        # the decision layer's settings (META_DECISION), checked against the
                                         # labels (`DecisionSpec.from_json`); None: the file has none
     task: dict | None = None            # META_TASK: None for a classifier, else {"kind": ...} (checked)
+    weights_sha256: str | None = None   # META_WEIGHTS_SHA: the checkpoint exported; None: unknown or an older file
 
     @property
     def kind(self) -> str:
@@ -335,6 +339,7 @@ class ModelMeta:
             META_CONFIG: _compact(self.config),
             META_DATA: _compact(self.data),
             META_DATA_SHA: _compact(self.data_sha256),
+            META_WEIGHTS_SHA: _compact(self.weights_sha256),
             **({META_DECISION: _compact(self.decision)} if self.decision is not None else {}),
             **({META_TASK: _compact(self.task)} if self.task is not None else {}),
         }
@@ -356,7 +361,7 @@ class ModelMeta:
         runtime reads; normalization: mean/std lists of finite values, std > 0;
         quantization/config/validation: null or an object; decision: null or settings that
         `edgeseq.runtime.decision.DecisionSpec.from_json` accepts for the labels; data: null or a non-empty name or
-        path; data_sha256: null or 64 hex digits). Never TypeError/KeyError."""
+        path; data_sha256, weights_sha256: null or 64 hex digits). Never TypeError/KeyError."""
         if not isinstance(props, dict):
             raise MetadataError("", "metadata is not a key -> JSON text map; export it again")
         missing = [k for k in REQUIRED_KEYS if k not in props]
@@ -403,12 +408,13 @@ class ModelMeta:
         extra["data"] = get(META_DATA)
         if extra["data"] is not None and not (isinstance(extra["data"], str) and extra["data"].strip()):
             _fail(META_DATA, f"must be null or the name or path of the training data, got {_show(extra['data'])}")
-        extra["data_sha256"] = get(META_DATA_SHA)
-        if extra["data_sha256"] is not None and not (isinstance(extra["data_sha256"], str)
-                                                     and re.fullmatch(r"[0-9a-fA-F]{64}", extra["data_sha256"])):
-            _fail(META_DATA_SHA, f"must be null or a sha256 (64 hex digits), got {_show(extra['data_sha256'])}")
-        if extra["data_sha256"] is not None:
-            extra["data_sha256"] = extra["data_sha256"].lower()
+        for key, attr in ((META_DATA_SHA, "data_sha256"), (META_WEIGHTS_SHA, "weights_sha256")):
+            extra[attr] = get(key)
+            if extra[attr] is not None and not (isinstance(extra[attr], str)
+                                                and re.fullmatch(r"[0-9a-fA-F]{64}", extra[attr])):
+                _fail(key, f"must be null or a sha256 (64 hex digits), got {_show(extra[attr])}")
+            if extra[attr] is not None:
+                extra[attr] = extra[attr].lower()
         extra["decision"] = get(META_DECISION)
         task = get(META_TASK)
         if extra["decision"] is not None and isinstance(task, dict) and task.get("kind") in ("anomaly", "regress"):

@@ -1,29 +1,51 @@
 """Exceptions the library raises; the CLI turns them into one-line `Error:` messages. `printable`
-escapes a name from a file or model for a terminal or a log."""
+escapes a name from a file or model for a terminal or a log; `safe_text` makes a line built
+from such names safe as a whole."""
 
 
 def printable(text) -> str:
-    """`text` safe to print on a terminal or write to a log: every character that
-    `str.isprintable` rejects becomes its Python escape, everything else is kept as it is.
+    """`text` safe to print on a terminal or write to a log, and unambiguous: every character
+    that `str.isprintable` rejects becomes its Python escape, and so does a backslash (`\\\\`),
+    so two different names never look alike (a backslash then 'x1b' shows as `\\\\x1b`, an ESC
+    as `\\x1b`); everything else is kept as it is.
 
     Escaped: the Unicode categories Cc (C0 controls, an escape sequence's ESC \\x1b, BEL \\x07,
     CR \\r, LF \\n, NUL \\x00; DEL \\x7f; C1 controls \\x80-\\x9f), Cf (format characters: the
     bidi overrides and isolates \\u202a-\\u202e and \\u2066-\\u2069, zero-width characters),
     Zl and Zp (\\u2028, \\u2029), spaces other than the ASCII space (Zs, e.g. \\xa0), and
     surrogate, private-use and unassigned code points. Letters of any script ("Gehen", "走る",
-    "café"), marks, digits, punctuation and symbols are unchanged, and so is a backslash: the
-    escaped form is for reading, not for parsing back.
+    "café"), marks, digits, punctuation and symbols are unchanged.
 
-    The one function for every name or value that comes from a file, a model or a message
-    (labels, feature and column names, group names, paths) on its way to a terminal or a log.
+    The one function for every name or value that comes from a file, a model, a message or the
+    command line (labels, feature and column names, group names, paths, device ids) on its way
+    to a terminal or a log. Escape each name once, where the line is built: a line that holds
+    escaped names is made safe as a whole by `safe_text` (or `one_line`), which keeps their
+    backslashes as they are.
 
     >>> printable("wa\\x1b]0;pwned\\x07lk\\u202e")
     'wa\\\\x1b]0;pwned\\\\x07lk\\\\u202e'
+    >>> printable("C:\\\\temp")
+    'C:\\\\\\\\temp'
     """
+    text = str(text)
+    if text.isprintable() and "\\" not in text:
+        return text
+    return "".join(c if c.isprintable() and c != "\\" else _escape(c) for c in text)
+
+
+def safe_text(text) -> str:
+    """A line or message built from names already escaped by `printable` (or holding none),
+    made safe as a whole: a control or format character left in it is escaped as `printable`
+    escapes it, and a backslash is kept, so an escaped name is not escaped a second time. Safe
+    for a terminal but not unambiguous for a raw name: escape names with `printable`."""
     text = str(text)
     if text.isprintable():
         return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+    return "".join(c if c.isprintable() else _escape(c) for c in text)
+
+
+def _escape(c: str) -> str:
+    return c.encode("unicode_escape").decode("ascii")
 
 
 def redact_url(url: str) -> str:
@@ -43,8 +65,9 @@ def redact_url(url: str) -> str:
 def one_line(text) -> str:
     """An error message as one line, shown safely: runs of white space (a library message may
     quote a multi-line OS error) become one space, then any control or format character left
-    (a label or column name holding a terminal escape sequence) is escaped (`printable`)."""
-    return printable(" ".join(str(text).split()))
+    (a label or column name holding a terminal escape sequence) is escaped (`safe_text`: names
+    the message escaped with `printable` where it was built keep their form)."""
+    return safe_text(" ".join(str(text).split()))
 
 
 class EdgeseqError(Exception):
@@ -99,7 +122,7 @@ def run_script(main) -> None:
         print(f"Error: {one_line(e)}", file=sys.stderr)
         sys.exit(e.exit_code)
     except OSError as e:
-        where = f" '{e.filename}'" if getattr(e, "filename", None) else ""
+        where = f" '{printable(e.filename)}'" if getattr(e, "filename", None) else ""
         print(f"Error: {one_line(f'{e.strerror or e}{where}')}; check the path and free space, then run it again",
               file=sys.stderr)
         sys.exit(1)

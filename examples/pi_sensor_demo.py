@@ -42,7 +42,7 @@ import os
 import sys
 
 try:
-    from edgeseq.errors import UsageError, run_script
+    from edgeseq.errors import UsageError, printable, run_script
 except ModuleNotFoundError as e:    # a Python without edgeseq (a bare `python`): one line naming the one to use
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))   # `python -I` leaves the script's folder out
     from _bootstrap import exit_naming_the_python
@@ -158,9 +158,9 @@ def _number(kind, low, high=None):
             value = kind(text)
         except (ValueError, OverflowError):
             whole = "whole " if kind is int else ""
-            raise argparse.ArgumentTypeError(f"'{text[:30]}' is not a {whole}number") from None
+            raise argparse.ArgumentTypeError(f"'{printable(text[:30])}' is not a {whole}number") from None
         if not math.isfinite(value):
-            raise argparse.ArgumentTypeError(f"'{text[:30]}' is not a finite number")
+            raise argparse.ArgumentTypeError(f"'{printable(text[:30])}' is not a finite number")
         if value < low:
             raise argparse.ArgumentTypeError(f"{value} is below {low}")
         if high is not None and value > high:

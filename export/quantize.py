@@ -489,7 +489,7 @@ def export_int8(ckpt: dict, out, scheme: str = DEFAULT_SCHEME, data=None, max_hi
     file), DataError (calibration data), ExportValidationError (the judged backend breaks a
     bound: its one-line message names the backend, the bounds broken and the other backend's
     verdict; nothing is written)."""
-    from export.step import build_graph, export_model, stamp, strip, write_validated
+    from export.step import build_graph, export_model, stamp, strip, weights_sha256, write_validated
     from export.validate import validate_stream
 
     out = Path(out)
@@ -519,6 +519,7 @@ def export_int8(ckpt: dict, out, scheme: str = DEFAULT_SCHEME, data=None, max_hi
     given = ckpt
     ckpt, _ = equalize_input(ckpt, ds.train)
     proto, meta, model = build_graph(ckpt, max_history, split=True)
+    meta.weights_sha256 = weights_sha256(given)          # the checkpoint as trained, as its float export records
     # The working directory lies beside `out` under the same temporary name as its final file
     # (`.<name>.<pid>.<random>.tmp`): one a killed export left is removed by the next export
     # to `out` (write_validated below, or here) once its process is gone.

@@ -10,6 +10,7 @@ replaces a good model.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import json
 import logging
@@ -224,7 +225,23 @@ def meta_for(ckpt: dict, model, mode: str, max_history=None, quantization=None) 
         state=state, max_history=max_history, quantization=quantization,
         version=edgeseq.__version__, normalization=ckpt["normalization"], config=ckpt["config"],
         data=trained_on(ckpt), data_sha256=_sha256_of(ckpt), task=task_meta(ckpt),
+        weights_sha256=weights_sha256(ckpt),
     )
+
+
+def weights_sha256(ckpt: dict) -> str:
+    """The trained checkpoint's fingerprint (`edgeseq.weights_sha256`): sha256, 64 hex digits,
+    of its architecture and then each state_dict tensor in name order (name, dtype, shape,
+    bytes). Its float and int8 exports record the same one (int8 export fingerprints the
+    checkpoint as given, before its input equalization); another training, seed or checkpoint
+    of the same settings records another."""
+    h = hashlib.sha256(f"edgeseq weights 1\n{ckpt['arch']}\n".encode())
+    sd = ckpt["state_dict"]
+    for name in sorted(sd):
+        t = sd[name].detach().cpu().contiguous()
+        h.update(f"{name} {t.dtype} {list(t.shape)}\n".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
 
 
 def task_meta(ckpt: dict) -> dict | None:

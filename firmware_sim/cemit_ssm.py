@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from firmware_sim.cemit import (KERNELS, TABLES, _arr, _matrix, argmax_text, check_prefix, header_text, kernel_text,
-                                pad4, rq_mode, source_head, step_head, tables_text, write_model)
+from firmware_sim.cemit_common import (KERNELS, TABLES, _arr, _matrix, argmax_text, check_prefix, header_text,
+                                       kernel_text, pad4, rq_mode, source_head, step_head, tables_text, write_model)
 from firmware_sim.intssm import DECAY_GAIN, RSQRT, SOFTPLUS, SSMIntModel, check_ssm_model
 
 SSM_KERNELS = kernel_text("es_ssm_int.h")
@@ -70,7 +70,7 @@ def header(m: SSMIntModel, p: str) -> str:
     title = (f"integer-only SSM step ({'selective' if m.selective else 'fixed'} decay),\n"
              f"   {m.layers} layer(s), d_model {m.d_model}, d_state {m.d_state}.")
     state = f"  int32_t s[{P}_LAYERS][{P}_D_STATE];   /* state, fixed point with {fracs} fractional bits per layer */\n"
-    return header_text(m, p, title, [("D_MODEL", m.d_model), ("D_STATE", m.d_state)], state)
+    return header_text(m, p, title, [("D_MODEL", m.d_model), ("D_STATE", m.d_state)], state, layout(m)["scratch"])
 
 
 def source(m: SSMIntModel, p: str) -> str:

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from firmware_sim.cemit import (KERNELS, TABLES, _arr, _matrix, argmax_text, check_prefix, header_text, kernel_text,
-                                pad4, rq_mode, source_head, step_head, tables_text, write_model)
+from firmware_sim.cemit_common import (KERNELS, TABLES, _arr, _matrix, argmax_text, check_prefix, header_text,
+                                       kernel_text, pad4, rq_mode, source_head, step_head, tables_text, write_model)
 from firmware_sim.cemit_ssm import SSM_KERNELS, SSM_TABLES, _ln, embed_lines, head_lines
 from firmware_sim.intssm import RSQRT
 from firmware_sim.intxf import EXP, PHI, XFIntModel, check_xf_model
@@ -61,7 +61,7 @@ def header(m: XFIntModel, p: str) -> str:
              f"  int16_t v[{P}_LAYERS][{P}_D_MODEL][{P}_WINDOW_PAD];   /* values, a column per reading, Q12 >> {vshift} */\n")
     defines = [("D_MODEL", m.d_model), ("HEADS", m.heads), ("D_FF", m.d_ff), ("WINDOW", m.window),
                ("KEY_ROW", m.heads * pad2(m.head_dim)), ("WINDOW_PAD", pad2(m.window))]
-    return header_text(m, p, title, defines, state)
+    return header_text(m, p, title, defines, state, layout(m)["scratch"])
 
 
 def source(m: XFIntModel, p: str) -> str:

@@ -7,15 +7,10 @@ all build their integer model with `firmware_sim.intsim.from_parts`, which ends 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from edgeseq.errors import ModelFileError, UsageError
 from firmware_sim.intmath import IN_LIMIT, MULT_BITS, Q, multiplier
-
-if TYPE_CHECKING:
-    from firmware_sim.intsim import IntModel, MatMulQ
 
 INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 ACT_SPAN = 255              # the largest |a - zp| of an int8 activation a and an int8 zero point
@@ -115,10 +110,11 @@ def check_reading(m, path) -> None:
     _fits(path, "a reading's offset before requantization", d << np.maximum(16 - np.asarray(m.feat_s, np.int64), 0))
 
 
-def _reach(path, mm: MatMulQ, bias, bias_name: str) -> np.ndarray:
-    """The largest |output| (Q12, int64 [out]) product `mm` plus `bias` can give for any int8
-    input, every int32 on the way checked: the zero point folded out of the sum, the sum
-    before requantization (scaled up for a shift below 16), and the output with its bias."""
+def _reach(path, mm, bias, bias_name: str) -> np.ndarray:
+    """The largest |output| (Q12, int64 [out]) product `mm` (an `intgraph.MatMulQ`) plus `bias`
+    can give for any int8 input, every int32 on the way checked: the zero point folded out of
+    the sum, the sum before requantization (scaled up for a shift below 16), and the output
+    with its bias."""
     name = mm.name or "a product"
     _fits(path, f"{name}'s input zero point", mm.in_zp, -128, 127, "int8")
     _requant_ok(path, name, mm.m, mm.s)
@@ -140,14 +136,14 @@ def _reach(path, mm: MatMulQ, bias, bias_name: str) -> np.ndarray:
     return total
 
 
-def check_int_model(m: IntModel, path="<model>") -> None:
-    """Every constant of the integer step fits the C type it is written into, and every int32
-    the step computes from them fits int32 whatever the readings: the reading's fixed point
-    (in_frac int8, means within +-2^30, multipliers 1..2^15-1, shifts 1..62), each product's
-    zero points (int8), folded zero points, sums and outputs with their Q12 biases, the sum of a
-    layer's two products, and the requantizations of the state. ModelFileError (one line,
-    naming the tensor and the value) otherwise. `from_parts` calls it; so does
-    `firmware_sim.cemit.emit`, before it writes C."""
+def check_int_model(m, path="<model>") -> None:
+    """Every constant of the integer step `m` (an `intsim.IntModel`) fits the C type it is
+    written into, and every int32 the step computes from them fits int32 whatever the readings:
+    the reading's fixed point (in_frac int8, means within +-2^30, multipliers 1..2^15-1, shifts
+    1..62), each product's zero points (int8), folded zero points, sums and outputs with their
+    Q12 biases, the sum of a layer's two products, and the requantizations of the state.
+    ModelFileError (one line, naming the tensor and the value) otherwise. `from_parts` calls
+    it; so does `firmware_sim.cemit.emit`, before it writes C."""
     check_reading(m, path)
     for layer, cell in enumerate(m.cells):
         gx = _reach(path, cell["x"], cell["b"], cell.get("b_name", f"b{layer}"))

@@ -40,8 +40,8 @@ from edgeseq.errors import ModelFileError
 from edgeseq.runtime.quant import strip_copies
 from firmware_sim.intcheck import INT32_MAX, _bad, _fits, _multiplier, _reach, _requant_fits, _requant_ok, check_reading
 from firmware_sim.intmath import LUT_SHIFT, LUT_SIZE, ONE_Q15, Q, SIGMOID, lut, requant
-from firmware_sim.intsim import (FixedPointReading, MatMulQ, _activation, _bias, _weights, checked_graph, model_meta,
-                                 reading_format)
+from firmware_sim.intgraph import (FixedPointReading, MatMulQ, _activation, _bias, _weights, checked_graph, model_meta,
+                                   reading_format)
 
 S_LIMIT = (1 << 30) - 1          # the state and its input are clamped to +-S_LIMIT
 RSQRT_KNOTS = 193                # 1/sqrt(x) over x in [1, 4], steps of 1/64

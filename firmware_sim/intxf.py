@@ -41,7 +41,7 @@ import numpy as np
 from edgeseq.errors import DataError, ModelFileError
 from firmware_sim.intcheck import _fits, _multiplier, _reach, _requant_fits, _requant_ok, check_reading
 from firmware_sim.intmath import LUT_SHIFT, LUT_SIZE, ONE_Q15, Q, lut, requant
-from firmware_sim.intsim import checked_graph
+from firmware_sim.intgraph import checked_graph
 from firmware_sim.intssm import (HEADROOM, LAYOUT_ERRORS, LayeredIntModel, _Graph, _lut_table, _qfrac, int8_products,
                                  layered_fields, layernorm_of, mul_q15, not_laid_out, quantize, to_int8)
 

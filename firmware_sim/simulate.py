@@ -2,7 +2,8 @@
 
 `--float` takes only the float twin of the int8 model, the float model exported from the same
 run (`check_float_twin`): any other model's accuracy, printed as "float", would be a figure of
-another model.
+another model. The report's `float_twin` says how the twin was verified (`verified` false only
+for files too old to tell, where the recorded-accuracy check is all there is).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from edgeseq.errors import UsageError, printable
 from edgeseq.runtime.evaluate import (final_accuracy, joined_streams, long_streams, output_error, reading_accuracy,
                                       run_streams, score_continuous)
 from edgeseq.runtime.model import load_model
+from edgeseq.runtime.twins import same_run
 from firmware_sim.intsim import QUANT_OPS, Q, load_int_model, run_stream
 
 # The int8 export records the per-reading accuracies of the float model it was checked against
@@ -34,14 +36,18 @@ def simulate(model, data: str | None = None, float_model=None, readings: int = 1
     `never_reset` (the split joined end to end in `edgeseq.runtime.evaluate.ORDERS` seeded
     orders, one stream each, scored per reading past the grace period: `score_continuous`)."""
     m, qsess, qmeta = load_int_model(model)
+    twin = None
     if float_model is not None:                           # refused before any work
         fsess, fmeta, floaded = load_model(float_model)
-        check_float_twin(qmeta, fmeta, model, float_model, floaded.graph)
+        verified, how = check_float_twin(qmeta, fmeta, model, float_model, floaded.graph, model)
+        twin = {"verified": verified is True, "how": how}
     if qmeta.kind == "anomaly":
-        return simulate_anomaly(m, qsess, qmeta, model, data, float_model, readings)
+        r = simulate_anomaly(m, qsess, qmeta, model, data, float_model, readings)
+        return r if twin is None else {**r, "float_twin": twin}
     if qmeta.kind == "regress":
-        return simulate_regress(m, qsess, qmeta, model, data, float_model, fmeta if float_model is not None else None,
-                                readings)
+        r = simulate_regress(m, qsess, qmeta, model, data, float_model, fmeta if float_model is not None else None,
+                             readings)
+        return r if twin is None else {**r, "float_twin": twin}
     ds = data_for_model(data, m.meta["features"], m.labels, m.meta.get("data"), str(model), m.meta.get("data_sha256"))
     split = ds.test
     logits_int = run_stream(m, m.to_fixed(split.X)).astype(np.float64) / (1 << Q)
@@ -64,11 +70,13 @@ def simulate(model, data: str | None = None, float_model=None, readings: int = 1
         lf = run_streams(fsess, fmeta, split.X, split.lengths)
         r["accuracy"]["float"] = final_accuracy(lf, split)
         r["never_reset"]["float"] = _continuous(fsess, fmeta, Xj, Yj, ends)
-        check_recorded_float(v, ds.name, {"float_reading_accuracy": reading_accuracy(lf, split),
-                                          "float_continuous_accuracy": r["never_reset"]["float"]},
-                             model, float_model)
+        if not twin["verified"]:                          # an older file: what its export recorded is all there is
+            check_recorded_float(v, ds.name, {"float_reading_accuracy": reading_accuracy(lf, split),
+                                              "float_continuous_accuracy": r["never_reset"]["float"]},
+                                 model, float_model)
         r["vs_float"] = output_error(run_streams(fsess, fmeta, X), stream_int)
         r["float_from"] = str(float_model)
+        r["float_twin"] = twin
     elif _is_fraction(v.get("float_accuracy")):          # metadata: use it only when it is an accuracy
         r["accuracy"]["float"] = float(v["float_accuracy"])
         r["float_from"] = "the int8 model's export validation (same test split)"
@@ -149,15 +157,17 @@ def _shown(names, most: int = 8) -> str:
     return ", ".join(names[:most]) + (f", ... ({len(names)} in all)" if len(names) > most else "")
 
 
-def check_float_twin(qmeta, fmeta, model, float_model, graph=None) -> None:
+def check_float_twin(qmeta, fmeta, model, float_model, graph=None, int8_graph=None) -> tuple:
     """UsageError, one line that names what differs and says what to do, unless `float_model`
     (metadata `fmeta`; `graph` its parsed graph where read) can be the float twin of the int8
-    `model` (metadata `qmeta`): float (no quantization in its metadata or its graph), the same
-    architecture and mode, the same features and labels in the same order (the class indices
-    compared are the same classes), the same settings (`edgeseq.config`), the same
-    normalisation (mean, std: int8 export adds only its input scale) and, where both record
-    it, the same training data. Another training of the same settings on the same data passes
-    here and is caught by `check_recorded_float` once its accuracy is measured."""
+    `model` (metadata `qmeta`; `int8_graph` its parsed graph or path): float (no quantization in
+    its metadata or its graph), the same architecture and mode, the same features and labels in
+    the same order (the class indices compared are the same classes), the same settings
+    (`edgeseq.config`), the same normalisation (mean, std: int8 export adds only its input
+    scale), where both record it the same training data, and exported from the same training
+    run (`edgeseq.runtime.twins.same_run`: the checkpoint fingerprints, or for older files the
+    weights). Returns same_run's (verdict, why): verdict True, or None where older files leave
+    it untold (then `check_recorded_float` judges once the float accuracy is measured)."""
     def refuse(why):
         raise UsageError(f"--float '{printable(float_model)}' is not the float twin of '{printable(model)}': {why}; "
                          f"{TWIN_REMEDY}")
@@ -189,6 +199,10 @@ def check_float_twin(qmeta, fmeta, model, float_model, graph=None) -> None:
         if f is not None and q is not None and f != q:
             refuse(f"it was trained on other data ('{printable(fmeta.data)}'; the int8 model on "
                    f"'{printable(qmeta.data)}'{', a file that has changed since' if key == 'data_sha256' else ''})")
+    verdict, why = same_run(fmeta, qmeta, graph, int8_graph)
+    if verdict is False:
+        refuse(f"it was {why}")
+    return verdict, why
 
 
 def check_recorded_float(validation: dict, data: str, measured: dict, model, float_model) -> None:
@@ -197,7 +211,7 @@ def check_recorded_float(validation: dict, data: str, measured: dict, model, flo
     (`validation`, the int8 file's `edgeseq.validation`) for the float model it was checked
     against: a float model of the same settings but another training (seed, epochs,
     checkpoint) does not. Skipped where the export was validated on other data or recorded no
-    such figures."""
+    such figures. Used only where `check_float_twin` could not tell (older files)."""
     if not isinstance(validation, dict) or validation.get("data") != data:
         return
     for key, got in measured.items():

@@ -5,8 +5,14 @@ Pi demo's status lines and every `Error:` line as its Python escape (`edgeseq.er
 the one function for it), while letters of any script stay as they are. JSON keeps the exact
 names, escaped by json.dumps.
 
+A file or folder named on the command line (a model, --data, --out) is shown the same way in
+what `train`, `export`, `firmware check`/`measure`/`emit` print. The escaping is unambiguous: a
+backslash is escaped too (`\\\\`), so a name that holds the text `\\x1b` never looks like one
+holding an ESC.
+
 One tiny GRU (hidden 4, 1 epoch) is trained on `hostile.npz`, whose labels, features and groups
-hold such characters, so its model file carries them in `edgeseq.labels` and `edgeseq.features`.
+hold such characters, so its model file carries them in `edgeseq.labels` and `edgeseq.features`;
+its run folder is kept for `export` and its static int8 export for `firmware`.
 CliRunner runs with color=True, as on a terminal: click then passes escape sequences through
 instead of stripping some of them, so the test sees what a terminal would get."""
 
@@ -32,6 +38,7 @@ SHOWN = {"Gehen\x1b[2J走る": "Gehen\\x1b[2J走る", "wa\x1b]0;pwned\x07lk\u202
 FEATURES = ["gx", "g\x1b[31my", "gz\u2066x"]
 GROUPS = ["s\x1b[1mA", "s\u202eB", "café"]
 UNKNOWN = "zz\x1b]0;x\x07café"                     # a true label the model does not know
+ODD = "q\\x1b\x1b[31m\x9b\u202e"     # in a file name: the text \x1b, then ESC, a C1 CSI and a right-to-left override
 RAW = ("\x1b", "\x07", "\r", "\x00", "\x7f", "\x85", "\u202e", "\u2066")
 
 
@@ -45,9 +52,10 @@ def _safe(text: str) -> str:
 
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory):
-    """(root, the model, its training data) for a GRU whose names hold escape sequences."""
+    """(root, the model, its training data) for a GRU whose names hold escape sequences; its run
+    folder is root/run."""
     from edgeseq.data import load_dataset
-    from edgeseq.train import TrainConfig, train
+    from edgeseq.train import TrainConfig, save_checkpoint, train
     from export import export_model
     root = tmp_path_factory.mktemp("hostile")
     rng = np.random.default_rng(0)
@@ -64,8 +72,19 @@ def hostile(tmp_path_factory):
     ds = load_dataset(str(data))
     assert sorted(ds.labels) == sorted(LABELS) and ds.features == FEATURES
     ckpt = train("gru", ds, TrainConfig(epochs=1, seed=0), {"hidden": 4}, progress=False)
+    save_checkpoint(ckpt, root / "run")
     export_model(ckpt, root / "m.onnx")
     return root, root / "m.onnx", data
+
+
+@pytest.fixture(scope="module")
+def hostile_int8(hostile):
+    """The hostile GRU's static int8 export (kept whatever its accuracy: one epoch of training)."""
+    from edgeseq.train import load_checkpoint
+    from export import export_int8
+    root = hostile[0]
+    export_int8(load_checkpoint(root / "run"), root / "q.onnx", "static", keep_anyway=True)
+    return root / "q.onnx"
 
 
 @pytest.fixture
@@ -92,7 +111,7 @@ def _readings(rows) -> str:
     ("zero\u200bwidth\ufeff", "zero\\u200bwidth\\ufeff"), ("line\u2028para\u2029", "line\\u2028para\\u2029"),
     ("no\xa0break", "no\\xa0break"), ("tag\U000e0041", "tag\\U000e0041"),
     ("Gehen", "Gehen"), ("走る", "走る"), ("café", "café"), ("cafe\u0301 ümlaut", "cafe\u0301 ümlaut"),
-    ("Gehen\x1b[2J走る", "Gehen\\x1b[2J走る"), ("a b,c\"d\\x1b", "a b,c\"d\\x1b"),
+    ("Gehen\x1b[2J走る", "Gehen\\x1b[2J走る"), ("a b,c\"d\\x1b", "a b,c\"d\\\\x1b"), ("C:\\temp", "C:\\\\temp"),
 ])
 def test_printable_escapes_controls_and_format_characters_and_keeps_letters(text, shown):
     assert printable(text) == shown
@@ -105,8 +124,35 @@ def test_printable_escapes_every_control_format_and_separator_character_and_no_l
         if cat in ("Cc", "Cf", "Zl", "Zp"):
             out = printable(c)
             assert out.startswith("\\") and out.isascii() and out.isprintable(), (hex(cp), out)
-        elif cat[0] in "LMNPS":
+        elif cat[0] in "LMNPS" and c != "\\":
             assert printable(c) == c, hex(cp)
+    assert printable("\\") == "\\\\"
+
+
+TRICKY = ["x\\x1b", "x\x1b", "x\\\\x1b", "x\\\x1b", "\\", "\\\\", "a\\nb", "a\nb", "\\u202e", "\u202e",
+          "\\x9b", "\x9b", "C:\\temp", "C:\temp", "\\U000e0041", "\U000e0041", "end\\", "", "x1b"]
+PLAIN = ["Gehen", "走る", "café", "runs/gru", "models/gru-int8.onnx", "a b,c\"d'", "q_model.h"]
+
+
+def _unescaped(shown: str) -> str:
+    """The name `printable` showed as `shown`, read back as Python reads its escapes."""
+    return shown.encode("latin-1", "backslashreplace").decode("unicode_escape")
+
+
+def test_printable_is_unambiguous_and_leaves_plain_names_alone():
+    """Two names never look alike (a backslash is escaped too), each reads back to itself, and
+    `safe_text` leaves an escaped name as it is, so a line built from escaped names is safe
+    without escaping them twice."""
+    from edgeseq.errors import one_line, safe_text
+    names = TRICKY + PLAIN + LABELS + FEATURES + GROUPS + [UNKNOWN, ODD]
+    shown = [printable(n) for n in names]
+    assert len(set(shown)) == len(set(names))
+    for name, text in zip(names, shown):
+        assert _unescaped(text) == name and text.isprintable(), (name, text)
+        assert safe_text(text) == text and one_line(text) == text
+    assert printable("x\\x1b") == "x\\\\x1b" != printable("x\x1b") == "x\\x1b"
+    assert [printable(n) for n in PLAIN] == PLAIN
+    assert safe_text("x\\x1b\x1b") == "x\\x1b\\x1b"           # controls escaped, a backslash kept
 
 
 def test_printable_is_the_one_escaping_function():
@@ -122,6 +168,7 @@ def test_csv_line_escapes_each_cell_and_quotes_commas_and_quotes():
     assert csv_line(1, "ru\r\nn\x00", "0.5000") == "1,ru\\r\\nn\\x00,0.5000"
     assert csv_line(2, 'a,"b"\x1b[2J', "走る") == '2,"a,""b""\\x1b[2J",走る'
     assert next(csv.reader([csv_line(3, "wa\x1b]0;x\x07lk\u202e, y")])) == ["3", "wa\\x1b]0;x\\x07lk\\u202e, y"]
+    assert csv_line(4, "a\\x1b", "a\x1b") == "4,a\\\\x1b,a\\x1b"         # a backslash in a label is not an ESC
 
 
 # -- stream -------------------------------------------------------------------------------------
@@ -293,7 +340,7 @@ def test_data_mismatch_errors_are_one_line_with_names_escaped(tmp_path):
 
 def test_compare_table_measures_columns_on_the_escaped_names():
     """Each name takes the width it is shown at: every line of the table as long as the header's."""
-    from edgeseq.errors import one_line
+    from edgeseq.errors import one_line, safe_text
     from edgeseq.report.compare import format_compare
     odd = "m\x1b]0;pwned\x07\n.onnx"
     cont = {"reading_accuracy": 0.9, "scored_readings": 10, "median_readings_to_follow": 3.0, "orders": 3,
@@ -309,8 +356,80 @@ def test_compare_table_measures_columns_on_the_escaped_names():
          "twins": "same settings", "streams": 1, "readings_per_stream": 10,
          "latency": {"what": "push", "rounds": 1, "readings_per_round": 10}}
     lines = format_compare(r).split("\n")
-    table = [printable(line) for line in lines[:4]]          # as `edgeseq compare` prints each line
+    table = [safe_text(line) for line in lines[:4]]          # as `edgeseq compare` prints each line
     assert len({len(line) for line in table}) == 1, "\n".join(table)
     assert _safe("\n".join(table)) == "\n".join(lines[:4])          # escaped already, before the widths
     assert table[2].startswith("m\\x1b]0;pwned\\x07\\n.onnx  ") and " m\\x1b]0;pwned\\x07\\n.onnx " in table[3]
     assert "test sequences of d\\x1b[2J, " in one_line(lines[5])
+
+
+# -- file and folder names from the command line ------------------------------------------------
+
+def _shows(r, *names) -> str:
+    """r's output (stdout and stderr), checked safe and holding each name as `printable` shows it."""
+    text = _safe(r.output)
+    for name in names:
+        assert printable(name) in text, (printable(name), text)
+    return text
+
+
+def test_train_shows_the_data_and_out_names_escaped(hostile, term, tmp_path, recwarn):
+    """The result line, the progress lines and the training curve's title (matplotlib warns of
+    each glyph it lacks, naming the character itself) show the names escaped."""
+    data = tmp_path / f"d{ODD}.npz"
+    data.write_bytes(hostile[2].read_bytes())
+    out = Path("runs") / f"t{ODD}"
+    r = term(["train", "--arch", "rnn", "--data", data.name, "--out", out, "--epochs", "1", "--set", "hidden=4"])
+    assert r.exit_code == 0, r.output
+    text = _shows(r, f"rnn on d{ODD}: test accuracy ", f"train rnn on d{ODD}: ", f"curve: {out}/training_curve.png")
+    assert f" -> {printable(out / 'checkpoint.pt')}\n" in text and (tmp_path / out / "checkpoint.pt").is_file()
+    assert not [str(w.message) for w in recwarn if not str(w.message).isprintable()]
+    (tmp_path / "file").write_text("")
+    r = term(["train", "--data", data.name, "--features", "gx", "--out", "file"])
+    assert r.exit_code == 2 and f"--data '{printable(data.name)}' is not one" in _safe(r.output)
+
+
+def test_export_shows_the_out_name_escaped(hostile, term):
+    run = hostile[0] / "run"
+    r = term(["export", run, "--out", f"ex{ODD}.onnx"])
+    assert r.exit_code == 0, r.output
+    assert _shows(r, f"ex{ODD}.onnx (").startswith(f"wrote {printable(f'ex{ODD}.onnx')} (")
+    r = term(["export", run, "--int8", "--keep-anyway", "--out", f"q{ODD}.onnx"])
+    assert r.exit_code == 0, r.output
+    assert _shows(r, f"q{ODD}.onnx (").startswith(f"wrote {printable(f'q{ODD}.onnx')} (")
+
+
+def test_firmware_check_and_emit_show_the_file_names_escaped(hostile_int8, term, tmp_path):
+    model = tmp_path / f"m{ODD}.onnx"
+    model.write_bytes(hostile_int8.read_bytes())
+    r = term(["firmware", "check", model.name, "--target", "nrf52840"])
+    assert r.exit_code in (0, 1) and _shows(r, f"m{ODD}.onnx (gru, ")
+    r = term(["firmware", "emit", model.name, "--out", f"fw{ODD}", "--prefix", "q"])
+    assert r.exit_code == 0, r.output
+    assert _shows(r, f"fw{ODD}/q_model.h, ", f"fw{ODD}/q_model.c").startswith(f"wrote {printable(f'fw{ODD}')}/")
+    assert (tmp_path / f"fw{ODD}" / "q_model.h").is_file()
+    r = term(["firmware", "emit", model.name, "--out", "fw", "--prefix", f"p{ODD}"])
+    assert r.exit_code == 2 and f"Error: prefix '{printable(f'p{ODD}')}' must be a C name" in _safe(r.output)
+    r = term(["firmware", "check", f"gone{ODD}.onnx", "--target", "nrf52840"])
+    assert r.exit_code == 1 and _safe(r.output).splitlines()[-1].startswith(
+        f"Error: model file '{printable(f'gone{ODD}.onnx')}' not found; ")
+
+
+def test_firmware_measure_shows_the_file_name_escaped(hostile_int8, term, tmp_path):
+    pytest.importorskip("unicorn", reason="pip install unicorn (edgeseq[firmware])")
+    pytest.importorskip("elftools", reason="pip install pyelftools (edgeseq[firmware])")
+    from firmware_sim import toolchain
+    try:
+        toolchain.require_compiler(None)
+    except Exception as e:                              # noqa: BLE001 - no cross compiler here
+        pytest.skip(f"no cross compiler: {e}")
+    model = tmp_path / f"m{ODD}.onnx"
+    model.write_bytes(hostile_int8.read_bytes())
+    r = term(["firmware", "measure", model.name, "--core", "cortex-m4", "--readings", "10"])
+    assert r.exit_code == 0, r.output
+    assert _shows(r, f"m{ODD}.onnx (gru, hidden 4) on an emulated cortex-m4 ")
+
+
+def test_devices_name_the_fleet_folder_escaped(term):
+    r = term(["devices", "list", "--fleet", f"fleet{ODD}"])
+    assert r.exit_code == 0 and _shows(r, f"no devices in fleet{ODD}: ")

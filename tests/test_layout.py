@@ -1,7 +1,9 @@
-"""The packages' layout: training, tuning and reports import one another one way only
-(tune -> report -> train, tune -> train), and no module of theirs is part of an import cycle.
-Read from the source with `ast`, nothing imported: an import inside a function or under
-`TYPE_CHECKING` counts as much as one at the top of a module."""
+"""The packages' layout: no module of edgeseq, export or firmware_sim is part of an import
+cycle, and training, tuning and reports import one another one way only (tune -> report ->
+train, tune -> train). Read from the source with `ast`, nothing imported: an import inside a
+function or under `TYPE_CHECKING` counts as much as one at the top of a module, and so does a
+package's `__init__` that a module names (`from edgeseq.runtime import native` imports
+edgeseq.runtime too)."""
 
 import ast
 from collections import deque
@@ -22,6 +24,18 @@ def modules(root: Path) -> dict:
                 parts.pop()
             if all(p.isidentifier() for p in parts):
                 out[".".join(parts)] = path
+    return out
+
+
+def compiled(root: Path) -> set:
+    """Dotted names of the C extension modules built in PACKAGES (a `<name>.c` that defines
+    `PyInit_<name>`): they import nothing of ours, so importing one is an import of it alone,
+    not of the package it lies in."""
+    out = set()
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.c")):
+            if f"PyInit_{path.stem}(" in path.read_text(encoding="utf-8", errors="replace"):
+                out.add(".".join(path.relative_to(root).with_suffix("").parts))
     return out
 
 
@@ -56,9 +70,11 @@ def imports(name: str, path: Path, known: dict, root: Path) -> dict:
 
 
 def import_graph(root: Path) -> dict:
-    """{module: {imported module: where}} over every module of PACKAGES under `root`."""
+    """{module: {imported module: where}} over every module of PACKAGES under `root` (an import
+    of a compiled module is an edge to it; it has none of its own)."""
     known = modules(root)
-    return {name: imports(name, path, known, root) for name, path in known.items()}
+    targets = {**known, **dict.fromkeys(compiled(root))}
+    return {name: imports(name, path, targets, root) for name, path in known.items()}
 
 
 def group(name: str) -> str:
@@ -99,15 +115,26 @@ def cycle_through(graph: dict, start: str) -> list | None:
     return None
 
 
-def cycles(graph: dict) -> list:
-    """One line per WATCHED node on a cycle: 'a -> b (a's file:line) -> a (b's file:line)'."""
+def cycles(graph: dict, watched: tuple | None = WATCHED) -> list:
+    """One line per node on a cycle, of the `watched` groups (None: every node): 'a -> b (a's
+    file:line) -> a (b's file:line)', a shortest cycle through it."""
     out = set()
     for start in sorted(graph):
-        path = cycle_through(graph, start) if group(start) in WATCHED else None
+        path = cycle_through(graph, start) if watched is None or group(start) in watched else None
         if path:
             names = [m for m, _ in path] + [start]
             out.add(" -> ".join([names[0]] + [f"{n} ({w})" for n, (_, w) in zip(names[1:], path)]))
     return sorted(out)
+
+
+def test_no_module_is_on_an_import_cycle():
+    """Every module of edgeseq, export and firmware_sim: a shared name lives in the module
+    below both that use it, and a package's __init__ re-exports from its submodules, which
+    import one another, never the __init__."""
+    graph = import_graph(ROOT)
+    found = cycles(graph, watched=None)
+    assert not found, "import cycles (one shortest cycle through each module on one):\n" + "\n".join(found)
+    assert len(graph) > 100 and "edgeseq.runtime.native._es_native" in graph["edgeseq.runtime.native.extension"]
 
 
 def test_no_module_of_train_tune_or_report_is_on_an_import_cycle():
@@ -136,11 +163,16 @@ OLD = {   # the shape of the modules before edgeseq.train and edgeseq.tune were 
 }
 
 
+def graph_of(root: Path, files: dict) -> dict:
+    """`import_graph` of the tree {relative path: text} written under `root`."""
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return import_graph(root)
+
+
 def test_the_check_finds_the_cycles_of_the_old_layout(tmp_path):
-    for rel, text in OLD.items():
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text(text)
-    graph = import_graph(tmp_path)
+    graph = graph_of(tmp_path, OLD)
     assert graph["edgeseq.report.edge"] == {"edgeseq.train": "edgeseq/report/edge.py:2"}     # relative imports
     assert "edgeseq.report.edge" in graph["edgeseq.report.tune_pages"]
     assert cycles(graph) == [
@@ -153,4 +185,29 @@ def test_the_check_finds_the_cycles_of_the_old_layout(tmp_path):
         "edgeseq.report -> edgeseq.tune (edgeseq/report/tune_pages.py:1) -> edgeseq.report (edgeseq/tune.py:2)",
         "edgeseq.train -> edgeseq.train_plan (edgeseq/train.py:1) -> edgeseq.train (edgeseq/train_plan.py:3)",
         "edgeseq.tune -> edgeseq.report (edgeseq/tune.py:2) -> edgeseq.tune (edgeseq/report/tune_pages.py:1)",
+    ]
+
+
+NESTED = {   # a package __init__ that re-exports from a submodule which names the package back
+    "edgeseq/__init__.py": "",
+    "edgeseq/runtime/__init__.py": "from edgeseq.runtime.session import StreamSession\n",
+    "edgeseq/runtime/session.py": "class StreamSession:\n    def open(self):\n        from edgeseq.runtime import native\n",
+    "edgeseq/runtime/native/__init__.py": "from edgeseq.runtime.native.extension import _ext\n",
+    "edgeseq/runtime/native/extension.py": "import edgeseq.runtime.native._es_native as _ext\n",
+    "edgeseq/runtime/native/_es_native.c": "PyMODINIT_FUNC PyInit__es_native(void) { return 0; }\n",
+}
+
+
+def test_the_check_finds_a_cycle_through_a_package_init(tmp_path):
+    graph = graph_of(tmp_path, NESTED)
+    assert graph["edgeseq.runtime.session"] == {"edgeseq.runtime": "edgeseq/runtime/session.py:3",
+                                                "edgeseq.runtime.native": "edgeseq/runtime/session.py:3"}
+    assert graph["edgeseq.runtime.native.extension"] == {      # the compiled module, not its package
+        "edgeseq.runtime.native._es_native": "edgeseq/runtime/native/extension.py:1"}
+    assert cycles(graph) == []                                  # no WATCHED module on it
+    assert cycles(graph, watched=None) == [
+        "edgeseq.runtime -> edgeseq.runtime.session (edgeseq/runtime/__init__.py:1) -> "
+        "edgeseq.runtime (edgeseq/runtime/session.py:3)",
+        "edgeseq.runtime.session -> edgeseq.runtime (edgeseq/runtime/session.py:3) -> "
+        "edgeseq.runtime.session (edgeseq/runtime/__init__.py:1)",
     ]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from edgeseq.errors import EdgeseqError, UsageError
+from edgeseq.errors import EdgeseqError, UsageError, printable
 from edgeseq.errors import one_line as _one_line    # one line, control characters escaped
 
 
@@ -34,7 +34,7 @@ def _os_error(e: OSError) -> str:
         todo = "give a file, not a directory"
     else:
         todo = "check the path and the device, then run it again"
-    return f"{what}: '{where}'; {todo}" if where is not None else f"{what}; {todo}"
+    return f"{what}: '{printable(where)}'; {todo}" if where is not None else f"{what}; {todo}"
 
 
 def _errors(fn):
@@ -128,9 +128,9 @@ class Finite(click.ParamType):
             try:
                 number = float(value)
             except (TypeError, ValueError, OverflowError):
-                self.fail(f"'{str(value)[:30]}' is not a number", param, ctx)
+                self.fail(f"'{printable(str(value)[:30])}' is not a number", param, ctx)
             if not math.isfinite(number):
-                self.fail(f"'{str(value)[:30]}' is not a finite number", param, ctx)
+                self.fail(f"'{printable(str(value)[:30])}' is not a finite number", param, ctx)
         low = self.min is not None and (number <= self.min if self.min_open else number < self.min)
         high = self.max is not None and (number >= self.max if self.max_open else number > self.max)
         if low or high:
@@ -152,7 +152,7 @@ class History(click.ParamType):
         else:
             text = str(value).strip()
             if len(text) > 40 or not re.fullmatch(r"[+-]?[0-9]+", text):
-                self.fail(f"'{text[:30]}' is not a whole number of readings", param, ctx)
+                self.fail(f"'{printable(text[:30])}' is not a whole number of readings", param, ctx)
             n = int(text)
         if n < 1:
             self.fail(f"{n} readings: it must be at least 1", param, ctx)
@@ -175,8 +175,8 @@ class _Cli(click.Group):
             path = e.ctx.command_path if e.ctx is not None else (prog_name or "edgeseq")
             click.echo(f"Error: {_one_line(e.format_message())} (see '{path} --help')", err=True)
             sys.exit(e.exit_code)
-        except click.ClickException as e:
-            e.show()
+        except click.ClickException as e:            # click's own (FileError) too: escaped, one line
+            click.echo(f"Error: {_one_line(e.format_message())}", err=True)
             sys.exit(e.exit_code)
         except click.Abort:
             click.echo("stopped", err=True)

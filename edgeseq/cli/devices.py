@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from edgeseq.cli._common import _errors
+from edgeseq.errors import printable
 
 FLEET_HELP = "Folder of the fleet's credentials (the one `edgeseq serve --fleet` reads)."
 
@@ -35,7 +36,7 @@ def add(device, fleet, rotate):
     """Add DEVICE (letters, digits, - and _) and print its credentials, the only time they are shown."""
     from edgeseq.gateway.fleet import Fleet
     password = Fleet(fleet).add_device(device, rotate=rotate)
-    click.echo(f"device {device} {'has a new password' if rotate else 'added'} in {fleet}; store these on the device "
+    click.echo(f"device {device} {'has a new password' if rotate else 'added'} in {printable(fleet)}; store these on the device "
                "now, they are not shown again:", err=True)
     click.echo(f"user: {device}\npassword: {password}\npublish: edgeseq.in.{device} (MQTT edgeseq/in/{device})\n"
                f"predictions: edgeseq.out.{device} (MQTT edgeseq/out/{device}, QoS 0)")
@@ -49,7 +50,7 @@ def remove(device, fleet):
     """Remove DEVICE: the server refuses it from its next reload on."""
     from edgeseq.gateway.fleet import Fleet
     Fleet(fleet).remove_device(device)
-    click.echo(f"device {device} removed from {fleet}", err=True)
+    click.echo(f"device {device} removed from {printable(fleet)}", err=True)
 
 
 @devices.command(name="list")
@@ -60,6 +61,6 @@ def list_cmd(fleet):
     from edgeseq.gateway.fleet import Fleet
     devs = Fleet(fleet).devices()
     for d, v in sorted(devs.items()):
-        click.echo(f"{d}\tadded {v.get('added', '?')}")
+        click.echo(f"{printable(d)}\tadded {printable(v.get('added', '?'))}")
     if not devs:
-        click.echo(f"no devices in {fleet}: edgeseq devices add NAME", err=True)
+        click.echo(f"no devices in {printable(fleet)}: edgeseq devices add NAME", err=True)

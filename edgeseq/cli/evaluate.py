@@ -7,7 +7,7 @@ import json
 import click
 
 from edgeseq.cli._common import _DATA_HELP, _backend_option, _echo_json, _errors, _json_option, _provider_option
-from edgeseq.errors import UsageError, printable
+from edgeseq.errors import UsageError, printable, safe_text
 
 
 @click.command()
@@ -23,10 +23,11 @@ from edgeseq.errors import UsageError, printable
 @_errors
 def compare(models, data, readings, rounds, backend, as_json):
     """Compare models side by side: size, test accuracy, output difference over long streams
-    from each model's twin (the first earlier model in the list with the same architecture,
-    settings, labels, features and normalisation: a float model and its int8 export; n/a
-    where there is none), and per-reading latency, on the first model's training data
-    unless --data says otherwise.
+    from each model's twin (the first earlier model in the list exported from the same
+    training run, with the same architecture, settings, labels, features and normalisation: a
+    float model and its int8 export; n/a where there is none, and a note names models of the
+    same settings from another run), and per-reading latency, on the first model's training
+    data unless --data says otherwise.
 
     \b
       edgeseq compare models/gru.onnx models/gru-int8.onnx
@@ -40,8 +41,8 @@ def compare(models, data, readings, rounds, backend, as_json):
                              "`edgeseq eval` (and its int8 twin with `edgeseq firmware simulate --float`)")
 
     r = compare_models(list(models), data=data, readings=readings, rounds=rounds, backend=backend)
-    # file and data names come from the command line and the model files: escaped, line by line
-    click.echo(json.dumps(r, indent=2) if as_json else "\n".join(map(printable, format_compare(r).split("\n"))))
+    # file and data names come from the command line and the model files: format_compare escaped them
+    click.echo(json.dumps(r, indent=2) if as_json else "\n".join(map(safe_text, format_compare(r).split("\n"))))
 
 
 GROUPS_SHOWN = 12                  # groups named on the text line, worst first (--json has them all)
@@ -123,7 +124,7 @@ def eval_cmd(model, data, split, provider, backend, as_json):
     r = evaluate(model, getattr(ds, split), labels=ds.labels, provider=provider, features=ds.features, backend=backend)
     r["data"], r["split"] = ds.name, split
     if r.get("backend_note"):
-        click.echo(printable(f"note: onnxruntime backend, not native: {r['backend_note']}"), err=True)
+        click.echo(safe_text(f"note: onnxruntime backend, not native: {r['backend_note']}"), err=True)
     if r.get("events") is None and r["arch"] in ("bigru", "bilstm") and _has_decision(model):
         click.echo(f"note: a {r['arch']} model reads whole windows: its decision settings are not used "
                    "(events need a stream model)", err=True)

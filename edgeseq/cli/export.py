@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from edgeseq.cli._common import MAX_HISTORY, Finite, History, _echo_json, _errors, _json_option, _note_window, _writing
-from edgeseq.errors import UsageError
+from edgeseq.errors import UsageError, printable, safe_text
 
 
 @click.command()
@@ -72,11 +72,11 @@ def export(run, out, max_history, int8, int8_scheme, data, max_error, max_accura
     elif int8:
         r = report
         judged = _int8_figures(r)
-        click.echo(f"wrote {r['path']} ({r['bytes']:,} bytes; float export {r['float_bytes']:,}); "
+        click.echo(f"wrote {printable(r['path'])} ({r['bytes']:,} bytes; float export {r['float_bytes']:,}); "
                    f"int8 {int8_scheme} vs float over {r['streams']}x{r['readings']} readings, "
                    f"judged on {r['backend']}: {judged}")
         if r.get("backend_note"):
-            click.echo(f"note: judged on onnxruntime, not native: {r['backend_note']}", err=True)
+            click.echo(f"note: judged on onnxruntime, not native: {safe_text(r['backend_note'])}", err=True)
         for name, other in r["backends"].items():
             shown = _int8_figures({**r, **other})
             if name != r["backend"] and (shown != judged or other["within_bounds"] != r["within_bounds"]):
@@ -86,7 +86,7 @@ def export(run, out, max_history, int8, int8_scheme, data, max_error, max_accura
             click.echo(f"warning: this model breaks its bound on {r['backend']} (kept because of --keep-anyway)",
                        err=True)
     else:
-        click.echo(f"wrote {report['path']} ({report['bytes']:,} bytes); ONNX Runtime vs torch max abs diff "
+        click.echo(f"wrote {printable(report['path'])} ({report['bytes']:,} bytes); ONNX Runtime vs torch max abs diff "
                    f"{report['max_abs_diff']:.2e} (tolerance {report['tolerance']:g})")
 
 
@@ -99,7 +99,7 @@ def _int8_figures(r: dict) -> str:
                 f"vs {f['false_alarms']}, top score inside on {q['top_inside'] or 0:.0%} vs {f['top_inside'] or 0:.0%}")
     if "float_regress" in r:                   # a regression model: output error and each target's MAE
         q, f = r.get("regress") or r["int8_regress"], r["float_regress"]
-        maes = ", ".join(f"{t} MAE {q['targets'][t]['mae']:.4g} vs {f['targets'][t]['mae']:.4g} (persistence "
+        maes = ", ".join(f"{printable(t)} MAE {q['targets'][t]['mae']:.4g} vs {f['targets'][t]['mae']:.4g} (persistence "
                          f"{f['targets'][t]['persistence_mae']:.4g})" for t in f["targets"])
         return f"mean error {r['mean_rel']:.2%} of range (max {r['max_rel']:.1%}), {maes}"
     return (f"mean error {r['mean_rel']:.2%} of range (max {r['max_rel']:.1%}), per-reading accuracy "

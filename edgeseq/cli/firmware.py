@@ -43,15 +43,16 @@ def firmware_targets(targets_file, as_json):
         return
     click.echo(f"{'name':10s} {'core':16s} {'MHz':>5s} {'flash KB':>9s} {'SRAM KB':>8s} {'cyc/MAC':>8s}  part")
     for t in ts.values():
-        click.echo(f"{t.name:10s} {t.core:16s} {t.clock_mhz:5.0f} {t.flash_kb:9,d} {t.sram_kb:8,d} {t.cycles_per_mac:8.2f}  "
-                   f"{t.part}")
+        click.echo(f"{printable(t.name):10s} {printable(t.core):16s} {t.clock_mhz:5.0f} {t.flash_kb:9,d} "
+                   f"{t.sram_kb:8,d} {t.cycles_per_mac:8.2f}  {printable(t.part)}")
     click.echo("sources: `edgeseq firmware targets --json` (field 'source'); cycles/MAC are estimates, see --help of check")
 
 
 def _fmt_check(r):
     f, m, c = r["flash"], r["ram"], r["cost"]
     t = r["target"]
-    lines = [f"{r['model']} ({r['arch']}, {r['quantization']}) on {t['name']} ({t['part']}, {t['core']} "
+    lines = [f"{printable(r['model'])} ({r['arch']}, {r['quantization']}) on {printable(t['name'])} "
+             f"({printable(t['part'])}, {printable(t['core'])} "
              f"{t['clock_mhz']:.0f} MHz)" + ('' if r['history'] is None else f", history {r['history']:,}"),
              f"  plan of: {r['plan_of']}",
              "  flash            bytes",
@@ -163,9 +164,9 @@ def firmware_measure(model, target, core, opt, compiler, readings, data, targets
     size = (f"d_model {r['hidden']}, d_state {r['d_state']}, {'selective' if r['selective'] else 'fixed'} decay"
             if r["arch"] == "ssm" else f"d_model {r['hidden']}, {r['heads']} head(s), window {r['window']}, counted at "
             "a full window" if r["arch"] == "transformer" else f"hidden {r['hidden']}")
-    lines = [f"{r['model']} ({r['arch']}, {size}) on an emulated {r['core']} ({r['cpu_model']}), "
+    lines = [f"{printable(r['model'])} ({r['arch']}, {size}) on an emulated {r['core']} ({r['cpu_model']}), "
              f"{r['compiler']} {r['opt']}{', SMLAD path' if r['dsp_path'] else ', portable path'}",
-             f"  bit-exact with `firmware simulate` over {r['bit_exact_readings']:,} readings ({r['readings_from']})",
+             f"  bit-exact with `firmware simulate` over {r['bit_exact_readings']:,} readings ({printable(r['readings_from'])})",
              f"  measured: .text {sec['text']:,} B, .rodata {sec['rodata']:,} B, .data {sec['data']:,} B, "
              f".bss {sec['bss']:,} B; stack {r['stack_bytes']:,} B per step (plus {r['scratch_bytes']:,} B of "
              f"caller scratch and {r['state_bytes']:,} B of state)",
@@ -217,12 +218,15 @@ def firmware_simulate(model, data, float_model, as_json):
     from firmware_sim.simulate import simulate
 
     r = simulate(model, data, float_model)
+    if not r.get("float_twin", {"verified": True})["verified"]:
+        click.echo(f"note: --float '{printable(float_model)}' was {r['float_twin']['how']}; export both files "
+                   "again from the run to have that checked", err=True)
     if as_json:
         _echo_json(r)
         return
     if r.get("task") == "anomaly":
         from edgeseq.cli.train import anomaly_line
-        click.echo(f"{r['arch']} anomaly model, integer-only on {r['data']} test ({r['test_sequences']} recordings):")
+        click.echo(f"{r['arch']} anomaly model, integer-only on {printable(r['data'])} test ({r['test_sequences']} recordings):")
         for who, name in (("integer_only", "integer-only (firmware)"), ("onnxruntime_int8", "onnxruntime int8"),
                           ("float", "float")):
             if who in r:
@@ -246,7 +250,7 @@ def firmware_simulate(model, data, float_model, as_json):
                    f"range, max {d['max_rel']:.1%}")
         return
     a = r["accuracy"]
-    click.echo(f"{r['arch']} integer-only on {r['data']} test ({r['test_sequences']} sequences): accuracy "
+    click.echo(f"{r['arch']} integer-only on {printable(r['data'])} test ({r['test_sequences']} sequences): accuracy "
                f"{a['integer_only']:.3f}; onnxruntime int8 {a['onnxruntime_int8']:.3f}"
                + (f"; float {a['float']:.3f}" if "float" in a else ""))
     n = r["never_reset"]
@@ -290,7 +294,7 @@ def firmware_emit(model, out, prefix, force, as_json):
 
     check_prefix(prefix)
     if Path(out).exists() and not Path(out).is_dir():
-        raise UsageError(f"--out '{out}' is a file; give a directory for the C files (it is created if missing)")
+        raise UsageError(f"--out '{printable(out)}' is a file; give a directory for the C files (it is created if missing)")
     m = from_onnx(model)
     with _writing(out):
         r = emit(m, out, prefix=prefix, protect=(model,), force=force)
@@ -299,9 +303,10 @@ def firmware_emit(model, out, prefix, force, as_json):
     else:
         own = {f"{prefix}_model.h", f"{prefix}_model.c", f"{prefix}_example.c"}
         shared = [f for f in r["files"] if f.startswith("es_") and f not in own]
-        tables = " ".join(f"{out}/{f}" for f in shared if f.endswith(".c"))
-        click.echo(f"wrote {out}/{prefix}_model.h, {prefix}_model.c ({r['int8_weights']:,} int8 weights, "
+        shown = printable(out)
+        tables = " ".join(f"{shown}/{f}" for f in shared if f.endswith(".c"))
+        click.echo(f"wrote {shown}/{prefix}_model.h, {prefix}_model.c ({r['int8_weights']:,} int8 weights, "
                    f"{r['tables_bytes']:,} B of tables), {', '.join(shared)} and {prefix}_example.c; the step needs "
                    f"{r['scratch_bytes']:,} B of scratch and {r['state_bytes']:,} B of state; readings are int32 "
                    f"with {', '.join(map(str, r['in_frac']))} fractional bits per channel; "
-                   f"build: gcc -std=c99 -O2 -o stream {out}/{prefix}_example.c {out}/{prefix}_model.c {tables}")
+                   f"build: gcc -std=c99 -O2 -o stream {shown}/{prefix}_example.c {shown}/{prefix}_model.c {tables}")

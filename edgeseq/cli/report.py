@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from edgeseq.cli._common import _errors, _writing
+from edgeseq.errors import printable, safe_text
 
 
 @click.command()
@@ -45,7 +46,7 @@ def report(out, quick, runs, data, quiet):
 
     with _writing(out):
         r = build_report(out, quick=quick, runs=runs, progress=not quiet, data=data)
-    for line in _summary(r):
-        click.echo(line)
-    click.echo(f"wrote {out}/index.html, report.md, report.json and {len(r['files']) - 3} plots "
+    for line in _summary(r):                       # the data's name may stand in a line
+        click.echo(safe_text(line))
+    click.echo(f"wrote {printable(out)}/index.html, report.md, report.json and {len(r['files']) - 3} plots "
                f"in {r['meta']['seconds']:.0f} s")

@@ -8,6 +8,7 @@ import signal
 import click
 
 from edgeseq.cli._common import MAX_HISTORY, History, _backend_option, _errors
+from edgeseq.errors import printable, safe_text
 
 RELOAD_SECONDS = 2.0             # how often a running server looks for fleet changes
 
@@ -107,7 +108,7 @@ def serve(model, url, partitions, name, snapshot_every, snapshot_seconds, lease_
                    f"mqtt {{ listen: 0.0.0.0:1883{', ' + tls if tls else ''} }}\n"
                    f"{crew.authorization_block(partitions)}{mapping_block(partitions)}", nl=False)
         click.echo(f"# the gateway connects as {crew.gateway_credentials()[0]} with the password in "
-                   f"{crew.gateway_file}; devices as in `edgeseq devices list --fleet {fleet}`", err=True)
+                   f"{printable(crew.gateway_file)}; devices as in `edgeseq devices list --fleet {printable(fleet)}`", err=True)
         return
     if tls_cert is not None and url is not None:
         raise click.BadParameter("--tls-cert configures the server serve starts; with --nats, TLS is that server's "
@@ -116,7 +117,7 @@ def serve(model, url, partitions, name, snapshot_every, snapshot_seconds, lease_
         raise click.BadParameter("give a number of seconds", param_hint="--duration")
     from edgeseq.gateway.service import Gateway
 
-    echo = lambda line: click.echo(line, err=True)  # noqa: E731
+    echo = lambda line: click.echo(safe_text(line), err=True)  # noqa: E731 - the gateway's status lines name models, devices
     if url is not None and "@" not in url and crew.gateway_file.exists():      # the server --print-config configured
         url = ",".join(with_credentials(u.strip(), *crew.gateway_credentials()) for u in url.split(","))
     gw = Gateway(model, url or "nats://placeholder", partitions=partitions, name=name, snapshot_every=snapshot_every,
@@ -139,7 +140,7 @@ def serve(model, url, partitions, name, snapshot_every, snapshot_seconds, lease_
         gw.url = broker.gateway_url
         n = len(crew.devices())
         echo(f"nats-server: {broker.url}" + (f", MQTT {broker.mqtt_url}" if broker.mqtt_url else "")
-             + f", JetStream in {store}; {n} device(s) in {fleet}"
+             + f", JetStream in {printable(store)}; {n} device(s) in {printable(fleet)}"
              + ("" if n else " (add one: edgeseq devices add NAME)"))
     httpd = None
     try:
@@ -148,7 +149,7 @@ def serve(model, url, partitions, name, snapshot_every, snapshot_seconds, lease_
             gw.metrics = GatewayMetrics(gw)
             httpd = serve_metrics(gw.metrics, metrics_host, metrics_port, scrape_password(fleet))
             echo(f"metrics: http://{metrics_host}:{httpd.server_port}/metrics (user prometheus, password in "
-                 f"{fleet}/metrics.json)")
+                 f"{printable(fleet)}/metrics.json)")
         asyncio.run(_serve(gw, duration, status_every, broker, echo))
     finally:
         if httpd is not None:

@@ -7,7 +7,7 @@ import contextlib
 import click
 
 from edgeseq.cli._common import MAX_HISTORY, History, _backend_option, _errors, _note_window, _provider_option, _writing
-from edgeseq.errors import printable
+from edgeseq.errors import printable, safe_text
 
 
 @click.command()
@@ -78,7 +78,7 @@ def stream(model, input_, provider, max_history, on_full, on_bad, as_json, state
                          f"{printable(model)}` first")
     _note_window(max_history, (sess.meta.config or {}).get("window"))
     if sess.backend_note:
-        click.echo(printable(f"note: onnxruntime backend, not native: {sess.backend_note}"), err=True)
+        click.echo(safe_text(f"note: onnxruntime backend, not native: {sess.backend_note}"), err=True)
     fh = stdin_bytes() if input_ == "-" else open(input_, "rb")
     with fh, (lock_state_file(state_file) if state_file else contextlib.nullcontext()) as held, _writing(state_file):
         _stream(sess, model, fh, on_bad, as_json, state_file, held, save_every, events_only)

@@ -85,14 +85,14 @@ def train(arch, data, out, epochs, lr, seed, settings, as_json, quiet, features,
                          "one; drop --epochs or those settings")
     _check_names(arch, overrides)
     if features is not None and not data.lower().endswith(".csv"):
-        raise UsageError(f"--features picks columns of a .csv file, and --data '{data}' is not one (an .npz's "
+        raise UsageError(f"--features picks columns of a .csv file, and --data '{printable(data)}' is not one (an .npz's "
                          "channels are its X); drop --features")
     dataset = load_dataset(data, None if features is None else features.split(","))
     augment = parse_settings(settings, base=tc.augment, features=dataset.features)[1]   # augment.NAME on auto
     tc = replace(tc, seed=seed, augment=augment, **({"epochs": epochs} if epochs else {}), **({"lr": lr} if lr else {}),
                  **schedule)
     if Path(out).exists() and not Path(out).is_dir():
-        raise UsageError(f"--out '{out}' is a file; give a directory for checkpoint.pt and metrics.json")
+        raise UsageError(f"--out '{printable(out)}' is a file; give a directory for checkpoint.pt and metrics.json")
     ckpt = train_fn(arch, dataset, tc, overrides, progress=not quiet)      # progress goes to stderr
     if dataset.ignored:                         # the columns left out of a .csv, and why: in metrics.json too
         ckpt["metrics"]["ignored_columns"] = dict(dataset.ignored)
@@ -103,9 +103,9 @@ def train(arch, data, out, epochs, lr, seed, settings, as_json, quiet, features,
         _echo_json({"checkpoint": str(path), "arch": arch, **m})
     else:
         cont = m.get("test_continuous_accuracy")
-        click.echo(f"{arch} on {dataset.name}: test accuracy {m['test_accuracy']:.3f} per sequence"
+        click.echo(f"{arch} on {printable(dataset.name)}: test accuracy {m['test_accuracy']:.3f} per sequence"
                    + (f", {cont:.3f} never reset" if cont is not None else "")
-                   + f" (train {m['train_accuracy']:.3f}) in {m['train_seconds']:.1f} s -> {path}")
+                   + f" (train {m['train_accuracy']:.3f}) in {m['train_seconds']:.1f} s -> {printable(path)}")
         click.echo(f"schedule: {schedule_line(m.get('schedule'))}")
         click.echo(f"augment: {describe(m['augment'])}")
         if dataset.ignored:
@@ -121,7 +121,7 @@ def train(arch, data, out, epochs, lr, seed, settings, as_json, quiet, features,
                            "groups_test names the training split does not hold to measure that", err=True)
     s = m.get("schedule") or {}
     if s.get("advice"):
-        click.echo(f"warning: not converged: {s['advice']} (curve: {Path(out) / 'training_curve.png'})", err=True)
+        click.echo(f"warning: not converged: {s['advice']} (curve: {printable(Path(out) / 'training_curve.png')})", err=True)
 
 
 def _train_task(arch, data, out, epochs, lr, seed, settings, as_json, quiet, features, task, targets=None,
@@ -143,7 +143,7 @@ def _train_task(arch, data, out, epochs, lr, seed, settings, as_json, quiet, fea
                          "(hidden, layers, ...), --epochs and --lr")
     _check_names(arch, overrides)
     if Path(out).exists() and not Path(out).is_dir():
-        raise UsageError(f"--out '{out}' is a file; give a directory for checkpoint.pt and metrics.json")
+        raise UsageError(f"--out '{printable(out)}' is a file; give a directory for checkpoint.pt and metrics.json")
     dataset = load_dataset(data, None if features is None else features.split(","),
                            None if targets is None else targets.split(","), persistence_lag)
     if task == "regress":
@@ -172,15 +172,15 @@ def _train_task(arch, data, out, epochs, lr, seed, settings, as_json, quiet, fea
     if path is None:
         return
     m = ckpt["metrics"]
-    click.echo(f"{arch} anomaly model on {dataset.name} in {m['train_seconds']:.1f} s -> {path}; test split (torch, "
-               "default settings, not calibrated):")
+    click.echo(f"{arch} anomaly model on {printable(dataset.name)} in {m['train_seconds']:.1f} s -> {printable(path)}; "
+               "test split (torch, default settings, not calibrated):")
     click.echo(f"  per recording: {anomaly_line(fig['per_recording'])}")
     click.echo(f"  never reset: {anomaly_line(fig['never_reset'])}")
     click.echo(f"schedule: {schedule_line(m.get('schedule'))}")
     if dataset.ignored:
         click.echo(printable(f"columns: features {', '.join(dataset.features)}; ignored "
                              + ", ".join(f"{name or repr(name)} ({why})" for name, why in dataset.ignored.items())))
-    click.echo(f"next: edgeseq export {out} --out {Path(out).name}.onnx, then edgeseq calibrate on it")
+    click.echo(f"next: edgeseq export {printable(out)} --out {printable(Path(out).name)}.onnx, then edgeseq calibrate on it")
     s = m.get("schedule") or {}
     if s.get("advice"):
         click.echo(f"warning: not converged: {s['advice']}", err=True)
@@ -228,7 +228,7 @@ def _train_regress(arch, dataset, out, epochs, lr, seed, overrides, as_json, qui
     click.echo(printable(f"  per recording: {line(fig['per_recording'])}"))
     click.echo(printable(f"  never reset: {line(fig['never_reset'])}"))
     click.echo(f"schedule: {schedule_line(m.get('schedule'))}")
-    click.echo(f"next: edgeseq export {out} --out {Path(out).name}.onnx, then edgeseq eval on it")
+    click.echo(f"next: edgeseq export {printable(out)} --out {printable(Path(out).name)}.onnx, then edgeseq eval on it")
     s = m.get("schedule") or {}
     if s.get("advice"):
         click.echo(f"warning: not converged: {s['advice']}", err=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 import click
 
 from edgeseq.cli._common import Finite, _echo_json, _errors, _json_option, _provider_option, _seed_option, _writing
-from edgeseq.errors import DataError, EdgeseqError, UsageError
+from edgeseq.errors import DataError, EdgeseqError, UsageError, printable
 
 
 @click.group()
@@ -57,8 +57,8 @@ def translate_train(arch, corpus, out, epochs, lr, seed, settings, as_json, quie
     if as_json:
         _echo_json({"checkpoint": str(path), "arch": arch, "corpus": c.name, "pairs": ckpt["pairs"], **m})
     else:
-        click.echo(f"{arch} on {c.name}: {ckpt['pairs']['train']} training pairs, {m['parameters']:,} parameters, "
-                   f"{m['train_seconds']:.0f} s, final loss {m['final_loss']:.3f} -> {path}")
+        click.echo(f"{arch} on {printable(c.name)}: {ckpt['pairs']['train']} training pairs, {m['parameters']:,} parameters, "
+                   f"{m['train_seconds']:.0f} s, final loss {m['final_loss']:.3f} -> {printable(path)}")
 
 
 @translate.command(name="export")
@@ -79,7 +79,7 @@ def translate_export(run, out, as_json):
         _echo_json(r)
     else:
         size = sum(r["files"].values())
-        click.echo(f"wrote {r['path']}/ ({', '.join(r['files'])}; {size:,} bytes); ONNX Runtime greedy ids identical "
+        click.echo(f"wrote {printable(r['path'])}/ ({', '.join(r['files'])}; {size:,} bytes); ONNX Runtime greedy ids identical "
                    f"to torch on {r['sentences']} sentences, log-prob diff {r['max_logprob_diff_per_token']:.1e}/token")
 
 
@@ -108,20 +108,21 @@ def _writable_file(path, option, suffix=None):
     the path that is a file, not a folder, is named as such."""
     p = Path(path)
     parent = p.parent if str(p.parent) else Path(".")
+    shown, shown_parent = printable(path), printable(parent)       # for the messages
     if p.is_dir():
-        raise UsageError(f"{option} '{path}' is a directory; give a file name")
+        raise UsageError(f"{option} '{shown}' is a directory; give a file name")
     if suffix and p.suffix.lower() != suffix:
-        raise UsageError(f"{option} '{path}' must end in {suffix}")
+        raise UsageError(f"{option} '{shown}' must end in {suffix}")
     if not parent.is_dir():
         for above in (parent, *parent.parents):
             if above.exists() or above.is_symlink():
                 if not above.is_dir():
-                    raise UsageError(f"{option} '{path}': '{above}' is a file, not a folder; choose a path in a "
+                    raise UsageError(f"{option} '{shown}': '{printable(above)}' is a file, not a folder; choose a path in a "
                                      "folder")
                 break
-        raise UsageError(f"{option} '{path}': folder '{parent}' does not exist; create it first")
+        raise UsageError(f"{option} '{shown}': folder '{shown_parent}' does not exist; create it first")
     if not os.access(parent, os.W_OK):
-        raise UsageError(f"{option} '{path}': folder '{parent}' is not writable; choose another path")
+        raise UsageError(f"{option} '{shown}': folder '{shown_parent}' is not writable; choose another path")
 
 
 @translate.command(name="run")
@@ -170,14 +171,14 @@ def translate_run(model, text, beam, alpha, max_len, provider, truncate, attenti
             r = results.get(j)
             if r is not None and r.unknown:
                 click.echo(f"note: line {i + j + 1}: characters not seen in training became <unk>: "
-                           f"{' '.join(r.unknown)}", err=True)
+                           f"{' '.join(map(printable, r.unknown))}", err=True)
             if as_json:
                 click.echo(json.dumps({"source": s, "text": r.text if r else "", "score": round(r.score, 4) if r else None,
                                        "tokens": len(r.ids) if r else 0}, ensure_ascii=False))
             else:
                 click.echo(r.text if r else "")
             if r is not None and want_att and first:
-                click.echo(f"attention heatmap: {attention_png(r, attention)}", err=True)
+                click.echo(f"attention heatmap: {printable(attention_png(r, attention))}", err=True)
                 first = False
 
 
@@ -198,7 +199,7 @@ def translate_eval(model, corpus, split, beams, provider, as_json):
     if as_json:
         _echo_json(r)
         return
-    click.echo(f"{r['arch']} on {r['corpus']} {split} ({r['sentences']} sentences):")
+    click.echo(f"{r['arch']} on {printable(r['corpus'])} {split} ({r['sentences']} sentences):")
     for k, v in r["results"].items():
         click.echo(f"  {k:8s} BLEU {v['bleu']:5.1f}  chrF {v['chrf']:5.1f}  {v['sentences_per_s']:.0f} sentences/s")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from edgeseq.cli._common import Finite, _echo_json, _errors, _writing
-from edgeseq.errors import EdgeseqError
+from edgeseq.errors import EdgeseqError, printable, safe_text
 
 _limit = Finite(min=0, min_open=True)
 
@@ -66,15 +66,15 @@ def tune(data, target, targets_file, trials, jobs, seed, sampler, max_latency_ms
                         storage=storage, study=study, space=QUICK_SPACE if quick else None, progress=not quiet,
                         targets_file=targets_file)
     except TuneInterrupted as e:
-        click.echo(str(e), err=True)
+        click.echo(safe_text(e), err=True)
         raise click.exceptions.Exit(130) from None
     c = r["chosen"]
     if as_json:
         _echo_json(r)
     else:
         n, t = r["trials"], r["target"]
-        click.echo(f"study '{r['study']}': {n['finished']} finished trials ({n['feasible']} feasible, {n['failed']} "
-                   f"failed; {n['this_run']} this run in {n['this_run_seconds']:.0f} s) on {t['name']}; "
+        click.echo(f"study '{printable(r['study'])}': {n['finished']} finished trials ({n['feasible']} feasible, {n['failed']} "
+                   f"failed; {n['this_run']} this run in {n['this_run_seconds']:.0f} s) on {printable(t['name'])}; "
                    + ("Pareto front on the validation split:" if r["front"] else "no feasible trial, no Pareto front"))
         if r["front"]:
             click.echo(table(r))
@@ -84,9 +84,9 @@ def tune(data, target, targets_file, trials, jobs, seed, sampler, max_latency_ms
                        f"sequences), int8: per sequence {te['int8']['per_sequence_accuracy']:.3f}, never reset "
                        f"{te['int8']['never_reset_accuracy']:.3f} (float {te['float']['per_sequence_accuracy']:.3f} / "
                        f"{te['float']['never_reset_accuracy']:.3f}); {fw['latency_us']:,.0f} us/reading, flash "
-                       f"{fw['flash_kb']:.1f} KB, RAM {fw['ram_kb']:.1f} KB on {t['name']}")
-            click.echo(f"wrote {out}/pareto.json, pareto.csv, pareto.png, pareto.html and {out}/model/")
+                       f"{fw['flash_kb']:.1f} KB, RAM {fw['ram_kb']:.1f} KB on {printable(t['name'])}")
+            click.echo(f"wrote {printable(out)}/pareto.json, pareto.csv, pareto.png, pareto.html and {printable(out)}/model/")
         else:
-            click.echo(f"wrote {out}/pareto.json, pareto.csv, pareto.png, pareto.html")
+            click.echo(f"wrote {printable(out)}/pareto.json, pareto.csv, pareto.png, pareto.html")
     if c is None:
         raise EdgeseqError(r["notice"])

@@ -161,16 +161,17 @@ def parse_settings(settings: dict, base=AUTO, features=None) -> tuple:
 def describe(aug) -> str:
     """'jitter=0.05 rotate=15 ...' (the transforms that are on), or 'none', for an Augment or
     an `Augmenter.summary()` dict (which adds the triples rotated: 'rotate=15 (acc_x/acc_y/acc_z)',
-    and in training metrics why 'auto' chose them, in brackets); None is 'none'."""
+    and in training metrics why 'auto' chose them, in brackets); None is 'none'. Channel names
+    are escaped (`printable`)."""
     if aug is None:
         return "none"
     get = aug.get if isinstance(aug, dict) else lambda k: getattr(aug, k)
     on = [f"{k}={get(k):g}" for k in STRENGTHS if get(k) > 0]
     if isinstance(aug, dict) and get("rotate") > 0:
-        which = ", ".join("/".join(t) for t in get("triples")) or "no 3-axis channels found"
+        which = ", ".join("/".join(map(printable, t)) for t in get("triples")) or "no 3-axis channels found"
         on = [f"{c} ({which})" if c.startswith("rotate=") else c for c in on]
     why = aug.get("why") if isinstance(aug, dict) else None
-    return (" ".join(on) if on else "none") + (f" [{why}]" if why and why != "as set" else "")
+    return (" ".join(on) if on else "none") + (f" [{printable(why)}]" if why and why != "as set" else "")
 
 
 _AXIS = re.compile(r"^(.+?)[ _.\-]?([xyz])$")

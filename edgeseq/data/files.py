@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgeseq.data import F32_MAX, Dataset, Split, holdout, parse_float, with_lag
+from edgeseq.data.dataset import F32_MAX, Dataset, Split, holdout, parse_float, with_lag
 from edgeseq.errors import DataError
 
 

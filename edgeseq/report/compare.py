@@ -6,11 +6,13 @@ per-reading latency of `StreamSession.push` with one stream. Latency is measured
 interleaved rounds (model A, B, A, B ...) so that machine noise falls on every model alike.
 numpy + onnxruntime only.
 
-Twins are files of one model (`twin_key`): a float export and its int8 exports, or one file
-listed twice to compare backends. Each model's difference is taken against the first earlier
+Twins are files of one model: a float export and its int8 exports, or one file listed twice to
+compare backends (`twin_key`, and exported from the same training run:
+`edgeseq.runtime.twins.same_run`). Each model's difference is taken against the first earlier
 model in the list that is its twin; a model with none gets null (n/a): the outputs of a GRU
-and an SSM, or of two sizes of GRU, differ by what each learnt, not by an error. (Two
-trainings of one setting on one data set, seeds apart, share a key and are compared.)
+and an SSM, of two sizes of GRU, or of two trainings of one setting (seeds apart) differ by
+what each learnt, not by an error. The last share a key but not a run; the report names them
+(`other_run_of`) so that a float model taken for an int8 model's twin is not passed over.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from edgeseq.data import check_unchanged, data_for_model
 from edgeseq.errors import DataError, UsageError, printable
 from edgeseq.runtime.evaluate import STREAM_READINGS, evaluate, long_streams, output_error
 from edgeseq.runtime.session import StreamSession
+from edgeseq.runtime.twins import same_run
 
 
 def _quant_name(meta) -> str:
@@ -32,8 +35,8 @@ def _quant_name(meta) -> str:
     return f"int8 {q.get('scheme', '')}".strip() if q else "float"
 
 
-TWINS = ("same architecture, settings, labels, features and normalisation (mean, std): "
-         "a float model and its int8 export")
+TWINS = ("same training run (checkpoint fingerprint; the weights in older files), architecture, settings, labels, "
+         "features and normalisation (mean, std): a float model and its int8 export")
 
 
 def twin_key(meta) -> str:
@@ -47,8 +50,10 @@ def twin_key(meta) -> str:
 def compare_models(paths: list, data: str | None = None, readings: int = STREAM_READINGS,
                    rounds: int = 20, latency_readings: int = 100, seed: int = 0, backend: str | None = None) -> dict:
     """Figures for every model in `paths`; each difference is against the model's first earlier
-    twin in `paths` (`twin_key`), null where it has none. `data`: a data set name or path;
-    None: the first model's training data (`data_for_model`)."""
+    twin in `paths` (`twin_key` and `same_run`), null where it has none. `other_run_of`: the
+    first earlier model of the same key exported from another training run, where the model
+    has no twin (else null). `data`: a data set name or path; None: the first model's training
+    data (`data_for_model`)."""
     if len(paths) < 2:
         raise UsageError("compare needs at least two models")
     if readings < 1 or rounds < 1 or latency_readings < 1:
@@ -66,7 +71,12 @@ def compare_models(paths: list, data: str | None = None, readings: int = STREAM_
                 check_unchanged(s.meta.data, s.meta.data_sha256, f"model '{p}'")
 
     keys = [twin_key(s.meta) for s in sessions]
-    twin = [next((j for j in range(i) if keys[j] == keys[i]), None) for i in range(len(paths))]
+    twin, other_run = [], []
+    for i in range(len(paths)):            # the same key, and not shown to be another run (older files may not tell)
+        same = [j for j in range(i) if keys[j] == keys[i]]
+        runs = {j: same_run(sessions[j].meta, sessions[i].meta, paths[j], paths[i])[0] for j in same}
+        twin.append(next((j for j in same if runs[j] is not False), None))
+        other_run.append(None if twin[i] is not None else next(iter(same), None))
     X = long_streams(ds.test, readings, seed=seed)                       # (B, T, F)
     outputs = {}                                                         # only models in a twin pair
     for i in sorted({i for i, j in enumerate(twin) if j is not None} | {j for j in twin if j is not None}):
@@ -99,6 +109,7 @@ def compare_models(paths: list, data: str | None = None, readings: int = STREAM_
         }
         row["twin_of"] = None if twin[i] is None else str(paths[twin[i]])
         row["vs_twin"] = None if twin[i] is None else output_error(outputs[twin[i]], outputs[i])
+        row["other_run_of"] = None if other_run[i] is None else str(paths[other_run[i]])
         rows.append(row)
     return {
         "data": ds.name, "test_sequences": len(ds.test),
@@ -144,8 +155,16 @@ def format_compare(r: dict) -> str:
     out.append(f"diff: logits against its twin (under 'diff vs': the first earlier model in the list with the "
                f"{r['twins']}) over {r['streams']} streams x {r['readings_per_stream']} readings (test sequences "
                "end to end, state fed back); % of the twin's output range. agree: same top class. "
-               "n/a: no earlier model in the list is its twin; different models (another architecture, size or "
-               "training data) differ by what each learnt, so their difference measures no error.")
+               "n/a: no earlier model in the list is its twin; different models (another architecture, size, "
+               "training data or training run) differ by what each learnt, so their difference measures no error.")
+    for m in r["models"]:
+        if m.get("other_run_of"):
+            other = next(o for o in r["models"] if o["model"] == m["other_run_of"])
+            int8 = m["quantization"] != "float" or other["quantization"] != "float"
+            out.append(f"not twins: {printable(os.path.basename(m['model']))} and "
+                       f"{printable(os.path.basename(m['other_run_of']))} share architecture and settings but were not "
+                       "exported from the same training run" + ("; for the int8 error, compare the int8 model with the "
+                       "float model exported from its run (`edgeseq export RUN --out MODEL.onnx`)." if int8 else "."))
     lat = r["latency"]
     out.append(f"latency: {lat['what']}, {lat['rounds']} interleaved rounds of {lat['readings_per_round']} readings.")
     return "\n".join(out)

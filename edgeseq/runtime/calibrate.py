@@ -20,7 +20,7 @@ from edgeseq.data import Split
 from edgeseq.errors import UsageError
 from edgeseq.runtime.decision import Decider, DecisionSpec
 from edgeseq.runtime.events import score_events
-from edgeseq.runtime.evaluate import joined_streams
+from edgeseq.runtime.never_reset import joined_streams
 from edgeseq.runtime.session import StreamSession
 
 EVENT_ORDERS = 20          # never-reset streams an event figure is measured on: seeded orders of the split

@@ -315,7 +315,7 @@ class Decider:
     def native_once(self, probs: np.ndarray) -> None:
         """The C step (es_decide.h) once on float32 [streams, classes] probabilities, leaving its
         events for `native_events` (a native session's push that took its Python path)."""
-        from edgeseq.runtime.native import _ext
+        from edgeseq.runtime.native.extension import _ext
         kind, arrays = self.native_arrays()
         _ext.decide(kind, arrays, np.ascontiguousarray(probs, np.float32))
 

@@ -22,10 +22,10 @@ import numpy as np
 from edgeseq.data import Split, align_features, since_change
 from edgeseq import contract
 from edgeseq.errors import DataError, UsageError
+from edgeseq.runtime.never_reset import ORDERS, joined_streams
 from edgeseq.runtime.session import StreamSession, WindowSession, default_backend, native_refused
 
 STREAM_READINGS = 500         # readings per stream when two models are compared over long streams
-ORDERS = 3                    # continuous protocol: seeded orders of the test split, one stream each
 GRACE = 20                    # readings after a change of label that are not scored, at most (training leaves
                               # this many out of its stream loss)
 GRACE_FRACTION = 0.25         # continuous protocol: the grace is this share of the median sequence length (a
@@ -123,20 +123,6 @@ def grace_for(lengths) -> int:
     """The continuous protocol's grace for sequences of `lengths` (N,): GRACE_FRACTION of their
     median length, rounded down, at least 1 and at most GRACE (100-reading BasicMotions: 20)."""
     return int(min(GRACE, max(1, np.floor(float(np.median(lengths)) * GRACE_FRACTION))))
-
-
-def joined_streams(split: Split, orders: int = ORDERS, seed: int = 0):
-    """The split's sequences (valid readings) joined end to end in `orders` seeded orders.
-    Returns X (orders, L, F) float32, labels (orders, L) int64 and the index of each
-    sequence's last reading (orders, N); L is the sum of the lengths."""
-    rng = np.random.default_rng(seed)
-    X, Y, ends = [], [], []
-    for _ in range(orders):
-        order = rng.permutation(len(split))
-        X.append(np.concatenate([split.X[i, :split.lengths[i]] for i in order]))
-        Y.append(np.concatenate([split.Y[i, :split.lengths[i]] for i in order]))
-        ends.append(np.cumsum(split.lengths[order]) - 1)
-    return np.stack(X).astype(np.float32), np.stack(Y), np.stack(ends)
 
 
 def score_continuous(pred: np.ndarray, Y: np.ndarray, ends: np.ndarray, grace: int | None = None,

@@ -25,7 +25,7 @@ import numbers
 
 import numpy as np
 
-from edgeseq.errors import UsageError, printable
+from edgeseq.errors import UsageError, printable, safe_text
 
 UNLABELLED = -1      # a reading with no label: treated like background, never part of an event
 P_DELAY = 90         # the delay percentile reported besides the median and the maximum
@@ -259,7 +259,7 @@ def _background_ids(background) -> set:
         raise UsageError("background must be an iterable of class ids, e.g. [0]") from None
     for b in ids:
         if isinstance(b, bool) or not isinstance(b, numbers.Integral):
-            raise UsageError(f"background holds {printable(repr(b))}; give integer class ids")
+            raise UsageError(f"background holds {safe_text(repr(b))}; give integer class ids")
     return {int(b) for b in ids}
 
 
@@ -268,14 +268,14 @@ def _rate(rate_hz):
         return None
     if isinstance(rate_hz, bool) or not isinstance(rate_hz, numbers.Real) or not math.isfinite(rate_hz) \
             or rate_hz <= 0:
-        raise UsageError(f"rate_hz must be a finite number of readings per second > 0, got {printable(repr(rate_hz))}")
+        raise UsageError(f"rate_hz must be a finite number of readings per second > 0, got {safe_text(repr(rate_hz))}")
     return float(rate_hz)
 
 
 def _tolerance(tolerance):
     if isinstance(tolerance, bool) or not isinstance(tolerance, numbers.Real) or not math.isfinite(tolerance) \
             or tolerance < 0:
-        raise UsageError(f"tolerance must be a finite number of readings >= 0, got {printable(repr(tolerance))}")
+        raise UsageError(f"tolerance must be a finite number of readings >= 0, got {safe_text(repr(tolerance))}")
     return tolerance
 
 

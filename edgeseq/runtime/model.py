@@ -10,20 +10,19 @@ from __future__ import annotations
 import hashlib
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import onnxruntime as ort
 
 from edgeseq import contract
 from edgeseq.data import data_for_model
-from edgeseq.errors import ModelFileError
+from edgeseq.errors import ModelFileError, printable
+from edgeseq.runtime.model_bytes import MAX_MODEL_BYTES, read_model  # noqa: F401  (importable from here, as always)
 from edgeseq.runtime.providers import check_provider, confirm_provider, session_options
 
 # onnxruntime's tensor type names as the numpy dtype names the contract uses
 ORT_DTYPES = {"tensor(float)": "float32", "tensor(int64)": "int64", "tensor(double)": "float64",
               "tensor(float16)": "float16", "tensor(int32)": "int32", "tensor(int8)": "int8",
               "tensor(uint8)": "uint8", "tensor(bool)": "bool"}
-MAX_MODEL_BYTES = (1 << 31) - 1     # protobuf's limit for one message: a larger .onnx keeps external data
 
 
 @dataclass(frozen=True)
@@ -43,23 +42,6 @@ def graph_tensors(args) -> dict:
     return {a.name: (ORT_DTYPES.get(a.type, a.type), list(a.shape) if a.shape is not None else None) for a in args}
 
 
-def read_model(path: str | os.PathLike) -> bytes:
-    """The bytes of the model file at `path`, read once (at most MAX_MODEL_BYTES). Raises
-    ModelFileError when it is missing, not a regular file, unreadable or too large."""
-    p = Path(path)
-    if not p.is_file():
-        raise ModelFileError(f"model file '{path}' not found; export one with `edgeseq export RUN --out {path}`")
-    try:
-        with open(p, "rb") as f:
-            data = f.read(MAX_MODEL_BYTES + 1)
-    except OSError as e:
-        raise ModelFileError(f"cannot read model file '{path}': {e.strerror or e}") from None
-    if len(data) > MAX_MODEL_BYTES:
-        raise ModelFileError(f"model file '{path}' is larger than {MAX_MODEL_BYTES:,} bytes, more than one ONNX "
-                             "file holds; export it again")
-    return data
-
-
 def open_model(path: str | os.PathLike, provider: str = "cpu", threads: int = 1):
     """(InferenceSession, ModelMeta) for an edgeseq model file.
 
@@ -77,12 +59,13 @@ def load_model(path: str | os.PathLike, provider: str = "cpu", threads: int = 1)
     """`open_model` that also returns the `ModelFile` it read: (InferenceSession, ModelMeta,
     ModelFile), all three from one read of the file."""
     data = read_model(path)
+    shown = printable(path)
     providers = check_provider(provider)
     try:
         sess = ort.InferenceSession(data, session_options(threads), providers=providers)
     except Exception as e:
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise ModelFileError(f"'{path}' is not a readable ONNX model ({first[:120]}); export it again") from None
+        raise ModelFileError(f"'{shown}' is not a readable ONNX model ({first[:120]}); export it again") from None
     confirm_provider(sess, provider)
     props = dict(sess.get_modelmeta().custom_metadata_map)
     inputs, outputs = graph_tensors(sess.get_inputs()), graph_tensors(sess.get_outputs())
@@ -93,18 +76,18 @@ def load_model(path: str | os.PathLike, provider: str = "cpu", threads: int = 1)
         if e.missing:
             what = "no edgeseq metadata" if not any(k.startswith("edgeseq.") for k in props) \
                 else f"missing metadata {', '.join(e.missing)}"
-            raise ModelFileError(f"'{path}' is an ONNX model but not an edgeseq model ({what}); "
+            raise ModelFileError(f"'{shown}' is an ONNX model but not an edgeseq model ({what}); "
                                  "export it with `edgeseq export`") from None
-        raise ModelFileError(f"'{path}': {e}") from None
+        raise ModelFileError(f"'{shown}': {e}") from None
     except (ValueError, TypeError, KeyError, AttributeError, RecursionError):    # a parser gap: still one line
-        raise ModelFileError(f"'{path}' has unreadable edgeseq metadata; export it again") from None
+        raise ModelFileError(f"'{shown}' has unreadable edgeseq metadata; export it again") from None
     from edgeseq.runtime.native.onnxfile import parse_graph
     from edgeseq.runtime.quant import check_qdq
     graph, why = None, None
     try:
         graph = parse_graph(data)
     except (ValueError, UnicodeDecodeError, OverflowError, RecursionError) as e:
-        why = f"'{path}' is not an ONNX model the native backend can read ({e}); export it again"
+        why = f"'{shown}' is not an ONNX model the native backend can read ({e}); export it again"
     if graph is not None:
         check_qdq(graph.initializers, graph.nodes, path, {k: shape for k, (_, shape) in inputs.items()})
     return sess, meta, ModelFile(str(path), data, hashlib.sha256(data).hexdigest(), graph, why)

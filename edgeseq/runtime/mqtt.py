@@ -158,7 +158,7 @@ def check_device(name: str) -> str:
     """`name` as a device name for topics and Home Assistant, or UsageError saying why not."""
     problem = _device_problem(name)
     if problem:
-        raise UsageError(f"--device '{str(name)[:40]}' {problem}")
+        raise UsageError(f"--device '{printable(str(name)[:40])}' {problem}")
     return name
 
 
@@ -168,7 +168,7 @@ def check_topic(topic: str) -> str:
     if not isinstance(topic, str) or not topic:
         raise UsageError("--topic must not be empty, e.g. edgeseq/pi/prediction")
     if "+" in topic or "#" in topic:
-        raise UsageError(f"--topic '{topic[:60]}' has a wildcard (+ or #): those are for subscribing; name one "
+        raise UsageError(f"--topic '{printable(topic[:60])}' has a wildcard (+ or #): those are for subscribing; name one "
                          "topic, e.g. edgeseq/pi/prediction")
     if "\0" in topic or len(topic.encode("utf-8", "surrogatepass")) > 65535:
         raise UsageError("--topic must be at most 65,535 bytes with no NUL character")
@@ -462,7 +462,7 @@ def summary_line(counts: dict) -> str:
     """MqttPublisher.stop()'s counts in words (the demo prints it under the run's summary)."""
     c = counts
     again = f"; reconnected {c['reconnects']} time{'s' if c['reconnects'] != 1 else ''}" if c["reconnects"] else ""
-    return (f"MQTT: {c['published']:,} {c.get('what', 'predictions')} published to {c['broker']} on {c['topic']}, "
+    return (f"MQTT: {c['published']:,} {c.get('what', 'predictions')} published to {printable(c['broker'])} on {printable(c['topic'])}, "
             f"{c['queued']:,} "
             f"still queued at exit (not delivered), {c['dropped']:,} dropped beyond the queue of "
             f"{c['max_queued']:,}{again}")

@@ -23,13 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from edgeseq.errors import UsageError
-
-
-def in_units(task: dict, outputs: np.ndarray) -> np.ndarray:
-    """A regression model's outputs (normalised targets, float [..., K]) in the targets' own
-    units: outputs x target_std + target_mean, float32, from the model's `edgeseq.task`."""
-    return (np.asarray(outputs, np.float32) * np.asarray(task["target_std"], np.float32)
-            + np.asarray(task["target_mean"], np.float32))
+from edgeseq.runtime.session_checks import in_units  # noqa: F401  (importable from here, as always)
 
 
 def joined(split) -> tuple:

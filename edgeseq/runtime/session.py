@@ -140,7 +140,7 @@ class StreamSession(ReadingChecks, SnapshotChecks):
         its JSON object: those."""
         from edgeseq.runtime.decision import Decider, DecisionSpec
         if self.meta.kind == "anomaly":
-            from edgeseq.runtime.anomaly import AnomalySpec, Watcher
+            from edgeseq.runtime.anomaly_watch import AnomalySpec, Watcher
             if decision is None:
                 spec = AnomalySpec.from_json(self.meta.task)
             elif decision is False:
@@ -228,7 +228,7 @@ class StreamSession(ReadingChecks, SnapshotChecks):
             raise UsageError("this is a classifier: use push (probabilities) or push_events (events)")
         with self._dlock:
             if kind == "regress":
-                from edgeseq.runtime.regress import in_units
+                from edgeseq.runtime.session_checks import in_units
                 self.push(readings)
                 return in_units(self.meta.task, self._outputs()), []
             if self._decider is None:
@@ -283,7 +283,7 @@ class StreamSession(ReadingChecks, SnapshotChecks):
         if backend == "onnxruntime":
             return None, None
         from edgeseq.errors import EdgeseqError
-        from edgeseq.runtime import native
+        import edgeseq.runtime.native as native
         graph = None if loaded is None else loaded.graph
         why = native.why_unavailable() if not native.available() else None
         if why is None and provider != "cpu":
@@ -348,7 +348,7 @@ class StreamSession(ReadingChecks, SnapshotChecks):
         self._gate = None
         if native_step is not None:      # the C step holds state, readings and outputs in these buffers
             native_step.set_bounds(self._hi, self._lo)
-            from edgeseq.runtime import native
+            import edgeseq.runtime.native as native
             fast = native.pusher(native_step, self._probs, self._count, self._push)
             if fast is not None:         # push in one C call; anything but an adopted step takes _push
                 self._lock, self.push = fast
@@ -365,7 +365,7 @@ class StreamSession(ReadingChecks, SnapshotChecks):
                 self._subs.append(sub)
             return
         self._subs = None
-        from edgeseq.runtime import native      # numpy only; the checks in C where the extension is built
+        import edgeseq.runtime.native as native      # numpy only; the checks in C where the extension is built
         self._gate = native.gate(self._x, self._hi, self._lo, self._logits)
         # The safety net before a step is adopted: every logit of the call finite.
         self._finite = self._gate.finite if self._gate is not None else self._dot_finite

@@ -1,6 +1,7 @@
 """StreamSession's limits and checks: bounds on settings and readings, the backend choice from
-$EDGESEQ_BACKEND, the native refusal line, softmax, and the readings' conversion and the
-errors that name what is wrong with one (ReadingChecks, off the hot path)."""
+$EDGESEQ_BACKEND, the native refusal line, softmax, a regression model's outputs in its
+targets' units (`in_units`), and the readings' conversion and the errors that name what is
+wrong with one (ReadingChecks, off the hot path)."""
 
 from __future__ import annotations
 
@@ -83,6 +84,13 @@ def softmax(logits: np.ndarray) -> np.ndarray:
     np.exp(z, out=z)
     z /= z.sum(axis=-1, keepdims=True)
     return z
+
+
+def in_units(task: dict, outputs: np.ndarray) -> np.ndarray:
+    """A regression model's outputs (normalised targets, float [..., K]) in the targets' own
+    units: outputs x target_std + target_mean, float32, from the model's `edgeseq.task`."""
+    return (np.asarray(outputs, np.float32) * np.asarray(task["target_std"], np.float32)
+            + np.asarray(task["target_mean"], np.float32))
 
 
 class ReadingChecks:

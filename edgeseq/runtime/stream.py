@@ -29,7 +29,7 @@ import json
 import numpy as np
 
 from edgeseq.data import parse_float
-from edgeseq.errors import DataError, ReadingError, printable
+from edgeseq.errors import DataError, ReadingError, printable, safe_text
 from edgeseq.runtime.evaluate import GRACE
 
 BOM = "\ufeff"
@@ -338,7 +338,7 @@ def stream_lines(sess, lines, on_bad="error", as_json=False, echo=print, on_read
                 raise ReadingError(f"input line {lineno}: {msg}; fix it or pass --on-bad skip "
                                    "(state before it is kept)") from None
             stats["skipped"] += 1
-            note(printable(f"line {lineno} skipped: {msg}"))
+            note(safe_text(f"line {lineno} skipped: {msg}"))      # msg escaped its value
             continue
         k = int(probs.argmax())
         stats["readings"] += 1

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from edgeseq.errors import ModelFileError
+from edgeseq.errors import ModelFileError, printable
 from edgeseq.models import build_model
 
 CHECKPOINT = "checkpoint.pt"
@@ -82,7 +82,7 @@ def curve_png(ckpt: dict) -> bytes | None:
         if a.get_legend_handles_labels()[0]:
             a.legend(fontsize=7)
     s = ckpt["metrics"].get("schedule", {})
-    fig.suptitle(f"{ckpt['arch']} on {ckpt['dataset']}: {s.get('epochs_run', len(curve))} epochs, "
+    fig.suptitle(f"{ckpt['arch']} on {printable(ckpt['dataset'])}: {s.get('epochs_run', len(curve))} epochs, "
                  f"{s.get('mode', 'fixed')}{'' if s.get('converged', True) else ' (not converged)'}", fontsize=9)
     fig.tight_layout()
     buf = io.BytesIO()

@@ -17,6 +17,7 @@ import numpy as np
 
 from edgeseq.data import Split, since_change
 from edgeseq.data.augment import cut_pieces
+from edgeseq.errors import printable, safe_text
 from edgeseq.train.config import TrainConfig
 
 
@@ -190,7 +191,7 @@ class Progress:
         self.done, self.bar, self.t0 = 0, None, None
 
     def _say(self, line: str):
-        print(line, file=self.out, flush=True)
+        print(safe_text(line), file=self.out, flush=True)       # names in it are escaped where it is built
 
     def start(self, seconds_per_update: float):
         p, ds = self.plan, self.dataset
@@ -200,7 +201,7 @@ class Progress:
         work.append(f"{p.lanes} lanes of sequences x {p.chunk} readings" if p.lanes else f"{p.batch} whole sequences")
         estimate = seconds_per_update * self.total
         epochs = f"up to {self.epochs} epochs" if self.early else f"{self.epochs} epochs"
-        self._say(f"train {self.arch} on {ds.name}: {len(ds.train):,} sequences, {p.readings:,} readings x "
+        self._say(f"train {self.arch} on {printable(ds.name)}: {len(ds.train):,} sequences, {p.readings:,} readings x "
                   f"{ds.n_features} channels, {len(ds.labels)} classes; {epochs} x {p.per_epoch:,} "
                   f"updates ({' + '.join(work)}); {'at most' if self.early else 'about'} {clock(estimate)} "
                   "(estimated from timed updates)")

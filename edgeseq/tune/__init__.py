@@ -49,7 +49,7 @@ from pathlib import Path
 
 import numpy as np
 
-from edgeseq.errors import DataError, EdgeseqError, UsageError
+from edgeseq.errors import DataError, EdgeseqError, UsageError, one_line, printable, safe_text
 from edgeseq.tune.figures import OBJECTIVES, int8_figures, over_limits, untrained_figures
 from edgeseq.tune.space import APPLIES, QUICK_SPACE, SCHEDULE, SPACE, check_space, describe, suggest  # noqa: F401
 from edgeseq.tune.storage import _optuna, close_storage, open_storage, redact
@@ -186,8 +186,8 @@ def _record(trial, m: dict, caps: dict) -> list:
 
 
 def _say(search, text):
-    if search.progress:
-        print(text, file=sys.stderr, flush=True)
+    if search.progress:                     # a line may hold a path, a study or a data name, an error
+        print(safe_text(text), file=sys.stderr, flush=True)
 
 
 def progress_line(t, caps) -> str:
@@ -302,7 +302,7 @@ def worker_main(spec: str | None = None) -> None:
     except KeyboardInterrupt:
         sys.exit(130)
     except EdgeseqError as e:
-        print(f"Error: worker {s['worker']}: {' '.join(str(e).split())}", file=sys.stderr, flush=True)
+        print(f"Error: worker {s['worker']}: {one_line(e)}", file=sys.stderr, flush=True)
         sys.exit(1)
 
 
@@ -483,7 +483,7 @@ def tune(out, data: str | None = None, target: str | None = None, trials: int = 
                 search = Search(settings, dataset, out, progress, name)
         v = search.validation()
         if trials:
-            _say(search, f"tune: {trials} trial(s) on {min(jobs, trials)} worker(s), study '{name}' in {redact(url)} "
+            _say(search, f"tune: {trials} trial(s) on {min(jobs, trials)} worker(s), study '{printable(name)}' in {printable(redact(url))} "
                          f"({settings['sampler']}, seed {settings['seed']}, target {settings['target']}); validation: "
                          f"{v['validation_sequences']} of the {len(dataset.train)} training sequences "
                          f"({v['held_out']}); the test split waits for the chosen model")
@@ -549,7 +549,7 @@ def retrain(search: Search, chosen: dict) -> dict:
     model = search.out / "model"
     kept = _kept(model, search, chosen)
     if kept is not None:
-        _say(search, f"trial {chosen['trial']} is still the chosen one: {model} keeps its model and test scores")
+        _say(search, f"trial {chosen['trial']} is still the chosen one: {printable(model)} keeps its model and test scores")
         return kept
     _say(search, f"retraining trial {chosen['trial']} ({describe(arch, settings, schedule)}) on all "
                  f"{len(full.train)} training sequences; then the test split, once")

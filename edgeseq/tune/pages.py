@@ -9,7 +9,7 @@ import io
 import json
 from pathlib import Path
 
-from edgeseq.errors import EdgeseqError
+from edgeseq.errors import EdgeseqError, printable
 from edgeseq.report.edge_pages import COLORS
 from edgeseq.tune.figures import OBJECTIVES, over_limits
 from edgeseq.tune.space import describe
@@ -170,7 +170,7 @@ def _png(result: dict) -> bytes:
         ax.grid(True, alpha=0.3)
     if ax.get_legend_handles_labels()[0]:                  # no trained trial: nothing to name
         ax.legend(fontsize=8, loc="lower right")
-    fig.suptitle(f"edgeseq tune, study '{result['study']}': {result['trials']['finished']} trials "
+    fig.suptitle(f"edgeseq tune, study '{printable(result['study'])}': {result['trials']['finished']} trials "
                  f"(ringed: Pareto front; x: over a limit)", fontsize=10)
     fig.tight_layout()
     buf = io.BytesIO()

@@ -49,24 +49,14 @@ from edgeseq.errors import EdgeseqError, ModelFileError, UsageError
 from edgeseq.runtime.native import attn as _attn
 from edgeseq.runtime.native.bound import BoundStep
 from edgeseq.runtime.native.buffers import zeros as _zeros64
+from edgeseq.runtime.native.extension import _WHY, _ext
+from edgeseq.runtime.native.graphread import _normalization, _refuse, output_grid  # noqa: F401  (as before)
 from edgeseq.runtime.native import ssm as _ssm
 from edgeseq.runtime.native.onnxfile import Graph, read_graph
 from edgeseq.runtime.native.schemes import scheme_reason
 from edgeseq.runtime.native.probing import (  # noqa: F401  (importable from here, as before)
     FLOAT_PROBE_RTOL, INT8_PROBE_Q12, INT8_PROBE_RTOL, INT8_PROBE_STEPS, PROBE_READINGS, PROBE_STREAMS, _agree,
-    output_grid, probe, probe_tolerance)
-
-try:
-    from edgeseq.runtime.native import _es_native as _ext
-    _WHY = ""
-except ImportError as _e:                           # not built: the session stays on onnxruntime
-    _ext = None
-    _msg = str(_e).splitlines()[0] if str(_e) else type(_e).__name__
-    _WHY = ("the native step extension (edgeseq.runtime.native._es_native) is "
-            + ("not built" if "cannot import name" in _msg or isinstance(_e, ModuleNotFoundError)
-               else f"built but does not load ({_msg[:100]})")
-            + "; build it with `pip install -e .` where a C compiler is installed "
-              "(e.g. `apt-get install build-essential`)")
+    probe, probe_tolerance)
 
 __all__ = ["NativeStep", "AttnStep", "open_step", "available", "why_unavailable", "supports", "simd", "vnni", "gate"]
 
@@ -180,30 +170,6 @@ def supports(meta, path, graph: Graph | None = None) -> str | None:
 
 def _pad(n: int, k: int = NB) -> int:
     return -(-n // k) * k
-
-
-def _refuse(path, what: str):
-    raise ModelFileError(f"'{path}' {what}; the native step runs edgeseq's own exports: onnxruntime only")
-
-
-def _normalization(graph: Graph, F: int, path) -> tuple:
-    """(mean, std) float32 [F] from the graph's `Sub(reading, mean)` -> `Div(., std)`."""
-    init = graph.initializers
-    sub = next((n for n in graph.nodes if n.op_type == "Sub" and n.input[:1] == [contract.READING]), None)
-    if sub is None or len(sub.input) < 2 or sub.input[1] not in init:
-        _refuse(path, "does not start with reading - mean")
-    div = next((n for n in graph.nodes if n.input[:1] == [sub.output[0]]), None)
-    if div is None or div.op_type != "Div" or len(div.input) < 2 or div.input[1] not in init:
-        _refuse(path, "does not divide reading - mean by constant standard deviations")
-    consumers = [n for n in graph.nodes if sub.output[0] in n.input]
-    if len(consumers) != 1:
-        _refuse(path, "uses reading - mean other than to normalise it")
-    try:
-        mean = np.broadcast_to(np.asarray(init[sub.input[1]], np.float32).reshape(-1), (F,)).copy()
-        std = np.broadcast_to(np.asarray(init[div.input[1]], np.float32).reshape(-1), (F,)).copy()
-    except ValueError:
-        _refuse(path, f"has normalisation constants that are not one per feature of {F}")
-    return mean, std, div.output[0]
 
 
 def _float_plan(meta, graph: Graph, path) -> dict:

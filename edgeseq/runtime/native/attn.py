@@ -36,6 +36,7 @@ from edgeseq import contract
 from edgeseq.errors import ModelFileError, UsageError
 from edgeseq.runtime.native.bound import BoundStep
 from edgeseq.runtime.native.buffers import zeros as _zeros64
+from edgeseq.runtime.native.graphread import output_grid
 from edgeseq.runtime.native.onnxfile import Graph, read_graph
 
 MAX_LAYERS = 16                     # es_attn.h ES_A_MAX_LAYERS
@@ -97,7 +98,6 @@ class AttnStep(BoundStep):
 
     def __init__(self, path: str | os.PathLike, meta, streams: int = 1, max_history: int | None = None,
                  on_full: str = "slide", graph: Graph | None = None):
-        from edgeseq.runtime.native import output_grid
         _ext = self._open(path, meta, streams, meta_reason(meta))
         if max_history is not None and (not isinstance(max_history, (int, np.integer)) or max_history < 1):
             raise UsageError(f"max_history must be None or a whole number >= 1, got {max_history!r}")
@@ -249,14 +249,12 @@ class AttnStep(BoundStep):
             self._ring = ring
 
 
-def probe(step: AttnStep, session, readings: int, agree) -> str | None:
+def probe(step: AttnStep, session, X: np.ndarray, agree) -> str | None:
     """`native.probe` for a Transformer: the step and the graph (onnxruntime, the cache grown,
-    slid at the step's max_history, position fed) on the same seeded readings; `agree(got,
-    want)` judges the logits."""
-    from edgeseq.runtime.native.probing import probe_readings
+    slid at the step's max_history, position fed) on the same seeded readings X float32
+    [readings, streams, F] (`probing.probe_readings`); `agree(got, want)` judges the logits."""
     meta = step.meta
     B = step.streams
-    X = probe_readings(meta, B, readings)
     past = [np.zeros((B, step.heads, 0, step.head_dim), np.float32) for _ in meta.state]
     pos = np.zeros(B, np.int64)
     names = [contract.LOGITS] + [s.output for s in meta.state]

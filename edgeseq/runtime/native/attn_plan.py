@@ -9,7 +9,7 @@ import math
 import numpy as np
 
 from edgeseq import contract
-from edgeseq.errors import ModelFileError
+from edgeseq.runtime.native.graphread import _normalization, _refuse
 from edgeseq.runtime.native.onnxfile import Graph
 from edgeseq.runtime.native.schemes import scheme_reason
 
@@ -43,10 +43,6 @@ def meta_reason(meta) -> str | None:
 
 
 # -- the graph, walked ---------------------------------------------------------------------------
-
-def _refuse(path, what: str):
-    raise ModelFileError(f"'{path}' {what}; the native step runs edgeseq's own exports: onnxruntime only")
-
 
 class _Walk:
     """The graph with its wiring, the nodes a walk has accounted for, and constant lookups."""
@@ -269,7 +265,6 @@ def plan(meta, graph: Graph, path) -> dict:
         _refuse(path, f"has {', '.join(sorted(bad))} nodes the native transformer step does not compute")
     if any(n.domain not in ("", "ai.onnx") for n in graph.nodes):
         _refuse(path, "has nodes outside the standard ONNX domain")
-    from edgeseq.runtime.native import _normalization
     g = _Walk(graph, path)
     F, C = len(meta.features), len(meta.labels)
     NH, HD = int(meta.state[0].shape[1]), int(meta.state[0].shape[3])

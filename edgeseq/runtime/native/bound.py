@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from edgeseq.errors import UsageError
+from edgeseq.runtime.native.extension import _WHY, _ext
 
 
 class BoundStep:
@@ -17,9 +18,8 @@ class BoundStep:
         """The extension, once this checked that it is built, that the model runs natively
         (`reason`: why not, or None) and that `streams` is a whole number >= 1; sets path, meta
         and streams."""
-        from edgeseq.runtime.native import _ext, why_unavailable     # the package imports this module
         if _ext is None:
-            raise UsageError(why_unavailable())
+            raise UsageError(_WHY)
         if reason:
             raise UsageError(f"'{path}' cannot run natively: {reason}")
         if isinstance(streams, bool) or not isinstance(streams, (int, np.integer)) or streams < 1:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from edgeseq.errors import ModelFileError
+from edgeseq.runtime.model_bytes import read_model
 
 # TensorProto.DataType -> numpy dtype (the ones an edgeseq graph holds)
 DTYPES = {1: np.float32, 2: np.uint8, 3: np.int8, 4: np.uint16, 5: np.int16, 6: np.int32, 7: np.int64,
@@ -227,13 +228,12 @@ def parse_graph(data: bytes) -> Graph:
 
 
 def read_graph(source: str | os.PathLike | bytes, path=None) -> Graph:
-    """`parse_graph` of `source`: the bytes of a model file (as `edgeseq.runtime.model.read_model`
+    """`parse_graph` of `source`: the bytes of a model file (as `edgeseq.runtime.model_bytes.read_model`
     returns them; `path` names it in messages) or the path of one, read once. ModelFileError
     naming the file when it cannot be read or parsed."""
     if isinstance(source, (bytes, bytearray, memoryview)):
         data = bytes(source)
     else:
-        from edgeseq.runtime.model import read_model
         path, data = source, read_model(source)
     try:
         return parse_graph(data)

@@ -1,20 +1,18 @@
 """The native step against its graph: `probe` runs a fresh step and the model's graph in
 onnxruntime side by side on seeded readings and says where they disagree, within
-`probe_tolerance` (for int8, `output_grid`: how far the graph's own rounding moves its logits).
+`probe_tolerance` (for int8, the step's `grid`, `graphread.output_grid`: how far the graph's own
+rounding moves its logits).
 numpy only; a session's onnxruntime is handed in."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from edgeseq import contract
-from edgeseq.runtime.native import attn as _attn
-from edgeseq.runtime.native.onnxfile import Graph
-
-if TYPE_CHECKING:
-    from edgeseq.runtime.native import NativeStep
+from edgeseq.runtime.native.attn import AttnStep
+from edgeseq.runtime.native.attn import probe as attn_probe
+from edgeseq.runtime.native.bound import BoundStep
+from edgeseq.runtime.native.graphread import output_grid  # noqa: F401  (importable from here, as before)
 
 PROBE_STREAMS, PROBE_READINGS = 4, 32
 FLOAT_PROBE_RTOL = 1e-4     # float: a few float32 roundings of the logits' scale (parity tests hold 1e-5)
@@ -24,53 +22,6 @@ INT8_PROBE_STEPS = 2        # int8: and this many of the graph's own output grid
 INT8_PROBE_Q12 = 2          # firmware int8: and this many steps of its Q12 logits (bias and product rounding)
 INT8_PROBE_SPIKE = 2.0      # int8: a tenth of the probe readings may differ by up to this many times the bound
                             # (a regression RNN: 29 of 32 readings within 0.03, three at 0.24-0.56, bound 0.42)
-
-
-def output_grid(graph: Graph) -> float:
-    """How far an int8 graph's own rounding moves its logits, whatever their size: the step of
-    the grid the logits are quantized to (the scale of a DequantizeLinear that gives `logits`)
-    plus one int8 step of every input of the head (its input's scale x the largest sum of
-    |weights| of one class). 0 where the graph quantizes neither, or holds something else."""
-    init = graph.initializers
-    producer = {o: n for n in graph.nodes for o in n.output}
-
-    def made(t):
-        n = producer.get(t)
-        while n is not None and n.op_type == "Identity" and n.input:
-            t = n.input[0]
-            n = producer.get(t)
-        return t, n
-
-    def scale(n) -> float:
-        a = np.asarray(init.get(n.input[1], np.nan), np.float64) if len(n.input) > 1 else np.nan
-        return float(np.max(np.abs(a))) if np.size(a) else np.nan
-
-    try:
-        with np.errstate(all="ignore"):
-            grid = 0.0
-            t, n = made(contract.LOGITS)
-            if n is not None and n.op_type == "DequantizeLinear" and n.input[0] not in init:
-                grid += scale(n)
-                t, n = made(producer[n.input[0]].input[0]) if n.input[0] in producer else (t, None)
-            if n is not None and n.op_type in ("Gemm", "MatMul") and len(n.input) >= 2:
-                _, a = made(n.input[0])
-                w_name, w = made(n.input[1])
-                if a is not None and a.op_type == "DequantizeLinear":
-                    if w is not None and w.op_type == "DequantizeLinear" and w.input[0] in init:
-                        q = np.asarray(init[w.input[0]], np.float64)
-                        ws = np.asarray(init[w.input[1]], np.float64).reshape(-1)
-                        axis = int(w.attrs.get("axis", 1)) % max(q.ndim, 1)
-                        shape = [1] * q.ndim
-                        if ws.size > 1:
-                            shape[axis] = ws.size
-                        W = q * ws.reshape(shape)
-                    else:
-                        W = np.asarray(init.get(w_name, np.nan), np.float64)
-                    trans = n.op_type == "Gemm" and n.attrs.get("transB", 0) == 1
-                    grid += scale(a) * float(np.abs(W).sum(axis=1 if trans else 0).max())
-            return grid if np.isfinite(grid) else 0.0
-    except (KeyError, IndexError, ValueError, TypeError, AttributeError):
-        return 0.0
 
 
 def probe_readings(meta, streams: int, n: int) -> np.ndarray:
@@ -84,7 +35,7 @@ def probe_readings(meta, streams: int, n: int) -> np.ndarray:
     return (mean + std * rng.standard_normal((n, streams, F)) * 1.5).astype(np.float32)
 
 
-def probe(step: "NativeStep", session) -> str | None:
+def probe(step: BoundStep, session) -> str | None:
     """Run `step` (a fresh NativeStep of PROBE_STREAMS streams) and the model's graph in
     onnxruntime (`session`, the same file) side by side on PROBE_READINGS seeded readings around
     the training mean (state fed back): None when they agree, else a one-line reason. The native
@@ -93,11 +44,11 @@ def probe(step: "NativeStep", session) -> str | None:
     (float) and within `probe_tolerance` at every reading (int8: at 90% of the readings, the
     rest within INT8_PROBE_SPIKE times it, where one rounding flipped). A Transformer's step
     (`attn.AttnStep`) runs with its cache, as `attn.probe`."""
-    if isinstance(step, _attn.AttnStep):
-        return _attn.probe(step, session, PROBE_READINGS, lambda got, want: _agree(step, got, want))
     meta = step.meta
     B = step.streams
     X = probe_readings(meta, B, PROBE_READINGS)
+    if isinstance(step, AttnStep):
+        return attn_probe(step, session, X, lambda got, want: _agree(step, got, want))
     state = {s.name: np.zeros([B if d == contract.BATCH_AXIS else d for d in s.shape], np.float32)
              for s in meta.state}
     names = [contract.LOGITS] + [s.output for s in meta.state]

@@ -25,6 +25,7 @@ import numpy as np
 from edgeseq import contract
 from edgeseq.errors import ModelFileError
 from edgeseq.runtime.native.buffers import zeros as _zeros64
+from edgeseq.runtime.native.graphread import _normalization, _refuse
 from edgeseq.runtime.quant import strip_copies
 
 NB = 16                              # es_float.h ES_F_NB: product columns are padded to it
@@ -362,7 +363,6 @@ def _layer(w: _Walk, u_out: str, i: int, meta, D: int, N: int, selective: bool) 
 def ssm_plan(meta, graph, path) -> dict:
     """Check the graph at `path` is the SSM step edgeseq's export writes (float or static int8)
     and lay its weights out for es_ssm_step.h. Raises ModelFileError (one line) otherwise."""
-    from edgeseq.runtime.native import _normalization, _refuse
     reason = meta_reason(meta)
     if reason:
         raise ModelFileError(f"'{path}': {reason}")
