@@ -143,7 +143,7 @@ def anomaly_demo(out: Path) -> None:
     vib = load_dataset("vibration")
     print(f"\nAnomaly detection (vibration: {len(vib.train)} normal training recordings of 6 machines, "
           f"{len(vib.test)} test recordings, 30 with an injected fault):")
-    print("  training a GRU forecaster on the normal recordings (about 2 minutes on 2 cores) ...", flush=True)
+    print("  training a GRU forecaster on the normal recordings (a minute or two on 2 cores) ...", flush=True)
     ckpt = train_task("gru", vib, "anomaly", progress=False)
     save_checkpoint(ckpt, out / "runs" / "vibration-gru")
     export_int8(ckpt, out / "models" / "vibration-gru-int8.onnx", data=vib)
