@@ -589,9 +589,7 @@ class Gateway:
             part.applied_seq = mark["stream_seq"] if mark.get("stream") == part.stream_id else 0
         except self.errors.KeyNotFoundError:
             part.applied_seq = 0
-        start = dict(deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=part.applied_seq + 1) \
-            if part.applied_seq else dict(deliver_policy=api.DeliverPolicy.ALL)
-        part.sub = await self._consumer(wire.readings_stream(p), f"part-{p}", part.receiver(), start)
+        await self._subscribe(part)
         if p == 0:                                # readings the mapping sent nowhere: dead-lettered here
             self.unmapped = Partition(-1, 0, self._epoch)
             self.unmapped.wake = self.wake
@@ -612,6 +610,14 @@ class Gateway:
             max_ack_pending=self.max_pending, deliver_subject=inbox, **start))
         return sub
 
+    async def _subscribe(self, part: Partition):
+        """`part`'s readings from the one after the last applied (all, where none was), on a
+        consumer made afresh."""
+        api = self.api
+        start = dict(deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=part.applied_seq + 1) \
+            if part.applied_seq else dict(deliver_policy=api.DeliverPolicy.ALL)
+        part.sub = await self._consumer(wire.readings_stream(part.p), f"part-{part.p}", part.receiver(), start)
+
     async def _resubscribe(self, part: Partition):
         """Read `part` again from the reading after the last one applied, on a consumer made
         afresh: readings delivered to a connection that dropped, or skipped in a delivery, would
@@ -619,9 +625,7 @@ class Gateway:
         with contextlib.suppress(Exception):
             await part.sub.unsubscribe()
         part.buf, part.last_msg, part.unacked, part.delivered, part.resume = [], None, 0, 0, False
-        start = dict(deliver_policy=self.api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=part.applied_seq + 1) \
-            if part.applied_seq else dict(deliver_policy=self.api.DeliverPolicy.ALL)
-        part.sub = await self._consumer(wire.readings_stream(part.p), f"part-{part.p}", part.receiver(), start)
+        await self._subscribe(part)
         self.stats["resubscribed"] += 1
 
     async def _resubscribe_due(self):
