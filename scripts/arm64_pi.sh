@@ -3,6 +3,7 @@
 # runtime-only install in it, and the checks a Pi would run.
 #
 #     sudo scripts/arm64_pi.sh          # from the repository root; 20-40 min the first time
+#     sudo scripts/arm64_pi.sh --json docs/figures/pi_arm64.json   # also the figures as JSON
 #
 # 1. builds, once, a Debian arm64 root from Debian's packages (mmdebstrap) under
 #    $EDGESEQ_ARM64_CACHE (default ~/.cache/edgeseq-arm64/root) and reuses it after;
@@ -16,8 +17,10 @@
 # 4. in the root: scripts/arm64_check.py check (torch absent; backend="native" opens, i.e. its
 #    probe against onnxruntime passes; outputs against the host's, bit for bit) and
 #    examples/pi_sensor_demo.py on replay:basicmotions, native and onnxruntime;
-# 5. prints the figures. Every latency is measured under qemu emulation on the host's CPU: it
-#    says the code runs on arm64, not how fast a Pi is.
+# 5. prints the figures (with --json PATH also writes them there, with the command, the host's
+#    CPU and the date: scripts/render_docs.py's render_pi_arm64 reads it). Every latency is
+#    measured under qemu emulation on the host's CPU: it says the code runs on arm64, not how
+#    fast a Pi is.
 #
 # Emulation ($EDGESEQ_ARM64_EMU): `binfmt` runs arm64 programs through the kernel's binfmt_misc
 # with qemu-aarch64-static registered with the F flag (the interpreter opened at registration,
@@ -47,6 +50,15 @@ VENV=/opt/edgeseq-venv
 
 say() { printf '\n== %s\n' "$*" >&2; }
 die() { printf 'Error: %s\n' "$*" >&2; exit 1; }
+
+ARGS="$*"
+JSON=
+while [ $# -gt 0 ]; do
+  case $1 in
+    --json) [ $# -ge 2 ] || die "--json needs a path"; JSON=$(realpath -m -- "$2"); shift 2 ;;
+    *) die "unknown argument '$1' (the one option is --json PATH)" ;;
+  esac
+done
 
 cd "$(dirname "$0")/.."
 [ -f pyproject.toml ] && [ -d edgeseq/runtime/native ] || die "run from an edgeseq checkout"
@@ -186,10 +198,13 @@ for backend in native onnxruntime; do
 done
 
 # -- 5. figures -------------------------------------------------------------------------------
-say "figures (arm64 under qemu user emulation on $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'); $(date -u '+%F %H:%M UTC'))"
-"$HOST_PY" - "$ROOT$RUN" "$EMU" "$t_root" "$t_install" "$pipcache" "$warnings" "$neon" <<'EOF'
+HOST_CPU=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')
+DATE=$(date -u '+%F %H:%M UTC')
+say "figures (arm64 under qemu user emulation on $HOST_CPU; $DATE)"
+"$HOST_PY" - "$ROOT$RUN" "$EMU" "$t_root" "$t_install" "$pipcache" "$warnings" "$neon" "$JSON" "$HOST_CPU" "$DATE" \
+  "scripts/arm64_pi.sh${ARGS:+ $ARGS}" <<'EOF'
 import json, re, sys
-run, emu, t_root, t_install, pipcache, warnings, neon = sys.argv[1:]
+run, emu, t_root, t_install, pipcache, warnings, neon, json_path, host_cpu, date, command = sys.argv[1:]
 c = json.load(open(f"{run}/check.json"))
 demo = {}
 for b in ("native", "onnxruntime"):
@@ -228,6 +243,14 @@ for b, s in demo.items():
           f"p99 {s.get('p99_us')} us, {s.get('rate_hz')} readings/s, RSS {s.get('rss_kb_end')} kB (emulated); "
           f"accuracy {(s.get('true_labels') or {}).get('accuracy')}")
 print("every time above is qemu emulation on an x86 host: a Pi's own figures will differ")
+if json_path:
+    figures = {"check": c, "demo": demo, "emulation": emu, "root_build_s": t_root if t_root == "cached" else int(t_root),
+               "install_s": int(t_install), "pip_cache": pipcache, "native_build_s": int(built[-1]) if built else None,
+               "warnings": int(warnings or 0), "neon": int(neon or 0), "host_cpu": host_cpu, "date": date,
+               "command": f"sudo {command}", "machine": {k: c[k] for k in ("machine", "python", "numpy", "onnxruntime")}}
+    with open(json_path, "w") as f:
+        f.write(json.dumps(figures, indent=1) + "\n")
+    print(f"figures written to {json_path}")
 EOF
 exit $rc
 }

@@ -52,7 +52,9 @@ def main(argv=None) -> int:
             ev = evaluate(str(path), ds.test)
             m = ck["metrics"]
             rows.append({"arch": arch, "train_seconds": m["train_seconds"], "wall_seconds": round(wall, 1),
-                         "readings_per_second": m["readings_per_second"], "updates": m["updates"], "plan": m["plan"],
+                         "readings_per_second": m["readings_per_second"], "updates": m["updates"],
+                         "epochs": m["schedule"]["epochs_run"], "stopped": m["schedule"]["stopped"], "threads": m["threads"],
+                         "plan": m["plan"],
                          "per_sequence": ev["accuracy"], "never_reset": ev["continuous"]["reading_accuracy"],
                          "backend": ev.get("backend")})
             r = rows[-1]
@@ -60,7 +62,12 @@ def main(argv=None) -> int:
                   f"{r['readings_per_second']:,} readings/s; test accuracy per sequence {r['per_sequence']:.3f}, "
                   f"never reset {r['never_reset']:.3f} per reading", flush=True)
     if args.json:
-        Path(args.json).write_text(json.dumps({"machine": machine_info(), "rows": rows}, indent=2) + "\n")
+        words = ["python", "scripts/bench_long_recordings.py", *args.archs, "--recordings", str(args.recordings),
+                 "--length", str(args.length), "--json", args.json]
+        data = {"train_recordings": len(ds.train), "test_recordings": len(ds.test),
+                "train_readings": int(ds.train.lengths.sum()), "channels": 6, "classes": 7}
+        Path(args.json).write_text(json.dumps({"command": " ".join(words), "data": data, "machine": machine_info(),
+                                               "rows": rows}, indent=2) + "\n")
     return 0
 
 

@@ -2,6 +2,8 @@
 
     .venv/bin/python scripts/firmware_xf_check.py models/transformer-int8.onnx --float models/transformer.onnx
     .venv/bin/python scripts/firmware_xf_check.py --train 16 --train 50        # trains and exports both first
+    .venv/bin/python scripts/firmware_xf_check.py models/transformer-int8.onnx --float models/transformer.onnx \
+        --train 16 --json docs/figures/firmware_xf.json     # docs/firmware.md's Transformer tables (after `make demo`)
     .venv/bin/python scripts/firmware_xf_check.py --calibrate                  # the MEASURED entries of targets.py
 
 For each static int8 Transformer: the emitted step cross-compiled for the M4 (SMLAD path, -O2
@@ -13,7 +15,8 @@ per MAC (attention counted as 2 x window x d_model per layer), 64-bit helper ins
 stack (measured), cycles (modelled), .text/.rodata (measured), and what `firmware check`
 predicts for cycles, flash and RAM. With `--float` (or `--train`), the integer-only accuracy
 against float on both protocols (`firmware simulate`). Prints Markdown; `--json` also writes
-every figure.
+every figure, with the command, the inputs (file, SHA-256, configuration), the machine and the
+date, for `scripts/render_docs.py`. Two or three minutes per model on one core, plus training.
 
 `--calibrate` trains briefly and exports Transformers of several sizes (`SIZES`: d_model,
 heads, d_ff, layers, window; one with an odd head width), measures each at -O2 on every
@@ -33,7 +36,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import numpy as np  # noqa: E402
 
-from _firmware_figures import integer_only_accuracy, write_figures  # noqa: E402
+from _firmware_figures import command_line, integer_only_accuracy, model_input, write_figures  # noqa: E402
 from edgeseq.errors import run_script  # noqa: E402
 
 CONFIGS = [("cortex-m4", "-O2", False), ("cortex-m4", "-Os", False), ("cortex-m4", "-O2", True),
@@ -45,7 +48,7 @@ TARGET_OF = {"cortex-m4": "nrf52840", "cortex-m0plus": "rp2040"}
 
 
 def train_models(windows, epochs: int, root: Path) -> list:
-    """(int8 path, float path) of a default-sized Transformer trained at each window, seed 0."""
+    """(int8 path, float path, how) of a default-sized Transformer trained at each window, seed 0."""
     from edgeseq.train import TrainConfig, train
     from export import export_int8, export_model
     out = []
@@ -54,7 +57,8 @@ def train_models(windows, epochs: int, root: Path) -> list:
         f, q = root / f"transformer-w{w}.onnx", root / f"transformer-w{w}-int8.onnx"
         export_model(ck, f)
         export_int8(ck, q, "static")
-        out.append((q, f))
+        out.append((q, f, f'train("transformer", "basicmotions", TrainConfig(epochs={epochs}, seed=0), '
+                          f'{{"window": {w}}}); exported float and static int8 by this script'))
     return out
 
 
@@ -108,14 +112,15 @@ def main():
         calibrate(2 if args.epochs == 15 else args.epochs)
         return 0
     tmp = tempfile.TemporaryDirectory()
-    pairs = [(Path(p), Path(f) if f else None) for p, f in zip(args.models, args.floats + [None] * len(args.models))]
+    pairs = [(Path(p), Path(f) if f else None, None)
+             for p, f in zip(args.models, args.floats + [None] * len(args.models))]
     pairs += train_models(args.windows, args.epochs, Path(tmp.name))
     rows, accuracy = [], []
     print("| model | core | opt | path | bit-exact readings | instructions / reading | per MAC | 64-bit helper instr. | "
           "stack B | modelled cycles | check cycles | .text B | .rodata B | tables B | check flash B | state B | "
           "check RAM B |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for path, _ in pairs:
+    for path, _, _ in pairs:
         for core, opt, portable in CONFIGS:
             r = measure(path, core, opt, readings=args.readings, counted=4, portable=portable)
             helpers = sum(r["helper_instructions_per_step"].values())
@@ -127,19 +132,22 @@ def main():
                                             "scratch_bytes", "state_bytes", "cache_bytes", "macs")}
                         | {"model": os.path.basename(path), "helper_instructions": helpers,
                            "cycles_per_step": r.get("cycles_per_step"), "check": {
-                               "cycles": c["cost"]["cycles"], "flash": c["flash"]["total"], "ram": c["ram"]["total"],
-                               "state": c["ram"]["state"], "source": c["cost"]["source"]}})
+                               "target": TARGET_OF[core], "cycles": c["cost"]["cycles"],
+                               "us_per_reading": c["cost"]["us_per_reading"], "flash": c["flash"]["total"],
+                               "ram": c["ram"]["total"], "state": c["ram"]["state"], "flash_parts": c["flash"],
+                               "ram_parts": c["ram"], "source": c["cost"]["source"]}})
             print(f"| {name} | {core} | {opt} | {'SMLAD' if r['dsp_path'] else 'portable'} | "
                   f"{r['bit_exact_readings']:,} | {r['instructions_per_step']:,.0f} | {r['instructions_per_mac']:.2f} | "
                   f"{helpers:,.0f} | {r['stack_bytes']} | {r.get('cycles_per_step', float('nan')):,.0f} | "
                   f"{c['cost']['cycles']:,} | {r['sections']['text']:,} | {r['sections']['rodata']:,} | "
                   f"{r['tables_bytes']:,} | {c['flash']['total']:,} | {r['state_bytes']:,} | {c['ram']['total']:,} |")
-    for path, fpath in pairs:
+    for path, fpath, _ in pairs:
         if fpath is None:
             continue
         accuracy.append(integer_only_accuracy(path, fpath))
     if args.json:
-        write_figures(args.json, {"command": "scripts/firmware_xf_check.py " + " ".join(sys.argv[1:]),
+        write_figures(args.json, {"command": command_line("firmware_xf_check.py"), "readings": args.readings,
+                                  "inputs": [model_input(p, f, how) for p, f, how in pairs],
                                   "compiler": rows[0]["compiler"] if rows else "", "measured": rows,
                                   "accuracy": accuracy})
     tmp.cleanup()

@@ -119,8 +119,13 @@ def main():
             print(f"{arch:12s} {name:22s} {cells}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"data": ds.name, "configs": {c: describe(a) for c, a in configs.items()}, "rows": rows}, f,
-                      indent=1)
+            from edgeseq.report.bench import machine_info
+            words = ["python", "scripts/measure_augment.py", "--archs", *args.archs, "--seeds", *map(str, args.seeds),
+                     "--configs", *args.configs, "--data", args.data, "--json", args.json]
+            json.dump({"data": ds.name, "configs": {c: describe(a) for c, a in configs.items()},
+                       "archs": args.archs, "seeds": args.seeds, "command": " ".join(words),
+                       "machine": machine_info(), "rows": rows}, f, indent=1)
+            f.write("\n")
 
 
 if __name__ == "__main__":

@@ -309,6 +309,8 @@ def cmd_run(args):
               f"{row['independent']:.3f} (share {row['independent_share']:.2f}), {row['train_seconds']} s",
               file=sys.stderr, flush=True)
     (Path(args.runs) / "results.json").write_text(json.dumps({"data": args.data, "rows": rows}, indent=1))
+    if args.json:
+        write_json(args, rows)
     grouped = any(r["worst_group"] for r in rows)
     print(f"\ndata {args.data}" + (f", settings {' '.join(args.set + args.train_set)}" if args.set or args.train_set else "")
           + (f", epochs {args.epochs}" if args.epochs else "") + f", seed {args.seed}\n")
@@ -324,6 +326,28 @@ def cmd_run(args):
             cells.append(f"{wg['accuracy']:.3f} ({wg['group']})" if wg else "")
         cells.append(f"{r['train_seconds']:.0f} s")
         print("| " + " | ".join(cells) + " |")
+
+
+def write_json(args, rows: list) -> None:
+    """Merge this run into --json under --name: its rows, the command that made them, the test
+    split's size, the machine and the date (what `scripts/render_docs.py` renders)."""
+    from edgeseq.data import load_dataset
+    from edgeseq.report.bench import machine_info
+    out = Path(args.json)
+    doc = json.loads(out.read_text()) if out.exists() else {}
+    test = load_dataset(args.data).test
+    words = ["python", "scripts/measure_external.py", "run", "--data", args.data, "--runs", args.runs,
+             "--archs", *args.archs, "--seed", str(args.seed), "--json", args.json, "--name", args.name]
+    if args.label:
+        words += ["--label", repr(args.label)]
+    words += [w for s in args.set for w in ("--set", s)] + [w for f in args.train_set for w in ("--train-set", f)]
+    words += ["--epochs", str(args.epochs)] if args.epochs else []
+    doc.setdefault("sets", {})[args.name] = {
+        "label": args.label or args.name, "data": args.data, "test_sequences": len(test),
+        "settings": args.set + args.train_set + ([f"epochs={args.epochs}"] if args.epochs else []),
+        "rows": rows, "command": " ".join(words), "machine": machine_info()}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1) + "\n")
 
 
 def main():
@@ -346,7 +370,12 @@ def main():
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--train-set", action="append", default=[], metavar="FIELD=VALUE",
                    help="a TrainConfig field edgeseq train's CLI does not take (grace=3): trains in this process")
+    r.add_argument("--json", help="merge the rows into this JSON (docs/figures/external.json) under --name")
+    r.add_argument("--name", help="the key of this run in --json (default: the data file's stem)")
+    r.add_argument("--label", help="how the docs name the data in --json")
     args = ap.parse_args()
+    if args.cmd == "run" and args.json and not args.name:
+        args.name = Path(args.data).stem
     {"convert": cmd_convert, "run": cmd_run}[args.cmd](args)
 
 

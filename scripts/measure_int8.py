@@ -8,13 +8,15 @@ int8 twin, written as JSON for docs/int8.md.
 architecture is trained with the library's defaults (seed 0). Differences are against the float
 model over 4 never-reset streams of 500 readings, as a share of its output range; latency is
 StreamSession.push of one reading on one stream, median of `--rounds` interleaved rounds of 100.
+`validation` holds, per architecture and scheme, what `export_int8` (`edgeseq export RUN --int8
+--json`) measured: the judged backend and each backend's error and accuracies beside the float
+model's (docs/int8.md's per-backend table).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import tempfile
 import time
@@ -24,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 ARCHS = ["rnn", "gru", "lstm", "ssm", "transformer"]
+VALIDATION = ("backend", "backend_note", "backends", "float_accuracy", "float_reading_accuracy",
+              "float_continuous_accuracy", "max_error", "max_accuracy_drop", "within_bounds")
 
 
 def main(argv=None) -> int:
@@ -34,11 +38,10 @@ def main(argv=None) -> int:
     ap.add_argument("--json", required=True, help="write the figures here")
     args = ap.parse_args(argv)
 
-    import numpy as np
-    import onnxruntime
     import torch
 
     from edgeseq.data import load_dataset
+    from edgeseq.report.bench import machine_info
     from edgeseq.report.compare import compare_models
     from edgeseq.runtime import native
     from edgeseq.train import train
@@ -48,13 +51,14 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     ds = load_dataset("basicmotions")
     work = Path(tempfile.mkdtemp(prefix="edgeseq-int8-"))
-    rows = []
+    rows, validation = [], []
     for arch in args.archs:
         ckpt = load_checkpoint(Path(args.runs) / arch) if args.runs else train(arch, ds, progress=False)
         paths = [work / f"{arch}.onnx", work / f"{arch}-int8.onnx", work / f"{arch}-int8-dynamic.onnx"]
-        export_model(ckpt, paths[0])
-        export_int8(ckpt, paths[1], "static")
-        export_int8(ckpt, paths[2], "dynamic")
+        fbytes = export_model(ckpt, paths[0])["bytes"]
+        for scheme, path in (("static", paths[1]), ("dynamic", paths[2])):
+            v = export_int8(ckpt, path, scheme, data=ds, float_bytes=fbytes)
+            validation.append({"arch": arch, "scheme": scheme, **{k: v[k] for k in VALIDATION}})
         r = compare_models([str(p) for p in paths], rounds=args.rounds)
         for m in r["models"]:
             v = m["vs_twin"] or {}
@@ -64,12 +68,10 @@ def main(argv=None) -> int:
                          "max_rel": v.get("max_rel"), "mean_rel": v.get("mean_rel"),
                          "argmax_agreement": v.get("argmax_agreement"), "latency_us": m["latency_us_median"]})
             print(json.dumps(rows[-1]), flush=True)
-    out = {"rows": rows, "data": "basicmotions", "streams": r["streams"], "readings_per_stream": r["readings_per_stream"],
+    out = {"rows": rows, "validation": validation, "data": "basicmotions", "streams": r["streams"],
+           "readings_per_stream": r["readings_per_stream"],
            "rounds": args.rounds, "native": native.available(),
-           "meta": {"machine": {"machine": platform.machine(), "python": platform.python_version(),
-                                "torch": torch.__version__, "onnxruntime": onnxruntime.__version__,
-                                "numpy": np.__version__},
-                    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+           "meta": {"machine": machine_info(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                     "command": "python scripts/measure_int8.py " + " ".join(argv if argv is not None else sys.argv[1:])}}
     Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
     return 0

@@ -20,6 +20,12 @@ Sources:
   - docs/figures/firmware.json  `python scripts/firmware_table.py --json docs/figures/firmware.json
                                  --untrained-windows 16,256 models/{rnn,gru,lstm,ssm,transformer}-int8.onnx`
                                  (after `make demo`; the command is recorded in the JSON)
+  - docs/figures/firmware_ssm.json  `python scripts/firmware_ssm_check.py models/ssm-int8.onnx --float
+                                 models/ssm.onnx --train selective --json docs/figures/firmware_ssm.json` (after
+                                 `make demo`; trains the selective SSM; the command is recorded in the JSON)
+  - docs/figures/firmware_xf.json  `python scripts/firmware_xf_check.py models/transformer-int8.onnx --float
+                                 models/transformer.onnx --train 16 --json docs/figures/firmware_xf.json` (after
+                                 `make demo`; trains the window-16 Transformer; the command is recorded in the JSON)
   - docs/figures/gateway.json   `python scripts/bench_gateway.py ... --json docs/figures/gateway.json`
                                  (the command is recorded in the JSON; gateway_batched.json likewise, with
                                  --per-message; gateway_overload.json, at twice the capacity; and
@@ -37,8 +43,39 @@ Sources:
                                  exports, calibrates and scores; the command is recorded in the JSON)
   - docs/figures/regress.json   `python scripts/measure_regress.py --json docs/figures/regress.json` (trains,
                                  exports and scores; the command is recorded in the JSON)
+  - docs/figures/pi_demo.json   `python scripts/measure_pi_demo.py --json docs/figures/pi_demo.json` (after
+                                 `make demo`: examples/pi_sensor_demo.py on its int8 models; the commands are
+                                 recorded in the JSON)
+  - docs/figures/report_quick.json  `python scripts/measure_report_quick.py --json docs/figures/report_quick.json`
+                                 (one `edgeseq report --quick`; its report.json's meta and the command)
+  - (not yet measured) docs/figures/pi_arm64.json  `sudo scripts/arm64_pi.sh --json docs/figures/pi_arm64.json`
+                                 (25 min or more under qemu): render_pi_arm64 renders it once registered
   - docs/figures/demo.json      `.venv/bin/python examples/demo.py --json docs/figures/demo.json` (what
                                  `make demo` runs, plus the JSON; the command is recorded in the JSON)
+  - docs/figures/translation.json  `python scripts/measure_translation.py --json docs/figures/translation.json`
+                                 (trains, exports, scores and times both translation models with the
+                                 `edgeseq translate` commands; the commands are recorded in the JSON)
+  - docs/figures/int8.json      `python scripts/measure_int8.py --runs runs --json docs/figures/int8.json` (after
+                                 `make demo`: exports float, static and dynamic int8 from runs/, keeps each
+                                 export's validation and compares them; the command is recorded in the JSON)
+  - docs/figures/int8_margins.json  `python scripts/int8_margins.py --json docs/figures/int8_margins.json`
+                                 (trains every architecture over seeds 0-4, exports int8 both ways; about
+                                 5 minutes; the command is recorded in the JSON)
+  - docs/figures/ssm_int8_parts.json  `python scripts/ssm_int8_parts.py --json docs/figures/ssm_int8_parts.json`
+                                 (trains both SSM variants, exports int8 under each choice of part kept float;
+                                 the command is recorded in the JSON)
+  - docs/figures/ssm.json       `python scripts/measure_ssm.py --json docs/figures/ssm.json` (trains the fixed
+                                 and selective SSM and the GRU, exports, scores and times them; the command is
+                                 recorded in the JSON)
+  - docs/figures/single_sequence.json  `python scripts/measure_single_sequence.py --json
+                                 docs/figures/single_sequence.json` (trains each architecture with today's
+                                 defaults and on single sequences only, scores both; the command is recorded)
+  - docs/figures/train_throughput.json  `edgeseq bench --repeats 500 --train --json >
+                                 docs/figures/train_throughput.json` (the whole bench; the regions read its
+                                 `throughput`; the command is rebuilt from `repeats`, as for bench.json)
+  - docs/figures/long_recordings.json  `python scripts/bench_long_recordings.py gru transformer --json
+                                 docs/figures/long_recordings.json` (about 10 min on one core; the command is
+                                 recorded in the JSON)
 
 Standard library only, so it runs wherever the docs build.
 """
@@ -58,6 +95,8 @@ SOURCES = {
     "bench": "docs/figures/bench.json",
     "report": "docs/report/report.json",
     "firmware": "docs/figures/firmware.json",
+    "firmware-ssm": "docs/figures/firmware_ssm.json",
+    "firmware-xf": "docs/figures/firmware_xf.json",
     "gateway": "docs/figures/gateway.json",
     "gateway-batched": "docs/figures/gateway_batched.json",
     "gateway-overload": "docs/figures/gateway_overload.json",
@@ -65,11 +104,22 @@ SOURCES = {
     "ucr": "docs/figures/ucr.json",
     "compilers": "docs/figures/compilers.json",
     "demo": "docs/figures/demo.json",
+    "pi-demo": "docs/figures/pi_demo.json",
+    "report-quick": "docs/figures/report_quick.json",
     "events": "docs/figures/events.json",
     "decision-bench": "docs/figures/decision_bench.json",
     "anomaly": "docs/figures/anomaly.json",
     "regress": "docs/figures/regress.json",
     "int8": "docs/figures/int8.json",
+    "external": "docs/figures/external.json",
+    "augment": "docs/figures/augment.json",
+    "translation": "docs/figures/translation.json",
+    "single-sequence": "docs/figures/single_sequence.json",
+    "train-throughput": "docs/figures/train_throughput.json",
+    "long-recordings": "docs/figures/long_recordings.json",
+    "ssm-int8-parts": "docs/figures/ssm_int8_parts.json",
+    "ssm": "docs/figures/ssm.json",
+    "int8-margins": "docs/figures/int8_margins.json",
 }
 
 REGION = re.compile(r"<!-- figures:(?P<name>[a-z0-9-]+) -->\n(?P<body>.*?)<!-- /figures:(?P=name) -->", re.S)
@@ -113,6 +163,8 @@ def machine_line(d: dict, source: str, how: str) -> str:
             parts.append(f"{label} {m[key]}")
     if m.get("simd"):
         parts.append(f"native step {m['simd']}")
+    if m.get("load_1min") is not None:
+        parts.append(f"load average {m['load_1min']:.1f}")
     date = d.get("date") or d.get("measured") or d.get("meta", {}).get("date") or m.get("date")
     when = f"measured {date}" if date else f"the date is not recorded in `{source}`"
     return f"*{how}, on {', '.join(parts)}; {when}.*"
@@ -298,6 +350,187 @@ def render_firmware_summary(d: dict, source: str) -> str:
     return "\n\n".join([f"*{_firmware_how(d)}; cycles fitted to the steps measured on emulated cores.*", table])
 
 
+# --- the SSM and Transformer firmware checks (scripts/firmware_ssm_check.py, firmware_xf_check.py) ----------
+
+POSITIONS = {"alibi": "ALiBi", "sin": "sinusoidal positions", "none": "no positions"}
+
+
+def _fw_inputs(d: dict) -> dict:
+    return {i["model"]: i for i in d.get("inputs", [])}
+
+
+def _fw_label(i: dict) -> str:
+    """'SSM fixed', 'SSM selective', 'Transformer window 50 (ALiBi)' from an input's configuration."""
+    c = i.get("config") or {}
+    if i.get("arch") == "ssm":
+        return "SSM selective" if c.get("selective") else "SSM fixed"
+    if i.get("arch") == "transformer":
+        return f"Transformer window {c.get('window')} ({POSITIONS.get(c.get('positions'), c.get('positions'))})"
+    return ARCH_NAMES.get(i.get("arch"), i.get("arch", "?"))
+
+
+def _fw_sources(d: dict) -> str:
+    """Where each model came from: its file and SHA-256, or how the script trained it."""
+    lines = []
+    for i in d.get("inputs", []):
+        if i.get("trained"):                  # 'train(...), how': the call as code
+            call, rest = re.match(r"(.*\))(.*)", i["trained"], re.S).groups()
+            where = f"`{call}`{rest}"
+        else:
+            where = f"`{i['path']}`" + (f" (float twin `{i['float']}`)" if i.get("float") else "")
+        lines.append(f"- {_fw_label(i)}: {where}; {i['sha256'][:12]}")
+    return "\n".join(["Models (and the first digits of each int8 file's SHA-256):", "", *lines])
+
+
+def _fw_core(r: dict) -> str:
+    core = CORES.get(r["core"], r["core"])
+    return f"{core} {r['opt']}" + ((" SMLAD" if r["dsp_path"] else " portable") if r["core"] == "cortex-m4" else "")
+
+
+def _fw_fitted(r: dict) -> bool:
+    """The builds `check`'s fit measured: M4 -O2 on the SMLAD path, M0+ -O2."""
+    return r["opt"] == "-O2" and (r["dsp_path"] or r["core"] == "cortex-m0plus")
+
+
+def _fw_flash(r: dict) -> int:
+    return r["sections"]["text"] + r["sections"]["rodata"] + r["tables_bytes"]
+
+
+def _fw_helpers(d: dict) -> str:
+    used = [f"{_fw_core(r)} {r['helper_instructions']:,.0f}" for r in d["measured"] if r["helper_instructions"]]
+    return ("no 64-bit helper instructions in any build" if not used
+            else "64-bit helper instructions a reading: " + ", ".join(used))
+
+
+def _fw_pct(a: float, b: float) -> str:
+    return f"{(a - b) / b:+.1%}"
+
+
+def _fw_accuracy(d: dict, source: str) -> str:
+    inputs = _fw_inputs(d)
+    acc = d["accuracy"]
+    rows = [[_fw_label(inputs.get(a["model"], {})),
+             " / ".join(f"{a['per_sequence'][k]:.3f}" for k in ("float", "onnxruntime_int8", "integer_only")),
+             " / ".join(f"{a['never_reset'][k]:.4f}" for k in ("float", "onnxruntime_int8", "integer_only")),
+             f"{a['vs_float']['mean_rel']:.2%}"] for a in acc]
+    table = _table(["model", "per sequence float / int8 ORT / integer-only",
+                    "never reset float / int8 ORT / integer-only", "logits vs float (mean, % of range)"], rows)
+    a = acc[0]
+    how = (f"`{d['command']}`: `firmware simulate --float` per model (per sequence: the {a['test_sequences']} test "
+           f"sequences of {a['data']}, each from zero state; never reset: the test split joined in "
+           f"{a['never_reset_orders']} seeded orders, scored per reading past the grace; logits against float over "
+           f"one stream of {a['stream_readings']:,} readings)")
+    return "\n\n".join([machine_line(d, source, how), table, _fw_sources(d)])
+
+
+def render_firmware_ssm_accuracy(d: dict, source: str) -> str:
+    """The SSM's integer-only accuracy against float and int8 onnxruntime, fixed and selective decay."""
+    return _fw_accuracy(d, source)
+
+
+def render_firmware_xf_accuracy(d: dict, source: str) -> str:
+    """The windowed Transformer's integer-only accuracy against float and int8 onnxruntime, per window."""
+    return _fw_accuracy(d, source)
+
+
+def _fw_how(d: dict) -> str:
+    exact = min(r["bit_exact_readings"] for r in d["measured"])
+    return (f"`{d['command']}`, {d['compiler']}; every build bit-exact with the simulator over {exact:,} "
+            "never-reset readings; instructions, sections and stack measured, cycles modelled from the executed mix")
+
+
+def render_firmware_ssm_cores(d: dict, source: str) -> str:
+    """The integer SSM step per build on the emulated cores: instructions, stack, cycles, sections."""
+    inputs = _fw_inputs(d)
+    models = list(dict.fromkeys(r["model"] for r in d["measured"]))
+    first = {m: next(r for r in d["measured"] if r["model"] == m) for m in models}
+    short = {m: _fw_label(inputs.get(m, {"arch": "ssm", "config": {"selective": first[m]["selective"]}}))
+             .removeprefix("SSM ") for m in models}
+    sizes = sorted({(r["hidden"], r["d_state"], r["layers"]) for r in first.values()})
+    size = "; ".join(f"d_model {h}, d_state {n}, {n_l} layers" for h, n, n_l in sizes)
+    def each(key: str, unit: str) -> str:
+        if len({first[m][key] for m in models}) == 1:
+            return f"{first[models[0]][key]:,}{unit}"
+        return ", ".join(f"{first[m][key]:,}{unit} ({short[m]})" for m in models)
+    note = (f"{size}; MACs a reading {each('macs', '')}; {_fw_helpers(d)}; scratch {each('scratch_bytes', ' B')}; "
+            f"state {each('state_bytes', ' B')}.")
+    rows = [[short[r["model"]], _fw_core(r), f"{r['instructions_per_step']:,.0f} ({r['instructions_per_mac']:.2f})",
+             f"{r['stack_bytes']:,}", f"{r['cycles_per_step']:,.0f}", f"{r['sections']['text']:,}",
+             f"{r['sections']['rodata']:,}", f"{r['tables_bytes']:,}"] for r in d["measured"]]
+    table = _table(["model", "core, opt, path", "instructions / reading (per MAC)", "stack B", "modelled cycles",
+                    ".text B", ".rodata B", "tables B"], rows)
+    return "\n\n".join([machine_line(d, source, _fw_how(d)), note, table])
+
+
+def render_firmware_ssm_boards(d: dict, source: str) -> str:
+    """What `firmware check` plans for each SSM on the nRF52840 and the RP2040, beside the measured builds."""
+    inputs = _fw_inputs(d)
+    fitted = {(r["model"], r["core"]): r for r in d["measured"] if _fw_fitted(r)}
+    label = {c["model"]: _fw_label(inputs.get(c["model"], {"arch": "ssm", "config": {"selective": c["selective"]}}))
+             for c in d["check"]}
+    rows = [[label[c["model"]], c["target"], f"{c['flash']['total']:,} B", f"{c['ram']['total']:,} B",
+             f"{c['cycles']:,.0f}", _ms(c["us_per_reading"])] for c in d["check"]]
+    table = _table(["model", "part", "flash", "RAM", "cycles / reading", "time / reading"], rows)
+    core_of = {"nrf52840": "cortex-m4", "rp2040": "cortex-m0plus"}
+    notes = []
+    for m in dict.fromkeys(c["model"] for c in d["check"]):
+        by = {c["target"]: c for c in d["check"] if c["model"] == m}
+        parts = []
+        m4 = fitted.get((m, "cortex-m4"))
+        if m4 and "nrf52840" in by:
+            parts.append(f"flash {by['nrf52840']['flash']['total']:,} B planned, {_fw_flash(m4):,} B measured on the "
+                         "M4 (.text + .rodata + the tables the step links)")
+        for t, c in by.items():
+            r = fitted.get((m, core_of.get(t)))
+            if r:
+                parts.append(f"{c['cycles']:,.0f} cycles planned on the {t}, {r['cycles_per_step']:,.0f} modelled on "
+                             f"the {_fw_core(r)} build ({_fw_pct(c['cycles'], r['cycles_per_step'])})")
+        notes.append(f"{label[m]}: " + "; ".join(parts))
+    how = f"`{d['command']}`: `firmware check` on each part (cycles fitted to steps measured on the emulated cores)"
+    return "\n\n".join([machine_line(d, source, how), table,
+                        "Against the measured -O2 builds: " + ". ".join(notes) + "."])
+
+
+def render_firmware_xf_cores(d: dict, source: str) -> str:
+    """The integer windowed Transformer step per build on the emulated cores, with what `check` plans."""
+    ms = d["measured"]
+    windows = list(dict.fromkeys(r["window"] for r in ms))
+    first = {w: next(r for r in ms if r["window"] == w) for w in windows}
+    sizes = sorted({(r["hidden"], r["heads"], r["d_ff"], r["layers"]) for r in ms})
+    size = "; ".join(f"d_model {h}, {n} heads, d_ff {f}, {n_l} layers" for h, n, f, n_l in sizes)
+    exact = min(r["bit_exact_readings"] for r in ms)
+    note = (f"{size}; the ring wraps {' and '.join(f'{exact // w:,}' for w in windows)} times over the {exact:,} "
+            "readings (window " + " and ".join(str(w) for w in windows) + "); counted at a full window, attention as "
+            "2 x window x d_model MACs per layer ("
+            + ", ".join(f"{first[w]['macs']:,} MACs a reading at window {w}" for w in windows) + f"); {_fw_helpers(d)}; "
+            "scratch and state (the ring) " + ", ".join(f"{first[w]['scratch_bytes']:,} B and {first[w]['state_bytes']:,} B "
+                                                     f"at window {w}" for w in windows) + ".")
+    rows = [[r["window"], _fw_core(r), f"{r['instructions_per_step']:,.0f} ({r['instructions_per_mac']:.2f})",
+             f"{r['stack_bytes']:,}", f"{r['cycles_per_step']:,.0f}",
+             f"{r['check']['cycles']:,.0f}" if _fw_fitted(r) else "", f"{r['sections']['text']:,}",
+             f"{r['sections']['rodata']:,}", f"{r['tables_bytes']:,}"] for r in ms]
+    table = _table(["window", "core, opt, path", "instructions / reading (per MAC)", "stack B", "modelled cycles",
+                    "`check` cycles", ".text B", ".rodata B", "tables B"], rows)
+    fit = [r for r in ms if _fw_fitted(r)]
+    worst = max(fit, key=lambda r: abs(r["check"]["cycles"] / r["cycles_per_step"] - 1))
+    parts = [f"cycles within {abs(worst['check']['cycles'] / worst['cycles_per_step'] - 1):.1%} of the modelled "
+             f"ones on the fitted builds (M4 -O2 SMLAD for the nRF52840, M0+ -O2 for the RP2040; farthest: window "
+             f"{worst['window']} on the {_fw_core(worst)})"]
+    for w in windows:
+        m4 = next((r for r in fit if r["window"] == w and r["core"] == "cortex-m4"), None)
+        if m4 is None:
+            continue
+        c = m4["check"]
+        ram = c.get("ram_parts") or {}
+        measured_ram = m4["scratch_bytes"] + m4["state_bytes"] + ram.get("io", 0) + m4["stack_bytes"]
+        parts.append(f"window {w} on the {c.get('target', 'nrf52840')}: flash {c['flash']:,} B planned, "
+                     f"{_fw_flash(m4):,} B measured (.text + .rodata + tables, {_fw_pct(c['flash'], _fw_flash(m4))}); "
+                     f"RAM {c['ram']:,} B planned, {measured_ram:,} B measured (scratch + state + stack, with the "
+                     f"planned {ram.get('io', 0):,} B of inputs and outputs; {c['ram'] - measured_ram:+,} B)")
+    return "\n\n".join([machine_line(d, source, _fw_how(d)), note, table, "`check` against these builds: "
+                        + "; ".join(parts) + "."])
+
+
 def _model_name(arch: str, c: dict) -> str:
     """'GRU (hidden 64)', 'Transformer (d 32, 2 layers, 4 heads, window 50, ALiBi)', ... from a config."""
     if arch in ("rnn", "gru", "lstm"):
@@ -326,6 +559,138 @@ def render_demo(d: dict, source: str) -> str:
     n = d.get("torch_threads", 1)
     how = f"`{d['command']}` (what `make demo` runs, with --json), {n} torch thread{'s' if n != 1 else ''}"
     return "\n\n".join([machine_line(d, source, how), table])
+
+
+ARCH_NAMES = {"rnn": "RNN", "gru": "GRU", "lstm": "LSTM", "ssm": "SSM", "transformer": "Transformer"}
+
+
+def _state_bytes(n: int) -> str:
+    return f"{n:,} B" if n < 1_000_000 else f"{n / 1024 ** 2:,.1f} MiB"
+
+
+def render_pi_demo(d: dict, source: str) -> str:
+    """The Pi page's table: `examples/pi_sensor_demo.py --json`'s summary per int8 model, paced and
+    unpaced (`scripts/measure_pi_demo.py`); then the paced medians against the unpaced ones and the
+    time between readings."""
+    rows, paced, free = [], {}, {}
+    for r in d["rows"]:
+        s, arch = r["summary"], r["arch"]
+        name = ARCH_NAMES.get(arch, arch) + (f" (window {r['max_history']})" if r.get("max_history") else "")
+        if s["paced"]:
+            paced[arch] = s
+            rate = f"{s['target_rate_hz']:g} Hz: {s['this_run']:,} readings, {s['rate_hz']:,.1f}/s achieved"
+            late = f"{s['late']:,} / {s['dropped']:,}"
+        else:
+            free[arch] = s
+            rate = f"unpaced: {s['this_run']:,} readings, {s['rate_hz']:,.0f}/s"
+            late = "- (unpaced)"
+        rows.append([name, r["backend"] or "-", rate, f"{_us(s['median_us'])} / {_us(s['p99_us'])}", late,
+                     f"{s['rss_kb_end'] / 1024:.0f} MiB", _state_bytes(s["state_bytes"])])
+    table = _table(["int8 model", "backend", "rate", "latency median / p99", "late / dropped", "RSS", "state held"],
+                   rows)
+    notes = []
+    both = [a for a in paced if a in free]
+    if both:
+        higher = all(paced[a]["median_us"] > free[a]["median_us"] for a in both)
+        ratios = ", ".join(f"{ARCH_NAMES.get(a, a)} {_x(paced[a]['median_us'] / free[a]['median_us'])}" for a in both)
+        notes.append(f"Paced, the median latency is {'above' if higher else 'not always above'} the unpaced one "
+                     f"({ratios} the unpaced median)" + (": the process sleeps between readings and wakes with "
+                                                         "cold caches." if higher else "."))
+    if paced:
+        shares = ", ".join(f"{ARCH_NAMES.get(a, a)} {s['median_us'] / (1e6 / s['target_rate_hz']):.2%}"
+                           for a, s in paced.items())
+        periods = sorted({1e3 / s["target_rate_hz"] for s in paced.values()})
+        notes.append(f"The paced median is this share of the {', '.join(f'{p:g}' for p in periods)} ms between "
+                     f"readings: {shares}.")
+    how = (f"`{d['command']}`: the summary of `examples/pi_sensor_demo.py --source replay:basicmotions --json` "
+           "(each command in the JSON), one thread; latency over the last 1,000 readings pushed; the unpaced rate "
+           "includes printing each reading's JSON line with its running median and p99; load average "
+           f"{d['load_before'][0]:.1f} at the start, {d['load_after'][0]:.1f} at the end")
+    return "\n\n".join([machine_line(d, source, how), table, " ".join(notes)])
+
+
+def _secs(v: float) -> str:
+    return f"{v:.1f}" if v < 10 else f"{v:,.0f}"
+
+
+def render_report_quick_phases(d: dict, source: str) -> str:
+    """`edgeseq report --quick`'s wall and CPU seconds per phase, from its report.json's meta
+    (`scripts/measure_report_quick.py`)."""
+    m = d["meta"]
+    wall, cpu = m["phase_seconds"], m["phase_cpu_seconds"]
+    mcu = (f"microcontroller panel: the GRU and SSM int8 and the Transformer exported int8 at windows "
+           f"{' and '.join(map(str, d['mcu_windows']))}, built and run on the emulated core" if d.get("mcu_available")
+           else f"microcontroller panel (not measured: {d.get('mcu_reason') or 'no toolchain'})")
+    names = {"models": f"models: train {len(d['epochs'])} (the quick epochs above), export each float and int8",
+             "events": "events: each int8 model's decision layer calibrated and scored",
+             "memory": "memory", "latency": "latency", "throughput": "throughput",
+             "rss": f"RSS, {d['rss_processes']} processes", "mcu": mcu}
+    rows = [[names.get(k, k), _secs(v), _secs(cpu[k]) if k in cpu else "-"] for k, v in wall.items()]
+    total_wall, total_cpu = sum(wall.values()), sum(cpu.values())
+    rows.append(["the phases together", _secs(total_wall), _secs(total_cpu)])
+    rows.append(["the whole command (imports, plots and files too)", _secs(d["process_wall_s"]),
+                 _secs(d["process_cpu_s"])])
+    table = _table(["part", "wall s", "CPU s"], rows)
+    measuring = [k for k in ("memory", "latency", "throughput", "rss") if k in cpu]
+    shown = ", ".join(k if k != "rss" else "RSS" for k in measuring)
+    shares = [f"the models phase {cpu['models'] / total_cpu:.0%}" if "models" in cpu else None,
+              f"events {cpu['events'] / total_cpu:.0%}" if "events" in cpu else None,
+              f"the microcontroller panel {cpu['mcu'] / total_cpu:.0%}" if "mcu" in cpu else None,
+              f"the measuring phases ({shown}) {sum(cpu[k] for k in measuring) / total_cpu:.0%}" if measuring else None]
+    text = "Of the phases' CPU time: " + ", ".join(s for s in shares if s) + "." if total_cpu else ""
+    how = (f"`{d['report_command']}` on the embedded data, run once by `{d['command']}`; CPU: the report's threads "
+           f"and its child processes; load average {d['load_before'][0]:.1f} at the start, "
+           f"{d['load_after'][0]:.1f} at the end")
+    return "\n\n".join([machine_line(d, source, how), table] + ([text] if text else []))
+
+
+def render_pi_arm64(d: dict, source: str) -> str:
+    """The Pi page's emulated arm64 table, from `sudo scripts/arm64_pi.sh --json PATH` (under qemu:
+    every time is emulated). Not in RENDERERS until such a JSON is in docs/figures/ (the run takes
+    25 min or more): then add "pi-arm64" to SOURCES and RENDERERS and mark the region."""
+    c, demo = d["check"], d.get("demo") or {}
+    rows = [["arm64 root build (mmdebstrap, once, then cached)",
+             f"{d['root_build_s']} s" if d.get("root_build_s") not in (None, "cached") else "cached"],
+            [f"fresh venv + `pip install '.[pi]'` (pip cache {d.get('pip_cache', '?')})",
+             f"{d['install_s']} s" + (f", of which {d['native_build_s']} s the emulated build of the extension"
+                                      if d.get("native_build_s") is not None else "")],
+            ["the extension's build", f"{d.get('warnings', '?')} compiler warnings, {d.get('neon', 0):,} NEON float "
+                                      "vector instructions (fmla/fmul/fadd .4s)"],
+            ["`import edgeseq.runtime` (and `.native`, `.live`)",
+             f"torch {'imported' if c['torch_imported'] else 'not imported'}, "
+             f"{'installed' if c['torch_installed'] else 'not installed'}; native extension "
+             f"{'available' if c['native_available'] else 'unavailable'} ({c['simd']})"]]
+    for name, m in c["models"].items():
+        model = name.removesuffix(".onnx")
+        rows.append([f"`StreamSession(backend=\"native\")`, {model}",
+                     "opens: its probe against onnxruntime passes" if m.get("native_opened")
+                     else f"refused: {m.get('native_error', '?')}"])
+        here = m.get("native_vs_ort_here")
+        if here:
+            rows.append([f"{model}: native vs onnxruntime, arm64, {m['readings']:,} readings",
+                         f"probabilities max \\|diff\\| {here['probs_max_abs']:.2g}, logits {here['logits_max_abs']:.2g}, "
+                         f"same class {here['argmax_equal']:.1%}"])
+        for backend in ("native", "onnxruntime"):
+            h = m.get(f"{backend}_vs_host")
+            if h:
+                probs, logits = ("bit-equal" if h[f"{k}_bit_equal"] else f"max \\|diff\\| {h[f'{k}_max_abs']:.2g}"
+                                 for k in ("probs", "logits"))
+                same = "bit-equal" if probs == logits == "bit-equal" else f"probabilities {probs}, logits {logits}"
+                rows.append([f"{model}: {backend}, arm64 vs the x86-64 host ({c['host']})", same])
+        pushes = [f"{b} {m[f'{b}_push_us']['median']:,.0f} / {m[f'{b}_push_us']['p99']:,.0f} us"
+                  for b in ("native", "onnxruntime") if m.get(f"{b}_push_us")]
+        if pushes:
+            rows.append([f"`StreamSession.push`, {model}, median / p99", "; ".join(pushes) + " (emulated)"])
+    for b, s in demo.items():
+        acc = (s.get("true_labels") or {}).get("accuracy")
+        rows.append([f"demo replay, gru-int8, {s['this_run']:,} readings unpaced, {b}",
+                     f"median {_us(s['median_us'])}, p99 {_us(s['p99_us'])}, {s['rate_hz']:,.0f} readings/s"
+                     + (f", accuracy {acc:.3f}" if acc is not None else "")
+                     + f", RSS {s['rss_kb_end'] / 1024:.0f} MiB (emulated)"])
+    how = (f"`{d['command']}`, qemu user emulation ({d['emulation']}) on an x86-64 host "
+           f"({d.get('host_cpu') or 'CPU not recorded'}); in the Debian arm64 root")
+    note = "**Every time here is an emulated time: it shows that the code runs on arm64, not how fast a Pi is.**"
+    return "\n\n".join([machine_line(d, source, how), note, _table(["what", "figure"], rows)])
 
 
 def _span(values, fmt: str) -> str:
@@ -636,8 +1001,387 @@ def render_int8(d: dict, source: str) -> str:
     return "\n\n".join([machine_line(d, source, how), table])
 
 
+INT8_NAMES = {"rnn": "RNN", "gru": "GRU", "lstm": "LSTM", "ssm": "SSM", "transformer": "Transformer"}
+
+
+def render_int8_backends(d: dict, source: str) -> str:
+    """What the static int8 export measured on each step backend, beside the float model."""
+    v = [r for r in d["validation"] if r["scheme"] == "static"]
+    names = [n for n in ("native", "onnxruntime") if any(n in r["backends"] for r in v)]
+
+    def each(r, key):
+        return " / ".join(f"{r['backends'][n][key]:.3f}" if n in r["backends"] else "-" for n in names)
+    rows = [[INT8_NAMES.get(r["arch"], r["arch"]), r["backend"],
+             *[f"{r['backends'][n]['mean_rel']:.2%}" if n in r["backends"] else "-" for n in names],
+             f"{each(r, 'int8_reading_accuracy')} / {r['float_reading_accuracy']:.3f}",
+             f"{each(r, 'int8_continuous_accuracy')} / {r['float_continuous_accuracy']:.3f}"] for r in v]
+    table = _table(["model", "judged on", *[f"mean error, {n}" for n in names],
+                    f"per-reading accuracy, {' / '.join(names)} / float",
+                    f"never reset, {' / '.join(names)} / float"], rows)
+    how = (f"`{d['meta']['command']}`: static int8 of the seed-0 models, {d['data']}, as "
+           "`edgeseq export RUN --int8 --json` reports it (`backends`); mean error of the logits against the float "
+           "model as a share of its output range")
+    notes = sorted({f"{INT8_NAMES.get(r['arch'], r['arch'])}: {r['backend_note']}" for r in v if r.get("backend_note")})
+    return "\n\n".join([machine_line(d, source, how), table] + (["Not on native: " + "; ".join(notes) + "."]
+                                                                  if notes else []))
+
+
+def render_int8_margins(d: dict, source: str) -> str:
+    """The worst seed per architecture and scheme: mean error, error margin and accuracy margin."""
+    rows = [[INT8_NAMES.get(w["arch"], w["arch"]), w["scheme"], ", ".join(w["backends"]), f"{w['mean_rel']:.2%}",
+             f"{w['error_margin']:.1f}x", f"{w['accuracy_margin_points']:.2f} points",
+             ", ".join(map(str, w["breaking_seeds"])) or "none"] for w in d["worst"]]
+    bound = d["rows"][0]
+    table = _table(["model", "scheme", "judged on", "mean error, worst seed", "error margin, worst seed (bound / error)",
+                    f"accuracy margin, worst seed ({bound['max_accuracy_drop'] * 100:g} point minus the larger drop "
+                    "of the two protocols)", "seeds breaking a bound"], rows)
+    seeds = d["seeds"]
+    span = f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 1 else \
+        ", ".join(map(str, seeds))
+    how = (f"`{d['command']}`: seeds {span}, default settings, {d['torch_threads']} torch thread, int8 with "
+           f"`--keep-anyway`, each on the backend that judges its export; mean error bound "
+           f"{bound['max_error']:.0%} of the float model's output range; {d['seconds'] / 60:.0f} minutes in all")
+    return "\n\n".join([machine_line(d, source, how), table])
+
+
+MT_NAMES = {"transformer": "Transformer", "lstm-attn": "LSTM + attention"}
+
+
+def _mt_how(d: dict, step: str) -> str:
+    """The script's command line and the `edgeseq translate STEP` line it ran for each model."""
+    lines = [next(c for c in m["commands"] if c.startswith(f"edgeseq translate {step} ")) for m in d["models"].values()]
+    seeds = sorted({m["train"].get("train_config", {}).get("seed", 0) for m in d["models"].values()})
+    return (f"`{d['meta']['command']}` (models trained with the defaults, seed {', '.join(map(str, seeds))}), which "
+            f"ran " + " and ".join(f"`{c}`" for c in lines))
+
+
+def render_translation_quality(d: dict, source: str) -> str:
+    """BLEU and chrF per translation model and beam size (`edgeseq translate eval --json`)."""
+    evals = {arch: m["eval"] for arch, m in d["models"].items()}
+    first = next(iter(evals.values()))
+    labels = {k: "greedy" if v["beam"] == 1 else f"beam {v['beam']}" for k, v in first["results"].items()}
+    rows = [[MT_NAMES.get(arch, arch), f"{e['sentences']:,}"]
+            + [f"{e['results'][k][f]:.1f}" for k in labels for f in ("bleu", "chrf")] for arch, e in evals.items()]
+    table = _table(["model", f"{first['split']} sentences"] + [f"{labels[k]} {f}" for k in labels for f in ("BLEU", "chrF")],
+                   rows)
+    metrics = sorted({e["metric"] for e in evals.values()})
+    alphas = sorted({e["alpha"] for e in evals.values()})
+    how = (_mt_how(d, "eval") + f": the {first['split']} split of {first['corpus']}, {'; '.join(metrics)}, beam "
+           f"length penalty alpha {', '.join(f'{a:g}' for a in alphas)}")
+    return "\n\n".join([machine_line(d, source, how), table])
+
+
+def render_translation_speed(d: dict, source: str) -> str:
+    """Greedy decoding speed per model: onnxruntime cached against torch eager (`edgeseq translate bench --json`)."""
+    parts, ratios = [], []
+    for arch, m in d["models"].items():
+        b, name = m["bench"], MT_NAMES.get(arch, arch)
+        rows, best = [], []
+        for mode, runners in b["results"].items():
+            rows += [[f"{runner}, {mode}", f"{v['sentences_per_s']:,.0f}", f"{v['tokens_per_s']:,.0f}",
+                      _x(v["speedup_vs_recompute"])] for runner, v in runners.items()]
+            ort = next((v for r, v in runners.items() if r.startswith("onnxruntime")), None)
+            if ort:
+                best.append(f"{_x(ort['speedup_vs_recompute'])} at {mode}")
+        parts.append(_table([f"{name}, {b['sentences']} test sentences", "sentences/s", "tokens/s",
+                             "vs torch recompute, same batching"], rows))
+        ratios.append(f"{name}, {' and '.join(best)}")
+    threads = sorted({m["bench"]["machine"]["torch_threads"] for m in d["models"].values()})
+    max_len = sorted({m["bench"]["max_len"] for m in d["models"].values()})
+    how = (_mt_how(d, "bench") + f": greedy decoding of the first test sentences, at most {', '.join(map(str, max_len))} "
+           f"tokens each, the same sentences for every runner; torch on {', '.join(map(str, threads))} threads, "
+           "onnxruntime at its default thread count")
+    text = "onnxruntime with its cache against torch eager recomputing the prefix: " + "; ".join(ratios) + "."
+    return "\n\n".join([machine_line(d, source, how), *parts, text])
+
+
+def _machine_of_sets(d: dict) -> dict:
+    """The machine line of a JSON that merges runs: the first run's machine, the last run's date."""
+    runs = list(d["sets"].values())
+    m = dict(runs[0]["machine"])
+    m["date"] = max(r["machine"].get("date", "") for r in runs) or None
+    return {"machine": m}
+
+
+def render_external(d: dict, source: str) -> str:
+    """Public sets from PyPI wheels: each architecture on both protocols, beside the independent scorer."""
+    rows, notes = [], []
+    for s in d["sets"].values():
+        label = f"{s['label']} ({s['test_sequences']:,} test sequences)"
+        best = max(r["per_sequence"] for r in s["rows"])
+        for i, r in enumerate(s["rows"]):
+            ps = f"{r['per_sequence']:.3f}"
+            rows.append([label if i == 0 else "", ARCH_NAMES.get(r["arch"], r["arch"]),
+                         f"**{ps}**" if r["per_sequence"] == best else ps, f"{r['never_reset']:.3f}",
+                         f"{r['at_ends']:.3f}", f"{r['independent']:.3f}"])
+        diff = [r["never_reset"] - r["independent"] for r in s["rows"]]
+        ends = [ARCH_NAMES.get(r["arch"], r["arch"]) for r in s["rows"] if r["at_ends"] >= 0.90]
+        notes.append(f"{s['label']}: never reset minus independent {min(diff):+.3f} to {max(diff):+.3f}; "
+                     f"at sequence ends 0.90 or more: {', '.join(ends) or 'none'}"
+                     + (f"; settings {' '.join(s['settings'])}" if s.get("settings") else ""))
+    commands = "; ".join(f"`{s['command']}`" for s in d["sets"].values())
+    table = _table(["data", "arch", "per sequence", "never reset, per reading", "at sequence ends", "independent"],
+                   rows)
+    text = ("The best per-sequence figure of each set is in bold. " + ". ".join(notes) + ".")
+    return "\n\n".join([machine_line(_machine_of_sets(d), source, commands), table, text])
+
+
+def _augment_means(d: dict) -> dict:
+    """(arch, config) -> mean of each figure over the seeds (None where no seed has it)."""
+    out = {}
+    for arch in d["archs"]:
+        for c in d["configs"]:
+            rs = [r for r in d["rows"] if r["arch"] == arch and r["augment"] == c]
+            out[arch, c] = {k: (sum(v) / len(v) if v else None) for k in ("per_sequence", "never_reset", "to_follow")
+                            for v in [[r[k] for r in rs if r.get(k) is not None]]}
+    return out
+
+
+def _points(a, b) -> str:
+    return f"{100 * (a - b):+.1f}"
+
+
+def render_augment_mean(d: dict, source: str) -> str:
+    """None against the default augmentation, per architecture, mean over the seeds."""
+    m = _augment_means(d)
+    rows = []
+    for arch in d["archs"]:
+        n, f = m[arch, "none"], m[arch, "default"]
+        follow = [f"{x['to_follow']:.1f}" if x["to_follow"] is not None else "n/a" for x in (n, f)]
+        rows.append([arch, f"{n['per_sequence']:.3f}", f"{f['per_sequence']:.3f} ({_points(f['per_sequence'], n['per_sequence'])})",
+                     f"{n['never_reset']:.3f}", f"{f['never_reset']:.3f} ({_points(f['never_reset'], n['never_reset'])})",
+                     *follow])
+    seeds = ", ".join(map(str, d["seeds"]))
+    how = f"`{d['command']}`; {d['data']}, mean over seeds {seeds}, change against none in points"
+    return "\n\n".join([machine_line(d, source, how),
+                        _table(["arch", "per sequence: none", "default", "never reset: none", "default",
+                                "readings to follow a change: none", "default"], rows)])
+
+
+def render_augment_each(d: dict, source: str) -> str:
+    """Each transform alone (and the default), per architecture: per sequence / never reset, points against none."""
+    m = _augment_means(d)
+    rows = []
+    for c in d["configs"]:
+        if c == "none":
+            continue
+        name = "all (default)" if c == "default" else c.replace("=", " ")
+        rows.append([name] + [f"{_points(m[a, c]['per_sequence'], m[a, 'none']['per_sequence'])} / "
+                              f"{_points(m[a, c]['never_reset'], m[a, 'none']['never_reset'])}" for a in d["archs"]])
+    seeds = ", ".join(map(str, d["seeds"]))
+    how = f"`{d['command']}`; {d['data']}, mean over seeds {seeds}: per sequence / never reset, points against none"
+    return "\n\n".join([machine_line(d, source, how), _table(["transform"] + list(d["archs"]), rows)])
+
+
+
+SSM_CHOICES = {("float", "float"): "float",
+               ("static", "projections int8"): "projections int8, state float (export's choice)",
+               ("static", "state int8"): "state rounded to int8 between calls",
+               ("static", "+ decay int8"): "decays on an int8 grid too",
+               ("static", "+ readout float"): "readout `C` kept float",
+               ("static", "+ x float"): "input projection `W_x` kept float",
+               ("static", "+ out float"): "`W_out` kept float",
+               ("static", "+ delta float"): "`W_δ` kept float",
+               ("dynamic", "projections int8"): "dynamic int8",
+               ("dynamic", "+ readout float"): "dynamic int8, readout `C` kept float"}
+
+
+def _moved(values, fmt: str) -> str:
+    """'a to b' of values in a format, one figure where both read the same."""
+    lo, hi = format(min(values), fmt), format(max(values), fmt)
+    return lo if lo == hi else f"{lo} to {hi}"
+
+
+def _ssm_parts_note(rows: list, variant: str) -> str:
+    """What keeping a projection float, and rounding the state or the decays, did to one model."""
+    base = next(r for r in rows if (r["scheme"], r["choice"]) == ("static", "projections int8"))
+    kept = [r for r in rows if r["scheme"] == "static" and r["float_parts"]]
+    parts = [f"{variant}, static: keeping one projection float moved the mean error by "
+             f"{_moved([(r['mean_rel'] - base['mean_rel']) * 100 for r in kept], '+.2f')} points for "
+             f"{_moved([(r['bytes'] - base['bytes']) / 1000 for r in kept], '.1f')} KB more file, and int8 accuracy by "
+             f"{_moved([(r['int8_reading_accuracy'] - base['int8_reading_accuracy']) * 100 for r in kept], '+.2f')} "
+             f"points per sequence, "
+             f"{_moved([(r['int8_continuous_accuracy'] - base['int8_continuous_accuracy']) * 100 for r in kept], '+.2f')}"
+             " continuous"]
+    for choice, what in (("state int8", "rounding the state to int8 between calls"),
+                         ("+ decay int8", "the decays on an int8 grid")):
+        r = next((r for r in rows if (r["scheme"], r["choice"]) == ("static", choice)), None)
+        if r:
+            parts.append(f"{what} moved the error by {(r['mean_rel'] - base['mean_rel']) * 100:+.2f} points")
+    return "; ".join(parts) + "."
+
+
+def render_ssm_int8_parts(d: dict, source: str) -> str:
+    """Each int8 choice for a state-space model: file, weights, error against the float twin, accuracies."""
+    out, notes = [], []
+    for key in dict.fromkeys((r["variant"], r["seed"]) for r in d["rows"]):
+        rows = [r for r in d["rows"] if (r["variant"], r["seed"]) == key]
+        f = next(r for r in rows if r["scheme"] != "float")          # the float figures ride on every int8 row
+        table = []
+        for r in rows:
+            int8 = r["scheme"] != "float"
+            table.append([SSM_CHOICES.get((r["scheme"], r["choice"]), f"{r['scheme']} {r['choice']}"),
+                          f"{r['bytes'] / 1000:.1f} KB", f"{r['initializer_bytes'] / 1000:.1f} KB",
+                          f"{r['mean_rel']:.2%}" if int8 else "",
+                          f"{(r if int8 else f)['int8_reading_accuracy' if int8 else 'float_reading_accuracy']:.3f}",
+                          f"{(r if int8 else f)['int8_continuous_accuracy' if int8 else 'float_continuous_accuracy']:.3f}"])
+        name = "fixed decay" if key[0] == "fixed" else "selective"
+        out.append(_table([f"{name}, seed {key[1]}", "file", "of which initializers", "mean error", "per sequence",
+                           "continuous"], table))
+        notes.append(_ssm_parts_note(rows, name.capitalize()))
+    how = (f"`{d['command']}`: {d['data']}, default settings, {d['torch_threads']} torch thread; mean error of the "
+           f"logits against the float twin over {d['streams']} never-reset streams x {d['readings_per_stream']} test "
+           "readings, as a share of the float model's output range; per-reading test accuracy past the first quarter "
+           "of each sequence (per sequence) and on the test sequences joined, never reset (continuous); "
+           "initializers: weights, biases, scales and constants, the rest of each file is graph and metadata; "
+           f"{d['seconds'] / 60:.0f} minutes in all")
+    return "\n\n".join([machine_line(d, source, how), *out, " ".join(notes)])
+
+
+def _ssm_label(r: dict) -> str:
+    name = {"ssm": "SSM", "ssm selective": "SSM selective", "gru": "GRU"}.get(r["name"], r["name"])
+    return name if r["weights"] == "float" else f"{name} {r['weights']}"
+
+
+def render_ssm(d: dict, source: str) -> str:
+    """The state-space model, fixed and selective, beside the GRU: accuracy, size, cost, latency, training."""
+    backends = [b for b in ("onnxruntime", "native") if any(b in r["latency_us"] for r in d["rows"])]
+    rows = []
+    for r in d["rows"]:
+        float_ = r["weights"] == "float"
+        follow = "" if r["follow_median"] is None else f"{r['follow_median']:.0f}"
+        rows.append([_ssm_label(r), f"{r['per_sequence']:.3f}", f"{r['continuous']:.3f}", f"{r['last_reading']:.3f}",
+                     follow, f"{r['parameters']:,}" if float_ else "", f"{r['macs_per_reading']:,}" if float_ else "",
+                     f"{r['state_bytes']:,} B", f"{r['bytes'] / 1000:.1f} KB", f"{r['graph_nodes']}",
+                     *[f"{r['latency_us'][b]:.1f}" if b in r["latency_us"] else "" for b in backends],
+                     f"{r['train_seconds']:.1f} s" if float_ else ""])
+    table = _table(["model", "per sequence", "continuous per reading", "last reading", "follow (median)",
+                    "parameters", "MACs / reading", "state / stream", "file", "graph nodes",
+                    *[f"us / reading, {b}" for b in backends], "training"], rows)
+    picked = sorted({r["backend"] for r in d["rows"]})
+    how = (f"`{d['command']}`: {d['data']} seed {d['seed']}, default settings, {d['torch_threads']} torch thread; "
+           f"accuracy as `edgeseq eval` scores it, on the backend `StreamSession` picks here ({', '.join(picked)}); "
+           f"latency `StreamSession.push`, one stream, median of {d['rounds']} interleaved rounds of "
+           f"{d['latency']['readings_per_round']} readings, as `edgeseq compare --backend` each")
+    by = {(r["name"], r["weights"]): r for r in d["rows"]}
+    notes = []
+    if ("ssm", "float") in by and ("gru", "float") in by:
+        notes.append(f"The float SSM step is {by['ssm', 'float']['graph_nodes']} graph nodes against the GRU's "
+                     f"{by['gru', 'float']['graph_nodes']}.")
+    if ("ssm", "float") in by and ("ssm selective", "float") in by:
+        fx, se = by["ssm", "float"], by["ssm selective", "float"]
+        times = ", ".join(f"{_x(se['latency_us'][b] / fx['latency_us'][b])} on {b}" for b in backends
+                          if b in fx["latency_us"] and b in se["latency_us"])
+        notes.append(f"Selective against fixed: {se['parameters'] - fx['parameters']:+,} parameters, the step time "
+                     f"{times}.")
+    fw = [r for r in d["rows"] if r.get("firmware_check")]
+    if fw:
+        c0 = fw[0]["firmware_check"]
+        notes.append(f"`edgeseq firmware check` of the int8 models on an {c0['target']}: " + "; ".join(
+            f"{_ssm_label(r).replace(' int8 static', '')} {r['firmware_check']['flash_bytes'] / 1000:.1f} KB flash, "
+            f"{r['firmware_check']['ram_bytes'] / 1000:.1f} KB RAM, about "
+            f"{r['firmware_check']['us_per_reading']:,.0f} us a reading" for r in fw) + ".")
+    return "\n\n".join([machine_line(d, source, how), table, " ".join(notes)])
+
+
+def render_single_sequence(d: dict, source: str) -> str:
+    """Each architecture trained with today's defaults and on single sequences only (no stream loss, no
+    auxiliary loss, no augmentation; at the default schedule and, where the JSON has it, for a fixed
+    number of epochs): per sequence and never reset side by side, mean over the seeds."""
+    names = {"default": "today's defaults", "single": "single sequences"}
+    trainings = list(d["trainings"])
+    label = {t: names.get(t) or ("single sequences, " + ", ".join(f"{v} {k}" for k, v in d["trainings"][t].items()
+                                                                   if k not in d["trainings"].get("single", {})))
+             for t in trainings}
+    rows = []
+    for arch in d["archs"]:
+        m = {}
+        for t in trainings:
+            rs = [r for r in d["rows"] if r["arch"] == arch and r["training"] == t]
+            m[t] = {k: sum(r[k] for r in rs) / len(rs) for k in ("per_sequence", "never_reset", "epochs", "updates")}
+        rows.append([ARCH_NAMES.get(arch, arch)] + [f"{m[t]['per_sequence']:.3f}" for t in trainings]
+                    + [f"{m[t]['never_reset']:.3f}" for t in trainings]
+                    + [f"{m[t]['epochs']:.0f} ({m[t]['updates']:,.0f})" for t in trainings])
+    seeds = ", ".join(map(str, d["seeds"]))
+    how = (f"`{d['command']}`; {d['data']}, seed{'s' if len(d['seeds']) > 1 else ''} {seeds}"
+           + (" (mean)" if len(d["seeds"]) > 1 else "") + "; single sequences: "
+           + ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in d["trainings"]["single"].items())
+           + ", the default schedule unless a column says otherwise")
+    header = ["model"] + [f"{what}: {label[t]}" if i == 0 else label[t]
+                          for what in ("per sequence", "never reset, per reading", "epochs (updates)")
+                          for i, t in enumerate(trainings)]
+    return "\n\n".join([machine_line(d, source, how), _table(header, rows)])
+
+
+def render_train_throughput(d: dict, source: str) -> str:
+    """`edgeseq bench --train`'s training readings/s per architecture at each recording length, with the
+    share of this core's GEMM bound, and the GRU's rate against the others'."""
+    t = d["throughput"]
+    L = t["lengths"]
+    rows, rates = [], {}
+    for arch, row in t["archs"].items():
+        cells = [row["lengths"][str(n)] for n in L]
+        rates[arch] = [c["readings_per_s"] for c in cells]
+        rows.append([ARCH_NAMES.get(arch, arch), f"{row['macs_per_reading']:,}"]
+                    + [f"{c['readings_per_s']:,.0f} /s ({c['share_of_gemm_bound']:.1%})" for c in cells]
+                    + [_x(row["linearity"])])
+    how = (f"`edgeseq bench --repeats {d['repeats']} --train --json`: {t['epochs']} epochs of each default "
+           f"schedule on {t['readings']:,} synthetic readings per length, {t['threads']} thread, GEMM "
+           f"{t['gemm_macs_per_s'] / 1e9:.1f} GMAC/s")
+    table = _table(["arch", "MACs per reading"] + [f"T = {n:,}" for n in L] + ["seconds per reading, max / min"],
+                   rows)
+    text = []
+    others = [a for a in ("lstm", "ssm") if a in rates]
+    if "gru" in rates and others:
+        text.append("The GRU's slowest rate is " + " and ".join(
+            f"{_x(min(rates['gru']) / min(rates[a]))} the {ARCH_NAMES[a]}'s" for a in others) + ".")
+    if "gru" in rates and "transformer" in rates:
+        ratios = [_x(g / x) for g, x in zip(rates["gru"], rates["transformer"])]
+        at = [f"{n:,}" for n in L]
+        text.append(f"The GRU trains {', '.join(ratios[:-1])} and {ratios[-1]} the Transformer's readings/s at "
+                    f"T = {', '.join(at[:-1])} and {at[-1]}." if len(L) > 1 else
+                    f"The GRU trains {ratios[0]} the Transformer's readings/s at T = {at[0]}.")
+    return "\n\n".join([machine_line(d, source, how), table] + ([" ".join(text)] if text else []))
+
+
+def render_long_recordings(d: dict, source: str) -> str:
+    """`scripts/bench_long_recordings.py`: default training on synthetic recordings of a 50 Hz smartwatch
+    set's shape, per architecture: epochs, time, readings/s, and both protocols of the export."""
+    rows = []
+    for r in d["rows"]:
+        p = r["plan"]
+        rows.append([ARCH_NAMES.get(r["arch"], r["arch"]), r["epochs"], f"{r['train_seconds']:,.0f} s",
+                     f"{r['readings_per_second']:,}", f"{r['updates']:,}",
+                     f"{p['streams']} + {p['lanes']} x {p['chunk']}",
+                     f"{r['per_sequence']:.3f}", f"{r['never_reset']:.3f}"])
+    data = d.get("data", {})
+    how = f"`{d.get('command', 'scripts/bench_long_recordings.py')}`"
+    if data:
+        how += (f": {data['train_recordings']} training and {data['test_recordings']} test recordings, "
+                f"{data['train_readings']:,} training readings (synthetic)")
+    threads = sorted({r["threads"] for r in d["rows"] if "threads" in r})
+    if threads:
+        how += f", {'/'.join(map(str, threads))} torch thread{'s' if threads != [1] else ''}"
+    return "\n\n".join([machine_line(d, source, how),
+                        _table(["model", "epochs", "train time", "readings/s", "updates",
+                                "each update: streams + lanes x readings", "per sequence",
+                                "never reset, per reading"], rows)])
+
+
 RENDERERS = {
+    "single-sequence": ("single-sequence", render_single_sequence),
+    "train-throughput": ("train-throughput", render_train_throughput),
+    "long-recordings": ("long-recordings", render_long_recordings),
+    "ssm-int8-parts": ("ssm-int8-parts", render_ssm_int8_parts),
+    "ssm": ("ssm", render_ssm),
+    "external": ("external", render_external),
+    "augment-mean": ("augment", render_augment_mean),
+    "augment-each": ("augment", render_augment_each),
+    "translation-quality": ("translation", render_translation_quality),
+    "translation-speed": ("translation", render_translation_speed),
     "int8": ("int8", render_int8),
+    "int8-backends": ("int8", render_int8_backends),
+    "int8-margins": ("int8-margins", render_int8_margins),
     "regress": ("regress", render_regress),
     "anomaly": ("anomaly", render_anomaly),
     "events": ("events", render_events),
@@ -651,12 +1395,19 @@ RENDERERS = {
     "report": ("report", render_report),
     "firmware": ("firmware", render_firmware),
     "firmware-summary": ("firmware", render_firmware_summary),
+    "firmware-ssm-accuracy": ("firmware-ssm", render_firmware_ssm_accuracy),
+    "firmware-ssm-cores": ("firmware-ssm", render_firmware_ssm_cores),
+    "firmware-ssm-boards": ("firmware-ssm", render_firmware_ssm_boards),
+    "firmware-xf-accuracy": ("firmware-xf", render_firmware_xf_accuracy),
+    "firmware-xf-cores": ("firmware-xf", render_firmware_xf_cores),
     "compilers": ("compilers", render_compilers),
     "gateway": ("gateway", render_gateway),
     "gateway-batched": ("gateway-batched", render_gateway),
     "gateway-overload": ("gateway-overload", render_gateway),
     "gateway-cluster": ("gateway-cluster", render_gateway),
     "demo": ("demo", render_demo),
+    "pi-demo": ("pi-demo", render_pi_demo),
+    "report-quick-phases": ("report-quick", render_report_quick_phases),
 }
 
 

@@ -2,6 +2,7 @@
 
     .venv/bin/python scripts/ssm_int8_parts.py                    # fixed and selective, seed 0
     .venv/bin/python scripts/ssm_int8_parts.py --seeds 0 1 --variants fixed
+    .venv/bin/python scripts/ssm_int8_parts.py --json docs/figures/ssm_int8_parts.json   # docs/ssm.md's table
 
 Trains the default `ssm` (and `--set selective=true`) with its default schedule, then exports
 int8 with `--keep-anyway` under each choice and prints file size, the mean output error
@@ -15,12 +16,18 @@ accuracy on both protocols (per sequence; continuous, never reset), float / int8
 - + <part> float: that projection of every layer kept float as well (`float_parts`);
 - + decay int8: the fixed decays a rounded to an int8 grid (symmetric, per tensor, as a weight
   would be) in the exported int8 model, the rest as "projections int8".
+`--json PATH` also writes every row (and each file's initializer bytes), the command, the
+machine and the date, which `scripts/render_docs.py` renders into docs/ssm.md.
 Takes about 2 minutes on 2 cores.
 """
 
 import argparse
 import dataclasses
+import json
+import shlex
+import sys
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
@@ -59,6 +66,12 @@ def measure(float_path, q_path, ds, scheme):
             "int8_continuous_accuracy": cq, "bytes": Path(q_path).stat().st_size}
 
 
+def initializer_bytes(path) -> int:
+    """Bytes of the file's initializers (weights, biases, scales, zero points, constants): the
+    rest of the file is graph and metadata."""
+    return sum(onnx.numpy_helper.to_array(t).nbytes for t in onnx.load_model(str(path)).graph.initializer)
+
+
 def round_decay(src, dst):
     """Copy the int8 model at `src` to `dst` with each layer's decay on a symmetric int8 grid."""
     m = onnx.load_model(str(src))
@@ -74,7 +87,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0])
     ap.add_argument("--variants", nargs="+", default=["fixed", "selective"], choices=["fixed", "selective"])
+    ap.add_argument("--json", metavar="PATH", help="also write the rows, the command, the machine and the date here "
+                                                  "(docs/figures/ssm_int8_parts.json renders docs/ssm.md's table)")
     args = ap.parse_args()
+    started = time.time()
+    rows = []
     torch.set_num_threads(1)
     ds = load_dataset("basicmotions")
     isolate = q.isolate_matmul_inputs
@@ -88,6 +105,8 @@ def main():
                 fpath = Path(tmp) / "float.onnx"
                 fbytes = export_model(ckpt, fpath)["bytes"]
                 print(f"{variant + ' seed ' + str(seed):20s} {'float':8s} {'':18s} {fbytes:7d}")
+                rows.append({"variant": variant, "seed": seed, "scheme": "float", "choice": "float", "float_parts": [],
+                             "bytes": fbytes, "initializer_bytes": initializer_bytes(fpath)})
                 for name, scheme, parts in CHOICES:
                     if "delta" in parts and variant != "selective" or "decay" in name and variant != "fixed":
                         continue
@@ -102,9 +121,18 @@ def main():
                         round_decay(out, Path(tmp) / "decay.onnx")
                         out = Path(tmp) / "decay.onnx"
                     r = measure(fpath, out, ds, scheme)
+                    rows.append({"variant": variant, "seed": seed, "scheme": scheme, "choice": name,
+                                 "float_parts": list(parts), "initializer_bytes": initializer_bytes(out), **r})
                     print(f"{'':20s} {scheme:8s} {name:18s} {r['bytes']:7d} {r['mean_rel']:8.2%} "
                           f"{r['float_reading_accuracy']:.3f}/{r['int8_reading_accuracy']:.3f} "
                           f"   {r['float_continuous_accuracy']:.3f}/{r['int8_continuous_accuracy']:.3f}", flush=True)
+    if args.json:
+        from edgeseq.report.bench import machine_info
+        doc = {"command": " ".join(["python", "scripts/ssm_int8_parts.py", *map(shlex.quote, sys.argv[1:])]),
+               "machine": machine_info(), "torch_threads": torch.get_num_threads(),
+               "seconds": round(time.time() - started, 1), "data": ds.name, "streams": 4, "readings_per_stream": 500,
+               "rows": rows}
+        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
 
 
 if __name__ == "__main__":

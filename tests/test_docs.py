@@ -80,6 +80,37 @@ def test_the_demo_json_renders_the_readme_table(tmp_path):
     assert "512 B per reading, up to 50 (25,600 B)" in text and f"measured {d['date']}" in text
 
 
+def test_translation_tables_name_each_models_own_sentence_count():
+    """scripts/measure_translation.py's JSON renders one quality row per model and one speed table
+    per model, each with the sentences that model was scored or timed on."""
+    def ev(n, greedy, beam):
+        return {"sentences": n, "split": "test", "corpus": "jupyterlab-fr", "alpha": 0.6, "metric": "sacrebleu x",
+                "results": {"greedy": {"beam": 1, "bleu": greedy[0], "chrf": greedy[1]},
+                            "beam4": {"beam": 4, "bleu": beam[0], "chrf": beam[1]}}}
+
+    def bench(n, ort, recompute):
+        row = {"sentences_per_s": 100.0, "tokens_per_s": 1234.4}
+        return {"sentences": n, "max_len": 48, "machine": {"torch_threads": 2}, "results": {
+            "one sentence per call": {"onnxruntime, cached": {**row, "speedup_vs_recompute": ort},
+                                      "torch eager, recompute prefix": {**row, "speedup_vs_recompute": recompute}}}}
+
+    def model(arch, e, b):
+        return {"train": {}, "eval": e, "bench": b,
+                "commands": [f"edgeseq translate eval models/mt-{arch} --json", f"edgeseq translate bench runs/mt-{arch} --json"]}
+    d = {"models": {"transformer": model("transformer", ev(288, (24.94, 47.9), (25.5, 48.61)), bench(50, 6.04, 1.0)),
+                    "lstm-attn": model("lstm-attn", ev(280, (16.0, 38.9), (18.5, 40.2)), bench(30, 19.5, 1.0))},
+         "meta": {"machine": {"machine": "x86_64"}, "date": "2026-01-01 00:00 UTC", "command": "python m.py"}}
+    rd = render_docs()
+    q = rd.render_translation_quality(d, "t.json")
+    assert "| model | test sentences | greedy BLEU | greedy chrF | beam 4 BLEU | beam 4 chrF |" in q
+    assert "| Transformer | 288 | 24.9 | 47.9 | 25.5 | 48.6 |" in q and "| LSTM + attention | 280 | 16.0 |" in q
+    assert "`edgeseq translate eval models/mt-lstm-attn --json`" in q and "measured 2026-01-01 00:00 UTC" in q
+    s = rd.render_translation_speed(d, "t.json")
+    assert "| Transformer, 50 test sentences |" in s and "| LSTM + attention, 30 test sentences |" in s
+    assert "| onnxruntime, cached, one sentence per call | 100 | 1,234 | 19.5x |" in s
+    assert "LSTM + attention, 19.5x at one sentence per call" in s
+
+
 def test_every_renderer_has_a_region():
     rd = render_docs()
     used = set()
@@ -144,3 +175,42 @@ def mkdocs_nav() -> set:
     text = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
     block = re.search(r"^nav:\n((?:[ \t]+.*\n?)+)", text, re.M).group(1)
     return set(re.findall(r"^\s+-\s[^:\n]*:\s*(\S+\.md)\s*$", block, re.M))
+
+
+REFERENCE = "<!-- table: reference -->"
+TABLE_ROW = re.compile(r"^ *\|.*\| *$")
+
+
+def hand_tables(text: str) -> list:
+    """(line number, header) of every Markdown table outside a figures region whose header is not
+    right after a `<!-- table: reference -->` line (settings, files, message formats)."""
+    out, inside, prev, in_table = [], False, "", False
+    for n, line in enumerate(text.splitlines(), 1):
+        if re.match(r"<!-- figures:[a-z0-9-]+ -->", line.strip()):
+            inside = True
+        elif re.match(r"<!-- /figures:[a-z0-9-]+ -->", line.strip()):
+            inside = False
+        row = bool(TABLE_ROW.match(line))
+        if row and not in_table and not inside and prev.strip() != REFERENCE:
+            out.append((n, line.strip()))
+        in_table = row
+        if line.strip():
+            prev = line
+    return out
+
+
+def test_every_figure_table_is_rendered_from_json():
+    """A table of figures typed by hand goes stale: every table in the docs and the README is a
+    rendered region (scripts/render_docs.py) or marked as reference (no measured figure in it)."""
+    pages = [p for p in sorted((ROOT / "docs").rglob("*.md")) if "report" not in p.relative_to(ROOT / "docs").parts[:1]]
+    pages.append(ROOT / "README.md")             # docs/report/ is `edgeseq report`'s own output, written whole
+    found = [f"{p.relative_to(ROOT)}:{n}: {head[:60]}" for p in pages for n, head in hand_tables(p.read_text())]
+    assert not found, ("tables outside a figures region (render them from their benchmark's JSON, or mark a table "
+                       f"of settings with {REFERENCE} on the line before it):\n" + "\n".join(found))
+
+
+def test_a_hand_table_is_found_and_a_reference_one_is_not():
+    text = ("intro\n\n| a | b |\n|---|---|\n| 1.0 | 2 |\n\n" + REFERENCE + "\n| setting | default |\n|---|---|\n"
+            "| x | 0.1 |\n\n<!-- figures:demo -->\n| f | g |\n|---|---|\n<!-- /figures:demo -->\n"
+            "  - item\n\n    | indented | table |\n    |---|---|\n")
+    assert [n for n, _ in hand_tables(text)] == [3, 18]

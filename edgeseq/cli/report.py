@@ -12,9 +12,7 @@ from edgeseq.errors import printable, safe_text
 @click.option("--out", required=True, type=click.Path(), help="Directory for index.html, report.md, report.json, PNGs.")
 @click.option("--quick", is_flag=True,
               help="Fewer readings and repeats; models it trains get a few fixed epochs, not trained to convergence "
-                   "(every accuracy shown says so). Measured 87 s of CPU (90 s wall) on the embedded data on a "
-                   "quiet 2-core machine: the models 32 s, their events 23 s, the microcontroller panel 24 s "
-                   "(docs/edge-report.md).")
+                   "(every accuracy shown says so). Its time per phase, as measured: docs/edge-report.md.")
 @click.option("--runs", type=click.Path(), help="Reuse trained runs from this directory (runs/<arch>/checkpoint.pt).")
 @click.option("--data", help="'basicmotions' or a .npz / .csv path to train on and stream (default: the data the "
               "--runs were trained on, else basicmotions).")
@@ -38,7 +36,7 @@ def report(out, quick, runs, data, quiet):
 
     \b
       edgeseq report --out reports/edge             # trains each model fully: longest
-      edgeseq report --quick --out /tmp/r           # ~2 min of CPU; models not trained to convergence
+      edgeseq report --quick --out /tmp/r           # a few minutes; models not trained to convergence
       edgeseq report --runs runs --out reports/edge # reuse `make demo`'s trained runs
       edgeseq report --quick --data mine.csv --out reports/mine
     """

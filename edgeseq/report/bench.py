@@ -362,6 +362,8 @@ def machine_info() -> dict:
     info = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "cpu": _cpu_model(),
             "python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
             "onnxruntime": ort.__version__, "numpy": np.__version__, "processor": platform.processor()}
+    if hasattr(os, "getloadavg"):            # other work on the machine moves every time measured
+        info["load_1min"] = round(os.getloadavg()[0], 2)
     try:
         import torch
         info["torch"] = torch.__version__
