@@ -32,8 +32,8 @@ from measure_augment import score
 
 ARCHS = ["rnn", "gru", "lstm", "transformer", "ssm"]
 SINGLE = {"stream_weight": 0.0, "aux_weight": 0.0, "augment": NONE}
-# Without streams an epoch is a few updates, so early stopping ends single-sequence training
-# after little of it: the fixed 150 epochs show what it reaches when trained out.
+# Early stopping ends single-sequence training after fewer epochs than stream training (its
+# validation score stops rising sooner): the fixed 150 epochs show what it reaches trained out.
 TRAININGS = {"default": {}, "single": SINGLE, "single-150": {**SINGLE, "epochs": 150}}
 
 

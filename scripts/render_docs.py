@@ -163,7 +163,7 @@ def machine_line(d: dict, source: str, how: str) -> str:
             parts.append(f"{label} {m[key]}")
     if m.get("simd"):
         parts.append(f"native step {m['simd']}")
-    if m.get("load_1min") is not None:
+    if m.get("load_1min") is not None and "load average" not in how:     # unless the line gives its own
         parts.append(f"load average {m['load_1min']:.1f}")
     date = d.get("date") or d.get("measured") or d.get("meta", {}).get("date") or m.get("date")
     when = f"measured {date}" if date else f"the date is not recorded in `{source}`"
@@ -1096,11 +1096,24 @@ def render_translation_speed(d: dict, source: str) -> str:
 
 
 def _machine_of_sets(d: dict) -> dict:
-    """The machine line of a JSON that merges runs: the first run's machine, the last run's date."""
+    """The machine line of a JSON that merges runs: the first run's machine, the span of the runs'
+    dates, and the load average only where every run recorded the same (else `_loads_of_sets`)."""
     runs = list(d["sets"].values())
     m = dict(runs[0]["machine"])
-    m["date"] = max(r["machine"].get("date", "") for r in runs) or None
+    dates = sorted(r["machine"]["date"] for r in runs if r["machine"].get("date"))
+    m["date"] = (dates[0] if dates[0] == dates[-1] else f"{dates[0]} to {dates[-1]}") if dates else None
+    if len({r["machine"].get("load_1min") for r in runs}) > 1:
+        m.pop("load_1min", None)
     return {"machine": m}
+
+
+def _loads_of_sets(d: dict) -> str:
+    """'; load average 5.2 (vowels), 3.0 (watch)' where the merged runs recorded different loads, else ''."""
+    loads = {name: s["machine"].get("load_1min") for name, s in d["sets"].items()}
+    if len(set(loads.values())) < 2:
+        return ""
+    return "; load average " + ", ".join(f"{v:.1f} ({k})" if v is not None else f"not recorded ({k})"
+                                         for k, v in loads.items())
 
 
 def render_external(d: dict, source: str) -> str:
@@ -1123,7 +1136,7 @@ def render_external(d: dict, source: str) -> str:
     table = _table(["data", "arch", "per sequence", "never reset, per reading", "at sequence ends", "independent"],
                    rows)
     text = ("The best per-sequence figure of each set is in bold. " + ". ".join(notes) + ".")
-    return "\n\n".join([machine_line(_machine_of_sets(d), source, commands), table, text])
+    return "\n\n".join([machine_line(_machine_of_sets(d), source, commands + _loads_of_sets(d)), table, text])
 
 
 def _augment_means(d: dict) -> dict:
@@ -1198,7 +1211,7 @@ def _ssm_parts_note(rows: list, variant: str) -> str:
     kept = [r for r in rows if r["scheme"] == "static" and r["float_parts"]]
     parts = [f"{variant}, static: keeping one projection float moved the mean error by "
              f"{_moved([(r['mean_rel'] - base['mean_rel']) * 100 for r in kept], '+.2f')} points for "
-             f"{_moved([(r['bytes'] - base['bytes']) / 1000 for r in kept], '.1f')} KB more file, and int8 accuracy by "
+             f"{_moved([(r['bytes'] - base['bytes']) / 1000 for r in kept], '.1f')} KB more file, and int8 per-reading accuracy by "
              f"{_moved([(r['int8_reading_accuracy'] - base['int8_reading_accuracy']) * 100 for r in kept], '+.2f')} "
              f"points per sequence, "
              f"{_moved([(r['int8_continuous_accuracy'] - base['int8_continuous_accuracy']) * 100 for r in kept], '+.2f')}"
@@ -1226,8 +1239,8 @@ def render_ssm_int8_parts(d: dict, source: str) -> str:
                           f"{(r if int8 else f)['int8_reading_accuracy' if int8 else 'float_reading_accuracy']:.3f}",
                           f"{(r if int8 else f)['int8_continuous_accuracy' if int8 else 'float_continuous_accuracy']:.3f}"])
         name = "fixed decay" if key[0] == "fixed" else "selective"
-        out.append(_table([f"{name}, seed {key[1]}", "file", "of which initializers", "mean error", "per sequence",
-                           "continuous"], table))
+        out.append(_table([f"{name}, seed {key[1]}", "file", "of which initializers", "mean error",
+                           "per reading: per sequence", "per reading: continuous"], table))
         notes.append(_ssm_parts_note(rows, name.capitalize()))
     how = (f"`{d['command']}`: {d['data']}, default settings, {d['torch_threads']} torch thread; mean error of the "
            f"logits against the float twin over {d['streams']} never-reset streams x {d['readings_per_stream']} test "

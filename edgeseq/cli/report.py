@@ -36,7 +36,7 @@ def report(out, quick, runs, data, quiet):
 
     \b
       edgeseq report --out reports/edge             # trains each model fully: longest
-      edgeseq report --quick --out /tmp/r           # a few minutes; models not trained to convergence
+      edgeseq report --quick --out /tmp/r           # ~1-2 min on 2 cores; models not trained to convergence
       edgeseq report --runs runs --out reports/edge # reuse `make demo`'s trained runs
       edgeseq report --quick --data mine.csv --out reports/mine
     """
