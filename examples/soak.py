@@ -54,6 +54,9 @@ def main():
                         (("p50", 50), ("p90", 90), ("p99", 99), ("p99.9", 99.9), ("max", 100))},
          "rss_kb": rss, "rss_growth_kb": rss[-1][1] - rss[1][1], "state_bytes": s.state_nbytes()}
     if args.json:
+        from edgeseq.report.bench import machine_info        # numpy and onnxruntime only
+        r["command"] = "python examples/soak.py " + " ".join(sys.argv[1:])
+        r["machine"] = machine_info()
         print(json.dumps(r, indent=1))
         return
     print(f"{n:,} readings through {args.model} in {wall:.1f} s ({r['rate_hz']:,} readings/s)")

@@ -43,6 +43,8 @@ Sources:
                                  exports, calibrates and scores; the command is recorded in the JSON)
   - docs/figures/regress.json   `python scripts/measure_regress.py --json docs/figures/regress.json` (trains,
                                  exports and scores; the command is recorded in the JSON)
+  - docs/figures/soak.json      `python examples/soak.py --model models/gru-int8.onnx --json > docs/figures/soak.json`
+                                 (after `make demo`; the command is recorded in the JSON)
   - docs/figures/pi_demo.json   `python scripts/measure_pi_demo.py --json docs/figures/pi_demo.json` (after
                                  `make demo`: examples/pi_sensor_demo.py on its int8 models; the commands are
                                  recorded in the JSON)
@@ -112,6 +114,7 @@ SOURCES = {
     "regress": "docs/figures/regress.json",
     "int8": "docs/figures/int8.json",
     "external": "docs/figures/external.json",
+    "soak": "docs/figures/soak.json",
     "augment": "docs/figures/augment.json",
     "translation": "docs/figures/translation.json",
     "single-sequence": "docs/figures/single_sequence.json",
@@ -566,6 +569,21 @@ ARCH_NAMES = {"rnn": "RNN", "gru": "GRU", "lstm": "LSTM", "ssm": "SSM", "transfo
 
 def _state_bytes(n: int) -> str:
     return f"{n:,} B" if n < 1_000_000 else f"{n / 1024 ** 2:,.1f} MiB"
+
+
+def render_soak(d: dict, source: str) -> str:
+    """`examples/soak.py --json`: one model, many readings unpaced; latency percentiles and RSS."""
+    lat = d["latency_us"]
+    rss = d["rss_kb"]
+    text = (f"{d['readings']:,} readings through `{Path(d['model']).name}` unpaced in {d['seconds']:.1f} s "
+            f"({d['rate_hz']:,} readings/s), the state {d['state_bytes']:,} B.\n\n"
+            f"- Latency " + ", ".join(f"{k} {_us(v)}" for k, v in lat.items()) + ".\n"
+            f"- RSS {rss[0][1] / 1024:.1f} MiB at the start, {rss[1][1] / 1024:.1f} MiB after the first "
+            f"{rss[1][0]:,} readings and {rss[-1][1] / 1024:.1f} MiB at the end (growth after the first tenth: "
+            f"{d['rss_growth_kb']:,} KiB); sampled every {rss[2][0] - rss[1][0]:,} readings: "
+            + ", ".join(f"{v / 1024:.1f}" for _, v in rss[1:]) + " MiB.")
+    how = f"`{d['command']} > docs/figures/soak.json`"
+    return "\n\n".join([machine_line(d, source, how), text])
 
 
 def render_pi_demo(d: dict, source: str) -> str:
@@ -1420,6 +1438,7 @@ RENDERERS = {
     "gateway-cluster": ("gateway-cluster", render_gateway),
     "demo": ("demo", render_demo),
     "pi-demo": ("pi-demo", render_pi_demo),
+    "soak": ("soak", render_soak),
     "report-quick-phases": ("report-quick", render_report_quick_phases),
 }
 
