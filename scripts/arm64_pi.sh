@@ -18,7 +18,7 @@
 #    probe against onnxruntime passes; outputs against the host's, bit for bit) and
 #    examples/pi_sensor_demo.py on replay:basicmotions, native and onnxruntime;
 # 5. prints the figures (with --json PATH also writes them there, with the command, the host's
-#    CPU and the date: scripts/render_docs.py's render_pi_arm64 reads it). Every latency is
+#    CPU and the date). Every latency is
 #    measured under qemu emulation on the host's CPU: it says the code runs on arm64, not how
 #    fast a Pi is.
 #

@@ -50,8 +50,6 @@ Sources:
                                  recorded in the JSON)
   - docs/figures/report_quick.json  `python scripts/measure_report_quick.py --json docs/figures/report_quick.json`
                                  (one `edgeseq report --quick`; its report.json's meta and the command)
-  - (not yet measured) docs/figures/pi_arm64.json  `sudo scripts/arm64_pi.sh --json docs/figures/pi_arm64.json`
-                                 (25 min or more under qemu): render_pi_arm64 renders it once registered
   - docs/figures/demo.json      `.venv/bin/python examples/demo.py --json docs/figures/demo.json` (what
                                  `make demo` runs, plus the JSON; the command is recorded in the JSON)
   - docs/figures/translation.json  `python scripts/measure_translation.py --json docs/figures/translation.json`
@@ -660,55 +658,6 @@ def render_report_quick_phases(d: dict, source: str) -> str:
            f"and its child processes; load average {d['load_before'][0]:.1f} at the start, "
            f"{d['load_after'][0]:.1f} at the end")
     return "\n\n".join([machine_line(d, source, how), table] + ([text] if text else []))
-
-
-def render_pi_arm64(d: dict, source: str) -> str:
-    """The Pi page's emulated arm64 table, from `sudo scripts/arm64_pi.sh --json PATH` (under qemu:
-    every time is emulated). Not in RENDERERS until such a JSON is in docs/figures/ (the run takes
-    25 min or more): then add "pi-arm64" to SOURCES and RENDERERS and mark the region."""
-    c, demo = d["check"], d.get("demo") or {}
-    rows = [["arm64 root build (mmdebstrap, once, then cached)",
-             f"{d['root_build_s']} s" if d.get("root_build_s") not in (None, "cached") else "cached"],
-            [f"fresh venv + `pip install '.[pi]'` (pip cache {d.get('pip_cache', '?')})",
-             f"{d['install_s']} s" + (f", of which {d['native_build_s']} s the emulated build of the extension"
-                                      if d.get("native_build_s") is not None else "")],
-            ["the extension's build", f"{d.get('warnings', '?')} compiler warnings, {d.get('neon', 0):,} NEON float "
-                                      "vector instructions (fmla/fmul/fadd .4s)"],
-            ["`import edgeseq.runtime` (and `.native`, `.live`)",
-             f"torch {'imported' if c['torch_imported'] else 'not imported'}, "
-             f"{'installed' if c['torch_installed'] else 'not installed'}; native extension "
-             f"{'available' if c['native_available'] else 'unavailable'} ({c['simd']})"]]
-    for name, m in c["models"].items():
-        model = name.removesuffix(".onnx")
-        rows.append([f"`StreamSession(backend=\"native\")`, {model}",
-                     "opens: its probe against onnxruntime passes" if m.get("native_opened")
-                     else f"refused: {m.get('native_error', '?')}"])
-        here = m.get("native_vs_ort_here")
-        if here:
-            rows.append([f"{model}: native vs onnxruntime, arm64, {m['readings']:,} readings",
-                         f"probabilities max \\|diff\\| {here['probs_max_abs']:.2g}, logits {here['logits_max_abs']:.2g}, "
-                         f"same class {here['argmax_equal']:.1%}"])
-        for backend in ("native", "onnxruntime"):
-            h = m.get(f"{backend}_vs_host")
-            if h:
-                probs, logits = ("bit-equal" if h[f"{k}_bit_equal"] else f"max \\|diff\\| {h[f'{k}_max_abs']:.2g}"
-                                 for k in ("probs", "logits"))
-                same = "bit-equal" if probs == logits == "bit-equal" else f"probabilities {probs}, logits {logits}"
-                rows.append([f"{model}: {backend}, arm64 vs the x86-64 host ({c['host']})", same])
-        pushes = [f"{b} {m[f'{b}_push_us']['median']:,.0f} / {m[f'{b}_push_us']['p99']:,.0f} us"
-                  for b in ("native", "onnxruntime") if m.get(f"{b}_push_us")]
-        if pushes:
-            rows.append([f"`StreamSession.push`, {model}, median / p99", "; ".join(pushes) + " (emulated)"])
-    for b, s in demo.items():
-        acc = (s.get("true_labels") or {}).get("accuracy")
-        rows.append([f"demo replay, gru-int8, {s['this_run']:,} readings unpaced, {b}",
-                     f"median {_us(s['median_us'])}, p99 {_us(s['p99_us'])}, {s['rate_hz']:,.0f} readings/s"
-                     + (f", accuracy {acc:.3f}" if acc is not None else "")
-                     + f", RSS {s['rss_kb_end'] / 1024:.0f} MiB (emulated)"])
-    how = (f"`{d['command']}`, qemu user emulation ({d['emulation']}) on an x86-64 host "
-           f"({d.get('host_cpu') or 'CPU not recorded'}); in the Debian arm64 root")
-    note = "**Every time here is an emulated time: it shows that the code runs on arm64, not how fast a Pi is.**"
-    return "\n\n".join([machine_line(d, source, how), note, _table(["what", "figure"], rows)])
 
 
 def _span(values, fmt: str) -> str:
