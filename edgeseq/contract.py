@@ -52,9 +52,11 @@ META_ARCH = "edgeseq.arch"
 META_MODE = "edgeseq.mode"               # "stream" (one reading per call) or "window"
 META_FEATURES = "edgeseq.features"
 META_LABELS = "edgeseq.labels"
-META_NORM = "edgeseq.normalization"      # {"mean", "std"[, "input_scale"]}: the graph computes
-                                         # (reading - mean) / (std * input_scale); input_scale (int8
-                                         # models) is the input equalization, all ones when absent
+META_NORM = "edgeseq.normalization"      # {"mean", "std"[, "input_scale"][, "asinh_scale"]}: the graph
+                                         # computes (t - mean) / (std * input_scale), t = asinh(reading /
+                                         # asinh_scale) (the input transform) or the reading where absent;
+                                         # input_scale (int8 models) is the input equalization, all ones
+                                         # when absent
 META_STATE = "edgeseq.state"
 META_MAX_HISTORY = "edgeseq.max_history"
 META_QUANT = "edgeseq.quantization"
@@ -237,15 +239,16 @@ def _load_json(props: dict, key: str):
 
 
 def _normalization(v):
-    """null, or {"mean", "std"[, "input_scale"]}: lists of one finite number per feature (their
-    count against the features is checked with the graph, in `check_graph`), std and input_scale > 0."""
+    """null, or {"mean", "std"[, "input_scale"][, "asinh_scale"]}: lists of one finite number per
+    feature (their count against the features is checked with the graph, in `check_graph`), std,
+    input_scale and asinh_scale > 0."""
     if v is None:
         return None
     if not isinstance(v, dict):
         _fail(META_NORM, f"must be an object with mean and std, got {_show(v)}")
     n = None
-    for k in ("mean", "std", "input_scale"):
-        if k == "input_scale" and k not in v:
+    for k in ("mean", "std", "input_scale", "asinh_scale"):
+        if k in ("input_scale", "asinh_scale") and k not in v:
             continue
         a = v.get(k)
         if not isinstance(a, list) or not a or n is not None and len(a) != n:
@@ -258,6 +261,26 @@ def _normalization(v):
             if k != "mean" and x <= 0:
                 _fail(META_NORM, f"'{k}' entry {i} is {x}; it must be > 0")
     return v
+
+
+def raw_readings(norm, z):
+    """Raw readings float32 [..., F] whose normalised values (what the graph's first nodes
+    make of them) are `z` [..., F]: mean + std x input_scale x z, then through the inverse of
+    the input transform (asinh_scale x sinh) where the model has one. `norm`: the metadata's
+    normalization (None: z as it is). What seeded probes and parity checks stream."""
+    import numpy as np
+    z = np.asarray(z, np.float64)
+    if norm is None:
+        return z.astype(np.float32)
+    F = z.shape[-1]
+    ones = [1.0] * F
+    t = np.asarray(norm["mean"], np.float64) + np.asarray(norm["std"], np.float64) * np.asarray(
+        norm.get("input_scale") or ones, np.float64) * z
+    if norm.get("asinh_scale") is not None:
+        with np.errstate(over="ignore"):
+            t = np.asarray(norm["asinh_scale"], np.float64) * np.sinh(t)
+    big = float(np.finfo(np.float32).max) / 4
+    return np.clip(t, -big, big).astype(np.float32)
 
 
 def _task(v, features: list, labels: list):

@@ -19,11 +19,11 @@ def cpu_session(path):
 
 
 def synthetic_readings(meta: contract.ModelMeta, n: int, batch: int, seed: int) -> np.ndarray:
-    """(n, batch, F) readings in raw units: training mean + std * N(0, 1), seeded."""
+    """(n, batch, F) readings in raw units whose normalised values are N(0, 1), seeded:
+    training mean + std * N(0, 1), through the inverse of the input transform where the model
+    has one (`contract.raw_readings`)."""
     rng = np.random.default_rng(seed)
-    mean = np.asarray(meta.normalization["mean"], np.float32)
-    std = np.asarray(meta.normalization["std"], np.float32)
-    return (mean + std * rng.standard_normal((n, batch, len(mean)))).astype(np.float32)
+    return contract.raw_readings(meta.normalization, rng.standard_normal((n, batch, len(meta.features))))
 
 
 @torch.no_grad()
@@ -103,9 +103,7 @@ def validate_stream(path, model, meta, readings: int, rtol: float | None = None,
 @torch.no_grad()
 def validate_window(path, model, meta, rtol: float | None = None, seed: int = 0) -> dict:
     rng = np.random.default_rng(seed)
-    mean = np.asarray(meta.normalization["mean"], np.float32)
-    std = np.asarray(meta.normalization["std"], np.float32)
-    x = (mean + std * rng.standard_normal((4, 37, len(mean)))).astype(np.float32)
+    x = contract.raw_readings(meta.normalization, rng.standard_normal((4, 37, len(meta.features))))
     lengths = np.array([37, 20, 5, 1], np.int64)
     ref = model(torch.from_numpy(x), torch.from_numpy(lengths)).numpy()
     got = cpu_session(path).run([contract.LOGITS], {contract.WINDOW: x, contract.LENGTHS: lengths})[0]

@@ -55,8 +55,8 @@ from firmware_sim.cemit_common import (  # noqa: F401  (importable from here, as
     ANOMALY, DECIDE, EXAMPLE, GENERATED, KERNELS, MARKER, TABLES, _arr, _emits_own, _install, _matrix, _same_file,
     _shareable, anomaly_header, anomaly_source, argmax_text, check_prefix, comment_text, decision_header,
     decision_source, header_text, kernel_text, marked, model_anomaly, model_decision, model_regress, pad4,
-    regress_header, regress_source, rq_mode, source_head, step_head, tables_text, targets_fixed, write_emitted,
-    write_model)
+    reading_flash, regress_header, regress_source, rq_mode, source_head, step_head, tables_text, targets_fixed,
+    thr_table, write_emitted, write_model)
 from firmware_sim.intsim import GATES, SIGMOID, IntModel, check_int_model
 
 
@@ -156,7 +156,7 @@ def flash_bytes(m: IntModel) -> dict:
     weights = sum(pad4(x.w.shape[0]) * pad4(x.w.shape[1]) for x in mats)
     constants = sum(16 * x.w.shape[1] for x in mats) + 13 * m.n_features
     tables = (1 if m.kind == "rnn" else 2) * SIGMOID.size * 2
-    return {"weights": int(weights), "constants": int(constants), "tables": int(tables)}
+    return reading_flash(m, {"weights": int(weights), "constants": int(constants), "tables": int(tables)})
 
 
 def emit(m: IntModel, out, prefix: str = "es", protect=(), force: bool = False) -> dict:

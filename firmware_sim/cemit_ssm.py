@@ -16,7 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from firmware_sim.cemit_common import (KERNELS, TABLES, _arr, _matrix, argmax_text, check_prefix, header_text,
-                                       kernel_text, pad4, rq_mode, source_head, step_head, tables_text, write_model)
+                                       kernel_text, pad4, reading_flash, rq_mode, source_head, step_head, tables_text,
+                                       write_model)
 from firmware_sim.intssm import DECAY_GAIN, RSQRT, SOFTPLUS, SSMIntModel, check_ssm_model
 
 SSM_KERNELS = kernel_text("es_ssm_int.h")
@@ -168,7 +169,7 @@ def flash_bytes(m: SSMIntModel) -> dict:
     constants = (sum(16 * x.w.shape[1] for x in matrices(m)) + 13 * m.n_features
                  + (m.layers + 1) * (8 * D + 12) + m.layers * (4 * D + 8 * N))
     tables = 2 * (RSQRT.size + 2049 + (2 * 2049 if m.selective else 0))            # sigmoid (SiLU), rsqrt, ...
-    return {"weights": int(weights), "constants": int(constants), "tables": int(tables)}
+    return reading_flash(m, {"weights": int(weights), "constants": int(constants), "tables": int(tables)})
 
 
 def emit(m: SSMIntModel, out, prefix: str = "es", protect=(), force: bool = False) -> dict:

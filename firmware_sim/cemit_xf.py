@@ -17,7 +17,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from firmware_sim.cemit_common import (KERNELS, TABLES, _arr, _matrix, argmax_text, check_prefix, header_text,
-                                       kernel_text, pad4, rq_mode, source_head, step_head, tables_text, write_model)
+                                       kernel_text, pad4, reading_flash, rq_mode, source_head, step_head, tables_text,
+                                       write_model)
 from firmware_sim.cemit_ssm import SSM_KERNELS, SSM_TABLES, _ln, embed_lines, head_lines
 from firmware_sim.intssm import RSQRT
 from firmware_sim.intxf import EXP, PHI, XFIntModel, check_xf_model
@@ -176,7 +177,7 @@ def flash_bytes(m: XFIntModel) -> dict:
     weights = sum(pad4(x.w.shape[0]) * pad4(x.w.shape[1]) for x in matrices(m))
     constants = sum(16 * x.w.shape[1] for x in matrices(m)) + 13 * m.n_features + (2 * m.layers + 1) * (8 * D + 12)
     tables = 2 * (RSQRT.size + EXP.size + PHI.size)
-    return {"weights": int(weights), "constants": int(constants), "tables": int(tables)}
+    return reading_flash(m, {"weights": int(weights), "constants": int(constants), "tables": int(tables)})
 
 
 def emit(m: XFIntModel, out, prefix: str = "es", protect=(), force: bool = False) -> dict:

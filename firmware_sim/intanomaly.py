@@ -145,11 +145,16 @@ class IntWatcher:
 
 def model_params(m) -> dict:
     """The integer anomaly constants of an integer model `m` whose file is an anomaly model
-    (`m.meta["task"]`); UsageError for another model."""
+    (`m.meta["task"]`); UsageError for another model, DataError for one with an input
+    transform (the score reads the reading's affine normalisation; anomaly training gives none)."""
     task = (m.meta or {}).get("task")
     if not task or task.get("kind") != "anomaly":
         raise UsageError("not an anomaly model (train one with `edgeseq train --task anomaly`)")
     norm = m.meta["normalization"]
+    if getattr(m, "asinh", None) is not None or (norm or {}).get("asinh_scale") is not None:
+        from edgeseq.errors import DataError
+        raise DataError("this anomaly model takes asinh(reading / scale) first, and the firmware's anomaly score "
+                        "reads affinely normalised readings only; train it again with --set input_transform=none")
     return params(AnomalySpec.from_json(task), norm["mean"], norm["std"], m.in_frac)
 
 

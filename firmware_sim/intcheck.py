@@ -102,8 +102,18 @@ def _requant_fits(path, what: str, bound: int, ms: tuple) -> None:
 def check_reading(m, path) -> None:
     """The reading's fixed point of any integer model (a `FixedPointReading`): in_frac int8,
     means within +-2^30, multipliers and shifts in range, and a reading's offset from its mean
-    within int32 before requantization."""
+    within int32 before requantization. A model with an input transform (`m.asinh`): its
+    threshold table instead, 255 per channel, ascending, within +-2^30."""
     _fits(path, "a channel's fractional bits (in_frac)", m.in_frac, -128, 127, "int8")
+    if getattr(m, "asinh", None) is not None:
+        thr = np.asarray(m.asinh.thr, np.int64)
+        if thr.shape != (len(m.in_frac), 255):
+            raise _bad(path, f"the reading's threshold table is {list(thr.shape)}, not [{len(m.in_frac)}, 255]")
+        _fits(path, "a reading's threshold", thr, -(1 << 30), 1 << 30, "+-2^30")
+        if (np.diff(thr, axis=1) < 0).any():
+            f = int(np.argmax((np.diff(thr, axis=1) < 0).any(1)))
+            raise _bad(path, f"channel {f}'s reading thresholds are not ascending")
+        return
     _fits(path, "a channel's mean in fixed point", m.mean_fx, -(1 << 30), 1 << 30, "+-2^30")
     _requant_ok(path, "the reading's quantization", m.feat_m, m.feat_s)
     d = IN_LIMIT + np.abs(np.asarray(m.mean_fx, np.int64))

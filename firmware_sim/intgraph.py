@@ -17,6 +17,13 @@ from firmware_sim.intmath import IN_FRAC_MAX, IN_LIMIT, Q, requant
 QUANT_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "QLinearMatMul",
              "ConvInteger", "QLinearConv"}
 NORM_RTOL = 1e-6            # metadata normalisation vs the graph's float32 constants: a few float32 steps
+THRESHOLDS = 255            # an input transform's reading -> int8 map: q = -128 + #{k : x_fx >= thr[k]}
+THR_REACH = 1 << 29         # the largest |threshold| in fixed point (as input_format's reach)
+THR_GAP_MIN = 4             # fixed-point units between neighbouring thresholds at least
+THR_SAT = 1 << 30           # a threshold beyond the reading's int32 reach: +THR_SAT is never reached by a reading
+                            # clamped to +-IN_LIMIT, -THR_SAT always
+Z_COVER = 3.0               # ... but the boundaries within this many standard deviations of the training data's
+                            # transformed values must be within THR_REACH (`asinh_thresholds`)
 
 
 @dataclass
@@ -59,11 +66,45 @@ class MatMulQ:
         return np.clip(requant(h_q15, hm, hs) + self.in_zp, -128, 127)
 
 
+@dataclass
+class AsinhReading:
+    """The reading -> int8 map of a model with an input transform (t = asinh(x / scale), then
+    (t - mean) / std): monotonic but not affine, so it is a threshold table, per channel 255
+    ascending int32 thresholds in the reading's fixed point, and the int8 input is
+    q = -128 + #{k : x_fx >= thr[f, k]} (`es_k_thresh8`: a binary search, 8 comparisons).
+    See `asinh_thresholds` for how they are computed."""
+    scale: np.ndarray        # float64 [F]: the graph's asinh scale
+    mean: np.ndarray         # float64 [F]: the graph's mean of asinh(x / scale)
+    std: np.ndarray          # float64 [F]: the graph's std (the metadata's std x input_scale)
+    in_scale: float          # the first product's int8 input: scale, zero point
+    in_zp: int
+    thr: np.ndarray          # int64 [F, 255]
+
+    def quantize(self, x_fx: np.ndarray) -> np.ndarray:
+        """Fixed-point readings int [B, F] -> int8 inputs int64 [B, F]: -128 + the thresholds a
+        reading clamped to +-IN_LIMIT reaches."""
+        x = np.clip(np.asarray(x_fx, np.int64), -IN_LIMIT, IN_LIMIT)
+        out = np.empty(x.shape, np.int64)
+        for f in range(self.thr.shape[0]):
+            out[..., f] = np.searchsorted(self.thr[f], x[..., f], side="right") - 128
+        return out
+
+    def real(self, q) -> np.ndarray:
+        """float64 [..., F]: the raw reading whose int8 input is exactly q (the centre of its step)."""
+        with np.errstate(over="ignore"):
+            return self.scale * np.sinh(self.mean + self.std * self.in_scale * (np.asarray(q, np.float64)
+                                                                                   - self.in_zp))
+
+
 class FixedPointReading:
     """What every integer model does with a reading before its first product (RNN, SSM,
     Transformer alike): the int32 fixed point it takes (`in_frac` fractional bits per channel,
     `mean_fx`) and the requantization (`feat_m`, `feat_s`) to the int8 input of the first
-    product, whose zero point is `reading_zp`."""
+    product, whose zero point is `reading_zp`. A model with an input transform (`asinh`, an
+    `AsinhReading`) maps the fixed point to its int8 input by threshold table instead; its
+    `mean_fx`, `feat_m` and `feat_s` are zeros, unused."""
+
+    asinh = None             # AsinhReading, or None: the models' own field overrides this
 
     @property
     def reading_zp(self) -> int:
@@ -81,14 +122,24 @@ class FixedPointReading:
         return np.clip(x, -(1 << 31), (1 << 31) - 1).astype(np.int64)
 
     def input_range(self) -> tuple:
-        """(low, high) float64 [F]: the raw readings the int8 input covers (it saturates beyond)."""
+        """(low, high) float64 [F]: the raw readings the int8 input covers (it saturates beyond):
+        those of its int8 inputs -128 and 127 (with an input transform: at most what an int32
+        reading holds)."""
+        if self.asinh is not None:                 # within what an int32 reading holds (+-IN_LIMIT)
+            held = IN_LIMIT / np.exp2(self.in_frac.astype(np.float64))
+            return (np.maximum(self.asinh.real(np.full(self.n_features, -128.0)), -held),
+                    np.minimum(self.asinh.real(np.full(self.n_features, 127.0)), held))
         real = self.feat_m.astype(np.float64) / np.exp2(self.feat_s.astype(np.float64))   # int8 steps per fixed-point unit
         step = 1.0 / (real * np.exp2(self.in_frac.astype(np.float64)))                     # raw units per int8 step
         mean = self.mean_fx / np.exp2(self.in_frac.astype(np.float64))
         return mean + step * (-128 - self.reading_zp), mean + step * (127 - self.reading_zp)
 
     def quantize_reading(self, x_fx: np.ndarray) -> np.ndarray:
-        """Fixed-point readings int [B, F] -> the first product's int8 input, int64 [B, F]."""
+        """Fixed-point readings int [B, F] -> the first product's int8 input, int64 [B, F]:
+        clamped to +-IN_LIMIT, then offset and requantized, or searched in the threshold table
+        where the model has an input transform (`AsinhReading.quantize`)."""
+        if self.asinh is not None:
+            return self.asinh.quantize(x_fx)
         d = np.clip(np.asarray(x_fx, np.int64), -IN_LIMIT, IN_LIMIT) - self.mean_fx
         return np.clip(requant(d, self.feat_m, self.feat_s) + self.reading_zp, -128, 127)
 
@@ -119,7 +170,16 @@ def check_quantization(meta, proto, path) -> None:
 def graph_normalization(proto, init: dict, n_features: int, path) -> tuple:
     """(mean, std) float64 [F] from the graph's own first `reading - mean` (Sub) and `/ std`
     (Div, or Mul by 1 / std) with constant initializers: what the graph really computes (std
-    there is the metadata's std x input_scale)."""
+    there is the metadata's std x input_scale). The Sub reads the reading, or the output of
+    the graph's input transform (`graph_reading`)."""
+    return graph_reading(proto, init, n_features, path)[:2]
+
+
+def graph_reading(proto, init: dict, n_features: int, path) -> tuple:
+    """(mean, std, asinh_scale) float64 [F] each, asinh_scale None where the graph has no input
+    transform: `graph_normalization`'s mean and std, after the optional `Div(reading, scale)`
+    -> `Asinh` (scale a constant initializer, one finite value > 0 per feature) they then
+    normalise. ModelFileError (one line) for a graph that starts otherwise."""
     from edgeseq import contract
     from edgeseq.errors import ModelFileError
 
@@ -127,9 +187,22 @@ def graph_normalization(proto, init: dict, n_features: int, path) -> tuple:
         raise ModelFileError(f"'{path}' does not normalise its reading as edgeseq's export does ({what}); "
                              "export it again with --int8")
     nodes = list(proto.graph.node)
-    sub = next((n for n in nodes if n.op_type == "Sub" and list(n.input[:1]) == [contract.READING]), None)
+    first, asinh = contract.READING, None
+    div = next((n for n in nodes if n.op_type == "Div" and list(n.input[:1]) == [contract.READING]), None)
+    if div is not None:                                   # the input transform: Div(reading, scale) -> Asinh
+        ash = next((n for n in nodes if n.op_type == "Asinh" and list(n.input[:1]) == [div.output[0]]), None)
+        if ash is None or len(div.input) < 2 or div.input[1] not in init:
+            bad("a Div of the reading that is not asinh(reading / constant scale)")
+        try:
+            asinh = np.broadcast_to(np.asarray(init[div.input[1]], np.float64).reshape(-1), (n_features,)).copy()
+        except ValueError:
+            bad(f"its asinh scale is not one per feature of {n_features}")
+        if not (np.isfinite(asinh).all() and (asinh > 0).all()):
+            bad("its asinh scale is not finite and above 0")
+        first = ash.output[0]
+    sub = next((n for n in nodes if n.op_type == "Sub" and list(n.input[:1]) == [first]), None)
     if sub is None or len(sub.input) < 2 or sub.input[1] not in init:
-        bad("no Sub of constant means from the reading")
+        bad("no Sub of constant means from the reading" + (" after its asinh" if asinh is not None else ""))
     scale = next((n for n in nodes if n.op_type in ("Div", "Mul") and list(n.input[:1]) == [sub.output[0]]), None)
     if scale is None or len(scale.input) < 2 or scale.input[1] not in init:
         bad("no Div by constant standard deviations after that Sub")
@@ -142,11 +215,12 @@ def graph_normalization(proto, init: dict, n_features: int, path) -> tuple:
         std = d if scale.op_type == "Div" else 1.0 / d
     if not (np.isfinite(mean).all() and np.isfinite(std).all() and (std > 0).all()):
         bad("its mean and std constants are not finite with std > 0")
-    return mean, std
+    return mean, std, asinh
 
 
-def _check_normalization(meta, mean, std, path) -> None:
-    """The metadata's mean and std x input_scale must be the graph's, within float32 rounding."""
+def _check_normalization(meta, mean, std, path, asinh=None) -> None:
+    """The metadata's mean, std x input_scale and asinh_scale (the input transform's; None:
+    none) must be the graph's, within float32 rounding."""
     from edgeseq.contract import META_NORM
     norm = meta.normalization
     if norm is None:
@@ -154,7 +228,14 @@ def _check_normalization(meta, mean, std, path) -> None:
     m_mean = np.asarray(norm["mean"], np.float64)
     m_std = np.asarray(norm["std"], np.float64) * np.asarray(norm.get("input_scale", np.ones(len(m_mean))), np.float64)
     scaled = " x input_scale" if "input_scale" in norm else ""
-    for what, want, got in (("mean", m_mean, mean), ("std" + scaled, m_std, std)):
+    m_asinh = norm.get("asinh_scale")
+    if (m_asinh is None) != (asinh is None):
+        _meta_error(path, META_NORM, "has no asinh_scale but the graph takes asinh(reading / scale) first"
+                    if m_asinh is None else "has an asinh_scale but the graph does not transform its reading")
+    pairs = [("mean", m_mean, mean), ("std" + scaled, m_std, std)]
+    if asinh is not None:
+        pairs.append(("asinh_scale", np.asarray(m_asinh, np.float64), np.asarray(asinh, np.float64)))
+    for what, want, got in pairs:
         if want.shape != got.shape:
             _meta_error(path, META_NORM, f"has {want.size} {what} values for the graph's {got.size} features")
         off = np.abs(want - got) > NORM_RTOL * np.abs(got) + 1e-30
@@ -204,9 +285,17 @@ def reading_format(meta, proto, init: dict, first, path) -> dict:
     first product is `first` (a MatMulQ): the normalisation the graph computes (checked
     against the metadata's), the fractional bits per channel (`input_format`), and per channel
     the multiplier and shift to the int8 input, a channel's fractional bits lowered where its
-    shift would pass 31."""
-    mean, std = graph_normalization(proto, init, len(meta.features), path)
-    _check_normalization(meta, mean, std, path)
+    shift would pass 31. A graph with an input transform gets `asinh` (an `AsinhReading`: the
+    threshold table of `asinh_thresholds`, with its fractional bits) and zeros for the rest."""
+    mean, std, asinh = graph_reading(proto, init, len(meta.features), path)
+    _check_normalization(meta, mean, std, path, asinh)
+    if asinh is not None:                  # the input transform: a threshold table (`asinh_thresholds`)
+        in_frac, thr = asinh_thresholds(meta.features, asinh, mean, std, first.in_scale, first.in_zp,
+                                        np.asarray(meta.normalization["std"], np.float64))
+        zeros = np.zeros(len(in_frac), np.int64)
+        return {"feat_m": zeros, "feat_s": zeros.copy(), "mean_fx": zeros.copy(), "in_frac": in_frac,
+                "asinh": AsinhReading(scale=asinh, mean=mean, std=std, in_scale=float(first.in_scale),
+                                      in_zp=int(first.in_zp), thr=thr)}
     in_frac = input_format(meta.features, mean, std, first.in_scale, first.in_zp)
     feat = []
     for f, (sd, k) in enumerate(zip(std, in_frac)):
@@ -250,6 +339,89 @@ def input_format(features, mean, std, in_scale: float, in_zp: int) -> np.ndarray
                 f"cannot resolve that (resolution {2.0 ** -float(frac[f]):.3g}); offset or rescale the channel "
                 "in the data (e.g. subtract a constant) and train again")
     return frac
+
+
+def asinh_boundaries(scale, mean, std, in_scale: float, in_zp: int) -> np.ndarray:
+    """float64 [F, 255]: the raw readings where the int8 input of a model with an input
+    transform steps from q - 1 to q, q = -127..127. The graph computes z = (asinh(x / scale) -
+    mean) / std and q = clamp(round(z / in_scale) + zp); the boundary is z / in_scale = q - zp
+    - 1/2, so y_q = mean + std x in_scale x (q - zp - 1/2) and x_q = scale x sinh(y_q),
+    ascending (sinh is). Inf where sinh overflows float64."""
+    q = np.arange(-127, 128, dtype=np.float64)
+    y = (np.asarray(mean, np.float64)[:, None]
+         + np.asarray(std, np.float64)[:, None] * float(in_scale) * (q[None, :] - in_zp - 0.5))
+    with np.errstate(over="ignore"):
+        return np.asarray(scale, np.float64)[:, None] * np.sinh(y)
+
+
+def _thr_at(x, frac: int) -> np.ndarray:
+    """int64: boundaries x (float64) as thresholds with `frac` fractional bits, ceil(x x 2^frac),
+    saturated to +-THR_SAT."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.clip(np.ceil(x * 2.0 ** frac), -THR_SAT, THR_SAT).astype(np.int64)
+
+
+def _thr_gap(t) -> float:
+    """The smallest step between neighbouring thresholds within the reach (+-THR_SAT exclusive)."""
+    inside = (np.abs(t[:-1]) < THR_SAT) & (np.abs(t[1:]) < THR_SAT)
+    return float(np.diff(t)[inside].min()) if inside.any() else np.inf
+
+
+def asinh_thresholds(features, scale, mean, std, in_scale: float, in_zp: int, spread=None) -> tuple:
+    """(in_frac int64 [F], thresholds int64 [F, 255]) of a model with an input transform.
+
+    Computed in float64 from the graph's own constants (`asinh_boundaries`' x_q, the reading
+    where the int8 input steps from q - 1 to q): t_q = ceil(x_q x 2^frac), the smallest
+    fixed-point reading at or beyond the boundary, so that q = -128 + #{k : x_fx >= t_k} (x_fx
+    clamped to +-IN_LIMIT first) is the int8 input of the real value x_fx / 2^frac, rounded
+    half up where it lies exactly on a boundary. onnxruntime's QuantizeLinear rounds half to
+    even, after float32 Div, Asinh, Sub and Div: the two part only within float32 rounding of
+    a boundary (tests: under 1% of readings, by one step).
+
+    The fractional bits per channel: as many as fit with the largest |x_q| x 2^frac within
+    2^29 (at most IN_FRAC_MAX), where neighbouring thresholds then lie at least 4 fixed-point
+    units apart. Where they would not (the steps near 0 too fine for an int32 that also holds
+    the largest boundary: sinh spans many decades, more so where the first product's int8
+    scale is shared with wider channels), resolution comes first: the fewest fractional bits
+    that keep 4 units between neighbouring thresholds, the thresholds beyond the int32's
+    reach saturated to +-2^30 (never / always reached by a clamped reading: readings beyond
+    +-(2^30 - 1) / 2^frac saturate there, as every integer model's do), provided the
+    boundaries within Z_COVER standard deviations of the training data's transformed values
+    (mean +- Z_COVER x spread: the metadata's std, before input_scale; default `std`) stay
+    within 2^29. InputFormatError (one line, naming the channel and what to do) otherwise."""
+    x = asinh_boundaries(scale, mean, std, in_scale, in_zp)
+    thr = np.zeros(x.shape, np.int64)
+    fracs = np.zeros(x.shape[0], np.int64)
+    remedy = "clip the channel's extreme readings in the data, or train it with --set input_transform=none"
+    for f, name in enumerate(features):
+        xf, a = x[f], float(scale[f])
+        reach = float(np.abs(xf).max())
+        k = int(min(np.floor(np.log2(THR_REACH / max(reach, 1e-300))), IN_FRAC_MAX)) if np.isfinite(reach) else None
+        if k is None or _thr_gap(_thr_at(xf, k)) < THR_GAP_MIN:           # resolution first
+            with np.errstate(invalid="ignore"):
+                steps = np.diff(xf)
+            fine = float(steps[np.isfinite(steps)].min()) if np.isfinite(steps).any() else 0.0
+            if not fine > 0:
+                raise InputFormatError(f"channel '{name}': its int8 input's steps through the input transform "
+                                       f"asinh(x / {a:.3g}) are beyond float64; {remedy}")
+            k = int(np.ceil(np.log2(THR_GAP_MIN / fine)))
+            while k <= IN_FRAC_MAX and _thr_gap(_thr_at(xf, k)) < THR_GAP_MIN:
+                k += 1
+            m_f, s_f = float(mean[f]), float(std[f])     # the transformed values Z_COVER stds out, in the int8's range
+            sd = s_f if spread is None else float(spread[f])
+            y = np.clip(m_f + Z_COVER * sd * np.array([-1.0, 1.0]), m_f + s_f * in_scale * (-128 - in_zp),
+                        m_f + s_f * in_scale * (127 - in_zp))
+            with np.errstate(over="ignore"):
+                need = float(np.abs(a * np.sinh(y)).max())
+            held = THR_REACH / 2.0 ** min(k, IN_FRAC_MAX)
+            if k > IN_FRAC_MAX or not need <= held:
+                raise InputFormatError(
+                    f"channel '{name}': through its input transform asinh(x / {a:.3g}) its int8 input has steps as "
+                    f"fine as {fine:.3g} and reaches readings of {need:.3g} within {Z_COVER:g} standard deviations "
+                    f"of its training data: an int32 reading cannot hold both (at the {k} fractional bits those "
+                    f"steps need it holds {held:.3g}); {remedy}")
+        thr[f], fracs[f] = _thr_at(xf, k), k
+    return fracs, thr
 
 
 def _activation(path, init: dict, producer: dict, dq) -> tuple:

@@ -9,7 +9,9 @@ in 32-bit arithmetic only (a Cortex-M0+ has no 64-bit multiply):
   from the range the model's int8 input covers (`in_frac`, up to 40; a pressure channel in Pa
   gets about 12, an accelerometer in g 24): value x 2^in_frac. Readings are clamped to
   +-(2^30 - 1) first. A channel whose int8 step is finer than what an int32 can resolve over
-  its range is refused (`InputFormatError`, naming it).
+  its range is refused (`InputFormatError`, naming it). A model with an input transform
+  (asinh(reading / scale) before its normalisation) maps the fixed point to its int8 input by
+  a table of 255 thresholds per channel instead (`intgraph.asinh_thresholds`).
 - Each MatMul is an int8 x int8 dot product into int32 (the input zero point folded into a
   per-output constant). The accumulator becomes a Q12 pre-activation (12 fractional bits) by a
   per-channel multiplier and shift, y = round(acc x m / 2^s) with a 15-bit m, computed exactly
@@ -41,9 +43,10 @@ from firmware_sim.intcheck import (  # noqa: F401  (importable from here, as bef
     ACT_SPAN, INT32_MAX, INT32_MIN, SHIFT_MAX, _bad, _entry, _multiplier, check_int_model, int8_zero_point, q12,
     real_scale)
 from firmware_sim.intgraph import (  # noqa: F401  (importable from here, as before)
-    NORM_RTOL, QBIAS_LIMIT, QUANT_OPS, FixedPointReading, InputFormatError, MatMulQ, _activation, _bias,
-    _check_graph_integers, _check_normalization, _meta_error, _weights, check_int8, check_quantization, checked_graph,
-    graph_normalization, input_format, model_meta, reading_format)
+    NORM_RTOL, QBIAS_LIMIT, QUANT_OPS, THRESHOLDS, AsinhReading, FixedPointReading, InputFormatError, MatMulQ,
+    _activation, _bias, _check_graph_integers, _check_normalization, _meta_error, _weights, asinh_boundaries,
+    asinh_thresholds, check_int8, check_quantization, checked_graph, graph_normalization, graph_reading, input_format,
+    model_meta, reading_format)
 from firmware_sim.intmath import (  # noqa: F401  (importable from here, as before)
     IN_FRAC_MAX, IN_LIMIT, LUT_SHIFT, LUT_SIZE, MULT_BITS, ONE_Q15, Q, SIGMOID, TANH, lut, multiplier, requant)
 
@@ -66,6 +69,7 @@ class IntModel(FixedPointReading):
     logit_scale: float = 1.0 / (1 << Q)
     meta: dict = field(default_factory=dict)
     head_b_name: str = "the head's bias"
+    asinh: object = None     # intgraph.AsinhReading: the input transform's threshold table; None: none
 
     def init_state(self, B: int = 1) -> list:
         st = []

@@ -194,6 +194,7 @@ class LayeredIntModel(FixedPointReading):
     u_lim: int
     logit_scale: float = 1.0 / (1 << Q)
     meta: dict = field(default_factory=dict)
+    asinh: object = None     # intgraph.AsinhReading: the input transform's threshold table; None: none
 
     @property
     def hidden(self) -> int:

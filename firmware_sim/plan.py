@@ -32,7 +32,8 @@ NO_COMPUTE = {"Identity", "Reshape", "Squeeze", "Unsqueeze", "Shape", "Constant"
 SUPPORTED = {"MatMul", "Gemm", "Add", "Sub", "Mul", "Div", "Sigmoid", "Tanh", "Softmax", "Split", "Slice",
              "Concat", "Gather", "Transpose", "LayerNormalization", "Erf", "Sin", "Cos", "Range", "Where",
              "GreaterOrEqual", "Less", "Expand", "Neg", "Sqrt", "Pow", "ReduceMean", "Equal", "Max", "Min",
-             "Relu", "Tile", "Greater", "LessOrEqual", "And", "Or", "Not", "Exp", "Softplus"} | NO_COMPUTE
+             "Relu", "Tile", "Greater", "LessOrEqual", "And", "Or", "Not", "Exp", "Softplus",
+             "Asinh"} | NO_COMPUTE      # Asinh: the input transform (an integer model: a threshold table instead)
 
 
 @dataclass(frozen=True)
@@ -299,6 +300,7 @@ def check_model(path, target, history: int | None = None, cycles_per_mac: float 
             text_f, clang_stack, cycle_f = clang_figures(core, measured_kind(m))
         fb = flash_bytes(m)
         flash = {"weights": fb["weights"], "scales_biases": fb["constants"], "activation_tables": fb["tables"],
+                 **({"reading_table": fb["reading_table"]} if "reading_table" in fb else {}),   # an input transform's
                  ("code_fitted" if measured else "code_estimate"):
                      int(round((measured[-3] + measured[-2] * (m.layers - 1)) * text_f)) if measured
                      else CODE_BASE + CODE_PER_KERNEL * 4}

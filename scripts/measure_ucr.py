@@ -13,7 +13,9 @@ protocols: per sequence (each test sequence from zero state, the prediction afte
 reading) and never reset (the test sequences joined end to end in 3 seeded orders, one stream
 each, scored per reading past the grace period, `edgeseq.runtime.evaluate`). Rows are added to
 the JSON file as each model finishes, so a long run can be stopped and resumed (`--redo` trains
-again what it holds). `table` prints the Markdown table in the
+again what it holds). `merge --from A --into B` copies A's rows into B (runs of some sets
+after a change that moves only them), each merged row keeping A's command and date under
+`remeasured`, which the table's caption names. `table` prints the Markdown table in the
 `figures:ucr` region of docs/training.md.
 
 The published figures beside ours (`PUBLISHED`) are accuracies on the same splits:
@@ -165,6 +167,17 @@ def cmd_run(args):
             out.write_text(json.dumps(doc, indent=1) + "\n")
 
 
+def cmd_merge(args):
+    src, dst = Path(args.source), Path(args.into)
+    a, b = json.loads(src.read_text()), json.loads(dst.read_text())
+    again = b.setdefault("remeasured", {})
+    for key, row in a["rows"].items():
+        b["rows"][key] = row
+        again[key] = {"command": a["meta"]["command"], "date": row["date"], "why": args.why}
+    dst.write_text(json.dumps(b, indent=1) + "\n")
+    print(f"merged {len(a['rows'])} rows of {src} into {dst}")
+
+
 def cmd_table(args):
     sys.path.insert(0, str(ROOT / "scripts"))
     from render_docs import render_ucr
@@ -188,12 +201,16 @@ def main(argv=None):
     r.add_argument("--train-config", help="JSON of TrainConfig fields set on each architecture's defaults")
     r.add_argument("--augment", help="augmentation instead of each architecture's default: a name "
                    "(none, default, auto) or JSON of its fields")
+    m = sub.add_parser("merge")
+    m.add_argument("--from", dest="source", required=True)
+    m.add_argument("--into", required=True)
+    m.add_argument("--why", required=True, help="what changed for these rows, for the caption")
     t = sub.add_parser("table")
     t.add_argument("--json", required=True)
     args = ap.parse_args(argv)
     if getattr(args, "augment", None) and args.augment.startswith("{"):
         args.augment = json.loads(args.augment)
-    {"convert": cmd_convert, "run": cmd_run, "table": cmd_table}[args.cmd](args)
+    {"convert": cmd_convert, "run": cmd_run, "merge": cmd_merge, "table": cmd_table}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -822,6 +822,13 @@ def render_ucr(d: dict, source: str) -> str:
     sides = [f"At or above it: {', '.join(met)}." if met else "", f"Below it: {', '.join(missed)}." if missed else ""]
     text = " ".join([text, *filter(None, sides)])
     how = f"`{d.get('meta', {}).get('command', 'python scripts/measure_ucr.py run')}`, default settings, seed 0"
+    again = {}
+    for key, r in (d.get("remeasured") or {}).items():
+        again.setdefault((r["command"], r["why"]), []).append((key, r["date"]))
+    for (cmd, why), keys in again.items():
+        dates = sorted({date for _, date in keys})
+        how += (f"; {', '.join(k for k, _ in keys)} measured again after {why} (`{cmd}`, "
+                f"{' to '.join(dict.fromkeys([dates[0], dates[-1]]))})")
     return "\n\n".join([machine_line(d, source, how), table, text])
 
 
@@ -830,7 +837,8 @@ def render_ucr_augment(d: dict, source: str) -> str:
     the JSON as `full_augment` with its own command and date) against `auto`'s jitter and join."""
     full = d.get("full_augment") or {}
     rows, old = d["rows"], full.get("rows", {})
-    keys = [k for k in rows if k in old and rows[k].get("channels") == 1]
+    again = d.get("remeasured") or {}
+    keys = [k for k in rows if k in old and rows[k].get("channels") == 1 and k not in again]
     if not keys:
         raise RenderError(f"`{source}` has no single-channel rows under 'full_augment' to compare")
     body, up, down = [], 0, 0
@@ -850,6 +858,10 @@ def render_ucr_augment(d: dict, source: str) -> str:
            f"`{d.get('meta', {}).get('command', '?')}`, default settings, seed 0")
     text = (f"Each cell: per sequence / never reset (per reading). Per sequence, jitter and join alone scored higher "
             f"in {up} of {len(keys)} runs and lower in {down}.")
+    left = sorted({again[k]["why"] for k in again if k in old})
+    if left:
+        text += (f" Left out: {', '.join(sorted(k for k in again if k in old))}, measured again after "
+                 f"{'; '.join(left)}, so not comparable with the run under the full set.")
     return "\n\n".join([machine_line(d, source, how), table, text])
 
 

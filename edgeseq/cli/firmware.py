@@ -308,5 +308,7 @@ def firmware_emit(model, out, prefix, force, as_json):
         click.echo(f"wrote {shown}/{prefix}_model.h, {prefix}_model.c ({r['int8_weights']:,} int8 weights, "
                    f"{r['tables_bytes']:,} B of tables), {', '.join(shared)} and {prefix}_example.c; the step needs "
                    f"{r['scratch_bytes']:,} B of scratch and {r['state_bytes']:,} B of state; readings are int32 "
-                   f"with {', '.join(map(str, r['in_frac']))} fractional bits per channel; "
-                   f"build: gcc -std=c99 -O2 -o stream {shown}/{prefix}_example.c {shown}/{prefix}_model.c {tables}")
+                   f"with {', '.join(map(str, r['in_frac']))} fractional bits per channel"
+                   + (f", mapped to int8 by a threshold table ({r['reading_table_bytes']:,} B; the input transform)"
+                      if r.get("reading_table_bytes") else "")
+                   + f"; build: gcc -std=c99 -O2 -o stream {shown}/{prefix}_example.c {shown}/{prefix}_model.c {tables}")

@@ -27,7 +27,8 @@ from edgeseq.errors import UsageError, printable
 @click.option("--set", "settings", multiple=True, metavar="NAME=VALUE",
               help="Model setting, e.g. --set hidden=32 --set layers=2; augmentation: --set augment=none, "
                    "--set augment.rotate=30 (see docs/augment.md); training: --set patience=20, "
-                   "--set val_fraction=0.25 (see docs/usage.md).")
+                   "--set val_fraction=0.25 (see docs/usage.md); input transform: --set "
+                   "input_transform=auto|asinh|none (see docs/training.md).")
 @click.option("--task", type=click.Choice(["classify", "anomaly", "regress"]), default="classify", show_default=True,
               help="classify: class per reading; anomaly: learn normal recordings only (a next-reading forecast "
                    "with its variance) to score how unusual each reading is (docs/anomaly.md); regress: the data's "
@@ -108,6 +109,8 @@ def train(arch, data, out, epochs, lr, seed, settings, as_json, quiet, features,
                    + f" (train {m['train_accuracy']:.3f}) in {m['train_seconds']:.1f} s -> {printable(path)}")
         click.echo(f"schedule: {schedule_line(m.get('schedule'))}")
         click.echo(f"augment: {describe(m['augment'])}")
+        if (m.get("input_transform") or "none").startswith("asinh"):
+            click.echo(printable(f"input: {m['input_transform']}"))
         if dataset.ignored:
             click.echo(printable(f"columns: features {', '.join(dataset.features)}; ignored "
                                  + ", ".join(f"{name or repr(name)} ({why})" for name, why in dataset.ignored.items())))

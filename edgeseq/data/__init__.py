@@ -128,15 +128,77 @@ F32_TINY = float(np.finfo(np.float32).tiny)
 CONSTANT = 1e-6   # a channel whose std is at most this fraction of its magnitude is constant
 
 
+ASINH_RANGE = 1000.0  # auto input transform: a channel whose sequences' amplitudes span this ratio or more
+ASINH_KNEE = 0.01     # asinh scale of such a channel: this share of its median sequence amplitude
+ASINH_LINEAR = 1e4    # asinh scale of the other channels: this many times their largest |reading|, where
+                      # asinh(x / s) * s equals x to float32 precision ((x / s)^2 / 6 < 2e-9 relative)
+INPUT_TRANSFORMS = ("auto", "asinh", "none")
+
+
+def sequence_amplitudes(split: Split) -> np.ndarray:
+    """float64 [N, F]: each sequence's amplitude per channel, the 95th percentile of |reading|
+    over its valid readings."""
+    X, L = split.X, split.lengths
+    out = np.zeros((len(L), X.shape[2]))
+    for i, n in enumerate(L):
+        if n:
+            out[i] = np.quantile(np.abs(X[i, :n].astype(np.float64)), 0.95, axis=0)
+    return out
+
+
+def asinh_scales(split: Split, mode: str = "auto") -> tuple:
+    """(asinh scale float64 [F] or None, why: str): the input transform a model of this
+    training split applies first, asinh(reading / scale) per channel (the inverse hyperbolic
+    sine: linear within about one scale of 0, logarithmic beyond, odd, so signed data and
+    zeros pass). mode "none": None. "auto": where the amplitudes of a channel's sequences
+    (`sequence_amplitudes`) span ASINH_RANGE or more between their 10th and 90th percentile
+    (appliance currents whose loads differ by decades), that channel gets ASINH_KNEE of its
+    median amplitude, and the others ASINH_LINEAR x their largest |reading| (linear to
+    float32 precision); else None. "asinh": every channel with a positive median amplitude
+    gets ASINH_KNEE of it. UsageError for another mode."""
+    if mode not in INPUT_TRANSFORMS:
+        from edgeseq.errors import UsageError
+        raise UsageError(f"input_transform must be one of {', '.join(INPUT_TRANSFORMS)}, got {mode!r}")
+    if mode == "none" or not len(split.lengths):
+        return None, "none (set)" if mode == "none" else "none"
+    amp = sequence_amplitudes(split)
+    lo, med, hi = (np.quantile(amp, q, axis=0) for q in (0.1, 0.5, 0.9))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        span = np.where(lo > 0, hi / np.maximum(lo, F32_TINY), np.where(hi > 0, np.inf, 1.0))
+    wide = (span >= ASINH_RANGE) & (med > 0) if mode == "auto" else med > 0
+    if not wide.any():
+        return None, (f"none: no channel's sequence amplitudes span {ASINH_RANGE:g}x or more "
+                      f"(widest {np.max(span):.3g}x)") if mode == "auto" else "none: every channel is zero"
+    mask = np.arange(split.X.shape[1])[None, :] < split.lengths[:, None]
+    top = np.abs(split.X[mask].astype(np.float64)).max(0)
+    scale = np.where(wide, med * ASINH_KNEE, np.maximum(top, 1.0) * ASINH_LINEAR)
+    why = "asinh on " + ", ".join(f"channel {f} (amplitudes span {span[f]:.3g}x, scale {scale[f]:.3g})"
+                                  for f in np.flatnonzero(wide))
+    return scale, why + (" [auto]" if mode == "auto" else " [set]")
+
+
+def asinh_forward(x: np.ndarray, scale) -> np.ndarray:
+    """Readings [..., F] through the input transform as the graph computes it (float32
+    Div, then Asinh); `scale` None: x as it is."""
+    if scale is None:
+        return x
+    return np.arcsinh(np.asarray(x, np.float32) / np.asarray(scale, np.float32)).astype(np.float32)
+
+
 @dataclass(frozen=True)
 class Normalization:
     mean: np.ndarray  # float32 [F]
     std: np.ndarray   # float32 [F]
     constant: np.ndarray | None = None   # bool [F]: channels that did not vary in the data fitted on
+    asinh_scale: np.ndarray | None = None  # float32 [F]: the input transform asinh(x / scale) before the
+                                           # mean and std (`asinh_scales`); None: none
+    transform_why: str = ""
 
     @classmethod
-    def fit(cls, split: Split, features: list | None = None) -> "Normalization":
-        """Per-feature mean and std over every valid training reading, computed in float64.
+    def fit(cls, split: Split, features: list | None = None, transform: str = "none") -> "Normalization":
+        """Per-feature mean and std over every valid training reading, computed in float64,
+        after the input transform `transform` chooses (`asinh_scales`: "auto", "asinh" or
+        "none").
 
         A constant channel (std <= CONSTANT * max(|mean|, float32 tiny), a test relative to
         the channel's magnitude) keeps std = 1, is flagged in `constant`, and training makes
@@ -155,6 +217,10 @@ class Normalization:
         if bad.size:
             raise DataError(f"channel '{names[bad[0]]}' (column {bad[0]}) holds NaN or Inf; "
                             "clean or drop those readings")
+        scale, why = asinh_scales(split, transform)
+        if scale is not None:
+            scale = scale.astype(np.float32)
+            values = asinh_forward(values, scale).astype(np.float64)
         mean = values.mean(0)
         std = values.std(0)
         constant = std <= np.maximum(CONSTANT * np.abs(mean), F32_TINY)
@@ -168,14 +234,24 @@ class Normalization:
             raise DataError(f"channel '{names[i]}' (column {i}): values up to {np.abs(values[:, i]).max():.3g} "
                             "overflow the model's float32 arithmetic once normalised; rescale that channel "
                             "(another unit, or divide it by a power of ten) and train again")
-        return cls(mean.astype(np.float32), std.astype(np.float32), constant)
+        return cls(mean.astype(np.float32), std.astype(np.float32), constant, scale, why)
 
     def to_json(self):
-        return {"mean": self.mean.tolist(), "std": self.std.tolist()}
+        out = {"mean": self.mean.tolist(), "std": self.std.tolist()}
+        if self.asinh_scale is not None:
+            out["asinh_scale"] = np.asarray(self.asinh_scale, np.float32).tolist()
+        return out
 
     @classmethod
     def from_json(cls, d):
-        return cls(np.asarray(d["mean"], np.float32), np.asarray(d["std"], np.float32))
+        s = d.get("asinh_scale")
+        return cls(np.asarray(d["mean"], np.float32), np.asarray(d["std"], np.float32),
+                   asinh_scale=None if s is None else np.asarray(s, np.float32))
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        """Raw readings [..., F] -> what the model reads, float32: the input transform, then
+        (x - mean) / std, as the graph's first nodes compute it."""
+        return ((asinh_forward(x, self.asinh_scale) - self.mean) / self.std).astype(np.float32)
 
 
 def since_change(y: np.ndarray) -> np.ndarray:

@@ -298,13 +298,19 @@ def magnitude_warp(X, lengths, strength, rng, active=None) -> np.ndarray:
     return _gain(X, g, active)
 
 
-def jitter(X, lengths, strength, rng, std=None, active=None) -> np.ndarray:
+def jitter(X, lengths, strength, rng, std=None, active=None, asinh_scale=None) -> np.ndarray:
     """X (N, T, F) float plus Gaussian noise of std `strength` x `std` (F,) (the channels'
-    training std; None: 1) on valid readings: same shape and dtype; inactive channels as they are."""
+    training std; None: 1) on valid readings: same shape and dtype; inactive channels as they are.
+    With `asinh_scale` (F,) (the model's input transform; `std` is then the transformed
+    channels' std) the noise is drawn where the model reads, after asinh(x / scale): its std in
+    raw units is strength x std x sqrt(x^2 + scale^2), the transform's local slope, so a
+    reading a thousand times smaller gets noise a thousand times smaller."""
     if strength <= 0:
         return X.copy()
     s = np.ones(X.shape[2]) if std is None else np.asarray(std, np.float64)
     noise = rng.normal(0.0, 1.0, X.shape) * (strength * s)
+    if asinh_scale is not None:
+        noise *= np.hypot(X.astype(np.float64), np.asarray(asinh_scale, np.float64))
     noise *= (np.arange(X.shape[1])[None, :] < lengths[:, None])[..., None]
     if active is not None:
         noise[..., ~np.asarray(active, bool)] = 0.0
@@ -319,13 +325,15 @@ def _gain(X, g, active):
 
 class Augmenter:
     """Draws one epoch's augmented training split: `Augmenter(aug, features, std, constant,
-    seed)(split)`. `std` (F,): the training split's channel std (`Normalization.std`),
+    seed, asinh_scale)(split)`. `std` (F,): the training split's channel std (`Normalization.std`,
+    after its input transform `asinh_scale` where it has one),
     `constant` (F,) bool: channels left as they are. Raises DataError where `aug.triples`
     names a channel the data lacks."""
 
-    def __init__(self, aug: Augment, features, std=None, constant=None, seed: int = 0):
+    def __init__(self, aug: Augment, features, std=None, constant=None, seed: int = 0, asinh_scale=None):
         self.aug = check_augment(aug)
         self.std = std
+        self.asinh_scale = asinh_scale
         self.active = None if constant is None else ~np.asarray(constant, bool)
         self.triples = resolve_triples(self.aug, features, constant)
         self.features = [str(f) for f in features]
@@ -338,7 +346,7 @@ class Augmenter:
         X = rotate(X, L, self.triples, a.rotate, rng)
         X = scale(X, L, a.scale, rng, self.active)
         X = magnitude_warp(X, L, a.magwarp, rng, self.active)
-        X = jitter(X, L, a.jitter, rng, self.std, self.active)
+        X = jitter(X, L, a.jitter, rng, self.std, self.active, self.asinh_scale)
         return Split(X, split.y, split.lengths, Y, split.groups)
 
     def summary(self) -> dict:

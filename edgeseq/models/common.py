@@ -17,18 +17,28 @@ from edgeseq import contract
 
 
 class Normalize(nn.Module):
-    """(x - mean) / std per feature; fitted on training data, exported as the graph's first node."""
+    """(t - mean) / std per feature, t = asinh(x / asinh_scale) where the model has an input
+    transform (`edgeseq.data.asinh_scales`), else x; fitted on training data, exported as the
+    graph's first nodes (Div, Asinh, then Sub and Div). The scale is not in the state dict:
+    the checkpoint's normalization carries it (`set`)."""
 
     def __init__(self, n_features: int):
         super().__init__()
         self.register_buffer("mean", torch.zeros(n_features))
         self.register_buffer("std", torch.ones(n_features))
+        self.register_buffer("asinh_scale", torch.ones(n_features), persistent=False)
+        self.asinh = False
 
-    def set(self, mean, std):
+    def set(self, mean, std, asinh_scale=None):
         self.mean.copy_(torch.as_tensor(mean, dtype=torch.float32))
         self.std.copy_(torch.as_tensor(std, dtype=torch.float32))
+        self.asinh = asinh_scale is not None
+        if self.asinh:
+            self.asinh_scale.copy_(torch.as_tensor(asinh_scale, dtype=torch.float32))
 
     def forward(self, x):
+        if self.asinh:
+            x = torch.asinh(x / self.asinh_scale)
         return (x - self.mean) / self.std
 
 

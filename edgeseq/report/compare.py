@@ -36,7 +36,7 @@ def _quant_name(meta) -> str:
 
 
 TWINS = ("same training run (checkpoint fingerprint; the weights in older files), architecture, settings, labels, "
-         "features and normalisation (mean, std): a float model and its int8 export")
+         "features and normalisation (mean, std, input transform): a float model and its int8 export")
 
 
 def twin_key(meta) -> str:
@@ -44,7 +44,7 @@ def twin_key(meta) -> str:
     the normalisation, so a float model and its int8 exports share the key."""
     norm = meta.normalization or {}
     return json.dumps([meta.arch, meta.mode, meta.config, list(meta.labels), list(meta.features),
-                       norm.get("mean"), norm.get("std")], sort_keys=True)
+                       norm.get("mean"), norm.get("std"), norm.get("asinh_scale")], sort_keys=True)
 
 
 def compare_models(paths: list, data: str | None = None, readings: int = STREAM_READINGS,

@@ -44,10 +44,16 @@ def reading_bounds(meta, n: int) -> tuple:
     where it is sound (every accepted reading lies within 2K deviations and its difference from
     the mean fits float32 with room): a cheap check on the hot path. A channel whose mean is
     large against its spread or against float32 gets the exact two-sided check lo <= x <= hi.
-    Without normalization metadata |x| <= float32 max / 4."""
+    Without normalization metadata |x| <= float32 max / 4. With an input transform
+    (asinh(x / scale), at most 89.5 for any finite float32 quotient) the bound is on the
+    quotient: |x| <= scale x float32 max / 4, and float32 max / 4 at most."""
     norm = meta.normalization
     if norm is None:
         return np.full(n, NO_NORM_LIMIT, np.float32), None, "float32 max / 4, the most this model takes"
+    if norm.get("asinh_scale") is not None:
+        a = np.asarray(norm["asinh_scale"], np.float64)
+        return (np.minimum(a, 1.0) * NO_NORM_LIMIT).astype(np.float32), None, \
+            "float32 max / 4 times the input transform's scale (at most float32 max / 4)"
     with np.errstate(over="ignore", invalid="ignore"):
         mean = np.asarray(norm["mean"], np.float64)
         s = np.asarray(norm["std"], np.float64) * np.asarray(norm.get("input_scale") or [1.0] * n, np.float64)

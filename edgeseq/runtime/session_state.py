@@ -33,9 +33,9 @@ class SnapshotChecks:
         return STATE_BOUND, "more than this model's state reaches from any reading (2^64)"
 
     def _probe_readings(self) -> np.ndarray:
-        norm = self.meta.normalization
-        mean = np.zeros(self.n_features) if norm is None else np.asarray(norm["mean"], np.float64)
-        return np.ascontiguousarray(np.broadcast_to(mean.astype(np.float32), (self.streams, self.n_features)))
+        """The reading whose normalised value is 0 (the training mean, in raw units), every stream."""
+        mean = contract.raw_readings(self.meta.normalization, np.zeros(self.n_features))
+        return np.ascontiguousarray(np.broadcast_to(mean, (self.streams, self.n_features)))
 
     def _graph_probe(self, position: np.ndarray, arrays: list):
         """The first stream whose step from `arrays` (at the training mean) gives NaN or Inf

@@ -19,6 +19,9 @@ CHECKPOINT = "checkpoint.pt"
 def model_from_checkpoint(ckpt: dict):
     model = build_model(ckpt["arch"], ckpt["config"])
     model.load_state_dict(ckpt["state_dict"])
+    scale = (ckpt.get("normalization") or {}).get("asinh_scale")
+    if scale is not None:                       # the input transform's scale: not in the state dict
+        model.norm.set(model.norm.mean, model.norm.std, scale)
     return model.eval()
 
 

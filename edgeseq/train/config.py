@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass, fields, replace
 
 from edgeseq.data.augment import AUTO, NONE, Augment, check_augment
+from edgeseq.data import INPUT_TRANSFORMS
 from edgeseq.errors import UsageError
 
 
@@ -50,6 +51,9 @@ class TrainConfig:
     min_epochs: int = 10      # epochs None: never fewer epochs in the budget than this
     final_share: float = 0.25  # epochs None: after stopping, the validation sequences join the rest for this
                                # share of the kept epoch's count, the learning rate annealed to 0 (0: none)
+    input_transform: str = "auto"  # "auto": asinh(reading / scale) first on a channel whose sequences'
+                                   # amplitudes span three decades or more (`edgeseq.data.asinh_scales`);
+                                   # "asinh": on every channel; "none": the reading as it is
 
 
 # Per-architecture defaults, chosen on BasicMotions (figures in README). Augmentation is AUTO for
@@ -94,7 +98,7 @@ EARLY_SETTINGS = ("patience", "patience_updates", "val_fraction", "budget_update
 TRAIN_SETTINGS = ("patience", "patience_updates", "val_fraction", "budget_updates", "budget_readings", "min_epochs",
                   "final_share", "batch_size",
                   "weight_decay", "clip", "aux_weight", "streams", "chunk", "seq_max", "updates", "grace",
-                  "stream_weight", "threads")   # the ones `edgeseq train --set NAME=VALUE` takes
+                  "stream_weight", "threads", "input_transform")   # the ones `edgeseq train --set NAME=VALUE` takes
 
 
 def check_train_config(tc: TrainConfig) -> TrainConfig:
@@ -111,6 +115,9 @@ def check_train_config(tc: TrainConfig) -> TrainConfig:
             what = "a whole number" if whole else "a number"
             rng = f"above {lo} up to {hi}" if positive else f"in {lo}..{hi}"
             raise UsageError(f"training setting {name} must be {what} {rng}, got {v!r}")
+    if tc.input_transform not in INPUT_TRANSFORMS:
+        raise UsageError(f"training setting input_transform must be one of {', '.join(INPUT_TRANSFORMS)}, "
+                         f"got {tc.input_transform!r}")
     return replace(tc, augment=check_augment(tc.augment))
 
 

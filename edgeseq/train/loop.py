@@ -262,13 +262,14 @@ def _train(arch, dataset, tc, model_overrides, progress=True):
     np.random.seed(tc.seed)
     rng = np.random.default_rng(tc.seed)
     model = build_model(arch, config)
-    norm = Normalization.fit(dataset.train, dataset.features)
-    model.norm.set(norm.mean, norm.std)
+    norm = Normalization.fit(dataset.train, dataset.features, tc.input_transform)
+    model.norm.set(norm.mean, norm.std, norm.asinh_scale)
 
     tr, val, held = validation_split(dataset, tc)
     aug, aug_why = for_data(tc.augment, dataset.features)   # AUTO: by the channels (motion data or not)
     tc = replace(tc, augment=aug)
-    augment = Augmenter(aug, dataset.features, norm.std, norm.constant, tc.seed) if aug.active else None
+    augment = Augmenter(aug, dataset.features, norm.std, norm.constant, tc.seed,
+                        norm.asinh_scale) if aug.active else None
     resolve_triples(aug, dataset.features)                     # channels named that the data lacks: refused, always
     streaming = tc.stream_weight > 0 and hasattr(model, "forward_stream")
     plan = plan_epoch(tr.lengths, tc, streaming, chunked(model))
@@ -425,6 +426,7 @@ def _train(arch, dataset, tc, model_overrides, progress=True):
         "plan": asdict(plan),
         "ignored_channels": [dataset.features[i] for i in ignored],
         "augment": {**augment.summary(), "why": aug_why} if augment else None,
+        "input_transform": norm.transform_why,
         "schedule": schedule,
         "curve": curve,
     }

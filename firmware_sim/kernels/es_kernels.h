@@ -81,6 +81,23 @@ static inline int32_t es_k_requant(int32_t acc, int32_t m, int32_t s) {
   return (ah * m + (int32_t)(b >> 16)) >> (s - 16);
 }
 
+/* The int8 input of a reading by threshold table (a model with an input transform, asinh(x / scale)
+   before its normalisation, whose map from the reading to its int8 input is monotonic but not
+   affine): -128 + the number of the 255 ascending (non-decreasing) thresholds t[0..254] that x
+   reaches (x >= t[k]). A binary search of 8 comparisons, each index from the ones before. */
+static inline int32_t es_k_thresh8(const int32_t *t, int32_t x) {
+  int32_t c = 0;
+  c += (int32_t)(x >= t[c + 127]) << 7;
+  c += (int32_t)(x >= t[c + 63]) << 6;
+  c += (int32_t)(x >= t[c + 31]) << 5;
+  c += (int32_t)(x >= t[c + 15]) << 4;
+  c += (int32_t)(x >= t[c + 7]) << 3;
+  c += (int32_t)(x >= t[c + 3]) << 2;
+  c += (int32_t)(x >= t[c + 1]) << 1;
+  c += (int32_t)(x >= t[c]);
+  return c - 128;
+}
+
 /* The same value without the branches, when every shift of a product lies on one side of 16:
    s <= 16: (acc >> s) x m + ((acc mod 2^s) x m + 2^(s-1)) >> s;  16 <= s <= 31: as above. */
 static inline int32_t es_k_requant_lo(int32_t acc, int32_t m, int32_t s) {

@@ -50,7 +50,8 @@ from edgeseq.runtime.native import attn as _attn
 from edgeseq.runtime.native.bound import BoundStep
 from edgeseq.runtime.native.buffers import zeros as _zeros64
 from edgeseq.runtime.native.extension import _WHY, _ext
-from edgeseq.runtime.native.graphread import _normalization, _refuse, output_grid  # noqa: F401  (as before)
+from edgeseq.runtime.native.graphread import (  # noqa: F401  (as before)
+    _normalization, _refuse, input_transform, output_grid, transform_nodes)
 from edgeseq.runtime.native import ssm as _ssm
 from edgeseq.runtime.native.onnxfile import Graph, read_graph
 from edgeseq.runtime.native.schemes import scheme_reason
@@ -65,7 +66,7 @@ GATES = {"rnn": 1, "gru": 3, "lstm": 4}
 MAX_LAYERS = 16                     # es_native.h ES_MAX_LAYERS
 NB = 16                             # es_float.h ES_F_NB: float columns are padded to it
 Q15 = 1 << 15
-FLOAT_OPS = {"Sub", "Div", "Concat", "MatMul", "Add", "Split", "Sigmoid", "Tanh", "Mul", "Gemm", "Softmax",
+FLOAT_OPS = {"Sub", "Div", "Asinh", "Concat", "MatMul", "Add", "Split", "Sigmoid", "Tanh", "Mul", "Gemm", "Softmax",
              "Slice", "Identity"}
 
 
@@ -195,13 +196,14 @@ def _float_plan(meta, graph: Graph, path) -> dict:
         if key in cfg and cfg[key] != have:
             _refuse(path, f"has metadata edgeseq.config {key} {cfg[key]!r} but its state gives {have}")
     mean, std, norm_out = _normalization(graph, F, path)
+    asinh, _ = input_transform(graph, F, path)
     producer = {o: n for n in nodes for o in n.output}
     consumers = {}
     for n in nodes:
         for i in n.input:
             consumers.setdefault(i, []).append(n)
     G = 4 if kind in ("gru", "lstm") else 1                  # fused columns per hidden unit
-    layers, used = [], {"model.norm.mean", "model.norm.std"}
+    layers, used = [], {"model.norm.mean", "model.norm.std", *transform_nodes(graph)[1]}
     prev = norm_out
     for layer in range(L):
         h_in, h_out = meta.state[layer * per].name, meta.state[layer * per].output
@@ -259,7 +261,7 @@ def _float_plan(meta, graph: Graph, path) -> dict:
     extra = sorted(k for k, v in init.items() if k not in used and v.dtype.kind == "f")
     if extra:
         _refuse(path, f"holds float constants the native float step does not use ({', '.join(extra[:3])})")
-    return {"H": H, "L": L, "mean": mean, "std": std, "layers": layers, "head": head}
+    return {"H": H, "L": L, "mean": mean, "std": std, "asinh": asinh, "layers": layers, "head": head}
 
 
 # -- int8: firmware_sim.intsim's integer model, in es_kernels.h's layout ----------------------
@@ -403,7 +405,7 @@ class NativeStep(BoundStep):
         self._keep = plan                      # the weights the Step points into
         self._bind(_ext.float_step(kind, B, F, H, C, self.x, self.logits, self.probs, plan["mean"], plan["std"],
                                    self._banks[0], self._banks[1],
-                                   [(dense, ox, oh) for dense, ox, oh in plan["layers"]], plan["head"]))
+                                   [(dense, ox, oh) for dense, ox, oh in plan["layers"]], plan["head"], plan["asinh"]))
 
     def _bind_ssm(self, plan, B, F, C, packed=True):
         self.hidden, self.layers = plan["N"], plan["L"]
@@ -411,7 +413,7 @@ class NativeStep(BoundStep):
         self._keep = plan                      # the weights the step points into
         self._bind(_ext.ssm_step(B, F, plan["D"], plan["N"], C, plan["selective"], self.int8, self.x, self.logits,
                                  self.probs, plan["mean"], plan["std"], self._banks[0], self._banks[1], plan["enc"],
-                                 plan["layers"], plan["final"], plan["head"], packed))
+                                 plan["layers"], plan["final"], plan["head"], packed, plan["asinh"]))
 
     def _bind_int8(self, m, kind, B, F, C, reference, vnni):
         from firmware_sim.intsim import SIGMOID, TANH
@@ -420,7 +422,9 @@ class NativeStep(BoundStep):
         self.logits_q12 = _zeros64((B, C), np.int32)
         self._int = [_zeros64((B, H), np.int32 if s.role.startswith("c.") else np.int16) for s in self.meta.state]
         x0 = m.cells[0]["x"]
-        feat = (np.exp2(m.in_frac.astype(np.float64)), _i32(m.mean_fx), _i32(m.feat_m), _i32(m.feat_s), int(x0.in_zp))
+        thr = None if m.asinh is None else _i32(m.asinh.thr)       # the input transform: by threshold table
+        feat = (np.exp2(m.in_frac.astype(np.float64)), _i32(m.mean_fx), _i32(m.feat_m), _i32(m.feat_s), int(x0.in_zp),
+                thr)
         reference = bool(reference) or max(m.hidden, m.n_features) > EXACT_N
         layers = []
         for layer, cell in enumerate(m.cells):

@@ -420,19 +420,22 @@ static PyObject *vnni_available(PyObject *mod, PyObject *noargs) {
 
 static PyMethodDef module_methods[] = {
     {"float_step", es_float_step, METH_VARARGS, "float_step(kind, B, F, H, C, x, logits, probs, mean, std, bank0, "
-                                                "bank1, layers, head) -> Step"},
+                                                "bank1, layers, head[, asinh]) -> Step; asinh: the input "
+                                                "transform's scale [F] or None"},
     {"int8_step", es_int8_step, METH_VARARGS, "int8_step(kind, B, F, H, C, x, logits, logits_q12, probs, state, feat, "
-                                              "layers, head, sigmoid, tanh[, reference]) -> Step; reference: the "
-                                              "firmware's es_k_matvec, stream by stream, instead of exact float products"},
+                                              "layers, head, sigmoid, tanh[, reference]) -> Step; feat: (2^in_frac, "
+                                              "mean_fx, feat_m, feat_s, zp0, thresholds [F][255] int32 | None); "
+                                              "reference: the firmware's es_k_matvec, stream by stream, instead of "
+                                              "exact float products"},
     {"simd", simd, METH_NOARGS, "the instruction set the float step runs with on this machine"},
     {"gate", gate_new, METH_VARARGS, "gate(B, F, C, x, hi, lo, logits) -> Gate: the reading and logits checks"},
     {"vnni", (PyCFunction)(void (*)(void))vnni_available, METH_NOARGS, "True when int8 products run with AVX-512 VNNI here"},
     {"attn_step", es_attn_step_new, METH_VARARGS, "attn_step(sizes, bufs, consts, embed, layers, head) -> AttnStep: "
                                                   "the Transformer step with its KV cache ring (es_attn_step.h)"},
     {"ssm_step", es_ssm_step_new, METH_VARARGS, "ssm_step(B, F, D, N, C, selective, quant, x, logits, probs, mean, std, "
-                                                "bank0, bank1, enc, layers, final, head[, packed]) -> SsmStep: the "
-                                                "state-space step (es_ssm_step.h); packed=False: int8 products as "
-                                                "float32 sums"},
+                                                "bank0, bank1, enc, layers, final, head[, packed, asinh]) -> SsmStep: "
+                                                "the state-space step (es_ssm_step.h); packed=False: int8 products "
+                                                "as float32 sums; asinh: the input transform's scale [F] or None"},
     {"ssm_quantize", es_ssm_quantize, METH_VARARGS, "ssm_quantize(x, scale, zero_point) -> bool: the 16-stream lanes' "
                                                     "division-free int8 quantization of x in place, where it runs "
                                                     "(tests)"},

@@ -125,7 +125,8 @@ class AttnStep(BoundStep):
             raise ModelFileError(f"'{path}' has MLPs of different widths; the native step runs one width")
         layers = [(*ly["ln1"][:2], ly["ln1"][2], *ly["ln2"][:2], ly["ln2"][2], _product(ly["qkv"]),
                    _product(ly["proj"]), _product(ly["fc1"]), _product(ly["fc2"])) for ly in p["layers"]]
-        consts = (p["score_div"], *p["gelu"], p["mean"], p["std"], p["freq"], *p["lnf"][:2], p["lnf"][2], p["slopes"])
+        consts = (p["score_div"], *p["gelu"], p["mean"], p["std"], p["freq"], *p["lnf"][:2], p["lnf"][2], p["slopes"],
+                  p["asinh"])
         sizes = (B, F, D, p["NH"], L, FF, C, R, max_history or 0, int(on_full == "error"), int(self.growable))
         self._keep = (layers, consts, p)           # the arrays the step points into
         embed, head = _product(p["embed"]), _product(p["head"])

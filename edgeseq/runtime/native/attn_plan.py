@@ -9,13 +9,13 @@ import math
 import numpy as np
 
 from edgeseq import contract
-from edgeseq.runtime.native.graphread import _normalization, _refuse
+from edgeseq.runtime.native.graphread import _normalization, _refuse, input_transform, transform_nodes
 from edgeseq.runtime.native.onnxfile import Graph
 from edgeseq.runtime.native.schemes import scheme_reason
 
 MAX_LAYERS = 16                     # es_attn.h ES_A_MAX_LAYERS
 MASK_AT_MOST = -1e4                 # the graph's masked-score constant must send exp() to 0 in float32
-OPS = {"Shape", "Squeeze", "Sub", "Div", "Gemm", "Unsqueeze", "Add", "Range", "GreaterOrEqual", "Greater", "And",
+OPS = {"Shape", "Squeeze", "Sub", "Div", "Asinh", "Gemm", "Unsqueeze", "Add", "Range", "GreaterOrEqual", "Greater", "And",
        "Where", "Reshape", "Concat", "LayerNormalization", "MatMul", "Split", "Transpose", "Softmax", "Erf", "Mul",
        "Gather", "Cast", "Sin", "Cos", "QuantizeLinear", "DequantizeLinear", "Identity"}
 
@@ -274,10 +274,12 @@ def plan(meta, graph: Graph, path) -> dict:
         if key in cfg and cfg[key] != have:
             _refuse(path, f"has metadata edgeseq.config {key} {cfg[key]!r} but its cache gives {have}")
     mean, std, x = _normalization(graph, F, path)
+    asinh, _ = input_transform(graph, F, path)
     div = g.producer[x]
     sub = g.producer[div.input[0]]
-    g.seen |= {id(div), id(sub)}
-    g.used |= {sub.input[1], div.input[1]}
+    t_nodes, t_init = transform_nodes(graph)
+    g.seen |= {id(div), id(sub), *(id(n) for n in t_nodes)}
+    g.used |= {sub.input[1], div.input[1], *t_init}
     embed, h = g.linear(x, F, D, "the embedding")
     freq = None
     adds = g.users(h, "Add")
@@ -406,7 +408,8 @@ def plan(meta, graph: Graph, path) -> dict:
     extra = sorted(k for k, v in g.init.items() if k not in g.used and v.dtype.kind == "f")
     if extra:
         g.refuse(f"holds float constants the native step does not use ({', '.join(extra[:3])})")
-    return {"F": F, "C": C, "D": D, "NH": NH, "HD": HD, "L": L, "mean": mean, "std": std, "embed": embed,
+    return {"F": F, "C": C, "D": D, "NH": NH, "HD": HD, "L": L, "mean": mean, "std": std, "asinh": asinh,
+            "embed": embed,
             "freq": freq, "layers": layers, "lnf": lnf, "head": head, "score_div": score_div, "gelu": gelu,
             "window": window, "slopes": slopes, "int8": embed["ws"] is not None}
 

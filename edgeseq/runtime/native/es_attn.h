@@ -61,6 +61,7 @@ typedef struct {
   float score_div;                  /* scores = q . k / score_div (the graph's constant, sqrt(head_dim)) */
   float gelu_div, gelu_one, gelu_half;   /* x * (half * (one + erf(x / div))) */
   const float *mean, *std;          /* the reading's normalisation, [F] */
+  const float *asinh;               /* the input transform's scale [F], or NULL */
   const float *freq;                /* sinusoid positions: [D / 2] angle per position, or NULL */
   const float *slopes;              /* ALiBi: [NH] score subtracted per reading back, or NULL */
   es_a_linear_t embed, head;
@@ -317,7 +318,7 @@ ES_F_INLINE int es_attn_step(es_attn_t *a) {
   if (a->growable && T + 1 > R) return -5;
   for (r0 = 0; r0 < B; r0 += ES_A_CHUNK) {
     const int rows = B - r0 < ES_A_CHUNK ? B - r0 : ES_A_CHUNK;
-    es_f_normalize(a->x + (size_t)r0 * F, rows, F, a->mean, a->std, xn);
+    es_f_normalize(a->x + (size_t)r0 * F, rows, F, a->mean, a->std, a->asinh, xn);
     es_a_linear(&a->embed, xn, F, rows, tq, ap, y, npm);
     for (r = 0; r < rows; r++) {
       float *h = hr + (size_t)r * D;

@@ -7,7 +7,7 @@
        sizes  (B, F, D, heads, L, d_ff, C, R, max_history, full_error, growable)
        bufs   (x, logits, probs, position int64 [B], history int64 [1], ring float32 [L][2][B][D][R])
        consts (score_div, gelu_div, gelu_one, gelu_half, mean, std, freq | None, lnf_w, lnf_b, lnf_eps,
-       slopes | None)
+       slopes | None, asinh | None)   (asinh: the input transform's scale [F])
        layers [(ln1_w, ln1_b, ln1_eps, ln2_w, ln2_b, ln2_eps, qkv, proj, fc1, fc2)]
        a product: (w [K][np], b [np], np, quant, in_s, in_z, out_q, out_s, out_z, acc_bias | None,
                    mul | None, bias | None)   (see es_a_linear_t)
@@ -174,7 +174,7 @@ PyObject *es_attn_step_new(PyObject *mod, PyObject *args) {
   (void)mod;
   if (!PyArg_ParseTuple(args, "OOOOOO", &sizes, &bufs, &consts, &embed, &layers, &head)) return NULL;
   if (es_check_tuple(sizes, 11, "sizes") < 0 || es_check_tuple(bufs, 6, "bufs") < 0 ||
-      es_check_tuple(consts, 11, "consts") < 0)
+      es_check_tuple(consts, 12, "consts") < 0)
     return NULL;
   {
     static const long lo[11] = {1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0};
@@ -222,6 +222,7 @@ PyObject *es_attn_step_new(PyObject *mod, PyObject *args) {
       !(a->std = attn_bind_item(s, consts, 5, a->F, 0, "std")) ||
       attn_bind_opt(s, consts, 6, a->D / 2, &a->freq, "freq") < 0 ||
       attn_bind_opt(s, consts, 10, a->NH, &a->slopes, "slopes") < 0 ||
+      attn_bind_opt(s, consts, 11, a->F, &a->asinh, "asinh") < 0 ||
       !(a->lnf_w = attn_bind_item(s, consts, 7, a->D, 0, "lnf_w")) ||
       !(a->lnf_b = attn_bind_item(s, consts, 8, a->D, 0, "lnf_b")))
     goto fail;

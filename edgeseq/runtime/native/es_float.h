@@ -266,9 +266,16 @@ ES_F_INLINE void es_f_lstm_cell(float *g, int ldg, int rows, int H, const float 
   }
 }
 
-/* (x - mean) / std per feature, as the graph's Sub and Div compute it */
-ES_F_INLINE void es_f_normalize(const float *x, int rows, int F, const float *mean, const float *std, float *xn) {
+/* (t - mean) / std per feature, as the graph's Sub and Div compute it; t = asinhf(x / asinh[f]) (the
+   graph's input transform, Div then Asinh) where `asinh` is not NULL, else x */
+ES_F_INLINE void es_f_normalize(const float *x, int rows, int F, const float *mean, const float *std,
+                                const float *asinh, float *xn) {
   int r, f;
+  if (asinh) {
+    for (r = 0; r < rows; r++)
+      for (f = 0; f < F; f++) xn[(size_t)r * F + f] = (asinhf(x[(size_t)r * F + f] / asinh[f]) - mean[f]) / std[f];
+    return;
+  }
   for (r = 0; r < rows; r++)
     for (f = 0; f < F; f++) xn[(size_t)r * F + f] = (x[(size_t)r * F + f] - mean[f]) / std[f];
 }

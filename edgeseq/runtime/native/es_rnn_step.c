@@ -4,7 +4,7 @@
    Two constructors build a Step that holds pointers into buffers the Python side owns (bound
    once, through the buffer protocol; the Step keeps the exporting objects alive):
 
-     float_step(kind, B, F, H, C, x, logits, probs, mean, std, bank0, bank1, layers, head)
+     float_step(kind, B, F, H, C, x, logits, probs, mean, std, bank0, bank1, layers, head[, asinh])
      int8_step(kind, B, F, H, C, x, logits, logits_q12, probs, state, feat, layers, head, sigmoid, tanh[, reference])
 
    Step.run() advances all B streams by one reading: no allocation, no argument parsing.
@@ -51,7 +51,7 @@ typedef struct {
   int quant, kind, H, L, C, bank;
   float *logits, *probs;
   /* float */
-  const float *mean, *std;
+  const float *mean, *std, *asinh;  /* asinh: the input transform's scale [F], NULL where there is none */
   es_f_dense_t layer[ES_MAX_LAYERS], head;
   int gru_ox[ES_MAX_LAYERS], gru_oh[ES_MAX_LAYERS], np_max, k_max;
   float *h[2][ES_MAX_LAYERS], *c[2][ES_MAX_LAYERS];
@@ -62,6 +62,7 @@ typedef struct {
   int32_t *qc[ES_MAX_LAYERS];
   const double *in_scale;
   const int32_t *mean_fx, *feat_m, *feat_s;
+  const int32_t *thr;              /* [F][255]: the input transform's threshold table (es_k_thresh8); NULL: none */
   int32_t zp0;
   es_q_layer_t ql[ES_MAX_LAYERS];
   es_q_dense_t qhead;
@@ -145,7 +146,7 @@ ES_CLONES static int float_run(StepObject *s) {
   int r0, l, bad = -1;
   for (r0 = 0; r0 < B; r0 += ES_F_CHUNK) {
     int rows = B - r0 < ES_F_CHUNK ? B - r0 : ES_F_CHUNK, r;
-    es_f_normalize(s->x + (size_t)r0 * F, rows, F, s->mean, s->std, xn);
+    es_f_normalize(s->x + (size_t)r0 * F, rows, F, s->mean, s->std, s->asinh, xn);
     for (l = 0; l < L; l++) {
       const float *a1 = l == 0 ? xn : s->h[nxt][l - 1] + (size_t)r0 * H;
       const float *hold = s->h[cur][l] + (size_t)r0 * H;
@@ -178,14 +179,20 @@ ES_CLONES static int float_run(StepObject *s) {
 #define ES_IN_LIMIT 1073741823       /* firmware_sim.intsim.IN_LIMIT */
 
 /* reading (float) -> int8 input of the first product: intsim's to_fixed (round half to even,
-   saturate to int32), then the emitted step's clamp, offset and requantization */
+   saturate to int32), then the emitted step's clamp, offset and requantization; a model with an
+   input transform (thr): the emitted step's threshold search instead */
 ES_INLINE void q_reading(const StepObject *s, const float *x, int8_t *a, int n_pad) {
   const int F = s->F;
   int f;
   for (f = 0; f < F; f++) {
     double v = nearbyint((double)x[f] * s->in_scale[f]);
     int32_t fx = v >= 2147483647.0 ? INT32_MAX : v <= -2147483648.0 ? INT32_MIN : v == v ? (int32_t)v : 0;
-    int32_t d = es_k_clamp(fx, -ES_IN_LIMIT, ES_IN_LIMIT) - s->mean_fx[f];
+    int32_t d;
+    if (s->thr) {
+      a[f] = (int8_t)es_k_thresh8(s->thr + (size_t)255 * f, es_k_clamp(fx, -ES_IN_LIMIT, ES_IN_LIMIT));
+      continue;
+    }
+    d = es_k_clamp(fx, -ES_IN_LIMIT, ES_IN_LIMIT) - s->mean_fx[f];
     a[f] = (int8_t)ES_SAT8(es_k_requant(d, s->feat_m[f], s->feat_s[f]) + s->zp0);
   }
   for (; f < n_pad; f++) a[f] = 0;
@@ -564,12 +571,12 @@ static Py_ssize_t check_sizes(int kind, int B, int F, int H, int C, PyObject *la
 
 PyObject *es_float_step(PyObject *mod, PyObject *args) {
   int kind, B, F, H, C, l, gates;
-  PyObject *x, *logits, *probs, *mean, *std, *bank0, *bank1, *layers, *head;
+  PyObject *x, *logits, *probs, *mean, *std, *bank0, *bank1, *layers, *head, *asinh = Py_None;
   StepObject *s;
   Py_ssize_t L, per, nst;
   (void)mod;
-  if (!PyArg_ParseTuple(args, "iiiiiOOOOOOOOO", &kind, &B, &F, &H, &C, &x, &logits, &probs, &mean, &std, &bank0,
-                        &bank1, &layers, &head))
+  if (!PyArg_ParseTuple(args, "iiiiiOOOOOOOOO|O", &kind, &B, &F, &H, &C, &x, &logits, &probs, &mean, &std, &bank0,
+                        &bank1, &layers, &head, &asinh))
     return NULL;
   if ((L = check_sizes(kind, B, F, H, C, layers)) < 0) return NULL;
   per = kind == ES_F_LSTM ? 2 : 1;
@@ -583,7 +590,8 @@ PyObject *es_float_step(PyObject *mod, PyObject *args) {
   s->kind = kind;
   s->B = B, s->F = F, s->H = H, s->C = C, s->L = (int)L;
   if (es_step_bind_io((es_step_t *)s, x, logits, probs, C, &s->logits, &s->probs) < 0 ||
-      !(s->mean = bind(s, mean, 4, F, 0, "mean")) || !(s->std = bind(s, std, 4, F, 0, "std")))
+      !(s->mean = bind(s, mean, 4, F, 0, "mean")) || !(s->std = bind(s, std, 4, F, 0, "std")) ||
+      (asinh != Py_None && !(s->asinh = bind(s, asinh, 4, F, 0, "asinh"))))
     goto fail;
   for (l = 0; l < L; l++) {
     int k;
@@ -713,7 +721,7 @@ PyObject *es_int8_step(PyObject *mod, PyObject *args) {
     PyErr_SetString(PyExc_ValueError, "state: a list of one array per state tensor expected");
     return NULL;
   }
-  if (es_check_tuple(feat, 5, "feat") < 0 || es_check_tuple(head, 4, "head") < 0) return NULL;
+  if (es_check_tuple(feat, 6, "feat") < 0 || es_check_tuple(head, 4, "head") < 0) return NULL;
   if (!(s = es_step_alloc(&es_step_type, ES_MAX_VIEWS, step_run))) return NULL;
   s->quant = 1;
   s->reference = reference;
@@ -749,6 +757,16 @@ PyObject *es_int8_step(PyObject *mod, PyObject *args) {
       !(s->feat_s = bind_item(s, feat, 3, 4, F, 0, "feat_s")) ||
       get_i32(feat, 4, &s->zp0, "zp0") < 0)
     goto fail;
+  if (PyTuple_GET_ITEM(feat, 5) != Py_None) {   /* the input transform's thresholds, non-decreasing per channel */
+    int f, k;
+    if (!(s->thr = bind_item(s, feat, 5, 4, (Py_ssize_t)F * 255, 0, "thr"))) goto fail;
+    for (f = 0; f < F; f++)
+      for (k = 1; k < 255; k++)
+        if (s->thr[(size_t)255 * f + k] < s->thr[(size_t)255 * f + k - 1]) {
+          PyErr_Format(PyExc_ValueError, "thr: channel %d's thresholds are not ascending", f);
+          goto fail;
+        }
+  }
   for (l = 0; l < L; l++) {
     PyObject *t = PyList_GET_ITEM(layers, l);
     es_q_layer_t *q = &s->ql[l];

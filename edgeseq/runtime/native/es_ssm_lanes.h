@@ -488,11 +488,15 @@ ES_F_INLINE void es_s_llayernorms(es_s_v *const *x, int nch, int n, const float 
   for (h = 0; h < nch; h++) es_s_llayernorm(x[h], n, g, b, eps, out[h]);
 }
 
-/* the normalised readings of ES_S_L streams (rows of F), as es_f_normalize */
+/* the normalised readings of ES_S_L streams (rows of F), as es_f_normalize (asinh: the input
+   transform's scale [F], lane by lane with libm's asinhf, or NULL) */
 ES_F_INLINE void es_s_lnormalize(const float *ES_F_RESTRICT x, int F, const float *mean, const float *std,
-                                 es_s_v *ES_F_RESTRICT out) {
-  int f;
+                                 const float *asinh, es_s_v *ES_F_RESTRICT out) {
+  int f, i;
   es_s_to_lanes(x, F, F, out);
+  if (asinh)
+    for (f = 0; f < F; f++)
+      for (i = 0; i < ES_S_L; i++) out[f][i] = asinhf(out[f][i] / asinh[f]);
   for (f = 0; f < F; f++) out[f] = (out[f] - mean[f]) / std[f];
 }
 

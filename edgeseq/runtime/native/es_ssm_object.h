@@ -30,7 +30,7 @@ typedef struct {
   ES_STEP_HEAD
   int quant, sel, D, N, L, C, bank;
   float *logits, *probs;
-  const float *mean, *std;
+  const float *mean, *std, *asinh;  /* asinh: the input transform's scale [F], NULL where there is none */
   es_s_proj_t enc, head;
   es_s_layer_t layer[ES_S_MAX_LAYERS];
   const float *lnf_g, *lnf_b;

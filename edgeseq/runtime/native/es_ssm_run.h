@@ -101,7 +101,7 @@ ES_SSM_TARGET int ES_SSM_NAME(es_ssm_run_)(SsmObject *s) {
 #endif
   for (; r0 < B; r0 += ES_F_CHUNK) {
     int rows = B - r0 < ES_F_CHUNK ? B - r0 : ES_F_CHUNK, r;
-    es_f_normalize(s->x + (size_t)r0 * F, rows, F, s->mean, s->std, xn);
+    es_f_normalize(s->x + (size_t)r0 * F, rows, F, s->mean, s->std, s->asinh, xn);
     es_s_proj(&s->enc, xn, F, rows, qa, ap, u, ld);
     for (l = 0; l < L; l++) {
       const es_s_layer_t *y = &s->layer[l];

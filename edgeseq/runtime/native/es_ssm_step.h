@@ -1,6 +1,7 @@
 /* es_ssm_step.h: the state-space step (edgeseq.models.ssm) for the host: SsmStep, built by
 
-     ssm_step(B, F, D, N, C, selective, quant, x, logits, probs, mean, std, bank0, bank1, enc, layers, final, head)
+     ssm_step(B, F, D, N, C, selective, quant, x, logits, probs, mean, std, bank0, bank1, enc, layers, final, head
+              [, packed, asinh])
 
    and run like Step: SsmStep.run() advances all B streams one reading with no allocation and
    returns -1 when every stream's logits are finite (the step is adopted), else the first
@@ -645,12 +646,12 @@ PyObject *es_ssm_quantize(PyObject *mod, PyObject *args) {
 
 PyObject *es_ssm_step_new(PyObject *mod, PyObject *args) {
   int B, F, D, N, C, sel, quant, packed = 1, l;
-  PyObject *x, *logits, *probs, *mean, *std, *bank0, *bank1, *enc, *layers, *final, *head;
+  PyObject *x, *logits, *probs, *mean, *std, *bank0, *bank1, *enc, *layers, *final, *head, *asinh = Py_None;
   SsmObject *s;
   Py_ssize_t L;
   (void)mod;
-  if (!PyArg_ParseTuple(args, "iiiiippOOOOOOOOOOO|p", &B, &F, &D, &N, &C, &sel, &quant, &x, &logits, &probs, &mean,
-                        &std, &bank0, &bank1, &enc, &layers, &final, &head, &packed))
+  if (!PyArg_ParseTuple(args, "iiiiippOOOOOOOOOOO|pO", &B, &F, &D, &N, &C, &sel, &quant, &x, &logits, &probs, &mean,
+                        &std, &bank0, &bank1, &enc, &layers, &final, &head, &packed, &asinh))
     return NULL;
   if (B < 1 || F < 1 || D < 1 || N < 1 || C < 1 || F > (1 << 16) || D > (1 << 16) || N > (1 << 16) || C > (1 << 16)) {
     PyErr_SetString(PyExc_ValueError, "sizes out of range");
@@ -686,7 +687,8 @@ PyObject *es_ssm_step_new(PyObject *mod, PyObject *args) {
   s->kmax = F > D ? F : D;
   s->kmax = s->kmax > N ? s->kmax : N;
   if (es_step_bind_io((es_step_t *)s, x, logits, probs, C, &s->logits, &s->probs) < 0 ||
-      !(s->mean = ssm_bind(s, mean, F, 0, "mean")) || !(s->std = ssm_bind(s, std, F, 0, "std")))
+      !(s->mean = ssm_bind(s, mean, F, 0, "mean")) || !(s->std = ssm_bind(s, std, F, 0, "std")) ||
+      (asinh != Py_None && !(s->asinh = ssm_bind(s, asinh, F, 0, "asinh"))))
     goto fail;
   for (l = 0; l < L; l++)
     if (!(s->s[0][l] = ssm_bind_item(s, bank0, l, (Py_ssize_t)B * N, 1, "state")) ||

@@ -43,7 +43,8 @@ ES_F_INLINE int ssm_lanes(SsmObject *s, int r0, int nch, int cur, int nxt) {
 #else
   cx.quant = NULL;
 #endif
-  for (h = 0; h < nch; h++) es_s_lnormalize(s->x + (size_t)(r0 + h * ES_S_L) * F, F, s->mean, s->std, b[ES_S_XN][h]);
+  for (h = 0; h < nch; h++) es_s_lnormalize(s->x + (size_t)(r0 + h * ES_S_L) * F, F, s->mean, s->std, s->asinh,
+                                                   b[ES_S_XN][h]);
   es_s_lproj(&s->enc, b[ES_S_XN], b[ES_S_Q], b[ES_S_U], nch, &cx);
   for (l = 0; l < L; l++) {
     const es_s_layer_t *y = &s->layer[l];

@@ -16,10 +16,45 @@ def _refuse(path, what: str):
     raise ModelFileError(f"'{path}' {what}; the native step runs edgeseq's own exports: onnxruntime only")
 
 
-def _normalization(graph: Graph, F: int, path) -> tuple:
-    """(mean, std) float32 [F] from the graph's `Sub(reading, mean)` -> `Div(., std)`."""
+def input_transform(graph: Graph, F: int, path) -> tuple:
+    """(asinh scale float32 [F] or None, the tensor the normalisation reads): the graph's
+    optional input transform `Div(reading, scale)` -> `Asinh`, refused where the reading feeds
+    anything else, or the scale is not a positive finite constant per feature."""
     init = graph.initializers
-    sub = next((n for n in graph.nodes if n.op_type == "Sub" and n.input[:1] == [contract.READING]), None)
+    div = next((n for n in graph.nodes if n.op_type == "Div" and n.input[:1] == [contract.READING]), None)
+    if div is None:
+        return None, contract.READING
+    users = [n for n in graph.nodes if contract.READING in n.input]
+    ash = next((n for n in graph.nodes if n.op_type == "Asinh" and n.input[:1] == div.output[:1]), None)
+    if ash is None or len(users) != 1 or len(div.input) < 2 or div.input[1] not in init:
+        _refuse(path, "divides the reading other than as asinh(reading / constant scale)")
+    if len([n for n in graph.nodes if div.output[0] in n.input]) != 1:
+        _refuse(path, "uses reading / scale other than in its asinh")
+    try:
+        scale = np.broadcast_to(np.asarray(init[div.input[1]], np.float32).reshape(-1), (F,)).copy()
+    except ValueError:
+        _refuse(path, f"has an asinh scale that is not one per feature of {F}")
+    if not (np.isfinite(scale).all() and (scale > 0).all()):
+        _refuse(path, "has an asinh scale that is not finite and above 0")
+    return scale, ash.output[0]
+
+
+def transform_nodes(graph: Graph) -> tuple:
+    """(nodes, initializer names) of the input transform `input_transform` has checked: ([], [])
+    where the graph has none. What a planner that accounts for every node marks as read."""
+    div = next((n for n in graph.nodes if n.op_type == "Div" and n.input[:1] == [contract.READING]), None)
+    if div is None:
+        return [], []
+    ash = next(n for n in graph.nodes if n.op_type == "Asinh" and n.input[:1] == div.output[:1])
+    return [div, ash], [div.input[1]]
+
+
+def _normalization(graph: Graph, F: int, path) -> tuple:
+    """(mean, std) float32 [F] from the graph's `Sub(t, mean)` -> `Div(., std)`, t the reading
+    or its input transform's output (`input_transform`)."""
+    init = graph.initializers
+    _, first = input_transform(graph, F, path)
+    sub = next((n for n in graph.nodes if n.op_type == "Sub" and n.input[:1] == [first]), None)
     if sub is None or len(sub.input) < 2 or sub.input[1] not in init:
         _refuse(path, "does not start with reading - mean")
     div = next((n for n in graph.nodes if n.input[:1] == [sub.output[0]]), None)

@@ -28,11 +28,8 @@ def probe_readings(meta, streams: int, n: int) -> np.ndarray:
     """float32 [n, streams, F] seeded readings around the training mean (1.5 of its scaled
     standard deviations), what a probe streams through both the step and the graph."""
     F = len(meta.features)
-    norm = meta.normalization or {}
-    mean = np.asarray(norm.get("mean") or [0.0] * F, np.float64)
-    std = np.asarray(norm.get("std") or [1.0] * F, np.float64) * np.asarray(norm.get("input_scale") or [1.0] * F)
     rng = np.random.default_rng(0)
-    return (mean + std * rng.standard_normal((n, streams, F)) * 1.5).astype(np.float32)
+    return contract.raw_readings(meta.normalization, rng.standard_normal((n, streams, F)) * 1.5)
 
 
 def probe(step: BoundStep, session) -> str | None:

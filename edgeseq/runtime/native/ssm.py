@@ -25,14 +25,14 @@ import numpy as np
 from edgeseq import contract
 from edgeseq.errors import ModelFileError
 from edgeseq.runtime.native.buffers import zeros as _zeros64
-from edgeseq.runtime.native.graphread import _normalization, _refuse
+from edgeseq.runtime.native.graphread import _normalization, _refuse, input_transform, transform_nodes
 from edgeseq.runtime.quant import strip_copies
 
 NB = 16                              # es_float.h ES_F_NB: product columns are padded to it
 MAX_LAYERS = 16                      # es_ssm_object.h ES_S_MAX_LAYERS
 IN_FLOAT, IN_FQ, IN_INT = 0, 1, 2    # es_ssm.h ES_S_IN_*
 EXACT_SUM = 1 << 24                  # float32 sums of integer products stay exact below this
-OPS = {"Sub", "Div", "Gemm", "LayerNormalization", "MatMul", "Add", "Split", "Mul", "Sigmoid", "Softplus",
+OPS = {"Sub", "Div", "Asinh", "Gemm", "LayerNormalization", "MatMul", "Add", "Split", "Mul", "Sigmoid", "Softplus",
        "Greater", "Where", "Exp", "Softmax", "Identity", "QuantizeLinear", "DequantizeLinear"}
 
 
@@ -378,9 +378,11 @@ def ssm_plan(meta, graph, path) -> dict:
     if ops:
         _refuse(path, f"has {', '.join(sorted(ops))} nodes the native ssm step does not compute")
     mean, std, norm_out = _normalization(graph, F, path)
+    asinh, _ = input_transform(graph, F, path)
     w = _Walk(graph)
     div = w.node(norm_out, "Div")                                   # _normalization checked both
     w.node(div.input[0], "Sub")
+    w.seen |= {id(n) for n in transform_nodes(graph)[0]}             # and input_transform these
     try:
         sm = w.node(contract.PROBS, "Softmax")
         if sm.input != [contract.LOGITS] or sm.attrs.get("axis", -1) not in (-1, 1):
@@ -396,7 +398,7 @@ def ssm_plan(meta, graph, path) -> dict:
         if w.through(x_in) != norm_out:
             w.refuse("does not project the normalised reading into the layers")
         w.finish()
-        plan = {"D": D, "N": N, "L": L, "selective": selective, "mean": mean, "std": std,
+        plan = {"D": D, "N": N, "L": L, "selective": selective, "mean": mean, "std": std, "asinh": asinh,
                 "enc": _layout(enc, F, D), "layers": layers, "final": (lnf_g, lnf_b, lnf_eps),
                 "head": _layout(head, D, C)}
     except _Refused as e:
