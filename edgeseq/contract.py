@@ -54,7 +54,8 @@ META_FEATURES = "edgeseq.features"
 META_LABELS = "edgeseq.labels"
 META_NORM = "edgeseq.normalization"      # {"mean", "std"[, "input_scale"][, "asinh_scale"]}: the graph
                                          # computes (t - mean) / (std * input_scale), t = asinh(reading /
-                                         # asinh_scale) (the input transform) or the reading where absent;
+                                         # asinh_scale) (the input transform) or the reading where absent,
+                                         # asinh_reach its training readings' largest |value| per channel;
                                          # input_scale (int8 models) is the input equalization, all ones
                                          # when absent
 META_STATE = "edgeseq.state"
@@ -239,16 +240,18 @@ def _load_json(props: dict, key: str):
 
 
 def _normalization(v):
-    """null, or {"mean", "std"[, "input_scale"][, "asinh_scale"]}: lists of one finite number per
-    feature (their count against the features is checked with the graph, in `check_graph`), std,
-    input_scale and asinh_scale > 0."""
+    """null, or {"mean", "std"[, "input_scale"][, "asinh_scale"[, "asinh_reach"]]}: lists of one
+    finite number per feature (their count against the features is checked with the graph, in
+    `check_graph`), std, input_scale, asinh_scale and asinh_reach > 0."""
     if v is None:
         return None
     if not isinstance(v, dict):
         _fail(META_NORM, f"must be an object with mean and std, got {_show(v)}")
     n = None
-    for k in ("mean", "std", "input_scale", "asinh_scale"):
-        if k in ("input_scale", "asinh_scale") and k not in v:
+    if "asinh_reach" in v and "asinh_scale" not in v:
+        _fail(META_NORM, "has asinh_reach without asinh_scale")
+    for k in ("mean", "std", "input_scale", "asinh_scale", "asinh_reach"):
+        if k in ("input_scale", "asinh_scale", "asinh_reach") and k not in v:
             continue
         a = v.get(k)
         if not isinstance(a, list) or not a or n is not None and len(a) != n:

@@ -290,8 +290,10 @@ def reading_format(meta, proto, init: dict, first, path) -> dict:
     mean, std, asinh = graph_reading(proto, init, len(meta.features), path)
     _check_normalization(meta, mean, std, path, asinh)
     if asinh is not None:                  # the input transform: a threshold table (`asinh_thresholds`)
+        reach = meta.normalization.get("asinh_reach")
         in_frac, thr = asinh_thresholds(meta.features, asinh, mean, std, first.in_scale, first.in_zp,
-                                        np.asarray(meta.normalization["std"], np.float64))
+                                        np.asarray(meta.normalization["std"], np.float64),
+                                        None if reach is None else np.asarray(reach, np.float64))
         zeros = np.zeros(len(in_frac), np.int64)
         return {"feat_m": zeros, "feat_s": zeros.copy(), "mean_fx": zeros.copy(), "in_frac": in_frac,
                 "asinh": AsinhReading(scale=asinh, mean=mean, std=std, in_scale=float(first.in_scale),
@@ -367,7 +369,7 @@ def _thr_gap(t) -> float:
     return float(np.diff(t)[inside].min()) if inside.any() else np.inf
 
 
-def asinh_thresholds(features, scale, mean, std, in_scale: float, in_zp: int, spread=None) -> tuple:
+def asinh_thresholds(features, scale, mean, std, in_scale: float, in_zp: int, spread=None, cover=None) -> tuple:
     """(in_frac int64 [F], thresholds int64 [F, 255]) of a model with an input transform.
 
     Computed in float64 from the graph's own constants (`asinh_boundaries`' x_q, the reading
@@ -385,14 +387,17 @@ def asinh_thresholds(features, scale, mean, std, in_scale: float, in_zp: int, sp
     scale is shared with wider channels), resolution comes first: the fewest fractional bits
     that keep 4 units between neighbouring thresholds, the thresholds beyond the int32's
     reach saturated to +-2^30 (never / always reached by a clamped reading: readings beyond
-    +-(2^30 - 1) / 2^frac saturate there, as every integer model's do), provided the
-    boundaries within Z_COVER standard deviations of the training data's transformed values
-    (mean +- Z_COVER x spread: the metadata's std, before input_scale; default `std`) stay
-    within 2^29. InputFormatError (one line, naming the channel and what to do) otherwise."""
+    +-(2^30 - 1) / 2^frac saturate there, as every integer model's do), provided the training
+    readings stay within 2^29: `cover` [F], their largest |value| per channel (the metadata's
+    asinh_reach), or where a file lacks it the boundaries within Z_COVER standard deviations of
+    the training data's transformed values (mean +- Z_COVER x spread: the metadata's std,
+    before input_scale; default `std`). InputFormatError (one line, naming the channel and what
+    to do) otherwise."""
     x = asinh_boundaries(scale, mean, std, in_scale, in_zp)
     thr = np.zeros(x.shape, np.int64)
     fracs = np.zeros(x.shape[0], np.int64)
-    remedy = "clip the channel's extreme readings in the data, or train it with --set input_transform=none"
+    remedy = ("train it again with --set input_transform=asinh (every channel transformed, so no channel's "
+              "range stretches the int8 input the channels share) or --set input_transform=none")
     for f, name in enumerate(features):
         xf, a = x[f], float(scale[f])
         reach = float(np.abs(xf).max())
@@ -412,14 +417,15 @@ def asinh_thresholds(features, scale, mean, std, in_scale: float, in_zp: int, sp
             y = np.clip(m_f + Z_COVER * sd * np.array([-1.0, 1.0]), m_f + s_f * in_scale * (-128 - in_zp),
                         m_f + s_f * in_scale * (127 - in_zp))
             with np.errstate(over="ignore"):
-                need = float(np.abs(a * np.sinh(y)).max())
+                need = float(np.abs(a * np.sinh(y)).max()) if cover is None else float(cover[f])
+            what = (f"its training readings reach {need:.3g}" if cover is not None else
+                    f"it reaches readings of {need:.3g} within {Z_COVER:g} standard deviations of its training data")
             held = THR_REACH / 2.0 ** min(k, IN_FRAC_MAX)
             if k > IN_FRAC_MAX or not need <= held:
                 raise InputFormatError(
                     f"channel '{name}': through its input transform asinh(x / {a:.3g}) its int8 input has steps as "
-                    f"fine as {fine:.3g} and reaches readings of {need:.3g} within {Z_COVER:g} standard deviations "
-                    f"of its training data: an int32 reading cannot hold both (at the {k} fractional bits those "
-                    f"steps need it holds {held:.3g}); {remedy}")
+                    f"fine as {fine:.3g} and {what}: an int32 reading cannot hold both (at the {k} fractional bits "
+                    f"those steps need it holds {held:.3g}); {remedy}")
         thr[f], fracs[f] = _thr_at(xf, k), k
     return fracs, thr
 

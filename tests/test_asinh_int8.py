@@ -254,7 +254,8 @@ def test_the_metadata_asinh_scale_must_be_the_graphs(made, tmp_path):
     with pytest.raises(MetadataError, match="gives asinh_scale .* for feature 'current' but the graph computes"):
         from_onnx(_with_norm(path, tmp_path / "off.onnx", off))
     with pytest.raises(MetadataError, match="has no asinh_scale but the graph takes asinh"):
-        from_onnx(_with_norm(path, tmp_path / "gone.onnx", lambda norm: norm.pop("asinh_scale")))
+        from_onnx(_with_norm(path, tmp_path / "gone.onnx",
+                             lambda norm: [norm.pop("asinh_scale"), norm.pop("asinh_reach", None)]))
     with pytest.raises(MetadataError, match="has an asinh_scale but the graph does not transform"):
         from_onnx(_with_norm(made("gru", "none"), tmp_path / "extra.onnx",
                              lambda norm: norm.update(asinh_scale=[1.0] * F)))

@@ -51,7 +51,7 @@ def wide_readings(T, B, seed=1) -> np.ndarray:
 def test_auto_turns_on_only_for_a_channel_whose_amplitudes_span_decades():
     scale, why = asinh_scales(wide_split(), "auto")
     amp = np.quantile(np.abs(wide_split().X[:, :, 0]), 0.95, axis=1)
-    assert scale is not None and "channel 0" in why and "channel 1" not in why
+    assert scale is not None and why.startswith("asinh on channel 0") and why.endswith("linear: channel 1 [auto]")
     assert scale[0] == pytest.approx(np.median(amp) * 0.01, rel=1e-6)
     assert scale[1] >= 0.999e4 * np.abs(wide_split().X[:, :, 1]).max()      # linear to float32 precision
     x = np.linspace(-10, 10, 101, dtype=np.float32)
@@ -67,6 +67,30 @@ def test_auto_turns_on_only_for_a_channel_whose_amplitudes_span_decades():
         asinh_scales(wide_split(), "log")
 
 
+def test_a_channel_zero_in_most_sequences_is_judged_on_the_rest():
+    split = wide_split(decades=6.0)
+    split.X[:42, :, 0] = 0.0                                   # 70% of the sequences: the load is off
+    scale, why = asinh_scales(split, "auto", ["current", "temp"])
+    amp = np.quantile(np.abs(split.X[42:, :, 0]), 0.95, axis=1)
+    assert scale is not None and why.startswith("asinh on current")
+    assert scale[0] == pytest.approx(np.median(amp) * 0.01, rel=1e-6)
+    split.X[:, :, 0] = 0.0                                      # never on: nothing to transform
+    assert asinh_scales(split, "auto")[0] is None
+    scale, why = asinh_scales(split, "asinh", ["current", "temp"])
+    assert scale[0] == 1e4 and "linear: current" in why
+
+
+@pytest.mark.parametrize("unit", [1e-36, 1e34])
+def test_a_linear_channel_in_extreme_units_stays_linear_and_finite(unit):
+    split = wide_split()
+    split.X[:, :, 1] *= unit
+    norm = Normalization.fit(split, transform="auto")
+    assert np.isfinite(norm.asinh_scale).all() and (norm.asinh_scale > 0).all()
+    assert not norm.constant[1]                                 # the channel is read, not ignored
+    t = np.arcsinh(split.X[:, :, 1].astype(np.float64) / float(norm.asinh_scale[1]))
+    assert np.corrcoef(t.ravel(), split.X[:, :, 1].ravel().astype(np.float64))[0, 1] > 0.9999
+
+
 def test_normalisation_is_fitted_after_the_transform_and_round_trips():
     split = wide_split()
     norm = Normalization.fit(split, transform="auto")
@@ -75,11 +99,20 @@ def test_normalisation_is_fitted_after_the_transform_and_round_trips():
     assert_close(norm.std, t.std(0).astype(np.float32), "std", atol=1e-5)
     back = Normalization.from_json(norm.to_json())
     assert np.array_equal(back.asinh_scale, norm.asinh_scale)
+    assert np.array_equal(back.asinh_reach, np.abs(split.X).max((0, 1)).astype(np.float32))
     plain = Normalization.fit(split)                                        # the default: no transform
     assert plain.asinh_scale is None and "asinh_scale" not in plain.to_json()
     z = np.random.default_rng(0).standard_normal((50, F))
     raw = contract.raw_readings(norm.to_json(), z)                         # the inverse, as probes use it
     assert_close(norm.apply(raw), z.astype(np.float32), "raw_readings inverse", atol=1e-4)
+
+
+def test_jitter_near_the_float32_limit_stays_finite():
+    X = np.full((1, 500, 1), 3e38, np.float32)
+    X[0, ::2, 0] *= -1
+    out = jitter(X, np.array([500]), 0.05, np.random.default_rng(0), std=np.array([0.5]),
+                 asinh_scale=np.array([1.0]))
+    assert np.isfinite(out).all() and not np.array_equal(out, X)
 
 
 def test_jitter_is_drawn_where_the_model_reads():

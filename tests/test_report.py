@@ -279,3 +279,21 @@ def test_quick_trains_a_fixed_few_epochs_whatever_the_default_schedule(trained, 
     assert s["quick"] and s["mode"] == "fixed" and s["epochs_run"] == QUICK["epochs"]["gru"]
     assert rows["gru"]["float"]["trained"] == f"after {QUICK['epochs']['gru']} epochs (fixed, quick: not trained to " \
         "convergence)"
+
+
+def test_a_model_the_integer_step_refuses_leaves_the_rest_of_the_report(monkeypatch, tmp_path):
+    """The microcontroller panel says which model the integer step refused and why, instead of
+    ending the report (the models, events and accuracy figures stand)."""
+    from edgeseq.report import mcu
+    from firmware_sim.intgraph import InputFormatError
+
+    def refuse(path, *a, **k):
+        if "ssm" in str(path):
+            raise InputFormatError("channel 'current': an int32 reading cannot hold both; train it again")
+        return {"arch": "gru"}
+    monkeypatch.setattr(mcu, "toolchain_missing", lambda: None)
+    monkeypatch.setattr(mcu, "measure_row", refuse)
+    models = {a: {"int8": {"path": str(tmp_path / f"{a}.onnx")}} for a in ("gru", "ssm")}
+    panel = mcu.mcu_panel(models, {"transformer": None}, None, (8,), tmp_path)
+    assert panel["available"] is False
+    assert panel["reason"].startswith("the integer step refused the int8 ssm: channel 'current'")

@@ -130,6 +130,7 @@ CONSTANT = 1e-6   # a channel whose std is at most this fraction of its magnitud
 
 ASINH_RANGE = 1000.0  # auto input transform: a channel whose sequences' amplitudes span this ratio or more
 ASINH_KNEE = 0.01     # asinh scale of such a channel: this share of its median sequence amplitude
+F32_MAX_4 = float(np.finfo(np.float32).max) / 4
 ASINH_LINEAR = 1e4    # asinh scale of the other channels: this many times their largest |reading|, where
                       # asinh(x / s) * s equals x to float32 precision ((x / s)^2 / 6 < 2e-9 relative)
 INPUT_TRANSFORMS = ("auto", "asinh", "none")
@@ -146,34 +147,45 @@ def sequence_amplitudes(split: Split) -> np.ndarray:
     return out
 
 
-def asinh_scales(split: Split, mode: str = "auto") -> tuple:
+def asinh_scales(split: Split, mode: str = "auto", names=None) -> tuple:
     """(asinh scale float64 [F] or None, why: str): the input transform a model of this
     training split applies first, asinh(reading / scale) per channel (the inverse hyperbolic
     sine: linear within about one scale of 0, logarithmic beyond, odd, so signed data and
-    zeros pass). mode "none": None. "auto": where the amplitudes of a channel's sequences
-    (`sequence_amplitudes`) span ASINH_RANGE or more between their 10th and 90th percentile
-    (appliance currents whose loads differ by decades), that channel gets ASINH_KNEE of its
-    median amplitude, and the others ASINH_LINEAR x their largest |reading| (linear to
-    float32 precision); else None. "asinh": every channel with a positive median amplitude
-    gets ASINH_KNEE of it. UsageError for another mode."""
+    zeros pass). Amplitudes are each sequence's (`sequence_amplitudes`), over the sequences
+    where the channel is not all zeros. mode "none": None. "auto": where a channel's amplitudes
+    span ASINH_RANGE or more between their 10th and 90th percentile (appliance currents whose
+    loads differ by decades), that channel gets ASINH_KNEE of its median amplitude, and the
+    others ASINH_LINEAR x their largest |reading| (float32's largest / 4 at most: linear to
+    float32 precision); else None. "asinh": every channel that is not all zeros gets ASINH_KNEE
+    of its median amplitude (an all-zero one ASINH_LINEAR). `names`: the channels' names
+    for `why`. UsageError for another mode."""
     if mode not in INPUT_TRANSFORMS:
         from edgeseq.errors import UsageError
         raise UsageError(f"input_transform must be one of {', '.join(INPUT_TRANSFORMS)}, got {mode!r}")
     if mode == "none" or not len(split.lengths):
         return None, "none (set)" if mode == "none" else "none"
+    F = split.X.shape[2]
+    names = [str(n) for n in names] if names is not None else [f"channel {f}" for f in range(F)]
     amp = sequence_amplitudes(split)
-    lo, med, hi = (np.quantile(amp, q, axis=0) for q in (0.1, 0.5, 0.9))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        span = np.where(lo > 0, hi / np.maximum(lo, F32_TINY), np.where(hi > 0, np.inf, 1.0))
+    med, span = np.zeros(F), np.ones(F)
+    for f in range(F):
+        a = amp[amp[:, f] > 0, f]
+        if len(a):
+            lo, med[f], hi = np.quantile(a, (0.1, 0.5, 0.9))
+            span[f] = hi / max(lo, F32_TINY)
     wide = (span >= ASINH_RANGE) & (med > 0) if mode == "auto" else med > 0
     if not wide.any():
         return None, (f"none: no channel's sequence amplitudes span {ASINH_RANGE:g}x or more "
-                      f"(widest {np.max(span):.3g}x)") if mode == "auto" else "none: every channel is zero"
+                      f"(widest {np.max(span):.3g}x)") if mode == "auto" else "none: every channel is all zeros"
     mask = np.arange(split.X.shape[1])[None, :] < split.lengths[:, None]
     top = np.abs(split.X[mask].astype(np.float64)).max(0)
-    scale = np.where(wide, med * ASINH_KNEE, np.maximum(top, 1.0) * ASINH_LINEAR)
-    why = "asinh on " + ", ".join(f"channel {f} (amplitudes span {span[f]:.3g}x, scale {scale[f]:.3g})"
+    linear = np.minimum(np.where(top > 0, top, 1.0) * ASINH_LINEAR, F32_MAX_4)
+    scale = np.where(wide, np.maximum(med * ASINH_KNEE, F32_TINY), linear)
+    why = "asinh on " + ", ".join(f"{names[f]} (amplitudes span {span[f]:.3g}x, scale {scale[f]:.3g})"
                                   for f in np.flatnonzero(wide))
+    rest = [names[f] for f in np.flatnonzero(~wide)]
+    if rest:
+        why += "; linear: " + ", ".join(rest)
     return scale, why + (" [auto]" if mode == "auto" else " [set]")
 
 
@@ -193,6 +205,8 @@ class Normalization:
     asinh_scale: np.ndarray | None = None  # float32 [F]: the input transform asinh(x / scale) before the
                                            # mean and std (`asinh_scales`); None: none
     transform_why: str = ""
+    asinh_reach: np.ndarray | None = None  # float32 [F]: with the transform, the training readings' largest
+                                           # |value| per channel (the integer step's thresholds cover it)
 
     @classmethod
     def fit(cls, split: Split, features: list | None = None, transform: str = "none") -> "Normalization":
@@ -217,9 +231,11 @@ class Normalization:
         if bad.size:
             raise DataError(f"channel '{names[bad[0]]}' (column {bad[0]}) holds NaN or Inf; "
                             "clean or drop those readings")
-        scale, why = asinh_scales(split, transform)
+        scale, why = asinh_scales(split, transform, names)
+        reach = None
         if scale is not None:
             scale = scale.astype(np.float32)
+            reach = np.maximum(np.abs(values).max(0), F32_TINY).astype(np.float32)
             values = asinh_forward(values, scale).astype(np.float64)
         mean = values.mean(0)
         std = values.std(0)
@@ -234,19 +250,22 @@ class Normalization:
             raise DataError(f"channel '{names[i]}' (column {i}): values up to {np.abs(values[:, i]).max():.3g} "
                             "overflow the model's float32 arithmetic once normalised; rescale that channel "
                             "(another unit, or divide it by a power of ten) and train again")
-        return cls(mean.astype(np.float32), std.astype(np.float32), constant, scale, why)
+        return cls(mean.astype(np.float32), std.astype(np.float32), constant, scale, why, reach)
 
     def to_json(self):
         out = {"mean": self.mean.tolist(), "std": self.std.tolist()}
         if self.asinh_scale is not None:
             out["asinh_scale"] = np.asarray(self.asinh_scale, np.float32).tolist()
+            if self.asinh_reach is not None:
+                out["asinh_reach"] = np.asarray(self.asinh_reach, np.float32).tolist()
         return out
 
     @classmethod
     def from_json(cls, d):
-        s = d.get("asinh_scale")
+        s, r = d.get("asinh_scale"), d.get("asinh_reach")
         return cls(np.asarray(d["mean"], np.float32), np.asarray(d["std"], np.float32),
-                   asinh_scale=None if s is None else np.asarray(s, np.float32))
+                   asinh_scale=None if s is None else np.asarray(s, np.float32),
+                   asinh_reach=None if r is None else np.asarray(r, np.float32))
 
     def apply(self, x: np.ndarray) -> np.ndarray:
         """Raw readings [..., F] -> what the model reads, float32: the input transform, then

@@ -302,15 +302,23 @@ def jitter(X, lengths, strength, rng, std=None, active=None, asinh_scale=None) -
     """X (N, T, F) float plus Gaussian noise of std `strength` x `std` (F,) (the channels'
     training std; None: 1) on valid readings: same shape and dtype; inactive channels as they are.
     With `asinh_scale` (F,) (the model's input transform; `std` is then the transformed
-    channels' std) the noise is drawn where the model reads, after asinh(x / scale): its std in
-    raw units is strength x std x sqrt(x^2 + scale^2), the transform's local slope, so a
-    reading a thousand times smaller gets noise a thousand times smaller."""
+    channels' std) the noise is added where the model reads: x -> scale x sinh(asinh(x / scale)
+    + noise), in raw units about strength x std x sqrt(x^2 + scale^2) (the transform's local
+    slope), so a reading a thousand times smaller gets noise a thousand times smaller; results
+    stay finite in float32."""
     if strength <= 0:
         return X.copy()
     s = np.ones(X.shape[2]) if std is None else np.asarray(std, np.float64)
     noise = rng.normal(0.0, 1.0, X.shape) * (strength * s)
     if asinh_scale is not None:
-        noise *= np.hypot(X.astype(np.float64), np.asarray(asinh_scale, np.float64))
+        noise *= (np.arange(X.shape[1])[None, :] < lengths[:, None])[..., None]
+        if active is not None:
+            noise[..., ~np.asarray(active, bool)] = 0.0
+        a = np.asarray(asinh_scale, np.float64)
+        with np.errstate(over="ignore"):
+            out = a * np.sinh(np.arcsinh(X.astype(np.float64) / a) + noise)
+        big = float(np.finfo(np.float32).max)
+        return np.where(noise == 0, X, np.clip(out, -big, big)).astype(X.dtype)
     noise *= (np.arange(X.shape[1])[None, :] < lengths[:, None])[..., None]
     if active is not None:
         noise[..., ~np.asarray(active, bool)] = 0.0

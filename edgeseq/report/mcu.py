@@ -80,12 +80,26 @@ def measure_row(path, readings: int = READINGS, counted: int = COUNTED, core: st
 def mcu_panel(models: dict, ckpts: dict, ds, windows, tmp) -> dict:
     """The panel's figures: the report's int8 GRU and SSM (fixed state) and its Transformer at
     each of `windows`, measured (see the module docstring); {"available": False, "reason": ...}
-    without a cross compiler or emulator."""
+    without a cross compiler or emulator, or where the integer step refuses one of the models
+    (the reason names it: the rest of the report stands)."""
+    from edgeseq.errors import DataError
     missing = toolchain_missing()
     base = {"core": CORE, "opt": OPT, "target": TARGET, "readings": READINGS, "counted": COUNTED}
     if missing:
         return {**base, "available": False, "reason": missing}
-    fixed = {a: measure_row(models[a]["int8"]["path"]) for a in ("gru", "ssm") if a in models}
-    paths = window_models(ckpts["transformer"], windows, tmp, data=ds)
-    return {**base, "available": True, "fixed": fixed,
-            "transformer": [measure_row(paths[w]) for w in sorted(paths)]}
+    who = None
+    try:
+        fixed = {}
+        for a in ("gru", "ssm"):
+            if a in models:
+                who = f"the int8 {a}"
+                fixed[a] = measure_row(models[a]["int8"]["path"])
+        who = "the transformer"
+        paths = window_models(ckpts["transformer"], windows, tmp, data=ds)
+        rows = []
+        for w in sorted(paths):
+            who = f"the transformer of window {w}"
+            rows.append(measure_row(paths[w]))
+    except DataError as e:
+        return {**base, "available": False, "reason": f"the integer step refused {who}: {e}"}
+    return {**base, "available": True, "fixed": fixed, "transformer": rows}

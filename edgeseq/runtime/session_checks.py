@@ -118,7 +118,8 @@ class ReadingChecks:
         where = f"reading for stream {b} has {value:g} in '{self.features[f]}'"
         if not np.isfinite(value):
             return ReadingError(f"{where}; drop or repair it, stream state unchanged")
-        return ReadingError(f"{where}, beyond {self._beyond}; check the sensor and its units; "
+        limit = f"|value| must be at most {float(self._hi[f]):.3g} there; " if self._lo is None else ""
+        return ReadingError(f"{where}, beyond {self._beyond}; {limit}check the sensor and its units; "
                             "stream state unchanged")
 
     @staticmethod
