@@ -15,9 +15,8 @@ import pytest
 import torch
 from onnx import TensorProto, helper, numpy_helper
 
-from edgeseq.contract import MetadataError
 from edgeseq.data import Normalization, Split
-from edgeseq.errors import DataError
+from edgeseq.errors import DataError, ModelFileError
 from edgeseq.models import build_model, make_config
 from edgeseq.runtime import native
 from edgeseq.runtime.model import open_model
@@ -251,12 +250,12 @@ def test_the_metadata_asinh_scale_must_be_the_graphs(made, tmp_path):
 
     def off(norm):
         norm["asinh_scale"] = [v * 1.01 for v in norm["asinh_scale"]]
-    with pytest.raises(MetadataError, match="gives asinh_scale .* for feature 'current' but the graph computes"):
+    with pytest.raises(ModelFileError, match="asinh_scale is not what the graph divides the reading by"):
         from_onnx(_with_norm(path, tmp_path / "off.onnx", off))
-    with pytest.raises(MetadataError, match="has no asinh_scale but the graph takes asinh"):
+    with pytest.raises(ModelFileError, match="has no asinh_scale but the graph transforms its reading"):
         from_onnx(_with_norm(path, tmp_path / "gone.onnx",
                              lambda norm: [norm.pop("asinh_scale"), norm.pop("asinh_reach", None)]))
-    with pytest.raises(MetadataError, match="has an asinh_scale but the graph does not transform"):
+    with pytest.raises(ModelFileError, match="has an asinh_scale but the graph does not transform"):
         from_onnx(_with_norm(made("gru", "none"), tmp_path / "extra.onnx",
                              lambda norm: norm.update(asinh_scale=[1.0] * F)))
 

@@ -215,28 +215,48 @@ def test_the_native_step_computes_the_transform_as_onnxruntime(models, arch, str
 @needs_ext
 @pytest.mark.parametrize("arch", ["rnn", "ssm", "transformer"])
 def test_the_native_float_step_reads_the_scale_from_the_graph(models, arch, tmp_path):
-    """A graph whose scale is edited (metadata unchanged) answers with the graph's scale: the
-    native step follows the graph, and onnxruntime agrees with it."""
+    """A file whose graph and metadata give another scale (edited alike) answers with it on
+    both backends; one edited in the graph alone, or with a transform the graph lacks in its
+    metadata, is refused when opened, in one line."""
+    import json
+    from edgeseq.errors import ModelFileError
+    from edgeseq.runtime import StreamSession
     from helpers import edited
     src = models(arch)
 
-    def halve(proto):
+    def halve(proto, meta_too=True):
         div = next(n for n in proto.graph.node if n.op_type == "Div" and n.input[0] == contract.READING)
         init = next(i for i in proto.graph.initializer if i.name == div.input[1])
         a = onnx.numpy_helper.to_array(init) * 0.5
         init.CopyFrom(onnx.numpy_helper.from_array(a.astype(np.float32), init.name))
-    path = edited(src, tmp_path / "half.onnx", halve)
-    _, meta = open_model(path)
+        for p in proto.metadata_props if meta_too else ():
+            if p.key == contract.META_NORM:
+                norm = json.loads(p.value)
+                norm["asinh_scale"] = a.astype(np.float32).tolist()
+                p.value = json.dumps(norm)
     X = wide_readings(20, 2)
-    if arch == "transformer":
-        from edgeseq.runtime import StreamSession
-        a, b = (StreamSession(path, streams=2, backend=k) for k in ("onnxruntime", "native"))
-        pa, pb = np.stack([a.push(x) for x in X]), np.stack([b.push(x) for x in X])
-        assert_close(pb, pa, "edited transformer", atol=2e-5)
-        return
-    step = native.NativeStep(path, meta, 2)
-    ref, _, _ = ort_loop(path, X)
-    assert_close(native_stream(step, X), ref, f"{arch} edited scale", atol=1e-5 * max(1.0, float(np.abs(ref).max())))
+    path = edited(src, tmp_path / "half.onnx", halve)
+    a, b = (StreamSession(path, streams=2, backend=k) for k in ("onnxruntime", "native"))
+    pa, pb = np.stack([a.push(x) for x in X]), np.stack([b.push(x) for x in X])
+    assert_close(pb, pa, f"{arch} edited scale", atol=2e-5)
+    orig = StreamSession(src, streams=2, backend="onnxruntime")
+    assert np.abs(np.stack([orig.push(x) for x in X]) - pa).max() > 1e-4
+    with pytest.raises(ModelFileError, match="asinh_scale is not what the graph divides the reading by"):
+        StreamSession(edited(src, tmp_path / "graph.onnx", lambda p: halve(p, False)))
+
+    def claim(proto):
+        for p in proto.metadata_props:
+            if p.key == contract.META_NORM:
+                p.value = json.dumps({**json.loads(p.value), "asinh_scale": [1.0] * F})
+    with pytest.raises(ModelFileError, match="has an asinh_scale but the graph does not transform its reading"):
+        StreamSession(edited(models_plain(arch, tmp_path), tmp_path / "claim.onnx", claim))
+
+
+def models_plain(arch, root):
+    """The same model without the transform, exported to `root`."""
+    ck = transformed_checkpoint(arch)
+    ck["normalization"] = {k: v for k, v in ck["normalization"].items() if not k.startswith("asinh")}
+    return export_step(ck, root / f"{arch}-plain.onnx")
 
 
 @needs_ext

@@ -90,7 +90,34 @@ def load_model(path: str | os.PathLike, provider: str = "cpu", threads: int = 1)
         why = f"'{shown}' is not an ONNX model the native backend can read ({e}); export it again"
     if graph is not None:
         check_qdq(graph.initializers, graph.nodes, path, {k: shape for k, (_, shape) in inputs.items()})
+        check_transform(meta, graph, shown)
     return sess, meta, ModelFile(str(path), data, hashlib.sha256(data).hexdigest(), graph, why)
+
+
+def check_transform(meta, graph, shown: str) -> None:
+    """ModelFileError (one line) when the metadata's input transform (`asinh_scale` in
+    edgeseq.normalization) and the graph's (`Div(reading, s)` then `Asinh`) disagree: one
+    without the other, or scales apart by more than float32 rounding. The runtime's reading
+    bounds and probes follow the metadata, the step follows the graph."""
+    import numpy as np
+    norm = meta.normalization or {}
+    div = next((n for n in graph.nodes if n.op_type == "Div" and n.input[:1] == [contract.READING]), None)
+    ash = div is not None and any(n.op_type == "Asinh" and n.input[:1] == div.output[:1] for n in graph.nodes)
+    said = norm.get("asinh_scale")
+    if bool(ash) != (said is not None):
+        what = ("has an asinh_scale but the graph does not transform its reading" if said is not None else
+                "has no asinh_scale but the graph transforms its reading (Div, Asinh)")
+        raise ModelFileError(f"'{shown}': metadata {contract.META_NORM} {what}; export it again")
+    if ash:
+        s = graph.initializers.get(div.input[1]) if len(div.input) > 1 else None
+        try:
+            got = np.broadcast_to(np.asarray(s, np.float64).reshape(-1), (len(said),))
+        except (ValueError, TypeError):
+            got = None
+        want = np.asarray(said, np.float64)
+        if got is None or not (np.abs(got - want) <= 1e-6 * np.abs(want)).all():
+            raise ModelFileError(f"'{shown}': metadata {contract.META_NORM}'s asinh_scale is not what the graph "
+                                 "divides the reading by; export it again")
 
 
 def model_data(path: str | os.PathLike, data: str | None = None):
