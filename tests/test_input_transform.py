@@ -17,7 +17,7 @@ from edgeseq.models import build_model, make_config
 from edgeseq.runtime import native
 from edgeseq.runtime.model import open_model
 from edgeseq.runtime.native.probing import probe_readings
-from helpers import assert_close, export_step, native_stream, ort_loop
+from helpers import assert_close, export_step, ort_loop
 
 F, C = 2, 3
 
