@@ -310,19 +310,16 @@ def jitter(X, lengths, strength, rng, std=None, active=None, asinh_scale=None) -
         return X.copy()
     s = np.ones(X.shape[2]) if std is None else np.asarray(std, np.float64)
     noise = rng.normal(0.0, 1.0, X.shape) * (strength * s)
-    if asinh_scale is not None:
-        noise *= (np.arange(X.shape[1])[None, :] < lengths[:, None])[..., None]
-        if active is not None:
-            noise[..., ~np.asarray(active, bool)] = 0.0
-        a = np.asarray(asinh_scale, np.float64)
-        with np.errstate(over="ignore"):
-            out = a * np.sinh(np.arcsinh(X.astype(np.float64) / a) + noise)
-        big = float(np.finfo(np.float32).max)
-        return np.where(noise == 0, X, np.clip(out, -big, big)).astype(X.dtype)
     noise *= (np.arange(X.shape[1])[None, :] < lengths[:, None])[..., None]
     if active is not None:
         noise[..., ~np.asarray(active, bool)] = 0.0
-    return (X + noise).astype(X.dtype)
+    if asinh_scale is None:
+        return (X + noise).astype(X.dtype)
+    a = np.asarray(asinh_scale, np.float64)
+    with np.errstate(over="ignore"):
+        out = a * np.sinh(np.arcsinh(X.astype(np.float64) / a) + noise)
+    big = float(np.finfo(np.float32).max)
+    return np.where(noise == 0, X, np.clip(out, -big, big)).astype(X.dtype)
 
 
 def _gain(X, g, active):

@@ -100,16 +100,16 @@ def check_transform(meta, graph, shown: str) -> None:
     without the other, or scales apart by more than float32 rounding. The runtime's reading
     bounds and probes follow the metadata, the step follows the graph."""
     import numpy as np
-    norm = meta.normalization or {}
-    div = next((n for n in graph.nodes if n.op_type == "Div" and n.input[:1] == [contract.READING]), None)
-    ash = div is not None and any(n.op_type == "Asinh" and n.input[:1] == div.output[:1] for n in graph.nodes)
-    said = norm.get("asinh_scale")
-    if bool(ash) != (said is not None):
+
+    from edgeseq.runtime.native.graphread import transform_nodes
+    nodes, names = transform_nodes(graph)
+    said = (meta.normalization or {}).get("asinh_scale")
+    if bool(nodes) != (said is not None):
         what = ("has an asinh_scale but the graph does not transform its reading" if said is not None else
                 "has no asinh_scale but the graph transforms its reading (Div, Asinh)")
         raise ModelFileError(f"'{shown}': metadata {contract.META_NORM} {what}; export it again")
-    if ash:
-        s = graph.initializers.get(div.input[1]) if len(div.input) > 1 else None
+    if nodes:
+        s = graph.initializers.get(names[0]) if names else None
         try:
             got = np.broadcast_to(np.asarray(s, np.float64).reshape(-1), (len(said),))
         except (ValueError, TypeError):

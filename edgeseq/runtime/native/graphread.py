@@ -40,13 +40,14 @@ def input_transform(graph: Graph, F: int, path) -> tuple:
 
 
 def transform_nodes(graph: Graph) -> tuple:
-    """(nodes, initializer names) of the input transform `input_transform` has checked: ([], [])
-    where the graph has none. What a planner that accounts for every node marks as read."""
+    """([Div, Asinh], [the scale's name]) of the graph's input transform `Div(reading, s)` ->
+    `Asinh`, ([], []) where the graph has none. What a planner that accounts for every node
+    marks as read (after `input_transform` checked it), and what `load_model` checks against
+    the metadata."""
     div = next((n for n in graph.nodes if n.op_type == "Div" and n.input[:1] == [contract.READING]), None)
-    if div is None:
-        return [], []
-    ash = next(n for n in graph.nodes if n.op_type == "Asinh" and n.input[:1] == div.output[:1])
-    return [div, ash], [div.input[1]]
+    ash = None if div is None else next(
+        (n for n in graph.nodes if n.op_type == "Asinh" and n.input[:1] == div.output[:1]), None)
+    return ([div, ash], div.input[1:2]) if ash is not None else ([], [])
 
 
 def _normalization(graph: Graph, F: int, path) -> tuple:
