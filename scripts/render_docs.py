@@ -834,10 +834,13 @@ def render_ucr(d: dict, source: str) -> str:
 
 def render_ucr_augment(d: dict, source: str) -> str:
     """The single-channel sets under the full augmentation (the default before `auto`, kept in
-    the JSON as `full_augment` with its own command and date) against `auto`'s jitter and join."""
+    the JSON as `full_augment` with its own command and date) against `auto`'s jitter and join
+    under the same schedule: the table's rows, or `auto_augment` (rows, meta, remeasured) where
+    the table was measured again after a change of schedule."""
     full = d.get("full_augment") or {}
-    rows, old = d["rows"], full.get("rows", {})
-    again = d.get("remeasured") or {}
+    auto = d.get("auto_augment") or d
+    rows, old = auto["rows"], full.get("rows", {})
+    again = auto.get("remeasured") or {}
     keys = [k for k in rows if k in old and rows[k].get("channels") == 1 and k not in again]
     if not keys:
         raise RenderError(f"`{source}` has no single-channel rows under 'full_augment' to compare")
@@ -855,7 +858,9 @@ def render_ucr_augment(d: dict, source: str) -> str:
     table = _table(["set", "arch", "full set", "jitter and join", "per sequence change (test sequences)",
                     "train accuracy"], body)
     how = (f"full set: `{full.get('command', '?')}`, measured {full.get('date', '?')}; jitter and join: "
-           f"`{d.get('meta', {}).get('command', '?')}`, default settings, seed 0")
+           f"`{auto.get('meta', {}).get('command', '?')}`"
+           + (f", measured {auto.get('meta', {}).get('date', '?')}" if auto is not d else "")
+           + ", default settings, seed 0")
     text = (f"Each cell: per sequence / never reset (per reading). Per sequence, jitter and join alone scored higher "
             f"in {up} of {len(keys)} runs and lower in {down}.")
     left = sorted({again[k]["why"] for k in again if k in old})

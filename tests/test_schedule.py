@@ -3,9 +3,11 @@ a budget that follows the data, the training curve and a plain verdict on conver
 
 import json
 from dataclasses import replace
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
 from click.testing import CliRunner
 
 from edgeseq.cli import cli
@@ -13,8 +15,9 @@ from edgeseq.data import Dataset, Split
 from edgeseq.data.synthetic import recordings
 from edgeseq.errors import UsageError
 from edgeseq.runtime.evaluate import grace_for
-from edgeseq.train import (DEFAULTS, TrainConfig, diagnose, epoch_budget, model_from_checkpoint, train,
+from edgeseq.train import (DEFAULTS, EarlyStopping, TrainConfig, diagnose, epoch_budget, model_from_checkpoint, train,
                            validation_scores, validation_split)
+from edgeseq.train.loop import EXTEND
 from edgeseq.train.plan import CHUNK_MAX, CHUNK_MIN, chunk_for, plan_epoch
 
 TINY = {"hidden": 8}
@@ -183,3 +186,107 @@ def test_cli_prints_the_schedule_writes_the_curve_and_points_set_epochs_to_the_o
     png = (tmp_path / "r" / "training_curve.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     assert ("warning: not converged" in r.output) == (not s["converged"])
+
+
+def _stopper(patience=3):
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    return model, opt, EarlyStopping(model, opt, patience, SimpleNamespace(y=np.array([0, 1, 2, 0])), 100)
+
+
+def test_an_underfit_model_still_learning_is_neither_stopped_nor_slowed_nor_rolled_back():
+    model, opt, st = _stopper()
+    assert not st.step(1, {"loss": 1.0, "accuracy": 1.0}, fit=0.30)           # the best validation loss
+    for e in range(2, 12):                                                     # worse on validation, still learning
+        assert not st.step(e, {"loss": 2.0, "accuracy": 1.0}, fit=0.30 + 0.02 * e)
+        assert st.learning() and opt.param_groups[0]["lr"] == 1.0
+    with torch.no_grad():
+        model.weight.fill_(7.0)
+    e = 12
+    while not st.step(e, {"loss": 2.0, "accuracy": 1.0}, fit=0.51):
+        e += 1
+    # the training accuracy stalls (epoch 12 on): from its `patience`-th epoch without a rise (14) the
+    # plateau counts again, the learning rate halving every `patience // 3` (1) epochs, and training
+    # stops at the `patience`-th counted (16)
+    assert not st.learning() and e == 16 and opt.param_groups[0]["lr"] == 0.5 ** 3
+    assert st.restore(last=e) == 16 and float(model.weight[0, 0]) == 7.0       # the last epoch's weights
+    assert st.kept == "last (underfit, still learning)"
+
+
+def _learnt_then(last_loss, last_fit, rises=True):
+    """A stopper whose best validation loss was epoch 1, then 10 epochs of fit rising (or not)."""
+    model, opt, st = _stopper()
+    st.step(1, {"loss": 1.0, "accuracy": 1.0}, fit=0.30, counted=100)
+    best = model.weight.detach().clone()
+    with torch.no_grad():
+        model.weight.fill_(7.0)
+    for e in range(2, 11):
+        st.step(e, {"loss": 2.0, "accuracy": 1.0}, fit=0.30 + (0.04 * e if rises else 0.0), counted=100)
+    st.step(11, {"loss": last_loss, "accuracy": 1.0}, fit=last_fit, counted=100)
+    return model, st, best
+
+
+@pytest.mark.parametrize("last_loss,last_fit,rises,kept", [
+    (2.0, 0.70, True, "last"),              # underfit and still learning: the last epoch
+    (float("nan"), 0.70, True, "best"),     # diverged: its validation loss is not finite
+    (50.0, 0.10, True, "best"),             # collapsed: its fit far below the best
+    (2.0, 0.30, False, "best"),             # never learnt after the best epoch
+])
+def test_an_underfit_model_is_rolled_back_when_it_diverged_or_never_learnt(last_loss, last_fit, rises, kept):
+    model, st, best = _learnt_then(last_loss, last_fit, rises)
+    assert st.underfit()
+    epoch = st.restore(last=11)
+    assert st.kept.startswith(kept) and epoch == (11 if kept == "last" else 1)
+    assert torch.equal(model.weight, best) == (kept == "best")
+
+
+def test_a_rise_in_fit_is_at_least_two_sequences_worth():
+    _, _, st = _stopper()
+    for e, f in enumerate([0.30, 0.32, 0.34, 0.32, 0.34], 1):          # within 0.05: under 2 of 40 sequences
+        st.step(e, {"loss": 1.0 - e / 10, "accuracy": 1.0}, fit=f, counted=40)
+    assert (st.fit_best, st.fit_rose, st.fit_max) == (0.30, 1, 0.34)
+    st.step(6, {"loss": 0.3, "accuracy": 1.0}, fit=0.36, counted=40)      # 0.06 above 0.30: a rise
+    assert (st.fit_best, st.fit_rose) == (0.36, 6)
+
+
+def test_every_epoch_records_its_fit_and_the_schedule_says_what_was_kept(stopped):
+    curve, s = stopped["metrics"]["curve"], stopped["metrics"]["schedule"]
+    assert all(0.0 <= p["fit"] <= 1.0 for p in curve)
+    assert s["kept"] == "best" and s["val_best_epoch"] == s["best_epoch"]
+    assert s["max_epochs"] == s["budget_epochs"] or s["max_epochs"] <= EXTEND * s["budget_epochs"]
+
+
+def test_the_schedule_line_says_the_budget_grew_and_the_last_epoch_was_kept():
+    from edgeseq.cli.train import schedule_line
+    s = {"mode": "early-stopping", "stopped": "budget", "validation": "107 of 537 training sequences",
+         "best_epoch": 100, "epochs_run": 125, "final_epochs": 25, "max_epochs": 100, "budget_epochs": 50,
+         "kept": "last (underfit, still learning)", "val_best_epoch": 25}
+    line = schedule_line(s)
+    assert "kept the last of 100 epochs (budget spent, budget 50 epochs, grown to 100 while the model " \
+           "still learnt), then 25 over every training sequence" in line
+    assert line.endswith("went on learning after its lowest validation loss (lowest at epoch 25)")
+    line = schedule_line({**s, "kept": "best", "best_epoch": 25, "max_epochs": 50})
+    assert "kept epoch 25 of 100 (budget spent, budget 50 epochs)" in line and "grown" not in line
+
+
+def test_a_model_that_fits_its_training_data_stops_on_the_plateau_and_keeps_the_best_epoch():
+    model, opt, st = _stopper()
+    assert not st.step(1, {"loss": 1.0, "accuracy": 1.0}, fit=0.95)
+    best = model.weight.detach().clone()
+    with torch.no_grad():
+        model.weight.fill_(7.0)
+    assert [st.step(e, {"loss": 2.0, "accuracy": 1.0}, fit=0.99) for e in (2, 3, 4)] == [False, False, True]
+    assert not st.underfit() and st.restore(last=4) == 1 and torch.equal(model.weight, best)
+
+
+@pytest.mark.parametrize("learning", [True, False])
+def test_the_budget_grows_only_while_the_model_is_still_learning(easy, monkeypatch, learning):
+    monkeypatch.setattr(EarlyStopping, "learning", lambda self: learning)
+    tc = replace(DEFAULTS["gru"], patience=100, budget_updates=20, min_epochs=2, augment="none", final_share=0.0)
+    s = train("gru", easy, tc, TINY, progress=False)["metrics"]["schedule"]
+    assert s["budget_epochs"] == epoch_budget(plan_epoch(
+        validation_split(easy, tc)[0].lengths, tc, True), tc, True) >= 2
+    if learning:
+        assert s["max_epochs"] == s["epochs_run"] == EXTEND * s["budget_epochs"]
+    else:
+        assert s["max_epochs"] == s["budget_epochs"] >= s["epochs_run"]

@@ -135,6 +135,11 @@ def test_progress_lines_when_not_on_a_terminal():
     assert lines[1].startswith("  that is long: fewer epochs (--epochs)")
     assert sum(" left" in line and "readings/s" in line for line in lines) == bar.total
     assert lines[-1].startswith(f"train gru: {bar.total} updates in ")
+    out = io.StringIO()                          # the default schedule: the budget may grow
+    Progress("gru", ds, plan, 2, True, stream=out, early=True, held="3 of 14", extend=2).start(1.0)
+    first = out.getvalue().splitlines()[0]
+    assert "up to 2 epochs" in first and first.endswith(
+        "(estimated from timed updates; up to 2x that while the model is still learning its training data)")
 
 
 def test_synthetic_recordings_are_seeded_and_shaped():

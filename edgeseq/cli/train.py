@@ -280,5 +280,13 @@ def schedule_line(s: dict | None) -> str:
     how = "stopped early" if s["stopped"] == "early" else "budget spent"
     final = s.get("final_epochs") or 0
     tail = f", then {final} over every training sequence" if final else ""
-    return (f"validation on {s['validation']}; kept epoch {s['best_epoch']} of {s['epochs_run'] - final} "
-            f"({how}, budget {s['max_epochs']} epochs){tail}")
+    budget = s.get("budget_epochs") or s["max_epochs"]
+    grown = f", grown to {s['max_epochs']} while the model still learnt" if s["max_epochs"] > budget else ""
+    run, why = s["epochs_run"] - final, ""
+    kept = f"kept epoch {s['best_epoch']} of {run}"
+    if str(s.get("kept", "best")).startswith("last"):
+        kept = f"kept the last of {run} epochs"
+        lowest = f" (lowest at epoch {s['val_best_epoch']})" if s.get("val_best_epoch") else ""
+        why = ("; the model underfits and went on learning after its lowest validation loss" + lowest
+               if "underfit" in s["kept"] else "; no epoch had a finite validation loss")
+    return f"validation on {s['validation']}; {kept} ({how}, budget {budget} epochs{grown}){tail}{why}"

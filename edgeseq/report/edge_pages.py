@@ -182,7 +182,8 @@ def schedule_text(s: dict) -> str:
         head = f"after {n} of up to {top} epochs"
     notes = [MODES.get(mode, mode or "fixed")]
     if s.get("best_epoch") is not None and mode == "early-stopping":
-        notes[0] += f", best epoch {s['best_epoch']}"
+        last = str(s.get("kept") or "").startswith("last")
+        notes[0] += f", kept the last epoch ({s['kept'][6:-1]})" if last else f", best epoch {s['best_epoch']}"
     if s.get("quick"):
         notes.append("quick: not trained to convergence")
     elif s.get("converged") is False:

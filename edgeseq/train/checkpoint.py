@@ -69,6 +69,10 @@ def curve_png(ckpt: dict) -> bytes | None:
             ax2.set_ylim(0, 1.02)
     else:
         ax2.set_title("no validation split", fontsize=8)
+    fit = [p for p in curve if "fit" in p]
+    if fit:
+        ax2.plot([p["epoch"] for p in fit], [p["fit"] for p in fit], label="training fit (own updates)", color="C4")
+        ax2.set_ylim(0, 1.02)
     if min(p["loss"] for p in curve) > 0:               # a Gaussian negative log-likelihood may be negative
         ax.set_yscale("log")
     final = [p["epoch"] for p in curve if p.get("final")]

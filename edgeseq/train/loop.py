@@ -42,7 +42,9 @@ streams, `validation_scores`). The learning rate starts at `lr` and halves after
 epochs without a better validation score (a plateau schedule); training stops after `patience`
 epochs without one, and the weights of the best epoch are kept. The epoch budget follows the
 data (`epoch_budget`): up to `budget_updates` updates and `budget_readings` readings in all, so
-small sets get many epochs and long recordings few. Where the training split is too small to
+small sets get many epochs and long recordings few. A model still learning its training data
+(`EarlyStopping.learning`) is neither slowed nor stopped, its budget grows up to EXTEND times,
+and it keeps its last epoch rather than the best validation loss's. Where the training split is too small to
 hold out anything, the budget runs in full on a cosine schedule. Every epoch's loss, validation
 loss and accuracy and learning rate are in the checkpoint's `metrics["curve"]`; `diagnose` says
 plainly when the model did not converge and what to try.
@@ -173,6 +175,9 @@ MIN_DELTA = 0.01      # a validation loss this share below the best counts as be
 LR_FLOOR = 1 / 64     # the plateau schedule halves the learning rate down to this share of `lr`
 LEARNT = 0.5          # a validation accuracy this share of the way from the majority class's share to 1 ...
 WAIT = 1 / 3          # ... or this share of the epoch budget spent, before a plateau counts towards stopping
+UNDERFIT = 0.9        # training accuracy below this: the model has not learnt its own training data
+FIT_DELTA = 0.01      # a training accuracy this much above the best so far: the model is still learning
+EXTEND = 2            # the epoch budget grows up to this many times while the model is still learning
 
 
 def epoch_budget(plan: Plan, tc: TrainConfig, streaming: bool) -> int:
@@ -223,36 +228,80 @@ class EarlyStopping:
     of the start), after `patience` training stops. Before the validation accuracy has once
     come LEARNT of the way from the majority class's share to 1, and before WAIT of the budget
     is spent, epochs without a better loss do not count: a model that has not started to learn
-    is not stopped. Keeps the best epoch's weights."""
+    is not stopped. Nor do they while the model is still learning its training data
+    (`learning`): the best share of training sequences its own updates predict right in an
+    epoch (`fit`) below UNDERFIT, and risen within the last `patience` epochs by at least
+    FIT_DELTA or two sequences' worth, whichever is more; the learning rate stays up meanwhile.
+    Keeps the best epoch's weights, or the last epoch's where the model underfits and went on
+    learning after its best validation loss (`restore`): a validation loss that rises while an
+    underfit model still learns is not overfitting."""
 
     def __init__(self, model, opt, patience: int, val: Split, max_epochs: int):
         self.model, self.opt, self.patience = model, opt, patience    # in epochs
         self.lr0 = opt.param_groups[0]["lr"]
         self.best_acc, self.best_loss, self.best_epoch, self.best_state = -1.0, math.inf, None, None
         self.since, self.top_acc = 0, -1.0
+        self.fit_best, self.fit_since, self.fit_rose = -1.0, 0, None   # fit's best in steps, epochs since, when
+        self.fit_max, self.last = -1.0, None          # fit's highest; the last epoch's (loss, fit, step)
+        self.kept = None                              # what `restore` kept, and why
         majority = float(np.bincount(val.y).max() / len(val.y))
         self.learnt = majority + LEARNT * (1 - majority)      # below this the model has not started to learn
         self.wait = math.ceil(max_epochs * WAIT)
 
-    def step(self, epoch: int, scores: dict) -> bool:
-        """Record epoch `epoch`'s validation `scores`; returns True when training should stop."""
+    def learning(self) -> bool:
+        """True while the model has not learnt its training split (`underfit`) and its fit
+        rose by a step within `patience` epochs."""
+        return self.underfit() and self.fit_since < self.patience
+
+    def underfit(self) -> bool:
+        """True when the model has not learnt its training split: its highest fit so far below
+        UNDERFIT (False before any fit is known)."""
+        return 0 <= self.fit_max < UNDERFIT
+
+    def step(self, epoch: int, scores: dict, fit: float | None = None, counted: int = 0) -> bool:
+        """Record epoch `epoch`'s validation `scores` and `fit`, the share of the `counted`
+        training sequences the epoch's own updates predicted right (None: not known); returns
+        True when training should stop."""
         acc, loss = scores["accuracy"], scores["loss"]
         self.top_acc = max(self.top_acc, acc)
+        if fit is not None:
+            rise = max(FIT_DELTA, 2 / counted) if counted else FIT_DELTA
+            self.fit_max = max(self.fit_max, fit)
+            if fit >= self.fit_best + rise:
+                self.fit_best, self.fit_since, self.fit_rose = fit, 0, epoch
+            else:
+                self.fit_since += 1
+            self.last = (loss, fit, rise)
         if loss < self.best_loss * (1 - MIN_DELTA):
             self.best_acc, self.best_loss, self.best_epoch, self.since = acc, loss, epoch, 0
             self.best_state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
             return False
         if self.top_acc < self.learnt and epoch < self.wait:
             return False          # still near the majority class: a plateau here is the start, not the end
+        if self.learning():
+            return False          # still learning its training data: not a plateau either
         self.since += 1
         if self.since % max(1, self.patience // 3) == 0:
             for g in self.opt.param_groups:
                 g["lr"] = max(g["lr"] * 0.5, self.lr0 * LR_FLOOR)
         return self.since >= self.patience
 
-    def restore(self):
-        if self.best_state is not None:
+    def restore(self, last: int) -> int:
+        """Keep the best epoch's weights, or those of epoch `last`, the last run, where the
+        model underfits, its fit rose after the best epoch, and the last epoch's validation
+        loss is finite and its fit within two steps of the best: rolling back would undo what
+        it learnt since. A model that diverged or never learnt is rolled back. Returns the
+        epoch kept; `kept` says which and why."""
+        if self.best_state is None:
+            self.best_epoch, self.kept = last, "last (no finite validation loss)"
+        elif (self.underfit() and self.last is not None and self.fit_rose is not None
+              and self.fit_rose > self.best_epoch and math.isfinite(self.last[0])
+              and self.last[1] >= self.fit_best - 2 * self.last[2]):
+            self.best_epoch, self.kept = last, "last (underfit, still learning)"
+        else:
             self.model.load_state_dict(self.best_state)
+            self.kept = "best"
+        return self.best_epoch
 
 
 def _train(arch, dataset, tc, model_overrides, progress=True):
@@ -284,24 +333,31 @@ def _train(arch, dataset, tc, model_overrides, progress=True):
     loss_fn = nn.CrossEntropyLoss()
     gen = torch.Generator().manual_seed(tc.seed)
     whole = [torch.from_numpy(a) for a in (tr.X, tr.y, tr.lengths)]
+    fit = [0, 0]              # training sequences predicted right, predicted, in the epoch's own updates
 
     def update(seq, stream):
         """One update over a chunk of the single sequences and one of the streams (either may
         be None). `seq`: lanes (x (K, chunk, F), labels, last, aux, fresh (K,), carry) or whole
         sequences (indices,); `stream`: (x (S, chunk, F), labels, scored, carry). Returns
-        (loss, the lanes' carry, the streams' carry, readings run)."""
+        (loss, the lanes' carry, the streams' carry, readings run); counts the sequences it
+        predicted right in `fit`."""
         loss, run, seq_carry, carry = torch.zeros(()), 0, None, None
         if seq is not None and plan.lanes:
             x, sy, last, aux, fresh, seq_carry = seq
             logits, seq_carry = model.forward_stream(x, seq_carry, fresh)     # (K, chunk, C)
             if last.any():
                 loss = loss + loss_fn(logits[last], sy[last])
+                fit[0] += int((logits[last].argmax(-1) == sy[last]).sum())
+                fit[1] += int(last.sum())
             if tc.aux_weight and aux.any():
                 loss = loss + tc.aux_weight * loss_fn(logits[aux], sy[aux])
             run += int((sy >= 0).sum())
         elif seq is not None:
             X, y, L = (a[seq[0]] for a in whole)
-            loss = loss + loss_fn(model(X, L), y)
+            logits = model(X, L)
+            loss = loss + loss_fn(logits, y)
+            fit[0] += int((logits.argmax(-1) == y).sum())
+            fit[1] += len(y)
             run += int(L.sum())
         if stream is not None:
             x, sy, keep, carry = stream
@@ -319,7 +375,7 @@ def _train(arch, dataset, tc, model_overrides, progress=True):
         return loss.item(), seq_carry, carry, run
 
     most = epochs + (math.ceil(tc.final_share * epochs) if stopper else 0)     # the final epochs come on top
-    bar = Progress(arch, dataset, plan, most, progress, early=stopper is not None, held=held)
+    bar = Progress(arch, dataset, plan, most, progress, early=stopper is not None, held=held, extend=EXTEND)
     if bar.enabled and norm.constant is not None and norm.constant.any():
         names = ", ".join(f"'{dataset.features[i]}'" for i in np.flatnonzero(norm.constant))
         bar._say(f"channel(s) {names} do not vary in the training data: the model will ignore them")
@@ -334,6 +390,7 @@ def _train(arch, dataset, tc, model_overrides, progress=True):
         sets the learning rate before each update where given. Returns the mean loss."""
         nonlocal readings_run, updates_run
         model.train()
+        fit[:] = [0, 0]
         c = plan.chunk
         epoch_tr = augment(split) if augment else split       # the training split only, drawn anew each epoch
         if plan.lanes:
@@ -368,33 +425,39 @@ def _train(arch, dataset, tc, model_overrides, progress=True):
             bar.update(epoch, loss, readings_run)
         return total_loss / plan.per_epoch
 
-    for epoch in range(epochs):
+    limit, epoch = epochs, 0      # the budget, grown while the model is still learning (EXTEND)
+    while epoch < limit:
         lr = opt.param_groups[0]["lr"]
         history.append(run_epoch(epoch, tr))
         point = {"epoch": epoch + 1, "loss": round(history[-1], 5), "lr": lr}
+        if fit[1]:
+            point["fit"] = round(fit[0] / fit[1], 5)
         if stopper is not None:
             scores = validation_scores(model, val, val_grace)
             point.update({f"val_{k}": round(v, 5) for k, v in scores.items() if v is not None})
-            done = stopper.step(epoch + 1, scores)
+            done = stopper.step(epoch + 1, scores, point.get("fit"), fit[1])
             point["best"] = stopper.best_epoch == epoch + 1
             curve.append(point)
             bar.epoch_done(point)
             if done:
                 stopped = "early"
                 break
+            if epoch + 1 == limit and stopper.learning() and limit < EXTEND * epochs:
+                limit = min(EXTEND * epochs, limit + stopper.patience)
         else:
             curve.append(point)
+        epoch += 1
     final = 0
     if stopper is not None:
-        stopper.restore()
-        final = math.ceil(tc.final_share * stopper.best_epoch) if stopper.best_epoch else 0
+        kept = stopper.restore(len(curve))
+        final = math.ceil(tc.final_share * kept)
     if final:
         # The validation sequences join the rest for a few last epochs, the learning rate cosine-decayed from
         # the kept epoch's to 0: the model ends annealed, on every training sequence.
         tr = dataset.train
         plan = plan_epoch(tr.lengths, tc, streaming, chunked(model))
         whole[:] = [torch.from_numpy(a) for a in (tr.X, tr.y, tr.lengths)]
-        lr_best, steps = curve[stopper.best_epoch - 1]["lr"], final * plan.per_epoch
+        lr_best, steps = curve[kept - 1]["lr"], final * plan.per_epoch
         for e in range(final):
             def lr_at(step, e=e):
                 return lr_best * 0.5 * (1 + math.cos(math.pi * (e * plan.per_epoch + step) / steps))
@@ -408,8 +471,10 @@ def _train(arch, dataset, tc, model_overrides, progress=True):
     model.eval()
     train_acc = accuracy(model, tr)
     schedule = {"mode": "fixed" if tc.epochs is not None else ("early-stopping" if stopper else "budget"),
-                "max_epochs": epochs, "epochs_run": len(curve),
+                "max_epochs": limit, "budget_epochs": epochs, "epochs_run": len(curve),
                 "best_epoch": stopper.best_epoch if stopper else None,
+                "kept": stopper.kept if stopper else None,
+                "val_best_epoch": next((p["epoch"] for p in reversed(curve) if p.get("best")), None),
                 "stopped": "fixed" if tc.epochs is not None else stopped,
                 "patience": patience if stopper else None, "validation": held, "final_epochs": final,
                 "updates": updates_run}
@@ -432,6 +497,7 @@ def _train(arch, dataset, tc, model_overrides, progress=True):
     }
     if val is not None:
         metrics["validation_accuracy"] = next(p["val_accuracy"] for p in curve if p["epoch"] == stopper.best_epoch)
+        # the kept epoch's; with the last kept for an underfit model, that last epoch's
     if hasattr(model, "forward_stream"):
         metrics["test_continuous_accuracy"] = continuous_accuracy(model, dataset.test)["reading_accuracy"]
     if dataset.group_split() is not None:          # which groups trained and which were held out
@@ -455,8 +521,6 @@ def _train(arch, dataset, tc, model_overrides, progress=True):
     }
 
 
-UNDERFIT = 0.9        # training accuracy below this: the model has not learnt its own training data
-
 
 def diagnose(curve: list, train_accuracy: float, schedule: dict, tc: TrainConfig, arch: str = "gru") -> dict:
     """{'converged': bool, 'advice': one line or None}: not converged when the training
@@ -468,8 +532,9 @@ def diagnose(curve: list, train_accuracy: float, schedule: dict, tc: TrainConfig
     n = len(run)
     budget = schedule.get("max_epochs") or n
     advice = []
-    if schedule["stopped"] == "budget" and schedule["best_epoch"] is not None \
-            and n - schedule["best_epoch"] < max(1, schedule.get("patience") or tc.patience) // 3 + 1:
+    best = schedule.get("val_best_epoch", schedule["best_epoch"])
+    if schedule["stopped"] == "budget" and best is not None \
+            and n - best < max(1, schedule.get("patience") or tc.patience) // 3 + 1:
         advice.append(f"the validation loss was still falling when the budget of {budget} epochs ran out")
     if schedule["mode"] != "early-stopping" and n >= 10:
         k = max(1, n // 5)

@@ -182,11 +182,12 @@ class Progress:
     LONG = 600.0              # estimates past this many seconds come with advice
 
     def __init__(self, arch, dataset, plan: Plan, epochs: int, enabled: bool, every: float = 5.0, stream=None,
-                 early: bool = False, held: str | None = None):
+                 early: bool = False, held: str | None = None, extend: int = 1):
         self.enabled, self.every = enabled, every
         self.out = stream or sys.stderr
         self.arch, self.dataset, self.plan, self.epochs = arch, dataset, plan, epochs
         self.early, self.held = early, held       # stops on a validation split (`held` says which), else a budget
+        self.extend = extend                      # the budget may grow to this many times while the model learns
         self.total = epochs * plan.per_epoch
         self.done, self.bar, self.t0 = 0, None, None
 
@@ -201,10 +202,12 @@ class Progress:
         work.append(f"{p.lanes} lanes of sequences x {p.chunk} readings" if p.lanes else f"{p.batch} whole sequences")
         estimate = seconds_per_update * self.total
         epochs = f"up to {self.epochs} epochs" if self.early else f"{self.epochs} epochs"
+        grow = (f"; up to {self.extend}x that while the model is still learning its training data"
+                if self.early and self.extend > 1 else "")
         self._say(f"train {self.arch} on {printable(ds.name)}: {len(ds.train):,} sequences, {p.readings:,} readings x "
                   f"{ds.n_features} channels, {len(ds.labels)} classes; {epochs} x {p.per_epoch:,} "
                   f"updates ({' + '.join(work)}); {'at most' if self.early else 'about'} {clock(estimate)} "
-                  "(estimated from timed updates)")
+                  f"(estimated from timed updates{grow})")
         if self.early:
             self._say(f"  validation: {self.held}; training stops when its score has not improved for a while")
         elif self.held:
@@ -224,7 +227,7 @@ class Progress:
         now = time.perf_counter()
         rate = readings / max(now - self.t0, 1e-9)
         if self.bar is not None:
-            self.bar.set_postfix_str(f"epoch {epoch + 1}/{self.epochs}, loss {loss:.3f}, {rate:,.0f} readings/s",
+            self.bar.set_postfix_str(f"epoch {epoch + 1}/{max(self.epochs, epoch + 1)}, loss {loss:.3f}, {rate:,.0f} readings/s",
                                      refresh=False)
             self.bar.update(1)
         elif now - self.last >= self.every:
@@ -242,7 +245,9 @@ class Progress:
             return
         self.last = now
         acc = point.get("val_accuracy")
-        self._say(f"train {self.arch}: epoch {point['epoch']}/{self.epochs}, loss {point['loss']:.3f}, validation "
+        fit = f", fit {point['fit']:.3f}" if "fit" in point else ""
+        self._say(f"train {self.arch}: epoch {point['epoch']}/{max(self.epochs, point['epoch'])}, loss "
+                  f"{point['loss']:.3f}{fit}, validation "
                   f"loss {point.get('val_loss', float('nan')):.3f}, accuracy {acc if acc is None else round(acc, 3)}, "
                   f"lr {point['lr']:.2g}{' (best)' if point.get('best') else ''}")
 
