@@ -858,16 +858,16 @@ def render_ucr_augment(d: dict, source: str) -> str:
     table = _table(["set", "arch", "full set", "jitter and join", "per sequence change (test sequences)",
                     "train accuracy"], body)
     how = (f"full set: `{full.get('command', '?')}`, measured {full.get('date', '?')}; jitter and join: "
-           f"`{auto.get('meta', {}).get('command', '?')}`"
-           + (f", measured {auto.get('meta', {}).get('date', '?')}" if auto is not d else "")
-           + ", default settings, seed 0")
+           f"`{auto.get('meta', {}).get('command', '?')}`, default settings"
+           + (" of then (the training schedule before the one the table above ran)" if auto is not d else "")
+           + ", seed 0")
     text = (f"Each cell: per sequence / never reset (per reading). Per sequence, jitter and join alone scored higher "
             f"in {up} of {len(keys)} runs and lower in {down}.")
     left = sorted({again[k]["why"] for k in again if k in old})
     if left:
         text += (f" Left out: {', '.join(sorted(k for k in again if k in old))}, measured again after "
                  f"{'; '.join(left)}, so not comparable with the run under the full set.")
-    return "\n\n".join([machine_line(d, source, how), table, text])
+    return "\n\n".join([machine_line(auto, source, how), table, text])
 
 
 def render_events(d: dict, source: str) -> str:
