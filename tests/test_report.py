@@ -214,9 +214,10 @@ def test_schedule_text_for_each_kind_of_schedule():
         "mode": "early-stopping", "max_epochs": 300, "epochs_run": 41, "best_epoch": 29, "converged": True,
         "advice": None}}}
     assert schedule_of(early)["text"] == "after 41 of up to 300 epochs (early stopping, best epoch 29)"
-    early["metrics"]["schedule"].update(best_epoch=41, kept="last (underfit, still learning)", converged=False)
-    assert schedule_of(early)["text"] == ("after 41 of up to 300 epochs (early stopping, kept the last epoch "
-                                          "(underfit, still learning), not converged)")
+    early["metrics"]["schedule"].update(best_epoch=34, kept="last (underfit)", converged=False, final_epochs=7,
+                                        epochs_run=41, max_epochs=34)
+    assert schedule_of(early)["text"] == ("after 34 epochs and 7 final (early stopping, kept the last epoch: "
+                                          "underfit, not converged)")
     stuck = {"metrics": {"schedule": {"mode": "fixed", "max_epochs": 8, "epochs_run": 8, "best_epoch": None,
                                       "converged": False, "advice": "try --epochs 16"}}}
     s = schedule_of(stuck)

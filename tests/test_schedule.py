@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from edgeseq.cli import cli
 from edgeseq.data import Dataset, Split
 from edgeseq.data.synthetic import recordings
-from edgeseq.errors import UsageError
+from edgeseq.errors import DataError, UsageError
 from edgeseq.runtime.evaluate import grace_for
 from edgeseq.train import (DEFAULTS, EarlyStopping, TrainConfig, diagnose, epoch_budget, model_from_checkpoint, train,
                            validation_scores, validation_split)
@@ -191,7 +191,7 @@ def test_cli_prints_the_schedule_writes_the_curve_and_points_set_epochs_to_the_o
 def _stopper(patience=3):
     model = torch.nn.Linear(2, 1)
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
-    return model, opt, EarlyStopping(model, opt, patience, SimpleNamespace(y=np.array([0, 1, 2, 0])), 100)
+    return model, opt, EarlyStopping(model, opt, patience, SimpleNamespace(y=np.arange(100) % 4), 100)
 
 
 def test_an_underfit_model_still_learning_is_neither_stopped_nor_slowed_nor_rolled_back():
@@ -210,30 +210,33 @@ def test_an_underfit_model_still_learning_is_neither_stopped_nor_slowed_nor_roll
     # stops at the `patience`-th counted (16)
     assert not st.learning() and e == 16 and opt.param_groups[0]["lr"] == 0.5 ** 3
     assert st.restore(last=e) == 16 and float(model.weight[0, 0]) == 7.0       # the last epoch's weights
-    assert st.kept == "last (underfit, still learning)"
+    assert st.kept == "last (underfit)"
 
 
-def _learnt_then(last_loss, last_fit, rises=True):
-    """A stopper whose best validation loss was epoch 1, then 10 epochs of fit rising (or not)."""
+def _learnt_then(last_loss, last_fit, rises=True, last_acc=0.6):
+    """A stopper whose best validation loss was epoch 1 (validation accuracy 0.6), then 10
+    epochs of fit rising (or not)."""
     model, opt, st = _stopper()
-    st.step(1, {"loss": 1.0, "accuracy": 1.0}, fit=0.30, counted=100)
+    st.step(1, {"loss": 1.0, "accuracy": 0.6}, fit=0.30, counted=100)
     best = model.weight.detach().clone()
     with torch.no_grad():
         model.weight.fill_(7.0)
     for e in range(2, 11):
-        st.step(e, {"loss": 2.0, "accuracy": 1.0}, fit=0.30 + (0.04 * e if rises else 0.0), counted=100)
-    st.step(11, {"loss": last_loss, "accuracy": 1.0}, fit=last_fit, counted=100)
+        st.step(e, {"loss": 2.0, "accuracy": 0.6}, fit=0.30 + (0.04 * e if rises else 0.0), counted=100)
+    st.step(11, {"loss": last_loss, "accuracy": last_acc}, fit=last_fit, counted=100)
     return model, st, best
 
 
-@pytest.mark.parametrize("last_loss,last_fit,rises,kept", [
-    (2.0, 0.70, True, "last"),              # underfit and still learning: the last epoch
-    (float("nan"), 0.70, True, "best"),     # diverged: its validation loss is not finite
-    (50.0, 0.10, True, "best"),             # collapsed: its fit far below the best
-    (2.0, 0.30, False, "best"),             # never learnt after the best epoch
+@pytest.mark.parametrize("last_loss,last_fit,rises,last_acc,kept", [
+    (2.0, 0.70, True, 0.59, "last"),        # underfit and still learning: the last epoch
+    (float("nan"), 0.70, True, 0.6, "best"),    # diverged: its validation loss is not finite
+    (50.0, 0.10, True, 0.6, "best"),        # collapsed: its fit far below the best
+    (2.0, 0.30, False, 0.6, "best"),        # never learnt after the best epoch
+    (2.0, 0.70, True, 0.3, "best"),         # learnt its training sequences only (random labels)
 ])
-def test_an_underfit_model_is_rolled_back_when_it_diverged_or_never_learnt(last_loss, last_fit, rises, kept):
-    model, st, best = _learnt_then(last_loss, last_fit, rises)
+def test_an_underfit_model_is_rolled_back_when_it_diverged_or_never_learnt(last_loss, last_fit, rises, last_acc,
+                                                                           kept):
+    model, st, best = _learnt_then(last_loss, last_fit, rises, last_acc)
     assert st.underfit()
     epoch = st.restore(last=11)
     assert st.kept.startswith(kept) and epoch == (11 if kept == "last" else 1)
@@ -249,6 +252,27 @@ def test_a_rise_in_fit_is_at_least_two_sequences_worth():
     assert (st.fit_best, st.fit_rose) == (0.36, 6)
 
 
+def test_a_model_that_diverged_is_refused_not_written(easy):
+    from edgeseq.train.loop import check_finite
+    model = torch.nn.Linear(2, 1)
+    check_finite(model, "gru", easy, DEFAULTS["gru"])                     # finite: nothing to say
+    with torch.no_grad():
+        model.bias.fill_(float("nan"))
+    with pytest.raises(DataError, match=r"diverged \(1 weight tensor\(s\) not finite, first bias\): nothing was "
+                                        r"written; try a lower learning rate \(--lr 0.0005\)"):
+        check_finite(model, "gru", easy, DEFAULTS["gru"])
+
+
+def test_the_progress_follows_a_budget_that_grew(easy):
+    from edgeseq.train.plan import Progress
+    plan = plan_epoch(easy.train.lengths, DEFAULTS["gru"], True)
+    bar = Progress("gru", easy, plan, 10, False, early=True, extend=2)
+    bar.grow(25)
+    assert (bar.epochs, bar.total) == (25, 25 * plan.per_epoch)
+    bar.grow(12)                                  # never shrinks
+    assert bar.epochs == 25
+
+
 def test_every_epoch_records_its_fit_and_the_schedule_says_what_was_kept(stopped):
     curve, s = stopped["metrics"]["curve"], stopped["metrics"]["schedule"]
     assert all(0.0 <= p["fit"] <= 1.0 for p in curve)
@@ -260,11 +284,11 @@ def test_the_schedule_line_says_the_budget_grew_and_the_last_epoch_was_kept():
     from edgeseq.cli.train import schedule_line
     s = {"mode": "early-stopping", "stopped": "budget", "validation": "107 of 537 training sequences",
          "best_epoch": 100, "epochs_run": 125, "final_epochs": 25, "max_epochs": 100, "budget_epochs": 50,
-         "kept": "last (underfit, still learning)", "val_best_epoch": 25}
+         "kept": "last (underfit)", "val_best_epoch": 25}
     line = schedule_line(s)
     assert "kept the last of 100 epochs (budget spent, budget 50 epochs, grown to 100 while the model " \
            "still learnt), then 25 over every training sequence" in line
-    assert line.endswith("went on learning after its lowest validation loss (lowest at epoch 25)")
+    assert line.endswith("went on learning after its lowest validation loss, epoch 25")
     line = schedule_line({**s, "kept": "best", "best_epoch": 25, "max_epochs": 50})
     assert "kept epoch 25 of 100 (budget spent, budget 50 epochs)" in line and "grown" not in line
 

@@ -139,7 +139,8 @@ def test_progress_lines_when_not_on_a_terminal():
     Progress("gru", ds, plan, 2, True, stream=out, early=True, held="3 of 14", extend=2).start(1.0)
     first = out.getvalue().splitlines()[0]
     assert "up to 2 epochs" in first and first.endswith(
-        "(estimated from timed updates; up to 2x that while the model is still learning its training data)")
+        "for that (estimated from timed updates; the budget grows up to 2x while the model is still learning "
+        "its training data)")
 
 
 def test_synthetic_recordings_are_seeded_and_shaped():

@@ -282,11 +282,12 @@ def schedule_line(s: dict | None) -> str:
     tail = f", then {final} over every training sequence" if final else ""
     budget = s.get("budget_epochs") or s["max_epochs"]
     grown = f", grown to {s['max_epochs']} while the model still learnt" if s["max_epochs"] > budget else ""
+    budget = f"{budget} epoch{'s' if budget != 1 else ''}"
     run, why = s["epochs_run"] - final, ""
     kept = f"kept epoch {s['best_epoch']} of {run}"
     if str(s.get("kept", "best")).startswith("last"):
         kept = f"kept the last of {run} epochs"
-        lowest = f" (lowest at epoch {s['val_best_epoch']})" if s.get("val_best_epoch") else ""
+        lowest = f", epoch {s['val_best_epoch']}" if s.get("val_best_epoch") else ""
         why = ("; the model underfits and went on learning after its lowest validation loss" + lowest
                if "underfit" in s["kept"] else "; no epoch had a finite validation loss")
-    return f"validation on {s['validation']}; {kept} ({how}, budget {budget} epochs{grown}){tail}{why}"
+    return f"validation on {s['validation']}; {kept} ({how}, budget {budget}{grown}){tail}{why}"

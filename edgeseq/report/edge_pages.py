@@ -177,13 +177,18 @@ def schedule_text(s: dict) -> str:
     n, top, mode = s.get("epochs_run"), s.get("max_epochs"), s.get("mode")
     if n is None:
         return "(schedule not recorded)"
-    head = f"after {n} epoch{'s' if n != 1 else ''}"
-    if mode == "early-stopping" and top is not None and top != n:
-        head = f"after {n} of up to {top} epochs"
+    final = s.get("final_epochs") or 0
+    run = n - final                                    # the final epochs over every sequence come on top
+    head = f"after {run} epoch{'s' if run != 1 else ''}"
+    if mode == "early-stopping" and top is not None and top != run:
+        head = f"after {run} of up to {top} epochs"
+    if final:
+        head += f" and {final} final"
     notes = [MODES.get(mode, mode or "fixed")]
     if s.get("best_epoch") is not None and mode == "early-stopping":
         last = str(s.get("kept") or "").startswith("last")
-        notes[0] += f", kept the last epoch ({s['kept'][6:-1]})" if last else f", best epoch {s['best_epoch']}"
+        notes[0] += ", kept the last epoch: underfit" if "underfit" in str(s.get("kept")) else \
+            ", kept the last epoch" if last else f", best epoch {s['best_epoch']}"
     if s.get("quick"):
         notes.append("quick: not trained to convergence")
     elif s.get("converged") is False:

@@ -177,6 +177,8 @@ LEARNT = 0.5          # a validation accuracy this share of the way from the maj
 WAIT = 1 / 3          # ... or this share of the epoch budget spent, before a plateau counts towards stopping
 UNDERFIT = 0.9        # training accuracy below this: the model has not learnt its own training data
 FIT_DELTA = 0.01      # a training accuracy this much above the best so far: the model is still learning
+LR_MAX = TRAIN_LIMITS["lr"][2]   # the highest learning rate `train` accepts
+ACC_SLACK = 0.02      # an underfit model's last epoch is kept within this validation accuracy of the best's
 EXTEND = 2            # the epoch budget grows up to this many times while the model is still learning
 
 
@@ -243,6 +245,8 @@ class EarlyStopping:
         self.since, self.top_acc = 0, -1.0
         self.fit_best, self.fit_since, self.fit_rose = -1.0, 0, None   # fit's best in steps, epochs since, when
         self.fit_max, self.last = -1.0, None          # fit's highest; the last epoch's (loss, fit, step)
+        self.accs = []                                # every epoch's validation accuracy
+        self.tolerance = max(ACC_SLACK, 1 / len(val.y))   # one validation sequence's worth of accuracy
         self.kept = None                              # what `restore` kept, and why
         majority = float(np.bincount(val.y).max() / len(val.y))
         self.learnt = majority + LEARNT * (1 - majority)      # below this the model has not started to learn
@@ -264,6 +268,7 @@ class EarlyStopping:
         True when training should stop."""
         acc, loss = scores["accuracy"], scores["loss"]
         self.top_acc = max(self.top_acc, acc)
+        self.accs.append(acc)
         if fit is not None:
             rise = max(FIT_DELTA, 2 / counted) if counted else FIT_DELTA
             self.fit_max = max(self.fit_max, fit)
@@ -288,16 +293,20 @@ class EarlyStopping:
 
     def restore(self, last: int) -> int:
         """Keep the best epoch's weights, or those of epoch `last`, the last run, where the
-        model underfits, its fit rose after the best epoch, and the last epoch's validation
-        loss is finite and its fit within two steps of the best: rolling back would undo what
-        it learnt since. A model that diverged or never learnt is rolled back. Returns the
-        epoch kept; `kept` says which and why."""
+        model underfits, its fit rose after the best epoch, the last epoch's validation loss
+        is finite and its fit within two steps of the best, and its validation accuracy (the
+        mean of the last `patience // 3` epochs) at most `tolerance` below the best epoch's:
+        rolling back would undo what it learnt since. A model that diverged, or learnt only
+        its training sequences (random labels), is rolled back. Returns the epoch kept; `kept`
+        says which and why."""
+        recent = self.accs[-max(1, self.patience // 3):]
         if self.best_state is None:
             self.best_epoch, self.kept = last, "last (no finite validation loss)"
         elif (self.underfit() and self.last is not None and self.fit_rose is not None
               and self.fit_rose > self.best_epoch and math.isfinite(self.last[0])
-              and self.last[1] >= self.fit_best - 2 * self.last[2]):
-            self.best_epoch, self.kept = last, "last (underfit, still learning)"
+              and self.last[1] >= self.fit_best - 2 * self.last[2]
+              and sum(recent) / len(recent) >= self.best_acc - self.tolerance):
+            self.best_epoch, self.kept = last, "last (underfit)"
         else:
             self.model.load_state_dict(self.best_state)
             self.kept = "best"
@@ -444,13 +453,14 @@ def _train(arch, dataset, tc, model_overrides, progress=True):
                 break
             if epoch + 1 == limit and stopper.learning() and limit < EXTEND * epochs:
                 limit = min(EXTEND * epochs, limit + stopper.patience)
+                bar.grow(limit + (math.ceil(tc.final_share * limit)))
         else:
             curve.append(point)
         epoch += 1
     final = 0
     if stopper is not None:
         kept = stopper.restore(len(curve))
-        final = math.ceil(tc.final_share * kept)
+        final = math.ceil(tc.final_share * kept) if stopper.best_state is not None else 0   # none to anneal
     if final:
         # The validation sequences join the rest for a few last epochs, the learning rate cosine-decayed from
         # the kept epoch's to 0: the model ends annealed, on every training sequence.
@@ -466,6 +476,7 @@ def _train(arch, dataset, tc, model_overrides, progress=True):
             curve.append({"epoch": len(curve) + 1, "loss": round(history[-1], 5), "lr": lr, "final": True})
     bar.close()
     seconds = time.perf_counter() - t0
+    check_finite(model, arch, dataset, tc)
     ignored = ignore_constant_channels(model, norm)
 
     model.eval()
@@ -522,6 +533,16 @@ def _train(arch, dataset, tc, model_overrides, progress=True):
 
 
 
+def check_finite(model, arch: str, dataset: Dataset, tc: TrainConfig) -> None:
+    """Raise DataError when training left a weight that is not finite (it diverged): such a
+    model must not be written. Says what to try."""
+    bad = [name for name, p in model.named_parameters() if not torch.isfinite(p).all()]
+    if bad:
+        raise DataError(f"training {arch} on {printable(dataset.name)} diverged ({len(bad)} weight tensor(s) not "
+                        f"finite, first {bad[0]}): nothing was written; try a lower learning rate (--lr "
+                        f"{tc.lr / 10:g}) or look for extreme readings in the data")
+
+
 def diagnose(curve: list, train_accuracy: float, schedule: dict, tc: TrainConfig, arch: str = "gru") -> dict:
     """{'converged': bool, 'advice': one line or None}: not converged when the training
     accuracy is below UNDERFIT (the model underfits), or when the budget ran out while the
@@ -545,8 +566,9 @@ def diagnose(curve: list, train_accuracy: float, schedule: dict, tc: TrainConfig
         advice.append(f"training accuracy {train_accuracy:.3f} is far below 1: the model underfits")
     if advice:
         size = "--set d_model=64" if arch in ("transformer", "ssm") else "--set hidden=128"
-        advice.append(f"try --epochs {2 * n}" + (f", a larger model ({size}) or a higher learning rate "
-                                                 f"(--lr {2 * tc.lr:g})" if train_accuracy < UNDERFIT else ""))
+        higher = f" or a higher learning rate (--lr {2 * tc.lr:g})" if 2 * tc.lr <= LR_MAX else ""
+        advice.append(f"try --epochs {2 * n}" + (f", a larger model ({size}){higher}"
+                                                 if train_accuracy < UNDERFIT else ""))
     return {"converged": not advice, "advice": "; ".join(advice) or None}
 
 

@@ -191,6 +191,14 @@ class Progress:
         self.total = epochs * plan.per_epoch
         self.done, self.bar, self.t0 = 0, None, None
 
+    def grow(self, epochs: int):
+        """The budget grew: `epochs` epochs in all now (the final ones included)."""
+        self.epochs = max(self.epochs, epochs)
+        self.total = self.epochs * self.plan.per_epoch
+        if self.bar is not None:
+            self.bar.total = self.total
+            self.bar.refresh()
+
     def _say(self, line: str):
         print(safe_text(line), file=self.out, flush=True)       # names in it are escaped where it is built
 
@@ -202,12 +210,12 @@ class Progress:
         work.append(f"{p.lanes} lanes of sequences x {p.chunk} readings" if p.lanes else f"{p.batch} whole sequences")
         estimate = seconds_per_update * self.total
         epochs = f"up to {self.epochs} epochs" if self.early else f"{self.epochs} epochs"
-        grow = (f"; up to {self.extend}x that while the model is still learning its training data"
+        grow = (f"; the budget grows up to {self.extend}x while the model is still learning its training data"
                 if self.early and self.extend > 1 else "")
         self._say(f"train {self.arch} on {printable(ds.name)}: {len(ds.train):,} sequences, {p.readings:,} readings x "
                   f"{ds.n_features} channels, {len(ds.labels)} classes; {epochs} x {p.per_epoch:,} "
-                  f"updates ({' + '.join(work)}); {'at most' if self.early else 'about'} {clock(estimate)} "
-                  f"(estimated from timed updates{grow})")
+                  f"updates ({' + '.join(work)}); {'at most' if self.early else 'about'} {clock(estimate)}"
+                  f"{' for that' if grow else ''} (estimated from timed updates{grow})")
         if self.early:
             self._say(f"  validation: {self.held}; training stops when its score has not improved for a while")
         elif self.held:
