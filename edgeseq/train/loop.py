@@ -246,7 +246,7 @@ class EarlyStopping:
         self.fit_best, self.fit_since, self.fit_rose = -1.0, 0, None   # fit's best in steps, epochs since, when
         self.fit_max, self.last = -1.0, None          # fit's highest; the last epoch's (loss, fit, step)
         self.accs = []                                # every epoch's validation accuracy
-        self.tolerance = max(ACC_SLACK, 1 / len(val.y))   # one validation sequence's worth of accuracy
+        self.tolerance = max(ACC_SLACK, 2 / len(val.y))   # two validation sequences' worth of accuracy
         self.kept = None                              # what `restore` kept, and why
         majority = float(np.bincount(val.y).max() / len(val.y))
         self.learnt = majority + LEARNT * (1 - majority)      # below this the model has not started to learn
@@ -296,8 +296,8 @@ class EarlyStopping:
         model underfits, its fit rose after the best epoch, the last epoch's validation loss
         is finite and its fit within two steps of the best, and its validation accuracy (the
         mean of the last `patience // 3` epochs) at most `tolerance` below the best epoch's:
-        rolling back would undo what it learnt since. A model that diverged, or learnt only
-        its training sequences (random labels), is rolled back. Returns the epoch kept; `kept`
+        rolling back would undo what it learnt since. A model that diverged, or whose
+        validation accuracy fell by more than that, is rolled back. Returns the epoch kept; `kept`
         says which and why."""
         recent = self.accs[-max(1, self.patience // 3):]
         if self.best_state is None:
