@@ -207,8 +207,7 @@ def schedule_of(ckpt: dict, quick: bool = False) -> dict:
     out = {"mode": s.get("mode") or ("fixed" if epochs is not None else None),
            "max_epochs": s.get("max_epochs", epochs), "epochs_run": s.get("epochs_run", epochs),
            "best_epoch": s.get("best_epoch"), "kept": s.get("kept"), "final_epochs": s.get("final_epochs"),
-           "converged": s.get("converged"),
-           "advice": s.get("advice"),
+           "converged": s.get("converged"), "advice": s.get("advice"),
            "quick": bool(quick)}
     out["text"] = schedule_text(out)
     return out

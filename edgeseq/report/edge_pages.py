@@ -186,9 +186,11 @@ def schedule_text(s: dict) -> str:
         head += f" and {final} final"
     notes = [MODES.get(mode, mode or "fixed")]
     if s.get("best_epoch") is not None and mode == "early-stopping":
-        last = str(s.get("kept") or "").startswith("last")
-        notes[0] += ", kept the last epoch: underfit" if "underfit" in str(s.get("kept")) else \
-            ", kept the last epoch" if last else f", best epoch {s['best_epoch']}"
+        kept = s.get("kept") or "best"
+        if kept == "best":
+            notes[0] += f", best epoch {s['best_epoch']}"
+        else:
+            notes[0] += ", kept the last epoch" + (": underfit" if "underfit" in kept else "")
     if s.get("quick"):
         notes.append("quick: not trained to convergence")
     elif s.get("converged") is False:

@@ -44,8 +44,9 @@ epochs without one, and the weights of the best epoch are kept. The epoch budget
 data (`epoch_budget`): up to `budget_updates` updates and `budget_readings` readings in all, so
 small sets get many epochs and long recordings few. A model still learning its training data
 (`EarlyStopping.learning`) is neither slowed nor stopped, its budget grows up to EXTEND times,
-and it keeps its last epoch rather than the best validation loss's. Where the training split is too small to
-hold out anything, the budget runs in full on a cosine schedule. Every epoch's loss, validation
+and it keeps its last epoch rather than the best validation loss's (`EarlyStopping.restore`).
+Where the training split is too small to hold out anything, the budget runs in full on a cosine
+schedule. Every epoch's loss, validation
 loss and accuracy and learning rate are in the checkpoint's `metrics["curve"]`; `diagnose` says
 plainly when the model did not converge and what to try.
 
@@ -383,8 +384,10 @@ def _train(arch, dataset, tc, model_overrides, progress=True):
                 sched.step()
         return loss.item(), seq_carry, carry, run
 
-    most = epochs + (math.ceil(tc.final_share * epochs) if stopper else 0)     # the final epochs come on top
-    bar = Progress(arch, dataset, plan, most, progress, early=stopper is not None, held=held, extend=EXTEND)
+    def with_final(n: int) -> int:                 # epochs in all: the final epochs come on top
+        return n + (math.ceil(tc.final_share * n) if stopper else 0)
+
+    bar = Progress(arch, dataset, plan, with_final(epochs), progress, early=stopper is not None, held=held, extend=EXTEND)
     if bar.enabled and norm.constant is not None and norm.constant.any():
         names = ", ".join(f"'{dataset.features[i]}'" for i in np.flatnonzero(norm.constant))
         bar._say(f"channel(s) {names} do not vary in the training data: the model will ignore them")
@@ -453,7 +456,7 @@ def _train(arch, dataset, tc, model_overrides, progress=True):
                 break
             if epoch + 1 == limit and stopper.learning() and limit < EXTEND * epochs:
                 limit = min(EXTEND * epochs, limit + stopper.patience)
-                bar.grow(limit + (math.ceil(tc.final_share * limit)))
+                bar.grow(with_final(limit))
         else:
             curve.append(point)
         epoch += 1
@@ -508,7 +511,6 @@ def _train(arch, dataset, tc, model_overrides, progress=True):
     }
     if val is not None:
         metrics["validation_accuracy"] = next(p["val_accuracy"] for p in curve if p["epoch"] == stopper.best_epoch)
-        # the kept epoch's; with the last kept for an underfit model, that last epoch's
     if hasattr(model, "forward_stream"):
         metrics["test_continuous_accuracy"] = continuous_accuracy(model, dataset.test)["reading_accuracy"]
     if dataset.group_split() is not None:          # which groups trained and which were held out
