@@ -314,3 +314,55 @@ def test_the_budget_grows_only_while_the_model_is_still_learning(easy, monkeypat
         assert s["max_epochs"] == s["epochs_run"] == EXTEND * s["budget_epochs"]
     else:
         assert s["max_epochs"] == s["budget_epochs"] >= s["epochs_run"]
+
+
+def _attempt(stopped="early", fit=0.5, val_loss=1.0, seconds=2.0, mode="early-stopping"):
+    return {"metrics": {"schedule": {"mode": mode, "stopped": stopped, "fit": fit, "best_epoch": 2, "epochs_run": 3},
+                        "curve": [{"epoch": 1, "val_loss": 9.0}, {"epoch": 2, "val_loss": val_loss}, {"epoch": 3}],
+                        "train_seconds": seconds}}
+
+
+@pytest.mark.parametrize("kw,expected", [({}, True), ({"fit": 0.95}, False), ({"stopped": "budget"}, False),
+                                         ({"mode": "fixed", "stopped": "fixed"}, False)])
+def test_only_a_run_that_stopped_early_far_from_fitting_has_stalled(kw, expected):
+    from edgeseq.train.loop import stalled
+    assert stalled(_attempt(**kw)) is expected
+
+
+def test_a_restart_that_learnt_replaces_a_stalled_run_where_its_validation_loss_is_lower():
+    from edgeseq.train.loop import attempt_seed, kept_attempt
+    runs = [_attempt(val_loss=0.9, seconds=3.0), _attempt(fit=0.95, val_loss=0.6, seconds=4.0),
+            _attempt(fit=0.95, val_loss=0.6), _attempt(val_loss=0.5, seconds=5.0)]
+    ck = kept_attempt(runs, seed=7)
+    s = ck["metrics"]["schedule"]
+    assert ck is runs[1] and s["attempt"] == 2 and ck["metrics"]["train_seconds"] == 14.0   # a tie: the first
+    assert [a["seed"] for a in s["attempts"]] == [7] + [attempt_seed(7, i) for i in (1, 2, 3)]
+    assert len({a["seed"] for a in s["attempts"]}) == 4 and attempt_seed(7, 1) == attempt_seed(7, 1)
+    assert [a["stalled"] for a in s["attempts"]] == [True, False, False, True]
+    # restarts that did not learn their training data, or learnt with a higher validation loss: the first stays
+    for second in (_attempt(val_loss=0.1), _attempt(fit=0.95, val_loss=0.95),
+                   _attempt(stopped="budget", fit=0.5, val_loss=0.1)):      # out of budget, never learnt
+        assert kept_attempt([_attempt(val_loss=0.9), second], seed=0)["metrics"]["schedule"]["attempt"] == 1
+    nan = _attempt(val_loss=float("nan"))
+    nan["metrics"]["curve"][1].pop("val_loss")                      # no finite validation loss: any learnt one is lower
+    assert kept_attempt([nan, _attempt(fit=0.95, val_loss=5.0)], seed=0)["metrics"]["schedule"]["attempt"] == 2
+    single = _attempt()
+    assert kept_attempt([single], seed=0) is single and "attempts" not in single["metrics"]["schedule"]
+
+
+def test_a_run_that_stalls_underfit_trains_again_from_a_new_initialisation(easy, capsys):
+    """One hidden unit cannot tell 3 classes apart: the run stops early far from fitting, and
+    trains again, on the same validation split, up to `restarts` times."""
+    from edgeseq.cli.train import schedule_line
+    tc = replace(DEFAULTS["gru"], patience=3, patience_updates=0, budget_updates=120, augment="none",
+                 final_share=0.0, restarts=1)
+    ck = train("gru", easy, tc, {"hidden": 1}, progress=True)
+    s = ck["metrics"]["schedule"]
+    assert [a["stalled"] for a in s["attempts"]][0] and len(s["attempts"]) == 2
+    assert s["attempts"][0]["seed"] == 0 and s["attempts"][1]["seed"] != 0 and ck["train_config"]["seed"] == 0
+    assert all(a["stalled"] for a in s["attempts"]) and s["attempt"] == 1       # stalled again: the first stays
+    assert "training again from a new initialisation, attempt 2 of up to 2" in capsys.readouterr().err
+    assert "attempt 1 of 2 kept (a run that stalled underfit trains again" in schedule_line(s)
+    none = train("gru", easy, replace(tc, restarts=0), {"hidden": 1}, progress=False)["metrics"]["schedule"]
+    assert none["stopped"] == "early" and none["fit"] < 0.9 and "attempts" not in none
+    assert none["fit"] == s["attempts"][0]["fit"]                 # the first attempt is the run without restarts

@@ -199,7 +199,7 @@ def _events(models: dict, ds, quick: bool, progress: Progress) -> dict:
 def schedule_of(ckpt: dict, quick: bool = False) -> dict:
     """How `ckpt`'s model was trained: mode ('early-stopping', 'fixed', ...), max_epochs,
     epochs_run, best_epoch, converged (None: not judged), advice (what to try when not
-    converged), quick (trained here by a quick report: a few fixed epochs, not to convergence)
+    converged), attempts and attempt (a run that stalled underfit and its restarts), quick (trained here by a quick report: a few fixed epochs, not to convergence)
     and text, the phrase every accuracy is shown with. Read from the checkpoint's
     `metrics["schedule"]`; a checkpoint without one ran its train_config's epochs, fixed."""
     s = (ckpt.get("metrics") or {}).get("schedule") or {}
@@ -208,7 +208,7 @@ def schedule_of(ckpt: dict, quick: bool = False) -> dict:
            "max_epochs": s.get("max_epochs", epochs), "epochs_run": s.get("epochs_run", epochs),
            "best_epoch": s.get("best_epoch"), "kept": s.get("kept"), "final_epochs": s.get("final_epochs"),
            "converged": s.get("converged"), "advice": s.get("advice"),
-           "quick": bool(quick)}
+           "attempts": s.get("attempts"), "attempt": s.get("attempt"), "quick": bool(quick)}
     out["text"] = schedule_text(out)
     return out
 

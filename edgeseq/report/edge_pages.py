@@ -191,6 +191,8 @@ def schedule_text(s: dict) -> str:
             notes[0] += f", best epoch {s['best_epoch']}"
         else:
             notes[0] += ", kept the last epoch" + (": underfit" if "underfit" in kept else "")
+    if s.get("attempts"):
+        notes.append(f"attempt {s['attempt']} of {len(s['attempts'])}: restarted after stalling underfit")
     if s.get("quick"):
         notes.append("quick: not trained to convergence")
     elif s.get("converged") is False:

@@ -51,6 +51,10 @@ class TrainConfig:
     min_epochs: int = 10      # epochs None: never fewer epochs in the budget than this
     final_share: float = 0.25  # epochs None: after stopping, the validation sequences join the rest for this
                                # share of the kept epoch's count, the learning rate annealed to 0 (0: none)
+    restarts: int = 2         # epochs None: a run that stopped early far from fitting its training data
+                              # (stalled) trains again from a new initialisation, up to this many times
+                              # while the attempts stall; one that learnt its training data replaces it
+                              # where its validation loss is lower (`edgeseq.train.loop.kept_attempt`; 0: never)
     input_transform: str = "auto"  # "auto": asinh(reading / scale) first on a channel whose sequences'
                                    # amplitudes span three decades or more (`edgeseq.data.asinh_scales`);
                                    # "asinh": on every channel; "none": the reading as it is
@@ -89,14 +93,15 @@ TRAIN_LIMITS = {
     "clip": (False, 0.0, 1e6),
     "val_fraction": (False, 0.0, 0.5),
     "final_share": (False, 0.0, 1.0),
+    "restarts": (True, 0, 10),
 }
 
 
 TRAIN_OPTIONS = ("epochs", "lr", "seed")      # the training settings `edgeseq train` has an option for
 EARLY_SETTINGS = ("patience", "patience_updates", "val_fraction", "budget_updates", "budget_readings", "min_epochs",
-                  "final_share")              # the ones only the default schedule (epochs None) reads
+                  "final_share", "restarts")              # the ones only the default schedule (epochs None) reads
 TRAIN_SETTINGS = ("patience", "patience_updates", "val_fraction", "budget_updates", "budget_readings", "min_epochs",
-                  "final_share", "batch_size",
+                  "final_share", "restarts", "batch_size",
                   "weight_decay", "clip", "aux_weight", "streams", "chunk", "seq_max", "updates", "grace",
                   "stream_weight", "threads", "input_transform")   # the ones `edgeseq train --set NAME=VALUE` takes
 
