@@ -316,10 +316,10 @@ def test_the_budget_grows_only_while_the_model_is_still_learning(easy, monkeypat
         assert s["max_epochs"] == s["budget_epochs"] >= s["epochs_run"]
 
 
-def _attempt(stopped="early", fit=0.5, val_loss=1.0, seconds=2.0, mode="early-stopping"):
+def _attempt(stopped="early", fit=0.5, val_loss=1.0, seconds=2.0, mode="early-stopping", train=None):
     return {"metrics": {"schedule": {"mode": mode, "stopped": stopped, "fit": fit, "best_epoch": 2, "epochs_run": 3},
                         "curve": [{"epoch": 1, "val_loss": 9.0}, {"epoch": 2, "val_loss": val_loss}, {"epoch": 3}],
-                        "train_seconds": seconds}}
+                        "train_seconds": seconds, "train_accuracy": fit if train is None else train}}
 
 
 @pytest.mark.parametrize("kw,expected", [({}, True), ({"fit": 0.95}, False), ({"stopped": "budget"}, False),
@@ -329,25 +329,50 @@ def test_only_a_run_that_stopped_early_far_from_fitting_has_stalled(kw, expected
     assert stalled(_attempt(**kw)) is expected
 
 
-def test_a_restart_that_learnt_replaces_a_stalled_run_where_its_validation_loss_is_lower():
+def test_a_restart_that_fits_better_replaces_a_stalled_run_where_its_validation_loss_is_lower():
     from edgeseq.train.loop import attempt_seed, kept_attempt
     runs = [_attempt(val_loss=0.9, seconds=3.0), _attempt(fit=0.95, val_loss=0.6, seconds=4.0),
             _attempt(fit=0.95, val_loss=0.6), _attempt(val_loss=0.5, seconds=5.0)]
-    ck = kept_attempt(runs, seed=7)
+    ck = kept_attempt(runs, seed=7, n_train=20)
     s = ck["metrics"]["schedule"]
     assert ck is runs[1] and s["attempt"] == 2 and ck["metrics"]["train_seconds"] == 14.0   # a tie: the first
     assert [a["seed"] for a in s["attempts"]] == [7] + [attempt_seed(7, i) for i in (1, 2, 3)]
     assert len({a["seed"] for a in s["attempts"]}) == 4 and attempt_seed(7, 1) == attempt_seed(7, 1)
     assert [a["stalled"] for a in s["attempts"]] == [True, False, False, True]
-    # restarts that did not learn their training data, or learnt with a higher validation loss: the first stays
-    for second in (_attempt(val_loss=0.1), _attempt(fit=0.95, val_loss=0.95),
-                   _attempt(stopped="budget", fit=0.5, val_loss=0.1)):      # out of budget, never learnt
-        assert kept_attempt([_attempt(val_loss=0.9), second], seed=0)["metrics"]["schedule"]["attempt"] == 1
-    nan = _attempt(val_loss=float("nan"))
-    nan["metrics"]["curve"][1].pop("val_loss")                      # no finite validation loss: any learnt one is lower
-    assert kept_attempt([nan, _attempt(fit=0.95, val_loss=5.0)], seed=0)["metrics"]["schedule"]["attempt"] == 2
+    assert [a["train_accuracy"] for a in s["attempts"]] == [0.5, 0.95, 0.95, 0.5]
+    # restarts that fit no better (one lucky epoch's fit is not enough, nor one sequence more), or with a
+    # higher validation loss: the first run stays
+    for second in (_attempt(val_loss=0.1), _attempt(fit=0.95, val_loss=0.95), _attempt(fit=0.95, train=0.5, val_loss=0.1),
+                   _attempt(train=0.5 + 1 / 20, val_loss=0.1), _attempt(stopped="budget", val_loss=0.1)):
+        assert kept_attempt([_attempt(val_loss=0.9), second], seed=0, n_train=20)["metrics"]["schedule"]["attempt"] == 1
+    assert kept_attempt([_attempt(val_loss=0.9), _attempt(train=0.5 + 2 / 20, val_loss=0.1)], seed=0,
+                        n_train=20)["metrics"]["schedule"]["attempt"] == 2
+    for bad in ("missing", float("nan"), float("inf")):   # no finite validation loss: any restart that fits better wins
+        first = _attempt()
+        if bad == "missing":
+            first["metrics"]["curve"][1].pop("val_loss")
+        else:
+            first["metrics"]["curve"][1]["val_loss"] = bad
+        assert kept_attempt([first, _attempt(fit=0.95, val_loss=5.0)], seed=0, n_train=20)["metrics"]["schedule"][
+            "attempt"] == 2
     single = _attempt()
-    assert kept_attempt([single], seed=0) is single and "attempts" not in single["metrics"]["schedule"]
+    assert kept_attempt([single], seed=0, n_train=20) is single and "attempts" not in single["metrics"]["schedule"]
+
+
+def test_a_restart_that_diverges_leaves_the_first_run_standing(easy, monkeypatch, capsys):
+    import edgeseq.train.loop as loop
+    real, calls = loop._train, []
+
+    def fake(*args, seed=None, **kw):
+        calls.append(seed)
+        if seed is not None:
+            raise DataError("training gru on easy diverged (1 weight tensor(s) not finite): nothing was written")
+        return _attempt()
+    monkeypatch.setattr(loop, "_train", fake)
+    ck = train("gru", easy, replace(DEFAULTS["gru"], restarts=2), TINY, progress=True)
+    assert len(calls) == 2 and real is not fake
+    assert ck["metrics"]["schedule"]["attempts"][0]["seed"] == 0 and ck["metrics"]["schedule"]["attempt"] == 1
+    assert "attempt 2 left out: training gru on easy diverged" in capsys.readouterr().err
 
 
 def test_a_run_that_stalls_underfit_trains_again_from_a_new_initialisation(easy, capsys):
@@ -360,9 +385,16 @@ def test_a_run_that_stalls_underfit_trains_again_from_a_new_initialisation(easy,
     s = ck["metrics"]["schedule"]
     assert [a["stalled"] for a in s["attempts"]][0] and len(s["attempts"]) == 2
     assert s["attempts"][0]["seed"] == 0 and s["attempts"][1]["seed"] != 0 and ck["train_config"]["seed"] == 0
-    assert all(a["stalled"] for a in s["attempts"]) and s["attempt"] == 1       # stalled again: the first stays
+    first, second = s["attempts"]
+    better = (second["train_accuracy"] >= first["train_accuracy"] + 2 / len(easy.train)
+              and second["val_loss"] < first["val_loss"])
+    assert s["attempt"] == (2 if better else 1)
+    assert ck["metrics"]["train_accuracy"] == pytest.approx(s["attempts"][s["attempt"] - 1]["train_accuracy"], abs=1e-5)
     assert "training again from a new initialisation, attempt 2 of up to 2" in capsys.readouterr().err
-    assert "attempt 1 of 2 kept (a run that stalled underfit trains again" in schedule_line(s)
+    assert f"attempt {s['attempt']} of 2 kept (a run that stalled underfit trains again" in schedule_line(s)
+    from edgeseq.report.edge_pages import schedule_text
+    assert ("attempt 2 of 2 kept: the first run stalled underfit" if better else
+            "the first of 2 attempts kept: it stalled underfit and no restart fit better") in schedule_text(s)
     none = train("gru", easy, replace(tc, restarts=0), {"hidden": 1}, progress=False)["metrics"]["schedule"]
     assert none["stopped"] == "early" and none["fit"] < 0.9 and "attempts" not in none
     assert none["fit"] == s["attempts"][0]["fit"]                 # the first attempt is the run without restarts

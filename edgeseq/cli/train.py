@@ -291,7 +291,8 @@ def schedule_line(s: dict | None) -> str:
         why = ("; the model underfits and went on learning after its lowest validation loss" + lowest
                if "underfit" in s["kept"] else "; no epoch had a finite validation loss")
     if s.get("attempts"):
-        n, fits = len(s["attempts"]), ", ".join(f"{a['fit']:.2f}" for a in s["attempts"])
+        n, acc = len(s["attempts"]), ", ".join(f"{a['train_accuracy']:.2f}" if "train_accuracy" in a else "diverged"
+                                               for a in s["attempts"])
         why += (f"; attempt {s['attempt']} of {n} kept (a run that stalled underfit trains again from a new "
-                f"initialisation; highest fit {fits})")
+                f"initialisation; training accuracy {acc})")
     return f"validation on {s['validation']}; {kept} ({how}, budget {budget}{grown}){tail}{why}"

@@ -192,7 +192,9 @@ def schedule_text(s: dict) -> str:
         else:
             notes[0] += ", kept the last epoch" + (": underfit" if "underfit" in kept else "")
     if s.get("attempts"):
-        notes.append(f"attempt {s['attempt']} of {len(s['attempts'])}: restarted after stalling underfit")
+        n = len(s["attempts"])
+        notes.append(f"attempt {s['attempt']} of {n} kept: the first run stalled underfit" if s["attempt"] > 1
+                     else f"the first of {n} attempts kept: it stalled underfit and no restart fit better")
     if s.get("quick"):
         notes.append("quick: not trained to convergence")
     elif s.get("converged") is False:

@@ -53,8 +53,8 @@ class TrainConfig:
                                # share of the kept epoch's count, the learning rate annealed to 0 (0: none)
     restarts: int = 2         # epochs None: a run that stopped early far from fitting its training data
                               # (stalled) trains again from a new initialisation, up to this many times
-                              # while the attempts stall; one that learnt its training data replaces it
-                              # where its validation loss is lower (`edgeseq.train.loop.kept_attempt`; 0: never)
+                              # while the attempts stall; one that fits its training data better replaces
+                              # it where its validation loss is lower (`edgeseq.train.loop.kept_attempt`; 0: never)
     input_transform: str = "auto"  # "auto": asinh(reading / scale) first on a channel whose sequences'
                                    # amplitudes span three decades or more (`edgeseq.data.asinh_scales`);
                                    # "asinh": on every channel; "none": the reading as it is

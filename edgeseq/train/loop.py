@@ -45,6 +45,8 @@ data (`epoch_budget`): up to `budget_updates` updates and `budget_readings` read
 small sets get many epochs and long recordings few. A model still learning its training data
 (`EarlyStopping.learning`) is neither slowed nor stopped, its budget grows up to EXTEND times,
 and it keeps its last epoch rather than the best validation loss's (`EarlyStopping.restore`).
+A run that stopped early still far from fitting its training data (`stalled`) trains again from
+a new initialisation, up to `restarts` times, on the same validation split (`kept_attempt`).
 Where the training split is too small to hold out anything, the budget runs in full on a cosine
 schedule. Every epoch's loss, validation
 loss and accuracy and learning rate are in the checkpoint's `metrics["curve"]`; `diagnose` says
@@ -133,8 +135,13 @@ def train(arch: str, dataset: Dataset | str = "basicmotions", train_config: Trai
           model_overrides: dict | None = None, progress: bool = True) -> dict:
     """Train `arch` on `dataset` and return a checkpoint dict (see `save_checkpoint`).
 
+    On the default schedule a run that stalls underfit trains again from a new initialisation,
+    up to `restarts` times (`stalled`, `kept_attempt`): the checkpoint is one attempt's, its
+    `metrics["schedule"]["attempts"]` lists them all.
+
     Raises UsageError for an unknown architecture or setting, DataError for unusable data
-    (fewer than 2 classes, a label without training readings, a channel beyond float32)."""
+    (fewer than 2 classes, a label without training readings, a channel beyond float32) or
+    for a run that diverged (a weight not finite; a restart that diverges is left out)."""
     check_arch(arch)
     tc = check_train_config(train_config or DEFAULTS.get(arch, TrainConfig()))
     for name in ("n_features", "n_classes"):
@@ -153,17 +160,24 @@ def train(arch: str, dataset: Dataset | str = "basicmotions", train_config: Trai
     threads = torch.get_num_threads()
     torch.set_num_threads(max(1, tc.threads))
     try:
-        attempts = [_train(arch, dataset, tc, model_overrides, progress)]
+        attempts, left_out = [_train(arch, dataset, tc, model_overrides, progress)], None
         while stalled(attempts[-1]) and len(attempts) <= tc.restarts:
-            seed = attempt_seed(tc.seed, len(attempts))
+            s = attempts[-1]["metrics"]["schedule"]
             if progress:
-                s = attempts[-1]["metrics"]["schedule"]
-                print(f"{arch} stopped at epoch {s['epochs_run'] - s['final_epochs']} with its training fit at {s['fit']:.2f} (below "
-                      f"{UNDERFIT:g}: stalled before learning its training data): training again from a new "
-                      f"initialisation, attempt {len(attempts) + 1} of up to {tc.restarts + 1} (one that learns "
-                      "replaces it where its validation loss is lower)", file=sys.stderr, flush=True)
-            attempts.append(_train(arch, dataset, tc, model_overrides, progress, seed=seed))
-        return kept_attempt(attempts, tc.seed)
+                print(f"{arch} stopped early after {s['epochs_run']} epochs, its highest training fit "
+                      f"{s['fit']:.2f} (below {UNDERFIT:g}: stalled before learning its training data): training "
+                      f"again from a new initialisation, attempt {len(attempts) + 1} of up to {tc.restarts + 1} "
+                      "(one that fits its training data better replaces it where its validation loss is lower)",
+                      file=sys.stderr, flush=True)
+            try:
+                attempts.append(_train(arch, dataset, tc, model_overrides, progress,
+                                       seed=attempt_seed(tc.seed, len(attempts))))
+            except DataError as e:        # a restart that diverged: the runs before it stand
+                if progress:
+                    print(f"attempt {len(attempts) + 1} left out: {e}", file=sys.stderr, flush=True)
+                left_out = str(e)
+                break
+        return kept_attempt(attempts, tc.seed, len(dataset.train), left_out)
     finally:
         torch.set_num_threads(threads)
 
@@ -178,41 +192,47 @@ def stalled(ckpt: dict) -> bool:
 
 
 def attempt_seed(seed: int, attempt: int) -> int:
-    """The seed of restart `attempt` (1, 2, ...) of a run seeded `seed`: drawn from both, so that
-    it is no other run's plain `--seed` and the same for the same `seed`. uint32 (numpy's range)."""
+    """The seed of restart `attempt` (1, 2, ...) of a run seeded `seed`: drawn from both
+    (numpy's SeedSequence), the same for the same `seed`. uint32 (numpy's range)."""
     return int(np.random.SeedSequence([seed, attempt]).generate_state(1)[0])
 
 
 def kept_val_loss(ckpt: dict) -> float:
-    """The validation loss of the epoch a run kept (inf where it had none)."""
+    """The validation loss of the epoch a run kept (inf where it had none or it is not finite)."""
     s = ckpt["metrics"]["schedule"]
     point = next((p for p in ckpt["metrics"]["curve"] if p["epoch"] == s["best_epoch"]), {})
-    return point.get("val_loss", math.inf)
+    loss = point.get("val_loss", math.inf)
+    return loss if math.isfinite(loss) else math.inf
 
 
-def kept_attempt(attempts: list, seed: int) -> dict:
+def kept_attempt(attempts: list, seed: int, n_train: int, left_out: str | None = None) -> dict:
     """Of a stalled run and its restarts (checkpoints, in order; the same validation split),
-    the restart that learnt its training data (its highest fit at least UNDERFIT) whose kept
-    epoch has the lowest validation loss, provided that is below the first run's; else the
-    first run: restarts that did not learn it either say the data or the model's size, not the
-    initialisation, holds the model back, and a few validation sequences cannot tell one such
-    attempt from another (ArrowHead's LSTM: the lower validation loss of two stalled seeds
-    scored 0.36 on the test split, the higher 0.50). The schedule lists every attempt (`attempts`: seed, epochs,
-    fit, validation loss, seconds, stalled) and `attempt` (1-based, the one kept);
-    `train_seconds` is the time all of them took. The test split plays no part. A single
-    attempt is returned as it is."""
-    if len(attempts) == 1:
+    the restart that fits its training data better than the first run (its training accuracy,
+    all `n_train` training sequences scored after training, at least two sequences' worth
+    higher) and whose kept epoch has a lower validation loss than the first run's, the lowest
+    of those; else the first run. Restarts that fit no better say the data or the model's
+    size, not the initialisation, holds the model back, and a few validation sequences cannot
+    tell such runs apart (ArrowHead's LSTM: of two seeds that stalled at the same fit, the
+    lower validation loss scored 0.36 on the test split, the higher 0.50). The schedule lists
+    every attempt (`attempts`: seed, epochs, highest fit, training accuracy, validation loss,
+    seconds, stalled) and `attempt` (1-based, the one kept); `train_seconds` is the time all
+    of them took; `left_out`: why the restart after the last of them failed (it diverged),
+    listed too. The test split plays no part. A single attempt is returned as it is."""
+    if len(attempts) == 1 and left_out is None:
         return attempts[0]
     losses = [kept_val_loss(a) for a in attempts]
-    escaped = [i for i in range(1, len(attempts))
-               if attempts[i]["metrics"]["schedule"].get("fit", 0.0) >= UNDERFIT and losses[i] < losses[0]]
-    best = min(escaped, key=lambda i: (losses[i], i)) if escaped else 0
+    fits = [a["metrics"]["train_accuracy"] for a in attempts]
+    better = [i for i in range(1, len(attempts)) if fits[i] >= fits[0] + 2 / max(n_train, 1) and losses[i] < losses[0]]
+    best = min(better, key=lambda i: (losses[i], i)) if better else 0
     ckpt = attempts[best]
     s, m = ckpt["metrics"]["schedule"], ckpt["metrics"]
     s["attempts"] = [{"seed": seed if i == 0 else attempt_seed(seed, i),
-                      "epochs": a["metrics"]["schedule"]["epochs_run"], "fit": a["metrics"]["schedule"]["fit"],
+                      "epochs": a["metrics"]["schedule"]["epochs_run"], "fit": a["metrics"]["schedule"].get("fit"),
+                      "train_accuracy": round(fits[i], 5),
                       "val_loss": None if not math.isfinite(losses[i]) else round(losses[i], 5),
                       "seconds": a["metrics"]["train_seconds"], "stalled": stalled(a)} for i, a in enumerate(attempts)]
+    if left_out is not None:
+        s["attempts"].append({"seed": attempt_seed(seed, len(attempts)), "left_out": left_out})
     s["attempt"] = best + 1
     m["train_seconds"] = round(sum(a["metrics"]["train_seconds"] for a in attempts), 2)
     return ckpt
