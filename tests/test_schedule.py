@@ -390,7 +390,9 @@ def test_a_run_that_stalls_underfit_trains_again_from_a_new_initialisation(easy,
               and second["val_loss"] < first["val_loss"])
     assert s["attempt"] == (2 if better else 1)
     assert ck["metrics"]["train_accuracy"] == pytest.approx(s["attempts"][s["attempt"] - 1]["train_accuracy"], abs=1e-5)
-    assert "training again from a new initialisation, attempt 2 of up to 2" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "training again from a new initialisation, attempt 2 of up to 2" in err
+    assert "a run that stalls far from fitting its training data trains again, up to 1 more time\n" in err
     assert f"attempt {s['attempt']} of 2 kept (a run that stalled underfit trains again" in schedule_line(s)
     from edgeseq.report.edge_pages import schedule_text
     assert ("attempt 2 of 2 kept: the first run stalled underfit" if better else

@@ -472,7 +472,8 @@ def _train(arch, dataset, tc, model_overrides, progress=True, seed: int | None =
     def with_final(n: int) -> int:                 # epochs in all: the final epochs come on top
         return n + (math.ceil(tc.final_share * n) if stopper else 0)
 
-    bar = Progress(arch, dataset, plan, with_final(epochs), progress, early=stopper is not None, held=held, extend=EXTEND)
+    bar = Progress(arch, dataset, plan, with_final(epochs), progress, early=stopper is not None, held=held, extend=EXTEND,
+                   restarts=tc.restarts)
     if bar.enabled and norm.constant is not None and norm.constant.any():
         names = ", ".join(f"'{dataset.features[i]}'" for i in np.flatnonzero(norm.constant))
         bar._say(f"channel(s) {names} do not vary in the training data: the model will ignore them")

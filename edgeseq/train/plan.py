@@ -182,12 +182,13 @@ class Progress:
     LONG = 600.0              # estimates past this many seconds come with advice
 
     def __init__(self, arch, dataset, plan: Plan, epochs: int, enabled: bool, every: float = 5.0, stream=None,
-                 early: bool = False, held: str | None = None, extend: int = 1):
+                 early: bool = False, held: str | None = None, extend: int = 1, restarts: int = 0):
         self.enabled, self.every = enabled, every
         self.out = stream or sys.stderr
         self.arch, self.dataset, self.plan, self.epochs = arch, dataset, plan, epochs
         self.early, self.held = early, held       # stops on a validation split (`held` says which), else a budget
         self.extend = extend                      # the budget may grow to this many times while the model learns
+        self.restarts = restarts                  # a stalled run may train again this many more times
         self.total = epochs * plan.per_epoch
         self.done, self.bar, self.t0 = 0, None, None
 
@@ -217,7 +218,9 @@ class Progress:
                   f"updates ({' + '.join(work)}); {'at most' if self.early else 'about'} {clock(estimate)}"
                   f"{' for that' if grow else ''} (estimated from timed updates{grow})")
         if self.early:
-            self._say(f"  validation: {self.held}; training stops when its score has not improved for a while")
+            again = (f"; a run that stalls far from fitting its training data trains again, up to {self.restarts} "
+                     f"more time{'s' if self.restarts != 1 else ''}" if self.restarts else "")
+            self._say(f"  validation: {self.held}; training stops when its score has not improved for a while{again}")
         elif self.held:
             self._say(f"  no validation split ({self.held}): the whole budget runs")
         if estimate > self.LONG:
