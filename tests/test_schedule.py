@@ -347,6 +347,10 @@ def test_a_restart_that_fits_better_replaces_a_stalled_run_where_its_validation_
         assert kept_attempt([_attempt(val_loss=0.9), second], seed=0, n_train=20)["metrics"]["schedule"]["attempt"] == 1
     assert kept_attempt([_attempt(val_loss=0.9), _attempt(train=0.5 + 2 / 20, val_loss=0.1)], seed=0,
                         n_train=20)["metrics"]["schedule"]["attempt"] == 2
+    for n in (36, 40, 100):               # k / n against (k + 2) / n: exactly two sequences more, whatever the rounding
+        for k in range(n - 1):
+            runs = [_attempt(train=k / n, val_loss=0.9), _attempt(train=(k + 2) / n, val_loss=0.5)]
+            assert kept_attempt(runs, seed=0, n_train=n)["metrics"]["schedule"]["attempt"] == 2, (k, n)
     for bad in ("missing", float("nan"), float("inf")):   # no finite validation loss: any restart that fits better wins
         first = _attempt()
         if bad == "missing":
@@ -372,7 +376,13 @@ def test_a_restart_that_diverges_leaves_the_first_run_standing(easy, monkeypatch
     ck = train("gru", easy, replace(DEFAULTS["gru"], restarts=2), TINY, progress=True)
     assert len(calls) == 2 and real is not fake
     assert ck["metrics"]["schedule"]["attempts"][0]["seed"] == 0 and ck["metrics"]["schedule"]["attempt"] == 1
-    assert "attempt 2 left out: training gru on easy diverged" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "attempt 2 left out, the attempts before it stand: training gru on easy diverged (1 weight" in err
+    assert "nothing was written" not in err
+    s = ck["metrics"]["schedule"]
+    assert s["attempts"][1]["left_out"] == "training gru on easy diverged (1 weight tensor(s) not finite)"
+    from edgeseq.report.edge_pages import schedule_text
+    assert "no restart fit better (one diverged)" in schedule_text(s)
 
 
 def test_a_run_that_stalls_underfit_trains_again_from_a_new_initialisation(easy, capsys):
@@ -380,19 +390,19 @@ def test_a_run_that_stalls_underfit_trains_again_from_a_new_initialisation(easy,
     trains again, on the same validation split, up to `restarts` times."""
     from edgeseq.cli.train import schedule_line
     tc = replace(DEFAULTS["gru"], patience=3, patience_updates=0, budget_updates=120, augment="none",
-                 final_share=0.0, restarts=1)
+                 final_share=0.5, restarts=1)
     ck = train("gru", easy, tc, {"hidden": 1}, progress=True)
     s = ck["metrics"]["schedule"]
     assert [a["stalled"] for a in s["attempts"]][0] and len(s["attempts"]) == 2
     assert s["attempts"][0]["seed"] == 0 and s["attempts"][1]["seed"] != 0 and ck["train_config"]["seed"] == 0
     first, second = s["attempts"]
-    better = (second["train_accuracy"] >= first["train_accuracy"] + 2 / len(easy.train)
+    better = (round((second["train_accuracy"] - first["train_accuracy"]) * len(easy.train)) >= 2
               and second["val_loss"] < first["val_loss"])
     assert s["attempt"] == (2 if better else 1)
     assert ck["metrics"]["train_accuracy"] == pytest.approx(s["attempts"][s["attempt"] - 1]["train_accuracy"], abs=1e-5)
     err = capsys.readouterr().err
     assert "training again from a new initialisation, attempt 2 of up to 2" in err
-    assert "a run that stalls far from fitting its training data trains again, up to 1 more time\n" in err
+    assert err.count("a run that stalls far from fitting its training data trains again, up to 1 more time\n") == 1
     assert f"attempt {s['attempt']} of 2 kept (a run that stalled underfit trains again" in schedule_line(s)
     from edgeseq.report.edge_pages import schedule_text
     assert ("attempt 2 of 2 kept: the first run stalled underfit" if better else
@@ -400,3 +410,5 @@ def test_a_run_that_stalls_underfit_trains_again_from_a_new_initialisation(easy,
     none = train("gru", easy, replace(tc, restarts=0), {"hidden": 1}, progress=False)["metrics"]["schedule"]
     assert none["stopped"] == "early" and none["fit"] < 0.9 and "attempts" not in none
     assert none["fit"] == s["attempts"][0]["fit"]                 # the first attempt is the run without restarts
+    stopped_at = none["epochs_run"] - none["final_epochs"]          # the final epochs are not where it stopped
+    assert none["final_epochs"] > 0 and f"stopped early after {stopped_at} epochs" in err

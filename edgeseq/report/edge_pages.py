@@ -194,7 +194,8 @@ def schedule_text(s: dict) -> str:
     if s.get("attempts"):
         n = len(s["attempts"])
         notes.append(f"attempt {s['attempt']} of {n} kept: the first run stalled underfit" if s["attempt"] > 1
-                     else f"the first of {n} attempts kept: it stalled underfit and no restart fit better")
+                     else f"the first of {n} attempts kept: it stalled underfit and no restart fit better"
+                     + (" (one diverged)" if any("left_out" in a for a in s["attempts"]) else ""))
     if s.get("quick"):
         notes.append("quick: not trained to convergence")
     elif s.get("converged") is False:

@@ -164,7 +164,7 @@ def train(arch: str, dataset: Dataset | str = "basicmotions", train_config: Trai
         while stalled(attempts[-1]) and len(attempts) <= tc.restarts:
             s = attempts[-1]["metrics"]["schedule"]
             if progress:
-                print(f"{arch} stopped early after {s['epochs_run']} epochs, its highest training fit "
+                print(f"{arch} stopped early after {s['epochs_run'] - (s.get('final_epochs') or 0)} epochs, its highest training fit "
                       f"{s['fit']:.2f} (below {UNDERFIT:g}: stalled before learning its training data): training "
                       f"again from a new initialisation, attempt {len(attempts) + 1} of up to {tc.restarts + 1} "
                       "(one that fits its training data better replaces it where its validation loss is lower)",
@@ -173,9 +173,10 @@ def train(arch: str, dataset: Dataset | str = "basicmotions", train_config: Trai
                 attempts.append(_train(arch, dataset, tc, model_overrides, progress,
                                        seed=attempt_seed(tc.seed, len(attempts))))
             except DataError as e:        # a restart that diverged: the runs before it stand
+                left_out = str(e).split(": nothing was written")[0]
                 if progress:
-                    print(f"attempt {len(attempts) + 1} left out: {e}", file=sys.stderr, flush=True)
-                left_out = str(e)
+                    print(f"attempt {len(attempts) + 1} left out, the attempts before it stand: {left_out}",
+                          file=sys.stderr, flush=True)
                 break
         return kept_attempt(attempts, tc.seed, len(dataset.train), left_out)
     finally:
@@ -207,9 +208,8 @@ def kept_val_loss(ckpt: dict) -> float:
 
 def kept_attempt(attempts: list, seed: int, n_train: int, left_out: str | None = None) -> dict:
     """Of a stalled run and its restarts (checkpoints, in order; the same validation split),
-    the restart that fits its training data better than the first run (its training accuracy,
-    all `n_train` training sequences scored after training, at least two sequences' worth
-    higher) and whose kept epoch has a lower validation loss than the first run's, the lowest
+    the restart that fits its training data better than the first run (its training accuracy
+    after training at least two of the `n_train` training sequences' worth higher) and whose kept epoch has a lower validation loss than the first run's, the lowest
     of those; else the first run. Restarts that fit no better say the data or the model's
     size, not the initialisation, holds the model back, and a few validation sequences cannot
     tell such runs apart (ArrowHead's LSTM: of two seeds that stalled at the same fit, the
@@ -222,7 +222,8 @@ def kept_attempt(attempts: list, seed: int, n_train: int, left_out: str | None =
         return attempts[0]
     losses = [kept_val_loss(a) for a in attempts]
     fits = [a["metrics"]["train_accuracy"] for a in attempts]
-    better = [i for i in range(1, len(attempts)) if fits[i] >= fits[0] + 2 / max(n_train, 1) and losses[i] < losses[0]]
+    rise = 2 / max(n_train, 1) - 1e-9          # two sequences' worth, whatever the rounding of k / n
+    better = [i for i in range(1, len(attempts)) if fits[i] >= fits[0] + rise and losses[i] < losses[0]]
     best = min(better, key=lambda i: (losses[i], i)) if better else 0
     ckpt = attempts[best]
     s, m = ckpt["metrics"]["schedule"], ckpt["metrics"]
@@ -401,7 +402,7 @@ def _train(arch, dataset, tc, model_overrides, progress=True, seed: int | None =
     split, so a run and its restarts are scored on the same sequences."""
     config = make_config(arch, n_features=dataset.n_features, n_classes=len(dataset.labels),
                          **data_settings(arch, model_overrides, dataset.train))
-    seed = tc.seed if seed is None else seed
+    restart, seed = seed is not None, (tc.seed if seed is None else seed)
     torch.manual_seed(seed)
     np.random.seed(seed % 2**32)
     rng = np.random.default_rng(seed)
@@ -473,7 +474,7 @@ def _train(arch, dataset, tc, model_overrides, progress=True, seed: int | None =
         return n + (math.ceil(tc.final_share * n) if stopper else 0)
 
     bar = Progress(arch, dataset, plan, with_final(epochs), progress, early=stopper is not None, held=held, extend=EXTEND,
-                   restarts=tc.restarts)
+                   restarts=0 if restart else tc.restarts)     # a restart says where it stands itself
     if bar.enabled and norm.constant is not None and norm.constant.any():
         names = ", ".join(f"'{dataset.features[i]}'" for i in np.flatnonzero(norm.constant))
         bar._say(f"channel(s) {names} do not vary in the training data: the model will ignore them")
