@@ -909,17 +909,21 @@ def render_anomaly(d: dict, source: str) -> str:
         if f.get("false_alarms_per_hour") is not None:
             return f"{f['false_alarms']} ({f['false_alarms_per_hour']:.1f}/h)"
         return f"{f['false_alarms']} ({f['false_alarms_per_1000'] or 0:.2f}/1,000)"
+    def normal(f):
+        if not f:
+            return "n/a"
+        return f"{f['false_alarms']} in {f['hours']:.1f} h ({f['false_alarms_per_hour']:.2f}/h, at most {f['per_hour_upper_95']:.2f})"
     rows = []
     for r in d["rows"]:
         if "refused" in r:
-            rows.append([r["set"], r["arch"], r["weights"], "-", "int8 refused", "", "", "", "", "", ""])
+            rows.append([r["set"], r["arch"], r["weights"], "-", "int8 refused", "", "", "", "", "", "", ""])
             continue
         n = r["never_reset"]
         top = "n/a" if r["top_inside"] is None else f"{r['top_inside']:.0%}"
         rows.append([r["set"], r["arch"], r["weights"], r["backend"], f"{r['sigmas']:g} / {r['min_duration']}", top,
                      f"{r['detected']}/{r['anomalies']}", fa(r),
                      "n/a" if r["delay_median"] is None else f"{r['delay_median']:.0f}",
-                     f"{n['detected']}/{n['anomalies']}", fa(n)])
+                     f"{n['detected']}/{n['anomalies']}", fa(n), normal(r.get("normal_running"))])
     ok = [r for r in d["rows"] if "refused" not in r]
     inside = [r["top_inside"] for r in ok if r["top_inside"] is not None]
     per_hour = [(r, f) for r in ok for f in (r, r["never_reset"]) if f.get("false_alarms_per_hour") is not None]
@@ -929,9 +933,22 @@ def render_anomaly(d: dict, source: str) -> str:
             f"normal data in {len(over)} of {len(per_hour)} figures (per recording and never reset)"
             + (": " + "; ".join(f"{r['arch']} {r['weights']} on {r['backend']}, {f['false_alarms_per_hour']:.1f}/h"
                                 for r, f in over) if over else "") + ".")
+    long = [r for r in ok if r.get("normal_running")]
+    if long:
+        hours = sorted({r["normal_running"]["hours"] for r in long})
+        above = [r for r in long if r["normal_running"]["false_alarms_per_hour"] > 1.0]
+        bound = [r for r in long if r["normal_running"]["per_hour_upper_95"] <= 1.0]
+        text += (f" Held-out normal running ({long[0]['normal_running']['machines']} machines, "
+                 f"{hours[0]:.1f}{f'-{hours[-1]:.1f}' if len(hours) > 1 else ''} h scored): "
+                 f"more than 1 false alarm per hour in {len(above)} of {len(long)} rows"
+                 + (" (" + "; ".join(f"{r['arch']} {r['weights']} on {r['backend']}, "
+                                      f"{r['normal_running']['false_alarms_per_hour']:.2f}/h" for r in above) + ")"
+                    if above else "")
+                 + f"; a 95% upper bound of at most 1 per hour in {len(bound)} of {len(long)}.")
     return machine_line(d, source, how) + "\n\n" + _table(
         ["set", "model", "weights", "backend", "sigmas / min", "top score inside", "detected", "false alarms",
-         "delay median", "never reset: detected", "never reset: false alarms"], rows) + "\n\n" + text
+         "delay median", "never reset: detected", "never reset: false alarms",
+         "normal running: false alarms (rate, 95% upper bound)"], rows) + "\n\n" + text
 
 
 def render_regress(d: dict, source: str) -> str:

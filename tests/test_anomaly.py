@@ -59,6 +59,23 @@ def test_the_embedded_anomaly_sets_load_with_per_reading_labels():
     assert ucr.train.X.shape == (1, 1200, 1) and (idx[0], idx[-1]) == (4187, 4198)
 
 
+def test_held_out_normal_running_is_the_same_machines_drawn_afresh():
+    from edgeseq.data.vibration import RATE_HZ, normal_running
+    vib = load_dataset("vibration")
+    d = normal_running(0, 60)
+    assert d["X"].shape == (6, 3000, 3) and d["X"].dtype == np.float32
+    assert np.array_equal(np.round(d["X"] * 1024), d["X"] * 1024)           # whole counts of 1/1024 g
+    assert np.array_equal(normal_running(0, 60)["X"], d["X"])               # seeded
+    assert not np.array_equal(normal_running(1, 60)["X"], d["X"])
+    freqs = np.fft.rfftfreq(1500, 1 / RATE_HZ)
+    for k, g in enumerate(d["groups"]):
+        train = vib.train.X[np.flatnonzero(vib.train.groups == g)[0]]
+        assert not any(np.array_equal(d["X"][k][:1500], x) for x in vib.train.X)    # not a training recording
+        peak = [freqs[np.argmax(np.abs(np.fft.rfft(x[:1500, 1] - x[:1500, 1].mean())))] for x in (train, d["X"][k])]
+        assert abs(peak[0] - peak[1]) <= 0.1 * peak[0]                      # its machine's running speed
+        assert np.allclose(train.std(0), d["X"][k].std(0), rtol=0.25)         # and amplitudes
+
+
 def test_the_score_is_the_gaussian_surprise_of_the_reading_under_the_forecast():
     z = np.array([[1.0, -2.0]])
     out = np.array([[0.0, 0.0, 0.0, np.log(4.0)]])        # means 0, 0; variances 1, 4
@@ -380,6 +397,20 @@ def test_calibrate_writes_a_threshold_from_normal_streams(models, tmp_path):
     from edgeseq.runtime.decision import DecisionSpec
     with pytest.raises(UsageError, match="anomaly model takes anomaly settings"):
         wd(path, DecisionSpec.make(["a", "b"]), tmp_path / "x.onnx")
+
+
+def test_evaluate_runs_the_protocols_asked_for(models, data):
+    from edgeseq.runtime.anomaly import evaluate
+    _, path = models("gru")
+    spec = AnomalySpec.from_json(SPEC)
+    both = evaluate(path, data.test, backend="onnxruntime", spec=spec)
+    one = evaluate(path, data.test, backend="onnxruntime", spec=spec, protocols=("per_recording",))
+    assert "never_reset" not in one and one["per_recording"] == both["per_recording"]
+    assert evaluate(path, data.test, backend="onnxruntime", spec=spec,
+                    protocols=("never_reset",))["never_reset"] == both["never_reset"]
+    for bad in ((), "never_reset", ("per_reading",)):
+        with pytest.raises(ValueError, match="protocols must be some of"):
+            evaluate(path, data.test, spec=spec, protocols=bad)
 
 
 def test_stream_prints_the_level_and_the_state(models, data, tmp_path):

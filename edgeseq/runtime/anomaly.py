@@ -157,14 +157,22 @@ def joined(split):
     return Split(X, Y[np.arange(len(parts)), L - 1], L, Y, names)
 
 
-def evaluate(model, split, backend: str | None = None, provider: str = "cpu", spec: AnomalySpec | None = None) -> dict:
+PROTOCOLS = ("per_recording", "never_reset")
+
+
+def evaluate(model, split, backend: str | None = None, provider: str = "cpu", spec: AnomalySpec | None = None,
+             protocols: tuple = PROTOCOLS) -> dict:
     """An anomaly model file run as deployed (`StreamSession`), scored by `figures` at the
     file's settings (or `spec`'s) on both protocols: "per_recording" (each recording its own stream from a
     fresh state, learning its baseline at its start) and "never_reset" (each group's recordings
-    joined in order, one stream per device that learns its baseline once: `joined`). Returns
-    {"per_recording": figures, "never_reset": figures, "backend", "settings", "recordings"}."""
+    joined in order, one stream per device that learns its baseline once: `joined`); `protocols`
+    names the ones to run (a split of one long recording per device needs one). Returns
+    {protocol: figures, "backend", "settings", "recordings"}. ValueError for an unknown protocol."""
+    if not protocols or set(protocols) - set(PROTOCOLS):
+        raise ValueError(f"protocols must be some of {', '.join(PROTOCOLS)}, got {protocols!r}")
     out = {}
-    for name, part in (("per_recording", split), ("never_reset", joined(split))):
+    for name in (p for p in PROTOCOLS if p in protocols):
+        part = split if name == "per_recording" else joined(split)
         sess, outs = outputs(model, part, backend, provider)
         use = spec or AnomalySpec.from_json(sess.meta.task)
         norm = sess.meta.normalization
