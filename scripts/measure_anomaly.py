@@ -133,7 +133,7 @@ def main(argv=None) -> int:
                            "train_seconds": round(train_s, 1), "epochs": ck["metrics"]["schedule"]["epochs_run"],
                            "sigmas": cal["chosen"].sigmas, "min_duration": cal["chosen"].min_duration,
                            "calibration_false_alarms": cal["observed_false_alarms"], "budget": budget,
-                           **{k: fig[k] for k in ("streams", "anomalies", "top_inside", "detected", "false_alarms",
+                           **{k: fig[k] for k in ("streams", "anomalies", "top_inside", "ucr_score", "detected", "false_alarms",
                                                   "normal_readings", "delay_median", "delay_p90")},
                            "false_alarms_per_hour": fig.get("false_alarms_per_hour"),
                            "false_alarms_per_1000": fig.get("false_alarms_per_1000")}

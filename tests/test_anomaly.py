@@ -125,6 +125,17 @@ def test_a_never_reset_stream_joins_a_groups_recordings_and_scores_each_anomaly(
     fig = figures(Y, np.array([1000]), res, AnomalySpec(min_duration=5), rate_hz=None)
     assert (fig["anomalies"], fig["detected"], fig["false_alarms"], fig["delay_median"]) == (2, 1, 1, 54.0)
     assert fig["top_inside"] is None and fig["false_alarms_per_1000"] == pytest.approx(1000 / 900)
+    # the highest score a few readings after a 12-reading anomaly: outside it, inside by the UCR
+    # archive's protocol (up to the anomaly's length either side); past that, outside both
+    Y = np.zeros((3, 500), np.int64)
+    Y[:, 200:212] = 1
+    sm = np.zeros((3, 500))
+    sm[0, 205], sm[1, 214], sm[2, 224] = 9.0, 9.0, 9.0
+    res = {"smoothed": sm, "level": sm, "events": []}
+    fig = figures(Y, np.full(3, 500), res, AnomalySpec(min_duration=5), rate_hz=None)
+    assert fig["top_inside"] == pytest.approx(1 / 3) and fig["ucr_score"] == pytest.approx(2 / 3)
+    sm[1, 214], sm[1, 188] = 0.0, 9.0                                      # 12 readings before its first
+    assert figures(Y, np.full(3, 500), res, AnomalySpec(min_duration=5), rate_hz=None)["ucr_score"] == pytest.approx(2 / 3)
 
 
 def test_no_event_while_a_stream_learns_and_a_restored_state_goes_on_exactly():

@@ -247,7 +247,8 @@ def anomaly_line(fig: dict) -> str:
             is not None else f"{fig.get('false_alarms_per_1000') or 0:.3f} per 1,000 normal readings")
     delay = "" if fig["delay_median"] is None else f", median delay {fig['delay_median']:.0f} readings"
     return (f"detected {fig['detected']}/{fig['anomalies']}, {fig['false_alarms']} false alarms ({rate}){delay}"
-            + ("" if fig["top_inside"] is None else f"; top score inside the anomaly on {top} of the streams with one"))
+            + ("" if fig["top_inside"] is None else f"; top score inside the anomaly on {top} of the streams with one"
+               f" ({fig['ucr_score']:.0%} by the UCR archive's protocol, within the anomaly's length of it)"))
 
 
 def _check_names(arch: str, overrides: dict) -> None:
