@@ -36,11 +36,19 @@ async def _publish_stored(url, X, start, partitions, wait=3.0, tries=20):
             except Exception:  # noqa: BLE001 - no leader yet: not known
                 seqs[p] = None
         return seqs
+
+    def reached(now, want):
+        return all(now[p] is not None and now[p] >= want[p] for p in of)
+
+    async def wait_for(want, seconds):
+        """The streams' last sequences once they reach `want`, or as they are after `seconds`."""
+        deadline = time.monotonic() + seconds
+        while not reached(now := await last_seqs(), want) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        return now
     try:
-        before = await last_seqs()
-        while None in before.values():
-            await asyncio.sleep(0.2)
-            before = await last_seqs()
+        before = await wait_for(dict.fromkeys(of, 0), 120)          # every stream has a leader again
+        assert reached(before, dict.fromkeys(of, 0)), f"streams without a leader: {before}"
         for t in range(start, min(len(r) for r in X.values())):
             want = {p: before[p] + len(ds) for p, ds in of.items()}
             for _ in range(tries):
@@ -48,15 +56,8 @@ async def _publish_stored(url, X, start, partitions, wait=3.0, tries=20):
                     await nc.publish(wire.reading_subject(device), wire.encode_reading(t, r[t]),
                                      headers={"Nats-Msg-Id": f"{device}:{t}"})
                 await nc.flush()
-                deadline = time.monotonic() + wait
-                while time.monotonic() < deadline:
-                    now = await last_seqs()
-                    if all(now[p] is not None and now[p] >= want[p] for p in of):
-                        break
-                    await asyncio.sleep(0.05)
-                else:
-                    continue
-                break
+                if reached(now := await wait_for(want, wait), want):
+                    break
             assert now == want, f"reading {t}: streams at {now}, {want} expected"   # each stored once
             before = now
     finally:

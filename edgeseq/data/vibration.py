@@ -82,6 +82,11 @@ def _signal(m: dict, n: int, rng: np.random.Generator, faults=()) -> np.ndarray:
     return x
 
 
+def _counts(x) -> np.ndarray:
+    """Readings in g rounded to whole counts of 1/LSB_PER_G g, float32."""
+    return (np.round(np.asarray(x) * LSB_PER_G) / LSB_PER_G).astype(np.float32)
+
+
 def normal_running(seed: int = 0, seconds: int = 3600) -> dict:
     """Held-out normal running of the six machines of `recordings(seed)` (the same machines:
     the same first draws), one unbroken recording of `seconds` per machine from draws of their
@@ -93,8 +98,7 @@ def normal_running(seed: int = 0, seconds: int = 3600) -> dict:
     own = np.random.default_rng([seed, 1])
     n = int(seconds * RATE_HZ)
     X = np.stack([_signal(m, n, own) for m in machines])
-    return {"X": (np.round(X * LSB_PER_G) / LSB_PER_G).astype(np.float32),
-            "groups": np.asarray([f"machine{i + 1}" for i in range(6)])}
+    return {"X": _counts(X), "groups": np.asarray([f"machine{i + 1}" for i in range(6)])}
 
 
 def recordings(seed: int = 0) -> dict:
@@ -129,8 +133,7 @@ def recordings(seed: int = 0) -> dict:
                 y[where[r][0]:where[r][1]] = 1
             Yte[r], gte[r] = y, f"machine{i + 1}"
             kinds[r] = FAULTS[r % len(FAULTS)] if r < 30 else ""
-    lsb = lambda a: (np.round(np.asarray(a) * LSB_PER_G) / LSB_PER_G).astype(np.float32)   # noqa: E731
-    return {"X_train": lsb(Xtr), "y_train": np.zeros((len(Xtr), n_tr), np.int64),
-            "X_test": lsb(Xte), "y_test": np.asarray(Yte, np.int64),
+    return {"X_train": _counts(Xtr), "y_train": np.zeros((len(Xtr), n_tr), np.int64),
+            "X_test": _counts(Xte), "y_test": np.asarray(Yte, np.int64),
             "groups_train": np.asarray(gtr), "groups_test": np.asarray(gte), "fault_test": np.asarray(kinds),
             "labels": np.asarray(LABELS), "features": np.asarray(FEATURES), "rate_hz": np.float64(RATE_HZ)}
