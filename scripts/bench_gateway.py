@@ -169,11 +169,17 @@ async def phase(url, devices, features, rate, seconds, sample, brokers, gateways
               "sampled_messages": len(sampled) * ticks}
     if killed is not None:
         gaps = []
+        ended = time.monotonic()
         for d in sampled:
             times = sorted(v for (dev, _), v in arrived.items() if dev == d)
             after = [b - a for a, b in zip(times, times[1:]) if b > killed]
+            if (d, start_seq + ticks * K - 1) not in arrived:   # its last never came: the gap runs to the end
+                after.append(ended - max([killed, *times]))
             gaps.append(max(after) if after else 0.0)
         result["failover_s"] = round(max(gaps), 2)
+        missing = sorted(sent[q] - killed for d in sampled for q in sent if (d, q) not in arrived)
+        # when the readings that never got a prediction were published, seconds from the kill
+        result["unpredicted_sent_s"] = [round(missing[0], 2), round(missing[-1], 2)] if missing else None
         result["killed_at"] = killed
         result["devices_interrupted"] = sum(g > 1.0 for g in gaps)
     return result
@@ -187,9 +193,11 @@ async def _stored(js, devices) -> dict:
 
 
 def _counted(gateways) -> dict:
-    """Partitions lost (leases taken over) and readings refused by the rate limit, summed over the
-    gateways' last status lines."""
-    return {k: sum(g.status.get(k, 0) for g in gateways) for k in ("partitions_lost", "rate_limited")}
+    """Partitions lost (leases taken over), leases that went unrenewed and were renewed again
+    (state kept), and readings refused by the rate limit, summed over the gateways' last status
+    lines."""
+    return {k: sum(g.status.get(k, 0) for g in gateways)
+            for k in ("partitions_lost", "rate_limited", "leases_lapsed", "leases_kept")}
 
 
 class Gw:

@@ -734,10 +734,18 @@ def render_gateway(d: dict, source: str) -> str:
         text.append(f"Failover ({d['gateways']} gateways, {f['devices']:,} devices at {f['rate_hz']:g} Hz, "
                     f"{f.get('killed', 'a gateway')} SIGKILLed): the longest gap in a sampled device's predictions after the kill was "
                     f"{f['failover_s']:.1f} s ({f['devices_interrupted']} of {f['sampled_devices']} sampled devices "
-                    f"went more than 1 s without one, the survivor's own too while it replayed the partitions it "
-                    "took); " + ("every sampled prediction arrived" if f["sampled_received"] == f["sampled_expected"]
-                                 else "NOT every sampled prediction arrived") +
+                    "went more than 1 s without one); " +
+                    ("every sampled prediction arrived" if f["sampled_received"] == f["sampled_expected"]
+                     else "NOT every sampled prediction arrived") +
                     f" ({f['sampled_received']:,} of {f['sampled_expected']:,})." + stored)
+        if f.get("unpredicted_sent_s"):
+            lo, hi = f["unpredicted_sent_s"]
+            text[-1] += (f" The sampled readings never predicted were all published from {lo:+.2f} s to {hi:+.2f} s "
+                         "after the kill.")
+        if "leases_lapsed" in f:
+            text[-1] += (f" Leases that went unrenewed past their lease time (the lease bucket electing its leader): "
+                         f"{f['leases_lapsed']}, renewed again with the state in memory kept: {f['leases_kept']}, "
+                         f"lost: {f['partitions_lost']}.")
     how = (f"`{d['command']}`: {d['gateways']} gateway process(es), {d['partitions']} partitions, model "
            f"{d['model']}, {d.get('brokers', 'one nats-server')}, gateways and devices on one {d['cores']}-core machine ({d['cpu']}); "
            f"measured {d['date']}")

@@ -183,7 +183,10 @@ def test_several_readings_a_message_equal_one_session_per_device(broker, exporte
         dead = await nc.jetstream().subscribe(f"{wire.DEAD_SUBJECT}.>", stream=wire.DEAD, ordered_consumer=True)
         letter = await dead.next_msg(timeout=30)
         letters = (await nc.jetstream().stream_info(wire.DEAD)).state.messages
-        messages = (await nc.jetstream().stream_info(wire.PREDICTIONS)).state.messages
+        deadline = time.monotonic() + 10                # a subscriber may see the last message before the stream
+        while (messages := (await nc.jetstream().stream_info(wire.PREDICTIONS)).state.messages) < 10 \
+                and time.monotonic() < deadline:       # has stored it
+            await asyncio.sleep(0.1)
         await nc.close()
         return got, letter, messages, letters
     gw, (got, letter, messages, letters) = asyncio.run(_run_gateway(model, broker.url, body))
@@ -755,6 +758,43 @@ def test_leases_are_renewed_while_a_round_waits_on_the_server(broker, exported):
 
 
 @needs_server
+def test_rounds_go_on_while_a_store_waits_on_the_bucket(broker, exported):
+    """A partition's store runs in a task of its own: with every mark's write held (a bucket
+    electing its leader), all readings sent after it are still predicted; once the bucket
+    answers, the mark lands and covers them, and the predictions are one session per device."""
+    from edgeseq.gateway import devices
+    model = str(exported("gru")[0])
+    X = _readings(StreamSession(model).n_features, devices=3, T=20)
+
+    async def body(gw):
+        answer, held = asyncio.Event(), []
+        put = gw.state.put
+
+        async def waiting(key, value):
+            if key.startswith("m.") and not answer.is_set():
+                held.append(key)
+                await answer.wait()
+            return await put(key, value)
+        gw.state.put = waiting
+        await devices.replay(broker.url, X, stop=5)
+        deadline = time.monotonic() + 60
+        while not held:
+            assert time.monotonic() < deadline, f"no store began: {gw.stats}"
+            await asyncio.sleep(0.02)
+        await devices.replay(broker.url, X, start=5)
+        got = await devices.predictions(broker.url, 60, timeout=60)   # while the mark still waits
+        assert gw.stats["snapshots"] == 0, gw.stats
+        answer.set()
+        while not gw.stats["snapshots"]:
+            assert time.monotonic() < deadline, f"the store never finished: {gw.stats}"
+            await asyncio.sleep(0.02)
+        return got
+    gw, got = asyncio.run(_run_gateway(model, broker.url, body, snapshot_every=2))
+    _check_equal(got, devices.reference(model, X))
+    assert gw.stats["readings"] == 60 and gw.stats["partitions_lost"] == 0, gw.stats
+
+
+@needs_server
 def test_a_server_without_the_partition_mapping_is_refused_in_one_line(tmp_path, exported):
     """The gateway probes the server's mapping at start: a server that maps to another
     partition count (or none) would put readings in no partition's stream."""
@@ -836,43 +876,77 @@ def test_a_partition_stream_deleted_and_made_again_is_read_from_its_start(broker
     _check_equal(got, devices.reference(model, X))          # the states carried on across the new streams
 
 
-def test_a_lease_the_server_cannot_renew_for_a_while_is_held_until_it_may_have_run_out(exported):
+def test_a_lease_the_server_cannot_renew_for_a_while_waits_and_goes_on_where_nobody_took_it(exported):
     """A bucket electing its leader (503) takes no lease from anyone: the partition is kept
-    while its last renewal is younger than lease_seconds, and dropped once it may have
-    expired; a renewal refused for its revision (taken over) drops it at once."""
+    while its last renewal is younger than lease_seconds; once it may have expired its readings
+    wait (state kept) until the bucket answers. Renewed then, or created again with its mark
+    unchanged, it goes on from memory; a mark that moved (another gateway stored it meanwhile)
+    gives the new lease back; a renewal refused for its revision with the key held elsewhere
+    drops it."""
     pytest.importorskip("nats", reason="nats-py not installed")
+    from types import SimpleNamespace
+
     from nats.js import api, errors
 
     from edgeseq.gateway.service import Gateway, Partition
     gw = Gateway(exported("gru")[0], "nats://127.0.0.1:1", lease_seconds=5)
     gw.api, gw.errors, gw.wake = api, errors, asyncio.Event()
+    taken = errors.KeyWrongLastSequenceError(description="wrong last sequence: 9")
 
     class Leases:
-        def __init__(self, fail):
-            self.fail, self.puts = fail, 0
+        def __init__(self, fail, create_fails=False):
+            self.fail, self.create_fails, self.puts, self.deleted = fail, create_fails, 0, []
 
         async def update(self, key, value, last):
             if self.fail:
                 raise self.fail
             return last + 1
 
+        async def create(self, key, value):
+            if self.create_fails:
+                raise taken
+            return 20
+
+        async def delete(self, key, last):
+            self.deleted.append((key, last))
+
         async def put(self, key, value):
             self.puts += 1
 
-    def held(fail, age):
-        part = Partition(0, 7, 1)
-        part.renewed -= age
-        gw.parts, gw.leases = {0: part}, Leases(fail)
+    class State:
+        def __init__(self, mark_rev):
+            self.mark_rev = mark_rev
+
+        async def get(self, key):
+            return SimpleNamespace(revision=self.mark_rev, value=b"{}")
+
+    def renew(part, fail, create_fails=False, mark_rev=3):
+        gw.parts, gw.leases, gw.state = {0: part}, Leases(fail, create_fails), State(mark_rev)
         with contextlib.suppress(errors.ServiceUnavailableError):
             asyncio.run(gw._renew())
-        return not part.lost, part.rev
+        return not part.lost, part.lapsed, part.rev
+
+    def held(age, ready=True):
+        part = Partition(0, 7, 1)
+        part.renewed -= age
+        part.ready, part.mark_rev = ready, 3
+        return part
     electing = errors.ServiceUnavailableError(code=503, err_code=10008,
                                               description="JetStream system temporarily unavailable")
-    assert held(electing, 1.0) == (True, 7)            # 1 s since the last renewal: still ours
-    assert held(electing, 5.5) == (False, 7)           # past lease_seconds: the TTL may have ended it
-    assert held(None, 4.9) == (True, 8)                # renewed: a new revision
-    taken = errors.KeyWrongLastSequenceError(description="wrong last sequence: 9")
-    assert held(taken, 0.1) == (False, 7)
+    assert renew(held(1.0), electing) == (True, False, 7)     # 1 s since the last renewal: still ours
+    part = held(5.5)
+    assert renew(part, electing) == (True, True, 7)           # past lease_seconds: it waits, state kept
+    assert renew(part, None) == (True, False, 8)              # the bucket answers: renewed, goes on
+    assert gw.stats["leases_lapsed"] == 1 and gw.stats["leases_kept"] == 1
+    part = held(5.5)
+    renew(part, electing)
+    assert renew(part, taken) == (True, False, 20)            # its key ran out, nobody took it, mark unchanged
+    part = held(5.5)
+    renew(part, electing)
+    assert renew(part, taken, mark_rev=4) == (False, True, 7)   # stored meanwhile by another: taken again
+    assert gw.leases.deleted == [("part.0", 20)]              # ... the lease just made given back at once
+    assert renew(held(0.1), taken, create_fails=True) == (False, False, 7)   # another gateway holds it
+    assert renew(held(0.1, ready=False), taken) == (False, False, 7)          # not yet read from its mark
 
 
 def test_a_delivery_gone_missing_is_read_again_instead_of_acknowledged_unseen():

@@ -76,6 +76,8 @@ OFFLOAD_READINGS = 32           # a round of at least this many readings steps i
                                 # everything awaiting in it) goes on while the native step runs without the GIL
 PROBE = "~probe-"               # device-token prefix of the gateway's mapping probes (no device id holds "~") ...
 PROBES = 16                     # ... this many, so a mapping for another partition count shows in one of them
+LEASE_API_TIMEOUT = 3.0         # seconds a lease call waits for JetStream, and a take or a new consumer ...
+TAKE_TIMEOUT = 6.0              # ... at most: past them (a cluster electing leaders) they are tried again soon
 SETUP_TRIES = 6                 # tries at making the streams and buckets (each call waits up to 10 s)
 MISSING = "nats-py is not installed: pip install nats-py (or pip install '.[gateway]' in edgeseq's clone)"
 
@@ -111,6 +113,15 @@ class Partition:
         self.delivered = 0            # stream sequence of the last reading delivered (0: none since subscribing)
         self.resume = False           # a delivery went missing: read again from applied_seq + 1
         self.gen = 0                  # the subscription's generation: deliveries of an older one are ignored
+        self.ready = False            # its mark is read and its consumer made: it may be stored
+        self.busy = False             # being taken or read again: its deliveries wait
+        self.lapsed_at = 0.0          # when its lease was last renewed before it lapsed
+        self.lapsed = False           # its lease went unrenewed lease_seconds (the bucket not answering): it
+                                      # waits, its state kept, until the lease is renewed or found taken
+        self.release = False          # to be handed over (another gateway joined): at the next round's end
+        self.mark_rev = 0             # revision of its mark (m.<p>) as this gateway last read or wrote it
+        self.storing = None           # the task storing its state (one at a time)
+        self.io = None                # the task reading it again
 
     def receiver(self):
         """The callback of a new subscription: deliveries of the ones before it are ignored."""
@@ -205,6 +216,7 @@ class Gateway:
         self.stats = Counter()
         self.echo = echo or (lambda line: None)
         self._epoch = 0
+        self._gateways = 1            # gateways heartbeating, as last listed
         self.refused = False          # the server stopped taking the gateway's credentials: `run` stops
         self.resume_all = False       # the connection came back: every partition reads again from its last reading
         self.wake: asyncio.Event | None = None
@@ -298,7 +310,10 @@ class Gateway:
                 self.state = await self._bucket(wire.STATE_BUCKET)
                 await self._check_deployment()
                 await self._streams()
-                self.leases = await self._bucket(wire.LEASE_BUCKET, ttl=self.lease_seconds)
+                # the leases answer fast or are tried again: a call waiting out a cluster's election would
+                # hold the partitions it takes over that much longer
+                self.leases = await self._bucket(wire.LEASE_BUCKET, ttl=self.lease_seconds,
+                                                 js=self.nc.jetstream(timeout=LEASE_API_TIMEOUT))
                 break
             except (asyncio.TimeoutError, self.errors.ServiceUnavailableError) as e:
                 if isinstance(e, self.errors.ServiceUnavailableError) and getattr(e, "err_code", None) != 10008:
@@ -416,12 +431,13 @@ class Gateway:
                 await self.js.delete_consumer(wire.READINGS, f"part-{p}")
         self.echo(f"stream {wire.READINGS}: now holds unmapped readings only (each partition has its own stream)")
 
-    async def _bucket(self, bucket, ttl=None):
+    async def _bucket(self, bucket, ttl=None, js=None):
+        js = js or self.js
         try:
-            return await self.js.key_value(bucket)
+            return await js.key_value(bucket)
         except self.errors.BucketNotFoundError:
-            return await self.js.create_key_value(self.api.KeyValueConfig(bucket=bucket, history=1, ttl=ttl,
-                                                                          replicas=self.replicas))
+            return await js.create_key_value(self.api.KeyValueConfig(bucket=bucket, history=1, ttl=ttl,
+                                                                     replicas=self.replicas))
 
     async def _check_deployment(self):
         """Every gateway of a deployment runs the same model with the same partition count: the
@@ -493,24 +509,61 @@ class Gateway:
     # -- leases ---------------------------------------------------------------------------
 
     async def _renew(self):
-        """Heartbeat `gw.<name>` and renew every lease held; one taken over (or gone) marks its
-        partition lost, dropped by the loop before its next round."""
+        """Heartbeat `gw.<name>` and renew every lease held. A lease whose key is gone (its TTL
+        ran out while the bucket did not answer, a cluster electing its leader) is created again
+        where nobody took it: the partition goes on from its state in memory if its mark is the
+        one this gateway last wrote, else it is taken again from the stored state. One taken
+        over marks its partition lost, dropped by the loop before its next round."""
         errors = self.errors
         try:
             for p, part in list(self.parts.items()):
                 sent = time.monotonic()
                 try:
                     part.rev = await self.leases.update(f"part.{p}", self.name.encode(), last=part.rev)
-                    part.renewed = sent
                 except (errors.ServiceUnavailableError, errors.ServerError):
                     # a cluster electing the bucket's leader: nobody can take the lease meanwhile; held
-                    # until it may have run out (`_expired`)
+                    # until it may have run out (`_expired`), then waiting until the bucket answers
                     raise
-                except errors.APIError:          # taken over, gone, or refused: not ours any longer
-                    self._lose(p, part)
+                except errors.APIError:          # taken over, or gone: ours again only if nobody took it
+                    if not await self._recreate(p, part):
+                        self._lose(p, part)
+                        continue
+                part.renewed = sent
+                if part.lapsed:
+                    part.lapsed = False
+                    self.stats["leases_kept"] += 1
+                    self.echo(f"partition {p}: lease renewed after {sent - part.lapsed_at:.1f} s without an "
+                              "answer; going on from the state in memory")
+                    self.wake.set()
             await self.leases.put(f"gw.{self.name}", str(time.time()).encode())
         finally:
             self._expired()
+
+    async def _recreate(self, p: int, part: Partition) -> bool:
+        """Create the lease of `part` again where its key is gone. True when it is ours again and
+        nobody stored the partition since (its mark's revision is the one this gateway last
+        saw): its state in memory is still the partition's. Where the mark moved (another
+        gateway held it meanwhile), the lease is given up at once, to be taken again from the
+        stored state. False when another gateway holds it."""
+        errors = self.errors
+        if part.lost or not part.ready:
+            return False
+        try:
+            rev = await self.leases.create(f"part.{p}", self.name.encode())
+        except (errors.ServiceUnavailableError, errors.ServerError):
+            raise
+        except errors.APIError:
+            return False
+        try:
+            mark = (await self.state.get(f"m.{p}")).revision
+        except errors.KeyNotFoundError:
+            mark = 0
+        if mark == part.mark_rev:
+            part.rev = rev
+            return True
+        with contextlib.suppress(Exception):
+            await self.leases.delete(f"part.{p}", last=rev)
+        return False
 
     def _lose(self, p: int, part: Partition) -> None:
         if self.parts.get(p) is part and not part.lost:
@@ -518,13 +571,17 @@ class Gateway:
             self.wake.set()
 
     def _expired(self) -> None:
-        """Mark lost every partition whose lease was last renewed (counted from when that
-        renewal was sent) lease_seconds ago or more: the bucket's TTL may have ended it and
-        another gateway may hold it now."""
+        """Stop applying the readings of every partition whose lease was last renewed (counted
+        from when that renewal was sent) lease_seconds ago or more: the bucket's TTL may have
+        ended it and another gateway may hold it now. It waits, its state in memory, until the
+        bucket answers (`_renew`: ours again, or lost)."""
         now = time.monotonic()
         for p, part in list(self.parts.items()):
-            if now - part.renewed >= self.lease_seconds:
-                self._lose(p, part)
+            if now - part.renewed >= self.lease_seconds and not part.lapsed and not part.lost:
+                part.lapsed, part.lapsed_at = True, part.renewed
+                self.stats["leases_lapsed"] += 1
+                self.echo(f"partition {p}: lease not renewed for {now - part.renewed:.1f} s (the lease bucket does "
+                          "not answer); its readings wait until it does")
 
     async def _renewing(self):
         """Renew the leases every quarter of lease_seconds, in a task of its own: a slow round
@@ -545,22 +602,17 @@ class Gateway:
             await self._drop(p)
 
     async def _leases(self):
-        """Share the partitions: hold at most ceil(P / live gateways), handing extras over and
-        taking free ones."""
+        """Share the partitions: hold at most ceil(P / live gateways), handing extras over (at
+        the end of a round: `release`) and taking free ones, all of them at once."""
         errors = self.errors
-        await self._drop_lost()
-        try:
-            # distinct names, this gateway's among them: a listing taken while a heartbeat is being
-            # written (the renewal task's) may name a key twice
-            live = len({k for k in await self.leases.keys() if k.startswith("gw.")} | {f"gw.{self.name}"})
-        except errors.NoKeysError:
-            live = 1
-        share = math.ceil(self.P / max(live, 1))
-        while len(self.parts) > share:
-            await self._release(max(self.parts))
-        if len(self.parts) >= share:
+        share = math.ceil(self.P / await self._live())
+        held = sorted(p for p, part in self.parts.items() if not part.lost and not part.release)
+        for p in held[share:]:
+            self.parts[p].release = True
+            self.wake.set()
+        if len(held) >= share:
             return
-        start = sum(self.name.encode()) % self.P
+        start, takes = sum(self.name.encode()) % self.P, []
         for k in range(self.P):
             p = (start + k) % self.P
             if p in self.parts:
@@ -570,33 +622,103 @@ class Gateway:
                 rev = await self.leases.create(f"part.{p}", self.name.encode())
             except (errors.KeyWrongLastSequenceError, errors.APIError):
                 continue
-            await self._take(p, rev, sent)
-            if len(self.parts) >= share:
+            takes.append(self._take(p, rev, sent))
+            if len(held) + len(takes) >= share:
                 break
+        await asyncio.gather(*takes)
+
+    async def _live(self) -> int:
+        """How many gateways heartbeat (`gw.<name>` keys, this one among them). A listing that
+        does not finish in LEASE_API_TIMEOUT (a cluster electing the bucket's leader) counts as
+        the last one that did, so taking partitions over never waits on it."""
+        names = {f"gw.{self.name}"}
+        watcher = await self.leases.watch("gw.>", ignore_deletes=True, meta_only=True)
+
+        async def listed():
+            async for entry in watcher:
+                if entry is None:                 # the end of what the bucket holds now
+                    return
+                names.add(entry.key)
+        try:
+            await asyncio.wait_for(listed(), LEASE_API_TIMEOUT)
+            self._gateways = len(names)
+        except asyncio.TimeoutError:
+            self._say("live", "NATS: the gateways' heartbeats did not list in time; sharing as before")
+        finally:
+            with contextlib.suppress(Exception):
+                await watcher.stop()
+        return max(self._gateways, 1)
+
+    async def _leasing(self):
+        """Share the partitions every quarter of lease_seconds, in a task of its own: taking a
+        partition (its stream, mark and consumer, which a cluster electing leaders answers
+        slowly) never holds up the rounds of the partitions already held."""
+        while True:
+            try:
+                await self._leases()
+                self.ready.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - a slow or restarting server: try again soon
+                self._say("lease-trouble", f"NATS: {type(e).__name__} sharing the partitions; retrying")
+            await asyncio.sleep(self.lease_seconds / 4)
 
     async def _take(self, p: int, rev: int, sent: float):
-        api = self.api
+        """Read partition p (its lease just created, revision `rev`) from its mark on. Its lease
+        is renewed from now on; its deliveries wait until it is ready. A take that fails (a
+        stream electing its leader past the API's timeout) gives the lease back at once, to be
+        taken again."""
         self._epoch += 1
         part = self.parts[p] = Partition(p, rev, self._epoch)
-        part.renewed = sent
+        part.renewed, part.busy = sent, True
         part.wake = self.wake
+        try:
+            await asyncio.wait_for(self._open(part), TAKE_TIMEOUT)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - taken again next time
+            self._say(f"take-{p}", f"NATS: {type(e).__name__} taking partition {p}; giving its lease back to take "
+                      "it again")
+            if self.parts.get(p) is part:
+                await self._drop(p)
+                with contextlib.suppress(Exception):
+                    await self.leases.delete(f"part.{p}", last=part.rev)
+            return
+        if self.parts.get(p) is not part:         # dropped meanwhile (lost): nothing of it is ours
+            with contextlib.suppress(Exception):
+                await part.sub.unsubscribe()
+            return
+        part.busy = False
+        self.wake.set()
+        self.stats["partitions_taken"] += 1
+        self.echo(f"took partition {p} (replaying from stream sequence {part.applied_seq + 1})")
+
+    async def _open(self, part: Partition) -> None:
+        """`part`'s stream, mark and consumer (and partition 0's unmapped readings)."""
+        api, p = self.api, part.p
         created = (await self.js.stream_info(wire.readings_stream(p))).created
         part.stream_id = f"{wire.readings_stream(p)}@{created.isoformat() if created else ''}"
         try:
-            mark = json.loads((await self.state.get(f"m.{p}")).value)
+            entry = await self.state.get(f"m.{p}")
+            mark = json.loads(entry.value)
+            part.mark_rev = entry.revision
             # a mark of another stream (the earlier layout's shared one, or this one before it was deleted and
             # made again) counts other sequences than this stream's
             part.applied_seq = mark["stream_seq"] if mark.get("stream") == part.stream_id else 0
         except self.errors.KeyNotFoundError:
             part.applied_seq = 0
+        part.ready = True
         await self._subscribe(part)
-        if p == 0:                                # readings the mapping sent nowhere: dead-lettered here
-            self.unmapped = Partition(-1, 0, self._epoch)
-            self.unmapped.wake = self.wake
-            self.unmapped.sub = await self._consumer(wire.READINGS, "unmapped", self.unmapped.deliver,
-                                                     dict(deliver_policy=api.DeliverPolicy.ALL))
-        self.stats["partitions_taken"] += 1
-        self.echo(f"took partition {p} (replaying from stream sequence {part.applied_seq + 1})")
+        if p == 0:                            # readings the mapping sent nowhere: dead-lettered here
+            unmapped = Partition(-1, 0, self._epoch)
+            unmapped.wake = self.wake
+            unmapped.sub = await self._consumer(wire.READINGS, "unmapped", unmapped.deliver,
+                                                dict(deliver_policy=api.DeliverPolicy.ALL))
+            if self.parts.get(p) is part:
+                self.unmapped = unmapped
+            else:
+                with contextlib.suppress(Exception):
+                    await unmapped.sub.unsubscribe()
 
     async def _consumer(self, stream: str, durable: str, cb, start: dict):
         """A durable push consumer on `stream` made afresh (an old one of that name is deleted:
@@ -605,9 +727,14 @@ class Gateway:
             await self.js.delete_consumer(stream, durable)
         inbox = self.nc.new_inbox()
         sub = await self.nc.subscribe(inbox, cb=cb)
-        await self.js.add_consumer(stream, self.api.ConsumerConfig(
-            durable_name=durable, ack_policy=self.api.AckPolicy.ALL, ack_wait=60.0,
-            max_ack_pending=self.max_pending, deliver_subject=inbox, **start))
+        try:
+            await self.js.add_consumer(stream, self.api.ConsumerConfig(
+                durable_name=durable, ack_policy=self.api.AckPolicy.ALL, ack_wait=60.0,
+                max_ack_pending=self.max_pending, deliver_subject=inbox, **start))
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+            raise
         return sub
 
     async def _subscribe(self, part: Partition):
@@ -628,23 +755,38 @@ class Gateway:
         await self._subscribe(part)
         self.stats["resubscribed"] += 1
 
-    async def _resubscribe_due(self):
-        """Partitions whose deliveries went missing (or all, after a reconnection) read again."""
+    def _resubscribe_due(self):
+        """Partitions whose deliveries went missing (or all, after a reconnection) read again,
+        each in a task of its own (a stream electing its leader answers slowly); a partition's
+        deliveries wait until it has."""
         if self.resume_all:
             self.resume_all = False
             for part in self.parts.values():
                 part.resume = True
-        for part in [part for part in self.parts.values() if part.resume and not part.lost]:
-            try:
-                await self._resubscribe(part)
-            except Exception as e:  # noqa: BLE001 - a cluster electing the stream's leader: again next round
-                part.resume = True
-                self._say("resubscribe", f"NATS: {type(e).__name__} reading partition {part.p} again; retrying")
+        for part in [part for part in self.parts.values() if part.resume and not part.lost and not part.busy]:
+            part.busy, part.resume = True, False
+            part.io = asyncio.ensure_future(self._read_again(part))
+
+    async def _read_again(self, part: Partition):
+        try:
+            await asyncio.wait_for(self._resubscribe(part), TAKE_TIMEOUT)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a cluster electing the stream's leader: again next round
+            part.resume = True
+            self._say("resubscribe", f"NATS: {type(e).__name__} reading partition {part.p} again; retrying")
+            await asyncio.sleep(0.5)
+        finally:
+            part.busy = False
+            self.wake.set()
 
     async def _drop(self, p: int):
         part = self.parts.pop(p, None)
         if part is None:
             return
+        for task in (part.storing, part.io):
+            if task is not None and not task.done() and task is not asyncio.current_task():
+                task.cancel()
         for holder in (part, self.unmapped if p == 0 else None):
             if holder is not None:
                 with contextlib.suppress(Exception):
@@ -657,7 +799,7 @@ class Gateway:
         """Store partition p's state, then give its lease up (if it is still ours: the revision
         this gateway last wrote) so another gateway takes it at once."""
         part = self.parts[p]
-        if part.lost:                             # another gateway holds it: nothing of ours to store or give
+        if part.lost or part.lapsed:              # another gateway may hold it: nothing of ours to store or give
             await self._drop(p)
             return
         await self._snapshot(part, evict=False)
@@ -710,31 +852,87 @@ class Gateway:
         return dev
 
     async def _snapshot(self, part: Partition, evict: bool = True):
-        """Store every changed device of `part`, then its mark; then acknowledge and purge the
-        readings the mark covers."""
-        sha = self.batcher.model_sha256
-        if part.lost:                             # another gateway holds it now: its states are not ours to store
+        """Store `part` now (after any store in flight), awaited."""
+        await self._settle(part)
+        taken = self._capture(part)
+        if taken is not None:
+            await self._store(part, taken, evict)
+
+    async def _settle(self, part: Partition) -> None:
+        if part.storing is not None and not part.storing.done():
+            await asyncio.wait({part.storing})
+
+    def _store_soon(self, part: Partition, evict: bool = True) -> None:
+        """Store `part` in a task of its own (one at a time; a store in flight defers this one
+        to a later round): its state is taken now, between rounds, so the mark never covers a
+        reading whose prediction is not stored, and the rounds go on while the bucket answers
+        (a cluster electing its leader may take seconds)."""
+        if part.storing is not None and not part.storing.done():
             return
+        taken = self._capture(part)
+        if taken is not None:
+            part.storing = asyncio.ensure_future(self._store_logged(part, taken, evict))
+
+    async def _store_logged(self, part: Partition, taken: dict, evict: bool) -> None:
+        try:
+            await self._store(part, taken, evict)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - stored next round: the mark moves once all is stored
+            self._say("snapshot-trouble", f"NATS: {type(e).__name__} storing partition {part.p}; retrying")
+
+    def _capture(self, part: Partition) -> dict | None:
+        """What a store of `part` writes, taken now: each changed device's state (encoded), the
+        mark, the last message to acknowledge. None where there is nothing of ours to store."""
+        if part.lost or part.lapsed or not part.ready:   # another gateway may hold it, or its mark is unread
+            return None
+        sha = self.batcher.model_sha256
         dirty = [d for d in part.devices.values() if d.dirty]
-        for lo in range(0, len(dirty), 256):
-            await asyncio.gather(*(self.state.put(f"d.{d.name}", wire.encode_state(
-                d.arrays, d.position, d.last_seq, sha, d.stream_seq, d.boot, d.decision, d.bucket,
-                stream=part.stream_id)) for d in dirty[lo:lo + 256]))
+        taken = {"devices": dirty, "seq": part.applied_seq, "msg": part.last_msg, "since": part.since_snapshot,
+                 "unacked": part.unacked, "unacked_since": part.unacked_since,
+                 "states": [(f"d.{d.name}", wire.encode_state(d.arrays, d.position, d.last_seq, sha, d.stream_seq,
+                                                              d.boot, d.decision, d.bucket, stream=part.stream_id))
+                            for d in dirty],
+                 "mark": json.dumps({"stream_seq": part.applied_seq, "gateway": self.name,
+                                     "stream": part.stream_id}).encode()}
         for d in dirty:
             d.dirty = False
-        await self.state.put(f"m.{part.p}", json.dumps({"stream_seq": part.applied_seq, "gateway": self.name,
-                                                         "stream": part.stream_id}).encode())
-        if part.last_msg is not None:
-            await self.nc.flush()                 # the predictions first, then let the readings go
-            await part.last_msg.ack()
-            part.last_msg = None
-            await self.js.purge_stream(wire.readings_stream(part.p), seq=part.applied_seq + 1)
+        part.last_msg = None
         part.since_snapshot = part.unacked = 0
         part.stored_at = time.monotonic()
+        return taken
+
+    async def _store(self, part: Partition, taken: dict, evict: bool) -> None:
+        """Write what `_capture` took: every changed device, then the mark; then acknowledge and
+        purge the readings the mark covers. On failure, what was taken is marked to store again."""
+        states = taken["states"]
+        try:
+            for lo in range(0, len(states), 256):
+                if part.lost or part.lapsed:
+                    return
+                await asyncio.gather(*(self.state.put(k, v) for k, v in states[lo:lo + 256]))
+            if part.lost or part.lapsed:
+                return
+            part.mark_rev = await self.state.put(f"m.{part.p}", taken["mark"])
+            if taken["msg"] is not None:
+                await self.nc.flush()             # the predictions first, then let the readings go
+                await taken["msg"].ack()
+                await self.js.purge_stream(wire.readings_stream(part.p), seq=taken["seq"] + 1)
+        except BaseException:
+            for d in taken["devices"]:
+                d.dirty = True                    # its newest state goes with the next store
+            if part.last_msg is None:
+                part.last_msg = taken["msg"]      # AckAll: a later message acknowledges it with it
+            part.since_snapshot += taken["since"]
+            if taken["unacked"]:
+                part.unacked_since = min(part.unacked_since, taken["unacked_since"]) if part.unacked \
+                    else taken["unacked_since"]
+                part.unacked += taken["unacked"]
+            raise
         self.stats["snapshots"] += 1
         if evict:
             old = time.monotonic() - self.idle_seconds
-            for name in [n for n, d in part.devices.items() if d.seen < old]:
+            for name in [n for n, d in part.devices.items() if d.seen < old and not d.dirty]:
                 del part.devices[name]
                 self.stats["devices_left"] += 1
 
@@ -754,7 +952,7 @@ class Gateway:
                     dev.letters = (wall, 0)
             if any(d.seen < old for d in part.devices.values()) or \
                     part.unacked and now - part.unacked_since >= max(ACK_SOON, self.snapshot_seconds):
-                await self._snapshot(part)
+                self._store_soon(part)
 
     # -- readings -------------------------------------------------------------------------
 
@@ -1003,11 +1201,8 @@ class Gateway:
                 self.metrics.observe(wall - t)
         for part in set(touched):
             due = part.since_snapshot >= self.snapshot_every and now - part.stored_at >= self.snapshot_seconds
-            if part.p in self.parts and (due or part.unacked >= self.max_pending // 2):
-                try:
-                    await self._snapshot(part)
-                except Exception as e:  # noqa: BLE001 - stored next round: the mark moves once all is stored
-                    self._say("snapshot-trouble", f"NATS: {type(e).__name__} storing partition {part.p}; retrying")
+            if self.parts.get(part.p) is part and (due or part.unacked >= self.max_pending // 2):
+                self._store_soon(part)
 
     # -- the loop -------------------------------------------------------------------------
 
@@ -1036,7 +1231,7 @@ class Gateway:
         next_mapping = time.monotonic() + 60
         with contextlib.suppress(Exception):     # heartbeat first, so the first share counts this gateway
             await self._renew()
-        renewing = asyncio.ensure_future(self._renewing())
+        renewing, leasing = asyncio.ensure_future(self._renewing()), asyncio.ensure_future(self._leasing())
         try:
             while not stop.is_set():
                 if self.refused:
@@ -1047,14 +1242,18 @@ class Gateway:
                 if any(part.lost for part in self.parts.values()):
                     await self._drop_lost()
                 if self.resume_all or any(part.resume for part in self.parts.values()):
-                    await self._resubscribe_due()
+                    self._resubscribe_due()
+                for p in [p for p, part in self.parts.items() if part.release and not part.busy]:
+                    try:
+                        await self._release(p)
+                    except Exception as e:  # noqa: BLE001 - handed over at a later round
+                        self.parts[p].release = False
+                        self._say("release", f"NATS: {type(e).__name__} handing partition {p} over; retrying")
                 if now >= next_lease:
                     try:
-                        await self._leases()
                         await self._sweep()
-                        self.ready.set()
                     except Exception as e:  # noqa: BLE001 - a slow or restarting server: try again soon
-                        self._say("lease-trouble", f"NATS: {type(e).__name__} renewing leases; retrying")
+                        self._say("sweep-trouble", f"NATS: {type(e).__name__} storing quiet partitions; retrying")
                     next_lease = now + self.lease_seconds / 4
                 if now >= next_mapping and 0 in self.parts:
                     with contextlib.suppress(Exception):
@@ -1070,7 +1269,7 @@ class Gateway:
                 self.wake.clear()
                 batches, room, size = [], ROUND_MESSAGES, 0   # bounded, so leases are renewed between rounds
                 for part in self.parts.values():
-                    if part.buf and room > 0 and size < ROUND_BYTES:
+                    if part.buf and not (part.busy or part.lapsed) and room > 0 and size < ROUND_BYTES:
                         n = 0
                         while n < min(room, len(part.buf)) and size < ROUND_BYTES:   # several readings a message
                             size += len(part.buf[n].data)
@@ -1085,9 +1284,10 @@ class Gateway:
                     msgs, self.unmapped.buf = self.unmapped.buf, []
                     await self._unmapped(msgs)
         finally:
-            renewing.cancel()
-            with contextlib.suppress(BaseException):
-                await renewing
+            for task in (renewing, leasing):
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
             for p in list(self.parts):
                 with contextlib.suppress(Exception):
                     await self._release(p)
