@@ -17,7 +17,10 @@ predictions after the kill (how long their partitions went unserved). With --clu
 is three nats-server nodes (R3 streams and buckets) and the failover kills node-0 with the
 gateway; the devices' connections move to the survivors. Each phase also counts the sampled
 devices' prediction messages EDGESEQ_OUT stored against the messages they sent (fewer: lost;
-more: applied twice).
+more: applied twice). With --acked the gateways acknowledge readings (`--ack-readings`) and each
+device publishes one message at a time with JetStream's acknowledgement (`Nats-Msg-Id`
+device:seq), sending a message again when no acknowledgement came in ACK_WAIT seconds and
+holding its later readings meanwhile, as a device that must lose nothing does.
 """
 
 from __future__ import annotations
@@ -91,8 +94,48 @@ async def wait_owned(gateways, partitions, timeout=60):
     raise SystemExit("gateways did not take the partitions: " + " | ".join(g.lines[-1] for g in gateways if g.lines))
 
 
+ACK_WAIT = 2.0          # --acked: seconds a device waits for an acknowledgement before it sends again
+
+
+class AckedDevices:
+    """Devices that publish one message at a time, each acknowledged by JetStream, and send a
+    message again (same Nats-Msg-Id) when its acknowledgement does not come in ACK_WAIT s or an
+    error does (no leader, no responders); later readings wait in order behind it."""
+
+    def __init__(self, js, names):
+        from collections import deque
+        self.js, self.queue, self.inflight = js, {d: deque() for d in names}, {}
+        self.resent = 0
+
+    def add(self, device, subject, payload, mid):
+        self.queue[device].append((subject, payload, mid))
+
+    async def pump(self):
+        now = time.monotonic()
+        for d, q in self.queue.items():
+            held = self.inflight.get(d)
+            if held is not None:
+                fut, msg, sent = held
+                if fut.done() and not fut.cancelled() and fut.exception() is None:
+                    del self.inflight[d]
+                elif (fut.done() and now - sent > 0.2) or now - sent > ACK_WAIT:
+                    fut.cancel()
+                    self.resent += 1
+                    q.appendleft(msg)
+                    del self.inflight[d]
+                else:
+                    continue
+            if q:
+                subject, payload, mid = msg = q.popleft()
+                fut = await self.js.publish_async(subject, payload, headers={"Nats-Msg-Id": mid})
+                self.inflight[d] = (fut, msg, now)
+
+    def idle(self) -> bool:
+        return not self.inflight and not any(self.queue.values())
+
+
 async def phase(url, devices, features, rate, seconds, sample, brokers, gateways, kill_at=None, per_message=1,
-                kill=None):
+                kill=None, acked=False):
     import nats
     nc = await nats.connect(servers=url.split(","), pending_size=64 * 1024 * 1024, max_reconnect_attempts=-1)
     js = nc.jetstream(timeout=60)                          # an overloaded broker answers slowly
@@ -121,6 +164,7 @@ async def phase(url, devices, features, rate, seconds, sample, brokers, gateways
     ticks = int(seconds * rate / K)
     killed = None
     late = 0
+    sender = AckedDevices(nc.jetstream(publish_async_max_pending=4 * devices), names) if acked else None
     for t in range(ticks):
         due = t0 + t * K / rate
         now = time.monotonic()
@@ -133,12 +177,20 @@ async def phase(url, devices, features, rate, seconds, sample, brokers, gateways
         for j in range(K):
             sent[seq + j] = time.monotonic()
         for i, d in enumerate(names):
-            await nc.publish(f"{wire.IN_SUBJECT}.{d}", head + payloads[i % len(payloads)][t % 64])
+            if sender is not None:
+                sender.add(d, f"{wire.IN_SUBJECT}.{d}", head + payloads[i % len(payloads)][t % 64], f"{d}:{seq}")
+            else:
+                await nc.publish(f"{wire.IN_SUBJECT}.{d}", head + payloads[i % len(payloads)][t % 64])
+        if sender is not None:
+            await sender.pump()
         if kill_at is not None and killed is None and t * K >= kill_at * rate:
             gateways[0].proc.send_signal(signal.SIGKILL)
             if kill is not None:
                 kill()                                      # a broker node too
             killed = time.monotonic()
+    while sender is not None and not sender.idle() and time.monotonic() - t0 < seconds + 120:
+        await asyncio.sleep(0.05)                           # the held and unacknowledged readings go out
+        await sender.pump()
     await nc.flush(timeout=60)
     elapsed = time.monotonic() - t0
     cpu1 = {k: cpu_seconds(p) for k, p in procs.items() if killed is None or k not in (gateways[0].name, "node-0")}
@@ -167,6 +219,9 @@ async def phase(url, devices, features, rate, seconds, sample, brokers, gateways
               # message sent would be a reading applied twice (a duplicate id would have been dropped)
               "sampled_stored": sum(stored.get(d, 0) - stored0.get(d, 0) for d in sampled),
               "sampled_messages": len(sampled) * ticks}
+    if sender is not None:
+        result["acked"] = {"ack_wait_s": ACK_WAIT, "resent": sender.resent, "unacknowledged": len(sender.inflight) +
+                           sum(map(len, sender.queue.values()))}
     if killed is not None:
         gaps = []
         ended = time.monotonic()
@@ -225,6 +280,7 @@ async def main_async(args):
         await asyncio.get_running_loop().run_in_executor(None, broker.start)    # a cluster waits on its own loop
         stack.callback(broker.stop)
         extra = ["--snapshot-every", str(args.snapshot_every)] if args.snapshot_every else []
+        extra += ["--ack-readings"] if args.acked else []
         if args.cluster:
             extra += ["--replicas", "3"]
             brokers = {f"node-{i}": n.proc.pid for i, n in enumerate(broker.nodes)}
@@ -239,7 +295,7 @@ async def main_async(args):
             rss0 = {g.name: rss_kb(g.pid) for g in gateways}
             for rate in args.rates:
                 r = await phase(broker.url, args.devices, features, rate, args.seconds, args.sample,
-                                brokers, gateways, per_message=args.per_message)
+                                brokers, gateways, per_message=args.per_message, acked=args.acked)
                 results.append(r)
                 print(json.dumps(r), flush=True)
             mem = {g.name: {"rss_growth_kb": rss_kb(g.pid) - rss0[g.name], "devices": g.status.get("devices"),
@@ -254,7 +310,7 @@ async def main_async(args):
                     raise SystemExit("--failover needs --gateways 2 or more")
                 failover = await phase(broker.url, args.devices, features, args.failover_rate, args.seconds,
                                        args.sample, brokers, gateways, kill_at=args.seconds / 3,
-                                       kill=broker.nodes[0].kill if args.cluster else None)
+                                       kill=broker.nodes[0].kill if args.cluster else None, acked=args.acked)
                 failover["killed"] = "a gateway and broker node-0" if args.cluster else "a gateway"
                 failover_at = failover.pop("killed_at")
                 print(json.dumps({"failover": failover}), flush=True)
@@ -306,6 +362,8 @@ def main():
     ap.add_argument("--cluster", action="store_true", help="a three-node JetStream cluster (R3); with --failover "
                     "broker node-0 is SIGKILLed with the gateway")
     ap.add_argument("--failover", action="store_true")
+    ap.add_argument("--acked", action="store_true", help="devices publish with JetStream's acknowledgement and send "
+                    "again what was not acknowledged; the gateways acknowledge readings")
     ap.add_argument("--failover-rate", type=float, default=10.0)
     ap.add_argument("--json", help="write the figures here")
     ap.add_argument("--log", help="write each gateway's output to DIR/<name>.log, each line timed in seconds from "

@@ -736,16 +736,26 @@ def render_gateway(d: dict, source: str) -> str:
                     f"{f['failover_s']:.1f} s ({f['devices_interrupted']} of {f['sampled_devices']} sampled devices "
                     "went more than 1 s without one); " +
                     ("every sampled prediction arrived" if f["sampled_received"] == f["sampled_expected"]
+                     else "the benchmark's subscriber saw some" if f.get("sampled_stored") == f["sampled_expected"]
                      else "NOT every sampled prediction arrived") +
                     f" ({f['sampled_received']:,} of {f['sampled_expected']:,})." + stored)
+        if f.get("sampled_stored") == f["sampled_expected"] and f["sampled_received"] < f["sampled_expected"]:
+            text[-1] += (f" So every sampled reading was predicted; the {f['sampled_expected'] - f['sampled_received']:,} "
+                         "the benchmark's subscriber did not see were lost on their way to it (a plain NATS "
+                         "subscription, delivered at most once, through a node's death).")
         if f.get("unpredicted_sent_s"):
             lo, hi = f["unpredicted_sent_s"]
-            text[-1] += (f" The sampled readings never predicted were all published from {lo:+.2f} s to {hi:+.2f} s "
-                         "after the kill.")
+            text[-1] += (f" The sampled readings whose prediction the subscriber never saw were all published from "
+                         f"{lo:+.2f} s to {hi:+.2f} s after the kill.")
         if "leases_lapsed" in f:
             text[-1] += (f" Leases that went unrenewed past their lease time (the lease bucket electing its leader): "
                          f"{f['leases_lapsed']}, renewed again with the state in memory kept: {f['leases_kept']}, "
                          f"lost: {f['partitions_lost']}.")
+        if f.get("acked"):
+            a = f["acked"]
+            text[-1] += (f" The devices published with JetStream's acknowledgement: {a['resent']:,} readings sent "
+                         f"again (no acknowledgement within {a.get('ack_wait_s', 2):g} s, or an error such as no "
+                         f"stream leader), {a['unacknowledged']:,} never acknowledged.")
     how = (f"`{d['command']}`: {d['gateways']} gateway process(es), {d['partitions']} partitions, model "
            f"{d['model']}, {d.get('brokers', 'one nats-server')}, gateways and devices on one {d['cores']}-core machine ({d['cpu']}); "
            f"measured {d['date']}")

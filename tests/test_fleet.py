@@ -57,23 +57,31 @@ def test_a_damaged_fleet_file_is_one_line_and_never_half_read(tmp_path):
         Fleet(tmp_path / "file")
 
 
-def test_the_authorization_block_allows_a_device_its_own_subjects_only(tmp_path):
+def test_the_authorization_block_gives_each_device_an_account_and_its_own_subjects_only(tmp_path):
+    """Each device in an account of its own: it may publish its own readings only (imported as
+    exactly its partition's subject of the gateway's account) and subscribe to its own
+    predictions, events and inboxes; the gateway's user, in account edgeseq, has no limits."""
     f = Fleet(tmp_path / "fleet")
     f.add_device("dev-a")
+    f.add_device("dev-b")
     block = f.authorization_block(8)
     p = partition_of("dev-a", 8)
-    line = next(x for x in block.splitlines() if '"dev-a"' in x)
-    assert f'["edgeseq.in.dev-a", "edgeseq.part.{p}.dev-a"]' in line and '["edgeseq.out.dev-a", "edgeseq.out.dev-a.events"]' in line
+    start = block.index('"device_dev-a": {')
+    account = block[start:block.index("\n  }", start)]
+    assert 'publish: {allow: ["edgeseq.in.dev-a"]}' in account
+    assert 'subscribe: {allow: ["edgeseq.out.dev-a", "edgeseq.out.dev-a.events", "_INBOX.>"]}' in account
+    assert f'{{service: {{account: edgeseq, subject: "edgeseq.part.{p}.dev-a"}}, to: "edgeseq.in.dev-a"}}' in account
+    assert "dev-b" not in account and account.count("import") == 1 and account.count("service:") == 1
     gw_line = next(x for x in block.splitlines() if GATEWAY_USER in x)
-    assert "permissions" not in gw_line
+    assert "permissions" not in gw_line and block.index("  edgeseq: {") < block.index(GATEWAY_USER) < start
 
 
 def test_a_server_beyond_loopback_needs_a_fleet(tmp_path):
     for host in ("0.0.0.0", "192.168.1.10", "::"):
         with pytest.raises(UsageError, match="without authorization"):
             server_config(tmp_path, 4222, 1883, 4, host=host)
-    assert "authorization" not in server_config(tmp_path, 4222, 1883, 4, host="127.0.0.1")
-    assert "authorization" in server_config(tmp_path, 4222, 1883, 4, host="0.0.0.0", fleet=Fleet(tmp_path / "f"))
+    assert "accounts" not in server_config(tmp_path, 4222, 1883, 4, host="127.0.0.1")
+    assert "accounts" in server_config(tmp_path, 4222, 1883, 4, host="0.0.0.0", fleet=Fleet(tmp_path / "f"))
 
 
 def test_passwords_of_any_characters_are_hidden_in_urls():
@@ -145,11 +153,13 @@ def _mqtt_connect(port, user=None, password=None, client_id="edgeseq-test"):
 
 @needs_server
 def test_only_a_devices_own_credentials_publish_its_readings(fleet_broker, exported):
-    """dev-a (NATS) and dev-b (MQTT) each publish their own readings; dev-a's forged readings for
-    dev-b, before and after the partition mapping, its write to dev-b's stored state, and its
-    own readings sent with a reply subject it may not write to (another device's state, the
-    deployment record, a lease, the JetStream API, dev-b's predictions) change nothing; an anonymous client or a wrong password gets nothing in. The
-    predictions are exactly one session per device."""
+    """dev-a (NATS, each reading acknowledged by the stream) and dev-b (MQTT) each publish their
+    own readings; dev-a's forged readings for dev-b, before and after the partition mapping, its
+    write to dev-b's stored state, and its own readings sent with a reply subject it may not
+    write to, where the stream's acknowledgement goes as the server (another device's state and
+    readings, the deployment record, a lease, the JetStream API, dev-b's predictions) change
+    nothing: that subject is in dev-a's own account. An anonymous client or a wrong password
+    gets nothing in. The predictions are exactly one session per device."""
     import nats
 
     from edgeseq.gateway import devices, wire
@@ -172,7 +182,7 @@ def test_only_a_devices_own_credentials_publish_its_readings(fleet_broker, expor
             c.loop_stop()
             c.disconnect()
             assert rc != "Success", (user, rc)
-        await devices.replay(broker.url, {"dev-a": X["dev-a"]}, passwords=pw)
+        await devices.replay(broker.url, {"dev-a": X["dev-a"]}, passwords=pw, acked=True)
 
         async def note(e):
             errors.append(str(e))
@@ -195,7 +205,9 @@ def test_only_a_devices_own_credentials_publish_its_readings(fleet_broker, expor
         # there as the server. A repeat of reading 0, so nothing else changes.
         again = wire.encode_reading(0, X["dev-a"][0])
         for reply in (f"$KV.{wire.STATE_BUCKET}.d.dev-b", f"$KV.{wire.STATE_BUCKET}.config",
-                      f"$KV.{wire.LEASE_BUCKET}.part.0", "$JS.API.STREAM.PURGE.EDGESEQ_OUT", "edgeseq.out.dev-b"):
+                      f"$KV.{wire.LEASE_BUCKET}.part.0", "$JS.API.STREAM.PURGE.EDGESEQ_OUT", "edgeseq.out.dev-b",
+                      "edgeseq.in.dev-b", f"edgeseq.part.{partition_of('dev-b', 4)}.dev-b",
+                      f"$JS.API.STREAM.DELETE.{wire.readings_stream(partition_of('dev-b', 4))}"):
             await a.publish("edgeseq.in.dev-a", again, reply=reply)
         await a.flush()
         await asyncio.sleep(1.0)                              # anything forged would have arrived by now
@@ -205,15 +217,17 @@ def test_only_a_devices_own_credentials_publish_its_readings(fleet_broker, expor
         out = (await js.stream_info(wire.PREDICTIONS)).state.messages
         config = json.loads((await (await js.key_value(wire.STATE_BUCKET)).get("config")).value)
         lease = (await (await js.key_value(wire.LEASE_BUCKET)).get("part.0")).value
+        await js.stream_info(wire.readings_stream(partition_of("dev-b", 4)))    # not deleted
         await g.close()
         c.loop_stop()
         c.disconnect()
         await a.close()
         return got, out, config, lease
-    gw, (got, out, config, lease) = asyncio.run(_run_gateway(model, broker.gateway_url, body))
+    gw, (got, out, config, lease) = asyncio.run(_run_gateway(model, broker.gateway_url, body,
+                                                             acknowledge_readings=True))
     _check_equal(got, devices.reference(model, X))
     assert out == 10 and config["partitions"] == 4 and lease == gw.name.encode()
-    assert gw.stats["readings"] == 10 and gw.stats["dead"] == 0 and gw.stats["duplicates"] == 5
+    assert gw.stats["readings"] == 10 and gw.stats["dead"] == 0 and gw.stats["duplicates"] == 8, gw.stats
     assert sum("permissions violation" in e for e in errors) == 7, errors
 
 
@@ -288,7 +302,7 @@ def test_serve_says_when_its_credentials_are_refused_and_never_prints_a_password
         assert r.exit_code == code and text in r.output, r.output
         assert "Zq9" not in r.output and "Zq9%2F" not in r.output, r.output
     r = runner.invoke(cli, ["serve", model, "--print-config", "--fleet", str(broker.fleet.root)])
-    assert r.exit_code == 0 and "authorization" in r.output and broker.fleet.gateway_credentials()[1] not in r.output
+    assert r.exit_code == 0 and "accounts {" in r.output and broker.fleet.gateway_credentials()[1] not in r.output
 
 
 def test_damaged_shapes_and_the_gateways_name_in_the_fleet_are_refused(tmp_path):

@@ -415,7 +415,7 @@ def test_serve_print_config_gives_the_partition_mapping(runner, exported):
     assert r.exit_code == 0
     assert '"edgeseq.in.*": "edgeseq.part.{{partition(16,1)}}.{{wildcard(1)}}"' in r.output
     assert "jetstream" in r.output and "server_name:" in r.output      # nats-server's MQTT needs a name
-    assert "authorization {" in r.output                                # the fleet's users (runs/fleet here)
+    assert "accounts {" in r.output and "  edgeseq: {" in r.output     # the fleet's accounts (runs/fleet here)
 
 
 def test_gateway_settings_are_checked(exported):
@@ -894,8 +894,8 @@ def test_a_lease_the_server_cannot_renew_for_a_while_waits_and_goes_on_where_nob
     taken = errors.KeyWrongLastSequenceError(description="wrong last sequence: 9")
 
     class Leases:
-        def __init__(self, fail, create_fails=False):
-            self.fail, self.create_fails, self.puts, self.deleted = fail, create_fails, 0, []
+        def __init__(self, fail, create_fails=False, holder=b"someone-else"):
+            self.fail, self.create_fails, self.puts, self.deleted, self.holder = fail, create_fails, 0, [], holder
 
         async def update(self, key, value, last):
             if self.fail:
@@ -910,18 +910,21 @@ def test_a_lease_the_server_cannot_renew_for_a_while_waits_and_goes_on_where_nob
         async def delete(self, key, last):
             self.deleted.append((key, last))
 
+        async def get(self, key):
+            return SimpleNamespace(revision=30, value=self.holder)
+
         async def put(self, key, value):
             self.puts += 1
 
     class State:
-        def __init__(self, mark_rev):
-            self.mark_rev = mark_rev
+        def __init__(self, mark_rev, by):
+            self.mark_rev, self.by = mark_rev, by
 
         async def get(self, key):
-            return SimpleNamespace(revision=self.mark_rev, value=b"{}")
+            return SimpleNamespace(revision=self.mark_rev, value=json.dumps({"gateway": self.by}).encode())
 
-    def renew(part, fail, create_fails=False, mark_rev=3):
-        gw.parts, gw.leases, gw.state = {0: part}, Leases(fail, create_fails), State(mark_rev)
+    def renew(part, fail, create_fails=False, mark_rev=3, by="another", holder=b"someone-else"):
+        gw.parts, gw.leases, gw.state = {0: part}, Leases(fail, create_fails, holder), State(mark_rev, by)
         with contextlib.suppress(errors.ServiceUnavailableError):
             asyncio.run(gw._renew())
         return not part.lost, part.lapsed, part.rev
@@ -946,6 +949,11 @@ def test_a_lease_the_server_cannot_renew_for_a_while_waits_and_goes_on_where_nob
     assert renew(part, taken, mark_rev=4) == (False, True, 7)   # stored meanwhile by another: taken again
     assert gw.leases.deleted == [("part.0", 20)]              # ... the lease just made given back at once
     assert renew(held(0.1), taken, create_fails=True) == (False, False, 7)   # another gateway holds it
+    # a renewal given up on that was stored after all: the key holds this gateway's name
+    assert renew(held(0.1), taken, create_fails=True, holder=gw.name.encode()) == (True, False, 30)
+    part = held(5.5)
+    renew(part, electing)
+    assert renew(part, taken, mark_rev=4, by=gw.name) == (True, False, 20)   # a store of its own landed late
     assert renew(held(0.1, ready=False), taken) == (False, False, 7)          # not yet read from its mark
 
 

@@ -67,13 +67,18 @@ RELOAD_SECONDS = 2.0             # how often a running server looks for fleet ch
 @click.option("--predictions/--events-only", default=True, show_default=True,
               help="Publish a prediction per reading, or only the events of the model's decision layer "
                    "(`edgeseq calibrate`; most of the broker's load is the per-reading predictions).")
+@click.option("--ack-readings/--no-ack-readings", default=None,
+              help="The readings streams acknowledge what they store, so a device publishing with a reply subject "
+                   "sends again what a cluster electing a leader dropped. Default: on for the server serve starts "
+                   "(every device in an account of its own), off with --nats: turn it on only for a server "
+                   "configured by --print-config.")
 @click.option("--replace-model", is_flag=True, help="Switch a deployment that serves another model to MODEL "
               "(its devices start over).")
 @_backend_option
 @_errors
 def serve(model, url, partitions, name, snapshot_every, snapshot_seconds, lease_seconds, max_batch,
           max_device_backlog, max_device_rate, replicas, max_history, store, port, mqtt_port, host, fleet, tls_cert,
-          tls_key, tls_ca, metrics_port, metrics_host, status_every, duration, print_config, predictions,
+          tls_key, tls_ca, metrics_port, metrics_host, status_every, duration, print_config, predictions, ack_readings,
           replace_model, backend):
     """Serve MODEL to many devices: readings in over NATS or MQTT, predictions out, each
     device's state kept in JetStream.
@@ -125,6 +130,7 @@ def serve(model, url, partitions, name, snapshot_every, snapshot_seconds, lease_
                  lease_seconds=lease_seconds, max_batch=max_batch, backend=backend, max_history=max_history,
                  max_device_backlog=max_device_backlog, max_device_rate=max_device_rate, replicas=replicas,
                  replace_model=replace_model, predictions=predictions, echo=echo,
+                 acknowledge_readings=(url is None) if ack_readings is None else ack_readings,
                  tls_ca=tls_ca or (tls_cert if url is None else None))
     broker = None
     if url is None:

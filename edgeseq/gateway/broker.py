@@ -184,6 +184,7 @@ class LocalBroker:
     def _write_config(self) -> Path:
         conf = self.workdir / "nats.conf"
         self.fleet_version = self.fleet.version() if self.fleet is not None else None
+        self.fleet_devices = set(self.fleet.devices()) if self.fleet is not None else set()
         text = server_config(self.workdir, self.port, self.mqtt_port, self.partitions, self.host, fleet=self.fleet,
                              name=self.name, cluster=self.cluster, tls=self.tls)
         from edgeseq.gateway.fleet import write_private
@@ -191,13 +192,19 @@ class LocalBroker:
         return conf
 
     def reload(self) -> bool:
-        """Apply the fleet's credentials if they changed since the server read them (nats-server
-        reloads its configuration on SIGHUP; connected devices stay connected, a removed one is
-        dropped). True when it reloaded, False when nothing changed; UsageError with the server's
-        own line when it refused the new configuration (it then keeps the old one)."""
+        """Apply the fleet's credentials if they changed since the server read them. A changed
+        password is reloaded (SIGHUP; connected devices stay connected); a device added or
+        removed restarts the server, since nats-server does not wire the imports of an account
+        added by a reload (every client reconnects; JetStream's streams are kept on disk). True
+        when it applied a change, False when nothing changed; UsageError with the server's own
+        line when it refused the new configuration (it then keeps the old one)."""
         if self.fleet is None or self.proc is None or self.proc.poll() is not None \
                 or self.fleet.version() == self.fleet_version:
             return False
+        if set(self.fleet.devices()) != self.fleet_devices:
+            self.stop()
+            self.start()
+            return True
         self._write_config()
         seen = self.log.stat().st_size
         self.proc.send_signal(signal.SIGHUP)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 
 import numpy as np
@@ -14,18 +15,24 @@ from edgeseq.gateway.service import _nats
 
 
 async def replay(url: str, readings: dict, rate_hz: float = 0.0, start: int = 0, stop: int | None = None,
-                 seq_offset: int = 0, passwords: dict | None = None, per_message: int = 1) -> dict:
+                 seq_offset: int = 0, passwords: dict | None = None, per_message: int = 1,
+                 acked: bool = False, patience: float = 120.0) -> dict:
     """Publish readings[device] (float32 [T, features]) rows start..stop, every device's reading
     t in turn before any t+1, as sequence numbers t + seq_offset; rate_hz > 0 paces each
-    device at that many readings a second. The readings stream sends no acknowledgements (a
-    device's reply subject would let JetStream write where the device may not), so this
-    publishes and flushes: a full stream drops what does not fit, as it does for a device.
+    device at that many readings a second. Without `acked` this publishes and flushes (a full
+    stream drops what does not fit, or a stream electing its leader, unseen). With `acked` (a
+    gateway that acknowledges readings, `Gateway(acknowledge_readings=True)`) each message waits
+    for JetStream's acknowledgement and is sent again, with the same `Nats-Msg-Id`
+    (device:boot:seq, boot this call's), until it is stored, every device's message t before
+    any t+1, so none is lost or stored out of order; `patience` seconds without an
+    acknowledgement raise EdgeseqError (a full stream, a cluster without a majority).
     `passwords` {device: password} (`edgeseq devices add`): each device on its own connection
     with its own credentials, as devices are; else one connection at `url` (credentials in it,
     if any) publishes for all. `per_message` > 1 sends that many readings a message (the last
     message of a device fewer), each message's readings numbered from its `seq`. Returns
     {"published": readings, "seconds": s, "sent_at": {(device, seq): monotonic seconds}}."""
     nats, _, _ = _nats()
+    boot = f"{os.getpid()}-{time.time_ns()}"
     if passwords:
         from edgeseq.gateway.fleet import with_credentials
         own = {d: await nats.connect(with_credentials(url, d, passwords[d]), allow_reconnect=False)
@@ -33,6 +40,7 @@ async def replay(url: str, readings: dict, rate_hz: float = 0.0, start: int = 0,
     nc = await nats.connect(servers=_servers(url)) if not passwords else next(iter(own.values()))
     sent = {}
     n = 0
+    batch: list = []
     t0 = time.monotonic()
     stop = min(len(r) for r in readings.values()) if stop is None else stop
     try:
@@ -49,14 +57,44 @@ async def replay(url: str, readings: dict, rate_hz: float = 0.0, start: int = 0,
                 now = time.monotonic()
                 for i in range(k):
                     sent[(device, t + i + seq_offset)] = now
-                await (own[device] if passwords else nc).publish(subject, payload)
+                if not acked:
+                    await (own[device] if passwords else nc).publish(subject, payload)
+                else:
+                    batch.append((own[device] if passwords else nc, subject, payload,
+                                  f"{device}:{boot}:{t + seq_offset}"))
                 n += k
+            if batch:
+                await _stored(batch, patience)
+                batch = []
         for c in (own.values() if passwords else [nc]):
             await c.flush()
     finally:
         for c in (own.values() if passwords else [nc]):
             await c.close()
     return {"published": n, "seconds": time.monotonic() - t0, "sent_at": sent}
+
+
+async def _stored(batch: list, patience: float) -> None:
+    """Publish [(connection, subject, payload, Nats-Msg-Id)] until JetStream has acknowledged
+    each (sent together; those unanswered sent again, 0.2 s apart)."""
+    import nats.errors as nats_errors
+
+    from edgeseq.errors import EdgeseqError
+    deadline = time.monotonic() + patience
+    while batch:
+        got = await asyncio.gather(*(c.jetstream(timeout=2.0).publish(s, p, headers={"Nats-Msg-Id": mid})
+                                     for c, s, p, mid in batch), return_exceptions=True)
+        failed = [(b, r) for b, r in zip(batch, got) if isinstance(r, BaseException)]
+        for _, r in failed:
+            if not isinstance(r, (asyncio.TimeoutError, OSError, nats_errors.Error)):
+                raise r
+        batch = [b for b, _ in failed]
+        if batch and time.monotonic() > deadline:
+            raise EdgeseqError(f"{len(batch)} reading message(s) not acknowledged in {patience:g} s "
+                               f"({type(failed[0][1]).__name__}); is the stream full, or the cluster without a "
+                               "majority?")
+        if batch:
+            await asyncio.sleep(0.2)
 
 
 async def _out_messages(url: str, subject: str, deadline: float):

@@ -5,16 +5,24 @@ serve` reads:
 
 - `fleet.json` (mode 0600): each device's user name (its device id) and the bcrypt hash of its
   password, never the password itself. nats-server checks a password against such a hash
-  (`authorization { users = [...] }`, NATS and MQTT alike).
+  (the users of its `accounts`, NATS and MQTT alike).
 - `gateway.json` (mode 0600): the gateway's own user and password (the gateway must present
   it), made on first use.
 
-Permissions (`authorization_block`): a device may publish only its own readings, the subject
-`edgeseq.in.<id>` (MQTT `edgeseq/in/<id>`) as the server's partition mapping rewrites it
-(`edgeseq.part.<p>.<id>`: nats-server checks a publish after the mapping), and subscribe only
-to its own predictions `edgeseq.out.<id>` and events `edgeseq.out.<id>.events`; nothing else (no other device's subjects, no
-JetStream API, no key-value bucket). The gateway user has no limits. A connection without
-credentials is refused.
+Accounts (`authorization_block`): the gateway's user is in account `edgeseq` (JetStream: the
+streams and buckets; no limits). Each device has an account of its own, `device_<id>`, whose
+one user may publish only its own readings, `edgeseq.in.<id>` (MQTT `edgeseq/in/<id>`), which
+the account imports from `edgeseq` as the service `edgeseq.part.<p>.<id>` (its partition), and
+subscribe only to its own predictions `edgeseq.out.<id>` and events `edgeseq.out.<id>.events`
+(imported streams) and to its inboxes. So the readings streams may acknowledge what they store:
+JetStream answers a reading, as the server, on whatever reply subject the device set, and that
+subject is in the device's own account, where nothing of the gateway's or another device's is
+(nats-server checks no permission on a reply subject). JetStream in a device's account, bounded
+to DEVICE_JETSTREAM, holds its MQTT session only. A connection without credentials is refused.
+
+nats-server 2.9 does not wire the imports of an account added by a configuration reload (its
+publishes find no responders), so a changed set of devices needs the server restarted
+(`LocalBroker.reload` does so); a changed password alone is reloaded.
 
 Passwords are 32 random bytes (`secrets.token_urlsafe`), shown once by `add_device`. bcrypt
 (pyca/bcrypt) at cost `BCRYPT_ROUNDS`: the server spends one hash per connection attempt (about
@@ -36,6 +44,10 @@ from edgeseq.gateway import wire
 
 BCRYPT_ROUNDS = 11
 GATEWAY_USER = "edgeseq-gateway"
+GATEWAY_ACCOUNT = "edgeseq"
+# JetStream of a device's own account: its MQTT session's streams (nats-server reserves max_file
+# per account from its store at start: 1 MiB a device)
+DEVICE_JETSTREAM = "{max_mem: 0, max_file: 1M, max_streams: 8, max_consumers: 64}"
 MISSING = "bcrypt is not installed: pip install bcrypt (or pip install '.[gateway]' in edgeseq's clone)"
 
 
@@ -210,15 +222,32 @@ class Fleet:
     # -- the server's view --------------------------------------------------------------------
 
     def authorization_block(self, partitions: int) -> str:
-        """nats-server configuration text: the gateway's user (no limits) and one user per device,
-        allowed to publish its own readings only (before and after the partition mapping for
-        `partitions`) and to subscribe to its own predictions and events only."""
+        """nats-server configuration text: the `accounts` of the module's docstring, the gateway's
+        (with the partition mapping for `partitions`) and one per device."""
+        from edgeseq.gateway.broker import mapping_block
         self.gateway_credentials()
         gw = self._read(self.gateway_file)
-        users = [f'    {{user: {json.dumps(GATEWAY_USER)}, password: {json.dumps(gw["hash"])}}}']
+        mapping = mapping_block(partitions).replace("\n", " ").strip()
+        lines = ["accounts {", f"  {GATEWAY_ACCOUNT}: {{", "    jetstream: enabled",
+                 f'    users: [{{user: {json.dumps(GATEWAY_USER)}, password: {json.dumps(gw["hash"])}}}]',
+                 f"    {mapping}",
+                 f'    exports: [{{service: "{wire.PART_SUBJECT}.*.*"}}, {{stream: "{wire.OUT_SUBJECT}.>"}}]', "  }"]
         for d, v in sorted(self.devices().items()):
-            pub = [f"{wire.IN_SUBJECT}.{d}", f"{wire.PART_SUBJECT}.{partition_of(d, partitions)}.{d}"]
-            users.append(f"    {{user: {json.dumps(d)}, password: {json.dumps(v['hash'])}, permissions: {{"
-                         f"publish: {{allow: {json.dumps(pub)}}}, "
-                         f"subscribe: {{allow: {json.dumps([f'{wire.OUT_SUBJECT}.{d}', wire.event_subject(d)])}}}}}}}")
-        return "authorization {\n  users = [\n" + "\n".join(users) + "\n  ]\n}\n"
+            inbound, out = f"{wire.IN_SUBJECT}.{d}", f"{wire.OUT_SUBJECT}.{d}"
+            events = wire.event_subject(d)
+            part = f"{wire.PART_SUBJECT}.{partition_of(d, partitions)}.{d}"
+            lines += [f"  {json.dumps(device_account(d))}: {{", f"    jetstream: {DEVICE_JETSTREAM}",
+                      f"    users: [{{user: {json.dumps(d)}, password: {json.dumps(v['hash'])}, permissions: {{"
+                      f"publish: {{allow: {json.dumps([inbound])}}}, "
+                      f"subscribe: {{allow: {json.dumps([out, events, '_INBOX.>'])}}}}}}}]",
+                      f"    imports: [{{service: {{account: {GATEWAY_ACCOUNT}, subject: {json.dumps(part)}}}, "
+                      f"to: {json.dumps(inbound)}}},",
+                      f"              {{stream: {{account: {GATEWAY_ACCOUNT}, subject: {json.dumps(out)}}}}},",
+                      f"              {{stream: {{account: {GATEWAY_ACCOUNT}, subject: {json.dumps(events)}}}}}]",
+                      "  }"]
+        return "\n".join(lines) + "\n}\n"
+
+
+def device_account(device: str) -> str:
+    """The name of `device`'s own account on the server."""
+    return f"device_{device}"

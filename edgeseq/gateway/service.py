@@ -28,8 +28,8 @@ How it holds together:
 - Back-pressure: each partition's consumer has at most `max_pending` readings delivered and
   not yet acknowledged (acknowledged once applied), so the server stops sending to a gateway that
   falls behind; JetStream holds the rest, and a full partition stream (`max_backlog` / P
-  readings, or 1 GiB / P) drops new ones (it sends no acknowledgements) instead of growing
-  without bound. One device holds at most `max_device_backlog` of them (JetStream's per-subject
+  readings, or 1 GiB / P) refuses new ones instead of growing without bound (a device learns
+  it where the streams acknowledge readings, `acknowledge_readings`). One device holds at most `max_device_backlog` of them (JetStream's per-subject
   limit, new ones refused): a device that floods can neither fill the stream nor bury its
   neighbours' readings.
 - Fair share: a round steps one reading of each device with readings waiting, then the next;
@@ -150,7 +150,11 @@ class Gateway:
     all (each partition's stream holds max_backlog / P) and per device at most; max_device_rate:
     readings a second a device may send (0: no limit; RATE_BURST_SECONDS' worth at once), the
     excess dead-lettered with the reason; tls_ca: a PEM file of the CA (or self-signed
-    certificate) that signed a tls:// server's certificate (default: the system's CAs); replicas: copies of every stream and bucket (3 on a
+    certificate) that signed a tls:// server's certificate (default: the system's CAs);
+    acknowledge_readings: the readings streams answer each reading they store (a device that
+    publishes with a reply subject learns it was stored, and sends again what was not), safe only
+    where every device has an account of its own (`edgeseq.gateway.fleet`), or on a server open
+    to local processes only; replicas: copies of every stream and bucket (3 on a
     three-node JetStream cluster: one node may die); url: one server, or the nodes of a cluster
     comma-separated; `stats` counts readings, predictions, duplicates
     (a sequence number already applied: skipped), gaps (numbers skipped), dead (malformed or
@@ -163,7 +167,8 @@ class Gateway:
                  max_history: int | None = None, idle_seconds: float = 300.0,
                  max_pending: int = 20000, max_backlog: int = 1_000_000, max_device_backlog: int = 10_000,
                  replicas: int = 1, replace_model: bool = False, predictions: bool = True,
-                 max_device_rate: float = 1000.0, tls_ca: str | None = None, echo=None):
+                 max_device_rate: float = 1000.0, tls_ca: str | None = None, acknowledge_readings: bool = False,
+                 echo=None):
         from edgeseq.gateway.broker import check_partitions
         _nats()
         self.P = check_partitions(partitions)
@@ -187,6 +192,7 @@ class Gateway:
                              f"{max_device_rate!r}")
         self.max_device_rate = float(max_device_rate)
         self.tls_ca = tls_ca
+        self.acknowledge_readings = bool(acknowledge_readings)
         if name is None:
             name = re.sub(r"[^A-Za-z0-9_-]", "-", f"{socket.gethostname()}-{os.getpid()}")[-wire.MAX_DEVICE:]
         try:
@@ -312,8 +318,8 @@ class Gateway:
                 await self._streams()
                 # the leases answer fast or are tried again: a call waiting out a cluster's election would
                 # hold the partitions it takes over that much longer
-                self.leases = await self._bucket(wire.LEASE_BUCKET, ttl=self.lease_seconds,
-                                                 js=self.nc.jetstream(timeout=LEASE_API_TIMEOUT))
+                self.leases_js = self.nc.jetstream(timeout=LEASE_API_TIMEOUT)
+                self.leases = await self._bucket(wire.LEASE_BUCKET, ttl=self.lease_seconds, js=self.leases_js)
                 break
             except (asyncio.TimeoutError, self.errors.ServiceUnavailableError) as e:
                 if isinstance(e, self.errors.ServiceUnavailableError) and getattr(e, "err_code", None) != 10008:
@@ -369,13 +375,14 @@ class Gateway:
 
     def _reading_limits(self) -> dict:
         api = self.api
-        # EDGESEQ_IN_<p> sends no acknowledgements (no_ack): JetStream would publish one, as the
-        # server, to whatever reply subject a device set, a subject the device itself may not
-        # publish to (another device's state, the JetStream API).
+        # Unless told that every device has an account of its own, EDGESEQ_IN_<p> sends no
+        # acknowledgements (no_ack): JetStream publishes one, as the server, to whatever reply
+        # subject a device set, which in a shared account may be a subject the device itself may
+        # not publish to (another device's state, the JetStream API).
         return dict(max_msgs=-(-self.max_backlog // self.P), max_bytes=max(READING_MAX, READING_BYTES // self.P),
                     max_msg_size=READING_MAX, max_msgs_per_subject=self.max_device_backlog,
-                    discard_new_per_subject=True, discard=api.DiscardPolicy.NEW, no_ack=True,
-                    num_replicas=self.replicas)
+                    discard_new_per_subject=True, discard=api.DiscardPolicy.NEW,
+                    no_ack=not self.acknowledge_readings, num_replicas=self.replicas)
 
     async def _streams(self):
         api = self.api
@@ -514,36 +521,46 @@ class Gateway:
         where nobody took it: the partition goes on from its state in memory if its mark is the
         one this gateway last wrote, else it is taken again from the stored state. One taken
         over marks its partition lost, dropped by the loop before its next round."""
-        errors = self.errors
         try:
-            for p, part in list(self.parts.items()):
-                sent = time.monotonic()
-                try:
-                    part.rev = await self.leases.update(f"part.{p}", self.name.encode(), last=part.rev)
-                except (errors.ServiceUnavailableError, errors.ServerError):
-                    # a cluster electing the bucket's leader: nobody can take the lease meanwhile; held
-                    # until it may have run out (`_expired`), then waiting until the bucket answers
-                    raise
-                except errors.APIError:          # taken over, or gone: ours again only if nobody took it
-                    if not await self._recreate(p, part):
-                        self._lose(p, part)
-                        continue
-                part.renewed = sent
-                if part.lapsed:
-                    part.lapsed = False
-                    self.stats["leases_kept"] += 1
-                    self.echo(f"partition {p}: lease renewed after {sent - part.lapsed_at:.1f} s without an "
-                              "answer; going on from the state in memory")
-                    self.wake.set()
+            # every lease at once: one whose bucket call waits (a cluster electing a leader) never
+            # delays the others' renewal
+            done = await asyncio.gather(*(self._renew_one(p, part) for p, part in list(self.parts.items())),
+                                        return_exceptions=True)
             await self.leases.put(f"gw.{self.name}", str(time.time()).encode())
+            for r in done:
+                if isinstance(r, BaseException):
+                    raise r
         finally:
             self._expired()
 
+    async def _renew_one(self, p: int, part: Partition) -> None:
+        errors = self.errors
+        sent = time.monotonic()
+        try:
+            part.rev = await self.leases.update(f"part.{p}", self.name.encode(), last=part.rev)
+        except (errors.ServiceUnavailableError, errors.ServerError):
+            # a cluster electing the bucket's leader: nobody can take the lease meanwhile; held
+            # until it may have run out (`_expired`), then waiting until the bucket answers
+            raise
+        except errors.APIError:                  # taken over, or gone: ours again only if nobody took it
+            if not await self._recreate(p, part):
+                self._lose(p, part)
+                return
+        part.renewed = sent
+        if part.lapsed:
+            part.lapsed = False
+            self.stats["leases_kept"] += 1
+            self.echo(f"partition {p}: lease renewed after {sent - part.lapsed_at:.1f} s without an "
+                      "answer; going on from the state in memory")
+            self.wake.set()
+
     async def _recreate(self, p: int, part: Partition) -> bool:
-        """Create the lease of `part` again where its key is gone. True when it is ours again and
-        nobody stored the partition since (its mark's revision is the one this gateway last
-        saw): its state in memory is still the partition's. Where the mark moved (another
-        gateway held it meanwhile), the lease is given up at once, to be taken again from the
+        """Create the lease of `part` again where its key is gone (or find it holding this
+        gateway's name, a renewal stored after its answer was given up for). True when it is
+        ours and nobody else stored the partition since (its mark is the one this gateway last
+        saw, or one it wrote: a store it gave up waiting for may have landed): its state in
+        memory is still the partition's. Where another gateway's mark is there (it held the
+        partition meanwhile), the lease is given up at once, to be taken again from the
         stored state. False when another gateway holds it."""
         errors = self.errors
         if part.lost or not part.ready:
@@ -553,12 +570,23 @@ class Gateway:
         except (errors.ServiceUnavailableError, errors.ServerError):
             raise
         except errors.APIError:
-            return False
+            # held: by this gateway where a renewal it gave up waiting for was stored after all
+            # (only this gateway writes its name), else by another
+            try:
+                entry = await self.leases.get(f"part.{p}")
+            except errors.KeyNotFoundError:
+                return False
+            if entry.value != self.name.encode():
+                return False
+            rev = entry.revision
         try:
-            mark = (await self.state.get(f"m.{p}")).revision
+            entry = await asyncio.wait_for(self.state.get(f"m.{p}"), LEASE_API_TIMEOUT)
+            mark, by = entry.revision, json.loads(entry.value).get("gateway")
         except errors.KeyNotFoundError:
-            mark = 0
-        if mark == part.mark_rev:
+            mark, by = 0, None
+        except ValueError:
+            mark, by = -1, None
+        if mark == part.mark_rev or by == self.name:     # stored by this gateway only, if at all
             part.rev = rev
             return True
         with contextlib.suppress(Exception):
@@ -628,25 +656,25 @@ class Gateway:
         await asyncio.gather(*takes)
 
     async def _live(self) -> int:
-        """How many gateways heartbeat (`gw.<name>` keys, this one among them). A listing that
-        does not finish in LEASE_API_TIMEOUT (a cluster electing the bucket's leader) counts as
-        the last one that did, so taking partitions over never waits on it."""
-        names = {f"gw.{self.name}"}
-        watcher = await self.leases.watch("gw.>", ignore_deletes=True, meta_only=True)
-
-        async def listed():
-            async for entry in watcher:
-                if entry is None:                 # the end of what the bucket holds now
-                    return
-                names.add(entry.key)
+        """How many gateways heartbeat: the `gw.<name>` keys the lease bucket holds (this
+        gateway's among them), from one stream-info request; a key a stopped gateway deleted
+        (its marker stays until the bucket's TTL) is left out by reading it. A bucket that does
+        not answer (a cluster electing its leader) counts as last time, so taking partitions over
+        never waits on it."""
+        prefix = f"$KV.{wire.LEASE_BUCKET}.gw."
         try:
-            await asyncio.wait_for(listed(), LEASE_API_TIMEOUT)
-            self._gateways = len(names)
-        except asyncio.TimeoutError:
-            self._say("live", "NATS: the gateways' heartbeats did not list in time; sharing as before")
-        finally:
-            with contextlib.suppress(Exception):
-                await watcher.stop()
+            info = await self.leases_js.stream_info(f"KV_{wire.LEASE_BUCKET}", subjects_filter=f"{prefix}>")
+            others = {k[len(prefix) - 3:] for k in (info.state.subjects or {}) if k.startswith(prefix)}
+            others.discard(f"gw.{self.name}")
+            found = await asyncio.wait_for(asyncio.gather(*(self.leases.get(k) for k in others),
+                                                          return_exceptions=True), LEASE_API_TIMEOUT)
+            gone = sum(isinstance(r, self.errors.KeyNotFoundError) for r in found)
+            self._gateways = 1 + len(others) - gone
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # noqa: BLE001 - as last time
+            self._say("live", f"NATS: {type(e).__name__} listing the gateways' heartbeats; sharing as before",
+                      every=5)
         return max(self._gateways, 1)
 
     async def _leasing(self):
@@ -660,7 +688,7 @@ class Gateway:
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 - a slow or restarting server: try again soon
-                self._say("lease-trouble", f"NATS: {type(e).__name__} sharing the partitions; retrying")
+                self._say("share-trouble", f"NATS: {type(e).__name__} sharing the partitions; retrying", every=5)
             await asyncio.sleep(self.lease_seconds / 4)
 
     async def _take(self, p: int, rev: int, sent: float):
@@ -678,7 +706,7 @@ class Gateway:
             raise
         except Exception as e:  # noqa: BLE001 - taken again next time
             self._say(f"take-{p}", f"NATS: {type(e).__name__} taking partition {p}; giving its lease back to take "
-                      "it again")
+                      "it again", every=5)
             if self.parts.get(p) is part:
                 await self._drop(p)
                 with contextlib.suppress(Exception):
