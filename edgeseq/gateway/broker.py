@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from edgeseq.errors import UsageError
+from edgeseq.gateway.wire import mapping_block
 
 INSTALL_HINT = ("install it (Debian/Ubuntu/Raspberry Pi OS: `sudo apt-get install nats-server`; elsewhere the "
                 "release binary from https://github.com/nats-io/nats-server/releases), or pass --nats URL of a server "
@@ -36,13 +37,6 @@ def find_server() -> str | None:
     if env:
         return env if os.access(env, os.X_OK) else None
     return shutil.which("nats-server") or shutil.which("nats-server", path="/usr/sbin:/usr/local/sbin")
-
-
-def mapping_block(partitions: int) -> str:
-    """The nats-server `mappings` block that partitions devices (configuration text)."""
-    return ("mappings = {\n"
-            f'  "edgeseq.in.*": "edgeseq.part.{{{{partition({int(partitions)},1)}}}}.{{{{wildcard(1)}}}}"\n'
-            "}\n")
 
 
 def tls_block(cert, key) -> str:

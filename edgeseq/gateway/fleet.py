@@ -224,10 +224,9 @@ class Fleet:
     def authorization_block(self, partitions: int) -> str:
         """nats-server configuration text: the `accounts` of the module's docstring, the gateway's
         (with the partition mapping for `partitions`) and one per device."""
-        from edgeseq.gateway.broker import mapping_block
         self.gateway_credentials()
         gw = self._read(self.gateway_file)
-        mapping = mapping_block(partitions).replace("\n", " ").strip()
+        mapping = wire.mapping_block(partitions).replace("\n", " ").strip()
         lines = ["accounts {", f"  {GATEWAY_ACCOUNT}: {{", "    jetstream: enabled",
                  f'    users: [{{user: {json.dumps(GATEWAY_USER)}, password: {json.dumps(gw["hash"])}}}]',
                  f"    {mapping}",

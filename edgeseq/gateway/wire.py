@@ -272,3 +272,11 @@ def decode_state(data: bytes, max_bytes: int | None = None) -> dict:
                     "bucket": _bucket(z), "stream": str(z["stream"]) if "stream" in z.files else ""}
     except Exception as e:  # noqa: BLE001 - any unreadable bytes are one kind of failure here
         raise BadMessage(f"stored state unreadable ({type(e).__name__}: {str(e)[:200]})") from None
+
+
+def mapping_block(partitions: int) -> str:
+    """The nats-server `mappings` block that partitions devices (configuration text):
+    `edgeseq.in.<id>` to `edgeseq.part.<p>.<id>`, p = partition(partitions, 1) of the id."""
+    return ("mappings = {\n"
+            f'  "{IN_SUBJECT}.*": "{PART_SUBJECT}.{{{{partition({int(partitions)},1)}}}}.{{{{wildcard(1)}}}}"\n'
+            "}\n")
