@@ -18,9 +18,10 @@ is three nats-server nodes (R3 streams and buckets) and the failover kills node-
 gateway; the devices' connections move to the survivors. Each phase also counts the sampled
 devices' prediction messages EDGESEQ_OUT stored against the messages they sent (fewer: lost;
 more: applied twice). With --acked the gateways acknowledge readings (`--ack-readings`) and each
-device publishes one message at a time with JetStream's acknowledgement (`Nats-Msg-Id`
-device:seq), sending a message again when no acknowledgement came in ACK_WAIT seconds and
-holding its later readings meanwhile, as a device that must lose nothing does.
+device publishes one message at a time with JetStream's acknowledgement, sending a message
+again when no acknowledgement came in ACK_WAIT seconds and holding its later readings meanwhile,
+as a device that must lose nothing does (one stored twice is skipped by the gateway: a
+duplicate).
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ ACK_WAIT = 2.0          # --acked: seconds a device waits for an acknowledgement
 
 class AckedDevices:
     """Devices that publish one message at a time, each acknowledged by JetStream, and send a
-    message again (same Nats-Msg-Id) when its acknowledgement does not come in ACK_WAIT s or an
+    message again when its acknowledgement does not come in ACK_WAIT s or an
     error does (no leader, no responders); later readings wait in order behind it."""
 
     def __init__(self, js, names):
@@ -107,8 +108,8 @@ class AckedDevices:
         self.js, self.queue, self.inflight = js, {d: deque() for d in names}, {}
         self.resent = 0
 
-    def add(self, device, subject, payload, mid):
-        self.queue[device].append((subject, payload, mid))
+    def add(self, device, subject, payload):
+        self.queue[device].append((subject, payload))
 
     async def pump(self):
         now = time.monotonic()
@@ -126,8 +127,8 @@ class AckedDevices:
                 else:
                     continue
             if q:
-                subject, payload, mid = msg = q.popleft()
-                fut = await self.js.publish_async(subject, payload, headers={"Nats-Msg-Id": mid})
+                subject, payload = msg = q.popleft()
+                fut = await self.js.publish_async(subject, payload)
                 self.inflight[d] = (fut, msg, now)
 
     def idle(self) -> bool:
@@ -178,7 +179,7 @@ async def phase(url, devices, features, rate, seconds, sample, brokers, gateways
             sent[seq + j] = time.monotonic()
         for i, d in enumerate(names):
             if sender is not None:
-                sender.add(d, f"{wire.IN_SUBJECT}.{d}", head + payloads[i % len(payloads)][t % 64], f"{d}:{seq}")
+                sender.add(d, f"{wire.IN_SUBJECT}.{d}", head + payloads[i % len(payloads)][t % 64])
             else:
                 await nc.publish(f"{wire.IN_SUBJECT}.{d}", head + payloads[i % len(payloads)][t % 64])
         if sender is not None:
@@ -249,10 +250,11 @@ async def _stored(js, devices) -> dict:
 
 def _counted(gateways) -> dict:
     """Partitions lost (leases taken over), leases that went unrenewed and were renewed again
-    (state kept), and readings refused by the rate limit, summed over the gateways' last status
-    lines."""
+    (state kept), readings refused by the rate limit and readings skipped as duplicates (a
+    sequence number already applied: one sent again after its acknowledgement was lost), summed
+    over the gateways' last status lines."""
     return {k: sum(g.status.get(k, 0) for g in gateways)
-            for k in ("partitions_lost", "rate_limited", "leases_lapsed", "leases_kept")}
+            for k in ("partitions_lost", "rate_limited", "leases_lapsed", "leases_kept", "duplicates")}
 
 
 class Gw:

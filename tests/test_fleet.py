@@ -231,6 +231,54 @@ def test_only_a_devices_own_credentials_publish_its_readings(fleet_broker, expor
     assert sum("permissions violation" in e for e in errors) == 7, errors
 
 
+def test_a_device_cannot_have_a_neighbours_readings_dropped_as_duplicates(tmp_path, exported):
+    """Two devices share a partition's stream. The attacker sends readings with the ids its
+    neighbour would use (`Nats-Msg-Id`, which the stream's duplicate window would match): the
+    neighbour's acknowledged readings carry no id (`devices.replay(acked=True)`) and are all
+    predicted, and even a device that does send that id is stored once the 0.1 s window is past."""
+    if find_server() is None or not HAVE_NATS_PY:
+        pytest.skip("nats-server or nats-py not installed (`make test` installs them)")
+    import nats
+
+    from edgeseq.gateway import devices, wire
+    from edgeseq.gateway.fleet import with_credentials
+    from edgeseq.runtime.session import StreamSession
+    from test_gateway import _check_equal, _readings, _run_gateway
+    assert partition_of("dev-0", 4) == partition_of("dev-4", 4)
+    fleet = Fleet(tmp_path / "fleet")
+    pw = {d: fleet.add_device(d) for d in ("dev-0", "dev-4")}
+    model = str(exported("gru")[0])
+    X = _readings(StreamSession(model).n_features, devices=1, T=6)
+    victim = {"dev-4": X["dev-0"]}
+    headers = []
+    with LocalBroker(tmp_path / "nats", partitions=4, fleet=fleet) as broker:
+        async def body(gw):
+            g = await nats.connect(broker.gateway_url)
+
+            async def seen(msg):
+                if msg.subject.endswith(".dev-4"):
+                    headers.append(dict(msg.headers or {}))
+            await g.subscribe(f"{wire.PART_SUBJECT}.>", cb=seen)
+            a = await nats.connect(with_credentials(broker.url, "dev-0", pw["dev-0"]))
+            ja = a.jetstream()
+            junk = wire.encode_reading(0, np.zeros(X["dev-0"].shape[1]))
+            for i in range(6):                                  # ids a device might use
+                await ja.publish(wire.reading_subject("dev-0"), junk, headers={"Nats-Msg-Id": f"dev-4:{i}"})
+            await devices.replay(broker.url, victim, passwords={"dev-4": pw["dev-4"]}, acked=True)
+            got = await devices.predictions(broker.gateway_url, 7, timeout=60)
+            await asyncio.sleep(0.3)                            # past the readings streams' duplicate window
+            b = await nats.connect(with_credentials(broker.url, "dev-4", pw["dev-4"]))
+            ack = await b.jetstream().publish(wire.reading_subject("dev-4"), wire.encode_reading(6, X["dev-0"][5]),
+                                              headers={"Nats-Msg-Id": "dev-4:0"})
+            for c in (a, b, g):
+                await c.close()
+            return got, ack
+        gw, (got, ack) = asyncio.run(_run_gateway(model, broker.gateway_url, body, acknowledge_readings=True))
+    assert not ack.duplicate
+    _check_equal(got, devices.reference(model, victim))
+    assert len(headers) >= 7 and not any("Nats-Msg-Id" in h for h in headers[:6]), headers
+
+
 @needs_server
 def test_a_device_added_while_the_server_runs_is_admitted_and_a_removed_one_refused(fleet_broker):
     from edgeseq.gateway.fleet import with_credentials
@@ -350,7 +398,7 @@ def test_a_gateway_whose_credentials_change_while_it_runs_stops(fleet_broker, ex
 
     async def body(gw):
         broker.fleet.gateway_file.unlink()                    # a new gateway password, the old one refused
-        broker.fleet.add_device("dev-z")
+        broker.fleet.gateway_credentials()
         assert await asyncio.get_running_loop().run_in_executor(None, broker.reload)
         deadline = time.monotonic() + 60
         while not gw.refused and time.monotonic() < deadline:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 
 import numpy as np
@@ -22,17 +21,19 @@ async def replay(url: str, readings: dict, rate_hz: float = 0.0, start: int = 0,
     device at that many readings a second. Without `acked` this publishes and flushes (a full
     stream drops what does not fit, or a stream electing its leader, unseen). With `acked` (a
     gateway that acknowledges readings, `Gateway(acknowledge_readings=True)`) each message waits
-    for JetStream's acknowledgement and is sent again, with the same `Nats-Msg-Id`
-    (device:boot:seq, boot this call's), until it is stored, every device's message t before
-    any t+1, so none is lost or stored out of order; `patience` seconds without an
-    acknowledgement raise EdgeseqError (a full stream, a cluster without a majority).
+    for JetStream's acknowledgement and is sent again until it is stored, every device's
+    message t before any t+1, so none is lost or stored out of order; one stored twice (its
+    acknowledgement lost) is applied once: the gateway skips a sequence number it has applied.
+    No `Nats-Msg-Id` goes with a reading: a partition's stream is shared by its devices, and
+    one device could send another's ids first and have its readings dropped as duplicates.
+    `patience` seconds without an acknowledgement raise EdgeseqError (a full stream, a
+    cluster without a majority).
     `passwords` {device: password} (`edgeseq devices add`): each device on its own connection
     with its own credentials, as devices are; else one connection at `url` (credentials in it,
     if any) publishes for all. `per_message` > 1 sends that many readings a message (the last
     message of a device fewer), each message's readings numbered from its `seq`. Returns
     {"published": readings, "seconds": s, "sent_at": {(device, seq): monotonic seconds}}."""
     nats, _, _ = _nats()
-    boot = f"{os.getpid()}-{time.time_ns()}"
     if passwords:
         from edgeseq.gateway.fleet import with_credentials
         own = {d: await nats.connect(with_credentials(url, d, passwords[d]), allow_reconnect=False)
@@ -60,8 +61,7 @@ async def replay(url: str, readings: dict, rate_hz: float = 0.0, start: int = 0,
                 if not acked:
                     await (own[device] if passwords else nc).publish(subject, payload)
                 else:
-                    batch.append((own[device] if passwords else nc, subject, payload,
-                                  f"{device}:{boot}:{t + seq_offset}"))
+                    batch.append((own[device] if passwords else nc, subject, payload))
                 n += k
             if batch:
                 await _stored(batch, patience)
@@ -75,15 +75,15 @@ async def replay(url: str, readings: dict, rate_hz: float = 0.0, start: int = 0,
 
 
 async def _stored(batch: list, patience: float) -> None:
-    """Publish [(connection, subject, payload, Nats-Msg-Id)] until JetStream has acknowledged
-    each (sent together; those unanswered sent again, 0.2 s apart)."""
+    """Publish [(connection, subject, payload)] until JetStream has acknowledged each (sent
+    together; those unanswered sent again, 0.2 s apart)."""
     import nats.errors as nats_errors
 
     from edgeseq.errors import EdgeseqError
     deadline = time.monotonic() + patience
     while batch:
-        got = await asyncio.gather(*(c.jetstream(timeout=2.0).publish(s, p, headers={"Nats-Msg-Id": mid})
-                                     for c, s, p, mid in batch), return_exceptions=True)
+        got = await asyncio.gather(*(c.jetstream(timeout=2.0).publish(s, p) for c, s, p in batch),
+                                   return_exceptions=True)
         failed = [(b, r) for b, r in zip(batch, got) if isinstance(r, BaseException)]
         for _, r in failed:
             if not isinstance(r, (asyncio.TimeoutError, OSError, nats_errors.Error)):

@@ -65,6 +65,9 @@ READING_MAX = 1 << 20           # ... each message at most this many: nats-serve
                                 # the server refuses a larger one to its publisher (1,000 readings of a few
                                 # float32 values as JSON fit)
 DEAD_KEPT, DEAD_BYTES = 100_000, 64 << 20   # EDGESEQ_DEAD keeps the newest this many, in at most this many bytes
+READING_DEDUP = 0.1             # EDGESEQ_IN_<p>'s duplicate window (s), kept short: a partition's devices
+                                # share its stream, so one device could send another's Nats-Msg-Ids first and
+                                # have its readings dropped; the gateway skips a repeated (boot, seq) itself
 DEAD_PREFIX = 1024              # a dead letter carries this many bytes of the message at most
 PUBLISH_TRIES, PUBLISH_WAIT = 12, 0.5   # a prediction message is sent again this often, this far apart (s) ...
 PUBLISH_TIMEOUT = 2.0           # ... each time waiting this long for JetStream's acknowledgement
@@ -381,7 +384,7 @@ class Gateway:
         # not publish to (another device's state, the JetStream API).
         return dict(max_msgs=-(-self.max_backlog // self.P), max_bytes=max(READING_MAX, READING_BYTES // self.P),
                     max_msg_size=READING_MAX, max_msgs_per_subject=self.max_device_backlog,
-                    discard_new_per_subject=True, discard=api.DiscardPolicy.NEW,
+                    discard_new_per_subject=True, discard=api.DiscardPolicy.NEW, duplicate_window=READING_DEDUP,
                     no_ack=not self.acknowledge_readings, num_replicas=self.replicas)
 
     async def _streams(self):
