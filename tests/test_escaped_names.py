@@ -432,4 +432,4 @@ def test_firmware_measure_shows_the_file_name_escaped(hostile_int8, term, tmp_pa
 
 def test_devices_name_the_fleet_folder_escaped(term):
     r = term(["devices", "list", "--fleet", f"fleet{ODD}"])
-    assert r.exit_code == 0 and _shows(r, f"no devices in fleet{ODD}: ")
+    assert r.exit_code == 2 and _shows(r, f"no fleet at fleet{ODD} (no such folder): ")

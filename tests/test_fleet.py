@@ -280,6 +280,34 @@ def test_a_device_cannot_have_a_neighbours_readings_dropped_as_duplicates(tmp_pa
 
 
 @needs_server
+def test_a_fleet_change_restarts_the_server_and_an_acknowledging_device_loses_nothing(fleet_broker, exported):
+    """A device added while readings flow restarts the server (`LocalBroker.reload`): the
+    gateway and a device publishing with acknowledgements reconnect, and every reading is
+    predicted once, equal to one session. The store stays locked across the restart: a second
+    server on it is refused in one line."""
+    from edgeseq.gateway import devices
+    from edgeseq.runtime.session import StreamSession
+    from test_gateway import _check_equal, _readings, _run_gateway
+    broker, pw = fleet_broker
+    model = str(exported("gru")[0])
+    X = _readings(StreamSession(model).n_features, devices=1, T=40)
+    X = {"dev-a": X["dev-0"]}
+
+    async def body(gw):
+        sending = asyncio.ensure_future(devices.replay(broker.url, X, rate_hz=20, passwords=pw, acked=True,
+                                                       patience=60))
+        await asyncio.sleep(0.5)
+        broker.fleet.add_device("dev-z")
+        assert await asyncio.get_running_loop().run_in_executor(None, broker.reload)
+        await sending
+        return await devices.predictions(broker.gateway_url, 40, timeout=60)
+    gw, got = asyncio.run(_run_gateway(model, broker.gateway_url, body, acknowledge_readings=True))
+    _check_equal(got, devices.reference(model, X))
+    with pytest.raises(UsageError, match="is in use by another running nats-server of edgeseq"):
+        LocalBroker(broker.workdir, partitions=4).start()
+
+
+@needs_server
 def test_a_device_added_while_the_server_runs_is_admitted_and_a_removed_one_refused(fleet_broker):
     from edgeseq.gateway.fleet import with_credentials
     broker, _ = fleet_broker

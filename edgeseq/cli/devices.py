@@ -58,7 +58,13 @@ def remove(device, fleet):
 @_errors
 def list_cmd(fleet):
     """Print each device and when it was added (never a password)."""
+    from pathlib import Path
+
+    from edgeseq.errors import UsageError
     from edgeseq.gateway.fleet import Fleet
+    if not Path(fleet).is_dir():
+        raise UsageError(f"no fleet at {printable(fleet)} (no such folder): give the folder `edgeseq serve --fleet` "
+                         "reads, or add a device there first (edgeseq devices add NAME --fleet FOLDER)")
     devs = Fleet(fleet).devices()
     for d, v in sorted(devs.items()):
         click.echo(f"{printable(d)}\tadded {printable(v.get('added', '?'))}")

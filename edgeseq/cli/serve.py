@@ -132,6 +132,10 @@ def serve(model, url, partitions, name, snapshot_every, snapshot_seconds, lease_
                  replace_model=replace_model, predictions=predictions, echo=echo,
                  acknowledge_readings=(url is None) if ack_readings is None else ack_readings,
                  tls_ca=tls_ca or (tls_cert if url is None else None))
+    if url is not None and ack_readings:
+        echo("note: --ack-readings with --nats is safe only on a server where every device has an account of its own "
+             "(the configuration `edgeseq serve --print-config` prints): where devices share an account, a reading's "
+             "reply subject makes JetStream write, as the server, wherever a device names")
     broker = None
     if url is None:
         if mqtt_port == port:

@@ -156,6 +156,7 @@ class LocalBroker:
         self.port = port or free_port(host)
         self.mqtt_port = (mqtt_port or free_port(host)) if mqtt else None
         self.proc = None
+        self._lock = None                 # the open lock file while this broker owns `workdir`
         self.fleet = fleet
         self.fleet_version = None
         self.name, self.cluster, self.tls = name, cluster, tls
@@ -196,7 +197,7 @@ class LocalBroker:
                 or self.fleet.version() == self.fleet_version:
             return False
         if set(self.fleet.devices()) != self.fleet_devices:
-            self.stop()
+            self.stop(release=False)
             self.start()
             return True
         self._write_config()
@@ -231,6 +232,7 @@ class LocalBroker:
                                  "port" + (" (or 0 for no MQTT)" if what == "MQTT" else "") +
                                  ", or --nats URL to use a server that already runs")
         self.workdir.mkdir(parents=True, exist_ok=True)
+        self._own_workdir()
         conf = self._write_config()
         self.log = self.workdir / "nats.log"
         with open(self.log, "wb") as log:            # this run's output only: its last line says why
@@ -247,7 +249,27 @@ class LocalBroker:
         self.stop()
         raise UsageError(f"nats-server did not start on {self.url}: {last[0]}; see {self.log}")
 
-    def stop(self) -> None:
+    def _own_workdir(self) -> None:
+        """Hold an exclusive lock on `workdir/edgeseq.lock` (flock: the kernel lets it go when this
+        process ends, however it ends) while this broker runs there: two nats-servers on one
+        JetStream directory would each overwrite the other's files. UsageError where another
+        process holds it."""
+        if self._lock is not None:
+            return
+        import fcntl
+        f = open(self.workdir / "edgeseq.lock", "a+")  # noqa: SIM115 - held open for the broker's life
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.close()
+            raise UsageError(f"{self.workdir} is in use by another running nats-server of edgeseq (two servers on "
+                             "one JetStream store would overwrite each other's files); stop that one (edgeseq serve "
+                             "with this --store), or give another --store") from None
+        self._lock = f
+
+    def stop(self, release: bool = True) -> None:
+        """Stop the server (SIGTERM, SIGKILL after 10 s); `release` False keeps `workdir`
+        locked for a start that follows at once."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
@@ -256,6 +278,9 @@ class LocalBroker:
                 self.proc.kill()
                 self.proc.wait()
         self.proc = None
+        if release and self._lock is not None:
+            self._lock.close()
+            self._lock = None
 
     def kill(self) -> None:
         """SIGKILL (no clean shutdown): what a crash looks like."""

@@ -36,7 +36,11 @@ async def replay(url: str, readings: dict, rate_hz: float = 0.0, start: int = 0,
     nats, _, _ = _nats()
     if passwords:
         from edgeseq.gateway.fleet import with_credentials
-        own = {d: await nats.connect(with_credentials(url, d, passwords[d]), allow_reconnect=False)
+        # acked devices reconnect, as a device that must lose nothing does (a server restarted
+        # for a changed fleet, a cluster node gone); their connection trouble shows as readings
+        # not acknowledged, not as nats-py's log
+        own = {d: await nats.connect(with_credentials(url, d, passwords[d]), allow_reconnect=acked,
+                                     error_cb=_quiet if acked else None)
                for d in readings}
     nc = await nats.connect(servers=_servers(url)) if not passwords else next(iter(own.values()))
     sent = {}
@@ -74,6 +78,10 @@ async def replay(url: str, readings: dict, rate_hz: float = 0.0, start: int = 0,
     return {"published": n, "seconds": time.monotonic() - t0, "sent_at": sent}
 
 
+async def _quiet(e) -> None:
+    """nats-py's error callback that logs nothing."""
+
+
 async def _stored(batch: list, patience: float) -> None:
     """Publish [(connection, subject, payload)] until JetStream has acknowledged each (sent
     together; those unanswered sent again, 0.2 s apart)."""
@@ -90,9 +98,14 @@ async def _stored(batch: list, patience: float) -> None:
                 raise r
         batch = [b for b, _ in failed]
         if batch and time.monotonic() > deadline:
+            why = failed[0][1]
+            hint = ("the connection to the server closed and did not come back: is the server running, and the "
+                    "device's password still valid?" if isinstance(why, nats_errors.ConnectionClosedError)
+                    or (isinstance(why, OSError) and not isinstance(why, TimeoutError))
+                    else "is the stream full, the cluster without a majority, or the gateway not acknowledging "
+                    "readings (edgeseq serve --ack-readings)?")
             raise EdgeseqError(f"{len(batch)} reading message(s) not acknowledged in {patience:g} s "
-                               f"({type(failed[0][1]).__name__}); is the stream full, or the cluster without a "
-                               "majority?")
+                               f"({type(why).__name__}); {hint}")
         if batch:
             await asyncio.sleep(0.2)
 

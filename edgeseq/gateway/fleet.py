@@ -205,11 +205,11 @@ class Fleet:
     def remove_device(self, device: str) -> None:
         """Remove `device`: the server refuses it once it reloads. UsageError when it is not there."""
         if device not in (self.devices() if self.root.is_dir() else {}):
-            raise UsageError(f"device '{device}' is not in {self.root} (`edgeseq devices list` shows who is)")
+            raise UsageError(f"device '{device}' is not in {self.root} (`edgeseq devices list --fleet {self.root}` shows who is)")
         with self._locked():
             doc = self._read(self.file)
             if device not in doc.get("devices", {}):
-                raise UsageError(f"device '{device}' is not in {self.root} (`edgeseq devices list` shows who is)")
+                raise UsageError(f"device '{device}' is not in {self.root} (`edgeseq devices list --fleet {self.root}` shows who is)")
             del doc["devices"][device]
             self._write(self.file, doc)
 
