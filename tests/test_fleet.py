@@ -109,6 +109,9 @@ def test_devices_cli_prints_a_password_once_and_lists_no_secret(runner):
     assert r.exit_code == 2 and "--rotate" in r.output and len(r.output.strip().splitlines()) == 1
     r = runner.invoke(cli, ["devices", "add", "a.b", "--fleet", "f"])
     assert r.exit_code == 2 and "letters, digits" in r.output
+    for reserved in ("_", "-x"):
+        r = runner.invoke(cli, ["devices", "add", "--fleet", "f", "--", reserved])
+        assert r.exit_code == 2 and "start it with a letter or digit" in r.output, r.output
     assert runner.invoke(cli, ["devices", "remove", "pump-7", "--fleet", "f"]).exit_code == 0
     assert Fleet("f").devices() == {}
 

@@ -33,7 +33,8 @@ def devices():
 @click.option("--rotate", is_flag=True, help="Give a device that exists a new password.")
 @_errors
 def add(device, fleet, rotate):
-    """Add DEVICE (letters, digits, - and _) and print its credentials, the only time they are shown."""
+    """Add DEVICE (letters, digits, - and _; not _ alone, not starting with -) and print its credentials, the only
+    time they are shown."""
     from edgeseq.gateway.fleet import Fleet
     password = Fleet(fleet).add_device(device, rotate=rotate)
     click.echo(f"device {device} {'has a new password' if rotate else 'added'} in {printable(fleet)}; store these on the device "

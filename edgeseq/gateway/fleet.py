@@ -176,7 +176,8 @@ class Fleet:
     # -- changes ----------------------------------------------------------------------------
 
     def add_device(self, device: str, rotate: bool = False) -> str:
-        """Add `device` (its id: 1-128 letters, digits, '-' or '_') and return its new password,
+        """Add `device` (its id: 1-128 letters, digits, '-' or '_', not '_' alone nor starting
+        with '-') and return its new password,
         the only time it is shown. `rotate` gives a device that exists a new password (the old
         one stops working when the server reloads). UsageError for a bad id, an id that exists
         (without `rotate`), one that does not (with it) or the gateway's own user name."""
@@ -186,6 +187,11 @@ class Fleet:
             raise UsageError(f"{e}; pick another device id") from None
         if device == GATEWAY_USER:
             raise UsageError(f"'{GATEWAY_USER}' is the gateway's own user; pick another device id")
+        if device == "_" or device.startswith("-"):
+            # '_' names what is no device's (edgeseq.dead._.invalid); a leading '-' reads as an
+            # option on every command line that would name the device
+            raise UsageError(f"device id {device!r} is reserved or reads as a command-line option: start it with a "
+                             "letter or digit")
         bcrypt = _bcrypt()
         password = secrets.token_urlsafe(32)
         digest = bcrypt.hashpw(password.encode(), bcrypt.gensalt(BCRYPT_ROUNDS)).decode()
