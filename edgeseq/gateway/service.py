@@ -1316,9 +1316,13 @@ class Gateway:
                     await self._unmapped(msgs)
         finally:
             for task in (renewing, leasing):
-                task.cancel()
+                # cancelled again until it ends: asyncio.wait_for in Python 3.11 can swallow a
+                # cancellation that arrives as its call completes, and the task would loop on
+                while not task.done():
+                    task.cancel()
+                    await asyncio.wait({task}, timeout=1.0)
                 with contextlib.suppress(BaseException):
-                    await task
+                    task.result()
             for p in list(self.parts):
                 with contextlib.suppress(Exception):
                     await self._release(p)
