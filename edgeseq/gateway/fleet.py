@@ -210,12 +210,14 @@ class Fleet:
 
     def remove_device(self, device: str) -> None:
         """Remove `device`: the server refuses it once it reloads. UsageError when it is not there."""
-        if device not in (self.devices() if self.root.is_dir() else {}):
-            raise UsageError(f"device '{device}' is not in {self.root} (`edgeseq devices list --fleet {self.root}` shows who is)")
+        absent = UsageError(f"device '{device}' is not in {self.root} "
+                            f"(`edgeseq devices list --fleet {self.root}` shows who is)")
+        if not self.root.is_dir():                 # nothing to lock: no fleet folder is made for a removal
+            raise absent
         with self._locked():
+            if device not in self.devices():       # read and checked under the lock
+                raise absent
             doc = self._read(self.file)
-            if device not in doc.get("devices", {}):
-                raise UsageError(f"device '{device}' is not in {self.root} (`edgeseq devices list --fleet {self.root}` shows who is)")
             del doc["devices"][device]
             self._write(self.file, doc)
 
