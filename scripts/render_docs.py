@@ -888,6 +888,53 @@ def render_ucr_augment(d: dict, source: str) -> str:
     return "\n\n".join([machine_line(auto, source, how), table, text])
 
 
+def _ucr_summary(rows: dict, pub: dict) -> tuple:
+    """(sets whose best per sequence reaches 1-NN DTW, sets with a DTW figure, mean gap to ROCKET)
+    of `rows` ("set/arch": row), the best of its architectures per set."""
+    best = {}
+    for r in rows.values():
+        best[r["set"]] = max(best.get(r["set"], 0.0), r["per_sequence"])
+    dtw = [(b, (pub.get(n) or {}).get("dtw")) for n, b in best.items() if (pub.get(n) or {}).get("dtw") is not None]
+    rocket = [(pub.get(n) or {}).get("rocket") - b for n, b in best.items()
+              if (pub.get(n) or {}).get("rocket") is not None]
+    return sum(b >= t for b, t in dtw), len(dtw), sum(rocket) / max(len(rocket), 1)
+
+
+def render_ucr_ema(d: dict, source: str) -> str:
+    """The same sets and architectures with a moving average of the weights (`ema`, kept in the
+    JSON as `ema` with its own command, machine and date) against the table's default rows."""
+    ema = d.get("ema") or {}
+    rows, new = d["rows"], ema.get("rows", {})
+    keys = [k for k in rows if k in new]
+    if not keys:
+        raise RenderError(f"`{source}` has no rows under 'ema' to compare")
+    body, up, down, nr_up, nr_down = [], 0, 0, 0, 0
+    for k in keys:
+        a, b = rows[k], new[k]
+        delta = b["per_sequence"] - a["per_sequence"]
+        n = b.get("sequences", [0, 0])[1]
+        up, down = up + (delta > 0), down + (delta < 0)
+        nr_up += b["never_reset"] > a["never_reset"]
+        nr_down += b["never_reset"] < a["never_reset"]
+        body.append([b["set"], b["arch"], f"{a['per_sequence']:.3f} / {a['never_reset']:.3f}",
+                     f"{b['per_sequence']:.3f} / {b['never_reset']:.3f}",
+                     f"{delta:+.3f} ({round(delta * n):+d} of {n})" if n else f"{delta:+.3f}",
+                     f"{a['seconds']:.0f} -> {b['seconds']:.0f}"])
+    table = _table(["set", "arch", "default", f"ema {ema.get('decay', '?')}", "per sequence change (test sequences)",
+                    "seconds"], body)
+    pub = d.get("published", {})
+    base = _ucr_summary({k: rows[k] for k in keys}, pub)
+    avg = _ucr_summary({k: new[k] for k in keys}, pub)
+    how = (f"default: the table above; ema: `{ema.get('meta', {}).get('command', '?')}`, the defaults but `ema`, "
+           "seed 0")
+    text = (f"Each cell: per sequence / never reset (per reading). With the average, per sequence was higher in {up} "
+            f"of {len(keys)} runs and lower in {down}; never reset higher in {nr_up} and lower in {nr_down}. The best "
+            f"per set reaches 1-NN DTW on {avg[0]} of {avg[1]} sets (default: {base[0]}), {avg[2]:.3f} below ROCKET "
+            f"on average (default: {base[2]:.3f}). The two columns ran on different machines (the seconds are "
+            "not comparable, nor the last bits of the arithmetic, which a run's seed does not fix across CPUs).")
+    return "\n\n".join([machine_line(ema, source, how), table, text])
+
+
 def render_events(d: dict, source: str) -> str:
     """Event figures on BasicMotions' test split, per model, float and int8, backend by backend."""
     how = (f"`{d['meta']['command']}`: calibrated for {d['budget']:g} false alarms per hour "
@@ -1424,6 +1471,7 @@ RENDERERS = {
     "decision-bench": ("decision-bench", render_decision_bench),
     "ucr": ("ucr", render_ucr),
     "ucr-augment": ("ucr", render_ucr_augment),
+    "ucr-ema": ("ucr", render_ucr_ema),
     "bench-gru": ("bench", render_bench_gru),
     "bench-transformer": ("bench", render_bench_transformer),
     "bench-backends": ("bench", render_bench_backends),

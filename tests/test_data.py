@@ -175,6 +175,8 @@ def test_set_syntax_is_checked(items, match):
     ({}, {"lr": float("nan")}, r"training setting lr must be a number above 0.0 up to 10.0, got nan"),
     ({}, {"batch_size": 2.5}, r"training setting batch_size must be a whole number in 1..100000, got 2.5"),
     ({}, {"seed": -1}, r"training setting seed must be a whole number in 0..4294967295, got -1"),
+    ({}, {"ema": 1.0}, r"training setting ema must be a number in 0.0..0.9999, got 1.0"),
+    ({}, {"ema": "0.9"}, r"training setting ema must be a number in 0.0..0.9999, got '0.9'"),
 ])
 def test_bad_training_settings_are_usage_errors(overrides, tc, match):
     from edgeseq.errors import UsageError

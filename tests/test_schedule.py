@@ -62,6 +62,42 @@ def test_default_schedule_stops_on_the_validation_split_and_keeps_the_best_epoch
     assert stopped["metrics"]["validation_accuracy"] == best[-1]["val_accuracy"]
 
 
+def test_with_ema_the_weights_validated_and_kept_are_the_average(easy, monkeypatch):
+    """`ema`: a fixed schedule ends on the exponential moving average of the weights after every
+    update (computed here from the weights each update left), and the default schedule keeps
+    the average it validated: scoring the kept weights again gives the best epoch's figure."""
+    seen = []
+    step = torch.optim.AdamW.step
+
+    def record(self, *a, **k):
+        out = step(self, *a, **k)
+        seen.append([p.detach().clone() for g in self.param_groups for p in g["params"]])
+        return out
+    monkeypatch.setattr(torch.optim.AdamW, "step", record)
+    decay = 0.9
+    tc = replace(DEFAULTS["gru"], epochs=2, augment="none", ema=decay)
+    ck = train("gru", easy, tc, TINY, progress=False)
+    average = seen[0]
+    for n, weights in enumerate(seen[1:], 1):
+        d = min(decay, (1 + n) / (10 + n))                         # the warm-up: 0.18, 0.27, ... up to decay
+        average = [d * a + (1 - d) * w for a, w in zip(average, weights)]
+    model = model_from_checkpoint(ck)
+    kept = list(model.parameters())
+    assert len(seen) == ck["metrics"]["updates"] > 2 and len(kept) == len(average)
+    assert all(torch.allclose(k, a, atol=1e-6) for k, a in zip(kept, average))
+    assert not all(torch.allclose(k, w, atol=1e-6) for k, w in zip(kept, seen[-1]))   # not the last weights
+    monkeypatch.setattr(torch.optim.AdamW, "step", step)
+
+    tc = replace(DEFAULTS["gru"], patience=3, budget_updates=400, augment="none", final_share=0.0, ema=decay)
+    ck = train("gru", easy, tc, TINY, progress=False)
+    best = [p for p in ck["metrics"]["curve"] if p["best"]][-1]
+    _, val, _ = validation_split(easy, tc)
+    again = validation_scores(model_from_checkpoint(ck), val, grace_for(val.lengths))
+    assert ck["metrics"]["schedule"]["best_epoch"] == best["epoch"]
+    assert again["loss"] == pytest.approx(best["val_loss"], abs=1e-4)
+    assert ck["train_config"]["ema"] == decay
+
+
 def test_the_learning_rate_halves_on_a_plateau_and_never_rises(stopped):
     lrs = [p["lr"] for p in stopped["metrics"]["curve"]]
     assert lrs[0] == DEFAULTS["gru"].lr

@@ -55,6 +55,8 @@ class TrainConfig:
                               # (stalled) trains again from a new initialisation, up to this many times
                               # while the attempts stall; one that fits its training data better replaces
                               # it where its validation loss is lower (`edgeseq.train.loop.kept_attempt`; 0: never)
+    ema: float = 0.0          # decay of a moving average of the weights (`edgeseq.train.loop.ema_decay`), stepped
+                              # after every update; the average is validated, kept and written (0: none)
     input_transform: str = "auto"  # "auto": asinh(reading / scale) first on a channel whose sequences'
                                    # amplitudes span three decades or more (`edgeseq.data.asinh_scales`);
                                    # "asinh": on every channel; "none": the reading as it is
@@ -94,6 +96,7 @@ TRAIN_LIMITS = {
     "val_fraction": (False, 0.0, 0.5),
     "final_share": (False, 0.0, 1.0),
     "restarts": (True, 0, 10),
+    "ema": (False, 0.0, 0.9999),
 }
 
 
@@ -103,7 +106,7 @@ EARLY_SETTINGS = ("patience", "patience_updates", "val_fraction", "budget_update
 TRAIN_SETTINGS = ("patience", "patience_updates", "val_fraction", "budget_updates", "budget_readings", "min_epochs",
                   "final_share", "restarts", "batch_size",
                   "weight_decay", "clip", "aux_weight", "streams", "chunk", "seq_max", "updates", "grace",
-                  "stream_weight", "threads", "input_transform")   # the ones `edgeseq train --set NAME=VALUE` takes
+                  "stream_weight", "threads", "ema", "input_transform")   # the ones `edgeseq train --set NAME=VALUE` takes
 
 
 def check_train_config(tc: TrainConfig) -> TrainConfig:

@@ -68,6 +68,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import nn
+from torch.optim.swa_utils import AveragedModel
 
 import edgeseq
 from edgeseq.data import Dataset, Normalization, Split, load_dataset, since_change
@@ -423,7 +424,9 @@ def _train(arch, dataset, tc, model_overrides, progress=True, seed: int | None =
     total = epochs * plan.per_epoch
     opt = torch.optim.AdamW(model.parameters(), lr=tc.lr, weight_decay=tc.weight_decay)
     patience = max(tc.patience, math.ceil(tc.patience_updates / plan.per_epoch))    # an epoch of a small set is a few
-    stopper = EarlyStopping(model, opt, patience, val, epochs) if val is not None else None
+    averaged = AveragedModel(model, multi_avg_fn=ema_update(tc.ema), use_buffers=True) if tc.ema else None
+    stopper = EarlyStopping(averaged.module if averaged else model, opt, patience, val, epochs) \
+        if val is not None else None
     sched = None if stopper else torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s, total) / total)))       # cosine, per update
     loss_fn = nn.CrossEntropyLoss()
@@ -466,6 +469,8 @@ def _train(arch, dataset, tc, model_overrides, progress=True, seed: int | None =
             loss.backward()
             nn.utils.clip_grad_norm_(model.parameters(), tc.clip)
             opt.step()
+            if averaged is not None:
+                averaged.update_parameters(model)
             if sched is not None:
                 sched.step()
         return loss.item(), seq_carry, carry, run
@@ -479,7 +484,7 @@ def _train(arch, dataset, tc, model_overrides, progress=True, seed: int | None =
         names = ", ".join(f"'{dataset.features[i]}'" for i in np.flatnonzero(norm.constant))
         bar._say(f"channel(s) {names} do not vary in the training data: the model will ignore them")
     if bar.enabled:
-        bar.start(_time_update(model, opt, sched, update, plan, tr.X.shape[2], streaming))
+        bar.start(_time_update(model, opt, sched, update, plan, tr.X.shape[2], streaming, averaged))
     t0 = time.perf_counter()
     history, curve, readings_run, updates_run = [], [], 0, 0
     val_grace = grace_for(val.lengths) if val is not None else None
@@ -532,7 +537,7 @@ def _train(arch, dataset, tc, model_overrides, progress=True, seed: int | None =
         if fit[1]:
             point["fit"] = round(fit[0] / fit[1], 5)
         if stopper is not None:
-            scores = validation_scores(model, val, val_grace)
+            scores = validation_scores(averaged.module if averaged else model, val, val_grace)
             point.update({f"val_{k}": round(v, 5) for k, v in scores.items() if v is not None})
             done = stopper.step(epoch + 1, scores, point.get("fit"), fit[1])
             point["best"] = stopper.best_epoch == epoch + 1
@@ -548,8 +553,12 @@ def _train(arch, dataset, tc, model_overrides, progress=True, seed: int | None =
             curve.append(point)
         epoch += 1
     final = 0
+    if averaged is not None and stopper is None:
+        model.load_state_dict(averaged.module.state_dict())
     if stopper is not None:
         kept = stopper.restore(len(curve))
+        if averaged is not None:                   # the average (kept or best) is what trains on and is written
+            model.load_state_dict(averaged.module.state_dict())
         final = math.ceil(tc.final_share * kept) if stopper.best_state is not None else 0   # none to anneal
     if final:
         # The validation sequences join the rest for a few last epochs, the learning rate cosine-decayed from
@@ -622,6 +631,23 @@ def _train(arch, dataset, tc, model_overrides, progress=True, seed: int | None =
         "loss_history": history,
     }
 
+
+
+def ema_decay(ema: float, n: int) -> float:
+    """The decay of the weights' moving average at its `n`-th update after the first (which
+    copies the weights): `ema`, or less while few updates are averaged, (1 + n) / (10 + n), so
+    the average follows the weights closely early on and a short run is not held back by its
+    start (the warm-up of TensorFlow's `tf.train.ExponentialMovingAverage(num_updates=)`)."""
+    return min(ema, (1 + n) / (10 + n))
+
+
+def ema_update(ema: float):
+    """`torch.optim.swa_utils.AveragedModel`'s `multi_avg_fn` for `ema_decay`."""
+    def update(averaged: list, current: list, n) -> None:
+        weight = 1 - ema_decay(ema, int(n))
+        for a, c in zip(averaged, current):
+            a.lerp_(c, weight)
+    return update
 
 
 def check_finite(model, arch: str, dataset: Dataset, tc: TrainConfig) -> None:
@@ -731,13 +757,14 @@ def chunked(model) -> bool:
     return hasattr(model, "forward_stream") and getattr(model.config, "positions", "none") in SHIFT_INVARIANT
 
 
-def _time_update(model, opt, sched, update, plan, n_features, streaming, repeats: int = 3) -> float:
+def _time_update(model, opt, sched, update, plan, n_features, streaming, averaged=None, repeats: int = 3) -> float:
     """Seconds one update takes: the median of `repeats` updates on zero readings in steady
     state (after an untimed first one, each carrying the state of the one before, as all but
     an epoch's first do), after which the model, optimizer, schedule and random state are
-    restored, so the run trains exactly as it would untimed."""
+    restored (and the weights' moving average, `averaged`), so the run trains exactly as it
+    would untimed."""
     import copy
-    keep = [o for o in (model, opt, sched) if o is not None]
+    keep = [o for o in (model, opt, sched, averaged) if o is not None]
     saved = [copy.deepcopy(o.state_dict()) for o in keep]
     c = plan.chunk
 
