@@ -804,7 +804,7 @@ def render_ucr(d: dict, source: str) -> str:
     order = ["rnn", "gru", "lstm", "ssm", "transformer"]
     archs = sorted({r["arch"] for r in rows.values()}, key=order.index)
     sets = list(dict.fromkeys(r["set"] for r in rows.values()))
-    body, best_all, rocket_all, beat, met, missed = [], [], [], 0, [], []
+    body, met, missed = [], [], []
     for name in sets:
         got = {a: rows.get(f"{name}/{a}") for a in archs}
         first = next(g for g in got.values() if g)
@@ -821,21 +821,16 @@ def render_ucr(d: dict, source: str) -> str:
             cells.append(f"{g['per_sequence']:.3f} / {g['never_reset']:.3f}{mark}")
         best = max(g["per_sequence"] for g in got.values() if g)
         dtw, rocket = (pub.get(name) or {}).get("dtw"), (pub.get(name) or {}).get("rocket")
-        best_all.append(best)
-        if rocket is not None:
-            rocket_all.append((best, rocket))
-        beat += dtw is not None and best >= dtw
         if dtw is not None:
             (met if best >= dtw else missed).append(f"{name} ({best:.3f} against {dtw:.3f})")
         body.append([name, kinds.get(name, ""), shape, *cells, f"{best:.3f}",
                      "" if dtw is None else f"{dtw:.3f}", "" if rocket is None else f"{rocket:.3f}"])
     table = _table(["set", "kind", "train/test, length x channels", *archs, "best per sequence", "1-NN DTW",
                     "ROCKET"], body)
-    n_dtw = sum((pub.get(s) or {}).get("dtw") is not None for s in sets)
-    gap = sum(r - b for b, r in rocket_all) / max(len(rocket_all), 1)
+    beat, n_dtw, n_rocket, gap = _ucr_summary(rows, pub)
     text = (f"Each cell: per sequence / never reset (per reading); (nc): the run said it had not converged. The best "
             f"of {', '.join(archs)} per sequence reaches the 1-NN DTW figure on {beat} of {n_dtw} sets; over the "
-            f"{len(rocket_all)} sets with a ROCKET figure its mean is {abs(gap):.3f} {'below' if gap > 0 else 'above'} "
+            f"{n_rocket} sets with a ROCKET figure its mean is {abs(gap):.3f} {'below' if gap > 0 else 'above'} "
             "ROCKET's.")
     sides = [f"At or above it: {', '.join(met)}." if met else "", f"Below it: {', '.join(missed)}." if missed else ""]
     text = " ".join([text, *filter(None, sides)])
@@ -889,15 +884,15 @@ def render_ucr_augment(d: dict, source: str) -> str:
 
 
 def _ucr_summary(rows: dict, pub: dict) -> tuple:
-    """(sets whose best per sequence reaches 1-NN DTW, sets with a DTW figure, mean gap to ROCKET)
-    of `rows` ("set/arch": row), the best of its architectures per set."""
+    """(sets whose best per sequence reaches 1-NN DTW, sets with a DTW figure, sets with a ROCKET
+    figure, mean gap to ROCKET) of `rows` ("set/arch": row), the best of its architectures per set."""
     best = {}
     for r in rows.values():
         best[r["set"]] = max(best.get(r["set"], 0.0), r["per_sequence"])
     dtw = [(b, (pub.get(n) or {}).get("dtw")) for n, b in best.items() if (pub.get(n) or {}).get("dtw") is not None]
     rocket = [(pub.get(n) or {}).get("rocket") - b for n, b in best.items()
               if (pub.get(n) or {}).get("rocket") is not None]
-    return sum(b >= t for b, t in dtw), len(dtw), sum(rocket) / max(len(rocket), 1)
+    return sum(b >= t for b, t in dtw), len(dtw), len(rocket), sum(rocket) / max(len(rocket), 1)
 
 
 def render_ucr_ema(d: dict, source: str) -> str:
@@ -929,8 +924,8 @@ def render_ucr_ema(d: dict, source: str) -> str:
            "seed 0")
     text = (f"Each cell: per sequence / never reset (per reading). With the average, per sequence was higher in {up} "
             f"of {len(keys)} runs and lower in {down}; never reset higher in {nr_up} and lower in {nr_down}. The best "
-            f"per set reaches 1-NN DTW on {avg[0]} of {avg[1]} sets (default: {base[0]}), {avg[2]:.3f} below ROCKET "
-            f"on average (default: {base[2]:.3f}). The two columns ran on different machines (the seconds are "
+            f"per set reaches 1-NN DTW on {avg[0]} of {avg[1]} sets (default: {base[0]}), {avg[3]:.3f} below ROCKET "
+            f"on average (default: {base[3]:.3f}). The two columns ran on different machines (the seconds are "
             "not comparable, nor the last bits of the arithmetic, which a run's seed does not fix across CPUs).")
     return "\n\n".join([machine_line(ema, source, how), table, text])
 

@@ -425,8 +425,8 @@ def _train(arch, dataset, tc, model_overrides, progress=True, seed: int | None =
     opt = torch.optim.AdamW(model.parameters(), lr=tc.lr, weight_decay=tc.weight_decay)
     patience = max(tc.patience, math.ceil(tc.patience_updates / plan.per_epoch))    # an epoch of a small set is a few
     averaged = AveragedModel(model, multi_avg_fn=ema_update(tc.ema), use_buffers=True) if tc.ema else None
-    stopper = EarlyStopping(averaged.module if averaged else model, opt, patience, val, epochs) \
-        if val is not None else None
+    judged = averaged.module if averaged else model          # the weights validated, kept and written
+    stopper = EarlyStopping(judged, opt, patience, val, epochs) if val is not None else None
     sched = None if stopper else torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: 0.5 * (1 + math.cos(math.pi * min(s, total) / total)))       # cosine, per update
     loss_fn = nn.CrossEntropyLoss()
@@ -537,7 +537,7 @@ def _train(arch, dataset, tc, model_overrides, progress=True, seed: int | None =
         if fit[1]:
             point["fit"] = round(fit[0] / fit[1], 5)
         if stopper is not None:
-            scores = validation_scores(averaged.module if averaged else model, val, val_grace)
+            scores = validation_scores(judged, val, val_grace)
             point.update({f"val_{k}": round(v, 5) for k, v in scores.items() if v is not None})
             done = stopper.step(epoch + 1, scores, point.get("fit"), fit[1])
             point["best"] = stopper.best_epoch == epoch + 1
@@ -553,13 +553,11 @@ def _train(arch, dataset, tc, model_overrides, progress=True, seed: int | None =
             curve.append(point)
         epoch += 1
     final = 0
-    if averaged is not None and stopper is None:
-        model.load_state_dict(averaged.module.state_dict())
     if stopper is not None:
         kept = stopper.restore(len(curve))
-        if averaged is not None:                   # the average (kept or best) is what trains on and is written
-            model.load_state_dict(averaged.module.state_dict())
         final = math.ceil(tc.final_share * kept) if stopper.best_state is not None else 0   # none to anneal
+    if averaged is not None:                       # the average (the kept epoch's, or the last) trains on, is written
+        model.load_state_dict(judged.state_dict())
     if final:
         # The validation sequences join the rest for a few last epochs, the learning rate cosine-decayed from
         # the kept epoch's to 0: the model ends annealed, on every training sequence.
