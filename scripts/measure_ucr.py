@@ -151,7 +151,7 @@ def cmd_run(args):
             t = time.time()
             tc = DEFAULTS[arch] if args.augment is None else replace(DEFAULTS[arch], augment=args.augment)
             tc = replace(tc, **json.loads(args.train_config or "{}"))
-            ckpt = train(arch, ds, tc, progress=not args.quiet)
+            ckpt = train(arch, ds, tc, json.loads(args.model_config or "{}") or None, progress=not args.quiet)
             m = ckpt["metrics"]
             rows[key] = {"set": name, "arch": arch, **score(ckpt, ds),
                          "train_accuracy": m["train_accuracy"], "seconds": round(time.time() - t, 1),
@@ -197,6 +197,8 @@ def main(argv=None):
     r.add_argument("--only", nargs="+", choices=list(SETS))
     r.add_argument("--json", required=True)
     r.add_argument("--redo", action="store_true")
+    r.add_argument("--model-config", help="JSON of model settings (e.g. '{\"hidden\": 128}') on each architecture's "
+                   "defaults")
     r.add_argument("--quiet", action="store_true")
     r.add_argument("--train-config", help="JSON of TrainConfig fields set on each architecture's defaults")
     r.add_argument("--augment", help="augmentation instead of each architecture's default: a name "

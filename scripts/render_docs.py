@@ -934,7 +934,8 @@ def render_events(d: dict, source: str) -> str:
     """Event figures on BasicMotions' test split, per model, float and int8, backend by backend."""
     how = (f"`{d['meta']['command']}`: calibrated for {d['budget']:g} false alarms per hour "
            f"(background {', '.join(d['background'])}, {d['rate_hz']:g} Hz) on never-reset streams of the whole "
-           f"training split (the default) or of its {d['validation_sequences']}-sequence validation part; scored on the "
+           f"training split (the default), of its {d['validation_sequences']}-sequence validation part, or of the "
+           f"training split cross-fitted (cross: each fifth run through a model trained on the rest); scored on the "
            f"{d['test_sequences']} test sequences joined in {d['orders']} seeded orders")
     rows = []
     for r in d["rows"]:

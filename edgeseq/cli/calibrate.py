@@ -151,6 +151,28 @@ def _plot_anomaly(r, path: Path) -> str | None:
     return str(path)
 
 
+def _cross(model, meta, ds, background, rate_hz, budget, folds, orders, quiet) -> dict:
+    """`calibrate`'s search on out-of-fold probabilities (`edgeseq.train.crossfit`): --folds
+    models of MODEL's architecture and settings, each trained without one part of the training
+    split, run on that part's never-reset streams."""
+    from edgeseq.runtime.calibrate import search
+    try:
+        from edgeseq.train.crossfit import FOLDS, out_of_fold
+    except ImportError as e:
+        raise UsageError(f"--split cross trains models, which needs torch ({printable(str(e))}); install it as "
+                         "README's set-up does, or use --split train") from None
+    overrides = {k: v for k, v in meta.config.items() if k not in ("n_features", "n_classes")}
+    say = None if quiet else (lambda line: click.echo(line, err=True))
+    folds = FOLDS if folds is None else folds
+    if say:
+        say(f"cross-fitting: training {folds} {meta.arch} models (default training settings, this model's "
+            f"{', '.join(f'{k}={v}' for k, v in overrides.items()) or 'settings'})")
+    oof = out_of_fold(meta.arch, ds, folds, orders, 0, model_overrides=overrides, say=say)
+    r = search(oof["blocks"], list(ds.labels), ds.train, list(background), rate_hz, budget, orders, folds)
+    r["folds"] = folds
+    return r
+
+
 @click.command()
 @click.argument("model", type=click.Path())
 @click.option("--data", help="'basicmotions' or a .npz / .csv path (default: the data the model was trained on, as "
@@ -162,10 +184,14 @@ def _plot_anomaly(r, path: Path) -> str | None:
               help="The data's readings per second (default: known for the embedded data, e.g. basicmotions 10 Hz).")
 @click.option("--max-false-alarms-per-hour", "budget", type=click.FloatRange(min=0), default=2.0, show_default=True,
               help="The false-alarm budget the settings must keep on the validation streams.")
-@click.option("--split", type=click.Choice(["train", "validation"]), default="train", show_default=True,
+@click.option("--split", type=click.Choice(["train", "validation", "cross"]), default="train", show_default=True,
               help="train: every training sequence; validation: the part training holds out to decide when to stop "
                    "(whole groups, or the last sequences of each class; the model's last epochs train on it too, "
-                   "so neither is unseen: --data gives recordings the model never saw).")
+                   "so neither is unseen: --data gives recordings the model never saw); cross: every training "
+                   "sequence, each predicted by a model trained without it (--folds models of MODEL's architecture "
+                   "and settings, trained with its default training settings; needs torch).")
+@click.option("--folds", type=int, default=None, help="With --split cross: parts of the training split, each held "
+              "out once (2 to 20, default 5; whole groups where the data names them).")
 @click.option("--orders", type=click.IntRange(1, 200), default=20, show_default=True,
               help="Never-reset streams: seeded orders of the split's sequences (a classifier's; an anomaly model "
                    "joins each group's recordings in file order).")
@@ -176,7 +202,7 @@ def _plot_anomaly(r, path: Path) -> str | None:
 @_json_option
 @_backend_option
 @_errors
-def calibrate(model, data, background, rate_hz, budget, split, orders, out, plot, dry_run, as_json, backend):
+def calibrate(model, data, background, rate_hz, budget, split, folds, orders, out, plot, dry_run, as_json, backend):
     """Choose the decision layer's settings (smoothing, threshold, minimum duration, refractory
     and release time) for a false-alarm budget, on never-reset streams of a validation split,
     and write them into a copy of the model file (<MODEL stem>-events.onnx, or --out), where
@@ -190,7 +216,8 @@ def calibrate(model, data, background, rate_hz, budget, split, orders, out, plot
     median and p90 detection delay) and plots it. The test split is never read: score the
     calibrated model with `edgeseq eval`. By default it searches on every training sequence:
     the validation part is seen by the model's last epochs too, and holds fewer changes of
-    activity (docs/decisions.md compares the two).
+    activity; `--split cross` trains --folds models so that every training sequence is
+    predicted by one that did not see it (docs/decisions.md compares the three).
 
     \b
       edgeseq calibrate models/gru.onnx --background Standing      # writes models/gru-events.onnx
@@ -216,6 +243,8 @@ def calibrate(model, data, background, rate_hz, budget, split, orders, out, plot
     _check_outputs(Path(model), target, plot_path, data, dry_run)
     from edgeseq.runtime.model import open_model
     meta = open_model(model)[1]
+    if folds is not None and split != "cross":
+        raise UsageError("--folds goes with --split cross; add --split cross or drop --folds")
     if meta.kind == "regress":
         raise UsageError(f"'{printable(model)}' is a regression model: it answers values, with no events or "
                          "threshold to calibrate; score it with `edgeseq eval`")
@@ -223,6 +252,9 @@ def calibrate(model, data, background, rate_hz, budget, split, orders, out, plot
     if meta.kind == "anomaly":
         if background:
             raise UsageError("--background names classes of a classifier; an anomaly model has none (drop it)")
+        if split == "cross":
+            raise UsageError("--split cross is for classifiers; an anomaly model calibrates on normal recordings "
+                             "(--split train or validation)")
         rate = rate_hz or RATE_HZ.get(ds.source or "") or meta.task.get("rate_hz")
         if rate is None:
             raise UsageError(f"the sampling rate of '{printable(ds.name)}' is not known; give --rate-hz (readings per "
@@ -244,8 +276,11 @@ def calibrate(model, data, background, rate_hz, budget, split, orders, out, plot
                           remedy="use --split train, or more training data")
     else:
         part = ds.train
-    r = run(model, part, background=list(background), rate_hz=rate_hz, max_false_alarms_per_hour=budget,
-            orders=orders, backend=backend)
+    if split == "cross":
+        r = _cross(model, meta, ds, background, rate_hz, budget, folds, orders, as_json)
+    else:
+        r = run(model, part, background=list(background), rate_hz=rate_hz, max_false_alarms_per_hour=budget,
+                orders=orders, backend=backend)
     spec = r["chosen"]
     if not r["table"][0]["events"]:
         raise UsageError(f"the {split} sequences of '{printable(ds.name)}' hold no event (every reading is of a "
@@ -257,14 +292,16 @@ def calibrate(model, data, background, rate_hz, budget, split, orders, out, plot
         written = str(write_decision(model, spec, target))
     if as_json:
         click.echo(json.dumps({"chosen": spec.to_json(), "met": r["met"], "front": r["front"], "table": r["table"],
-                               "orders": r["orders"], "sequences": r["sequences"],
+                               "orders": r["orders"], "sequences": r["sequences"], "folds": r.get("folds"),
                                "readings_per_stream": r["readings_per_stream"], "rate_hz": rate_hz,
                                "written": written, "plot": plotted}, indent=2))
         return
-    hours = r["orders"] * r["readings_per_stream"] / rate_hz / 3600
-    click.echo(f"calibrating on {r['orders']} never-reset streams of {r['sequences']} {split} sequences of "
-               f"{printable(ds.name)} ({hours:.2f} h at {rate_hz:g} Hz), {r['settings_tried']} settings; "
-               f"background: {printable(', '.join(background)) or 'none'}")
+    hours = r["readings"] / rate_hz / 3600
+    what = (f"{r['orders']} never-reset streams of each of {r['folds']} parts of the {r['sequences']} training "
+            f"sequences of {printable(ds.name)}, each part run through a model trained without it" if split == "cross"
+            else f"{r['orders']} never-reset streams of {r['sequences']} {split} sequences of {printable(ds.name)}")
+    click.echo(f"calibrating on {what} ({hours:.2f} h at {rate_hz:g} Hz), "
+               f"{r['settings_tried']} settings; background: {printable(', '.join(background)) or 'none'}")
     click.echo(f"{'':2s}{'FA/h':>7s} {'missed':>7s} {'F1':>6s} {'delay med':>14s} {'p90':>6s}   settings")
     cal = spec.calibration["validation"]
     rows = r["front"][:ROWS_SHOWN]
@@ -281,13 +318,16 @@ def calibrate(model, data, background, rate_hz, budget, split, orders, out, plot
                f"events missed, median delay {_delay(cal['delay_median'], rate_hz, ' readings')}")
     own = float(part.lengths.sum()) / rate_hz / 3600           # the split's own readings, however many orders
     bound = 3.0 / own                                           # 95% upper bound on a rate when none was seen
-    click.echo(f"these are figures on the {split} sequences ({r['orders']} orders of {own * 60:.1f} minutes of "
-               f"recordings the model trained on); check the test split: edgeseq eval "
+    seen = ("the parts' models did not train on, predicted by those models rather than this file" if split == "cross"
+            else "the model trained on")
+    click.echo(f"these are figures on the {'training' if split == 'cross' else split} sequences ({r['orders']} orders "
+               f"of {own * 60:.1f} minutes of recordings {seen}); check the test split: edgeseq eval "
                f"{printable(str(written or target))}")
     if bound > budget:
         click.echo(f"note: {own * 60:.1f} minutes of recordings cannot show a rate as low as {budget:g} false alarms "
                    f"per hour (with none seen, the 95% upper bound is {bound:.0f} per hour); calibrate on more "
-                   "recordings (--data, or --split train) for a budget you can trust", err=True)
+                   f"recordings ({'--data, or --split train' if split == 'validation' else '--data'}) for a budget you can "
+                   "trust", err=True)
     if written:
         click.echo(f"wrote the decision settings into {printable(written)}"
                    + (f"; trade-off plot {printable(plotted)}" if plotted else

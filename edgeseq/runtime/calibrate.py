@@ -74,15 +74,24 @@ def score_orders(dets: list, Y: np.ndarray, labels: list, background, rate_hz: f
     """`score_events` over several never-reset streams as one: the streams (Y int [orders, L],
     dets[o] intervals) are laid end to end with one unlabelled reading between them, so no
     event spans two streams; the per-hour figures count the streams' own readings only."""
-    O, L = Y.shape
-    sep = np.full((O, 1), -1, np.int64)
-    Yall = np.concatenate([Y, sep], axis=1).reshape(-1)
-    det = [(c, a + o * (L + 1), b + o * (L + 1)) for o in range(O) for c, a, b in dets[o]]
+    return score_streams(dets, list(Y), labels, background, rate_hz)
+
+
+def score_streams(dets: list, Ys: list, labels: list, background, rate_hz: float | None) -> dict:
+    """`score_orders` for streams of any lengths: Ys[o] int [L_o] the labels of stream o and
+    dets[o] its detected intervals [(class, start, end)], in the stream's own readings."""
+    det, Yall, at = [], [], 0
+    for d, y in zip(dets, Ys):
+        det += [(c, a + at, b + at) for c, a, b in d]
+        Yall += [np.asarray(y, np.int64), np.full(1, -1, np.int64)]
+        at += len(y) + 1
+    Yall = np.concatenate(Yall) if Yall else np.zeros(0, np.int64)
     r = score_events(det, Yall, labels, background, rate_hz)
-    r["readings"] = int(O * L)
-    n_bg = int(np.isin(Y, list(background) + [-1]).sum())     # unlabelled readings count as background
+    n = int(sum(len(y) for y in Ys))
+    r["readings"] = n
+    n_bg = int(sum(np.isin(y, list(background) + [-1]).sum() for y in Ys))   # unlabelled readings count as background
     if rate_hz:
-        hours = O * L / rate_hz / 3600
+        hours = n / rate_hz / 3600
         r["hours"] = hours
         r["false_alarms_per_hour"] = r["false_alarms"] / hours
         r["false_alarms_per_hour_of_background"] = r["false_alarms"] / (n_bg / rate_hz / 3600) if n_bg else None
@@ -126,15 +135,26 @@ def calibrate(model: str, split: Split, background=(), rate_hz: float | None = N
     if not (isinstance(max_false_alarms_per_hour, (int, float)) and max_false_alarms_per_hour >= 0):
         raise UsageError(f"the false-alarm budget must be a number >= 0 per hour, got {max_false_alarms_per_hour!r}")
     P, Y, labels = stream_probs(model, split, orders, seed, backend, provider)
+    return search([(P, Y)], labels, split, background, rate_hz, max_false_alarms_per_hour, orders)
+
+
+def search(blocks: list, labels: list, split: Split, background=(), rate_hz: float = 1.0,
+           max_false_alarms_per_hour: float = 2.0, orders: int = EVENT_ORDERS, folds: int | None = None) -> dict:
+    """`calibrate`'s search on probabilities already computed: `blocks` [(P float32 [O, L, C],
+    Y int64 [O, L])], never-reset streams of the sequences of `split` (one block, or one per
+    fold of a cross-fit, `edgeseq.train.crossfit`, whose streams may differ in length between
+    blocks); `orders` streams of each block; `folds` the cross-fit's (None: none). Returns
+    what `calibrate` does; the chosen spec's calibration records "folds" where given."""
     missing = [b for b in background if b not in labels]
     if missing:
         raise UsageError(f"background label {missing[0]!r} is not one of the model's labels ({', '.join(labels)})")
     specs = grid(labels, tuple(background), float(rate_hz), float(np.median(split.lengths)))
     bg = [labels.index(b) for b in background]
-    dets = detections(P, specs)
+    per_block = [detections(P, specs) for P, _ in blocks]
+    Ys = [y for _, Y in blocks for y in Y]
     rows = []
-    for spec, d in zip(specs, dets):
-        r = score_orders(d, Y, labels, bg, rate_hz)
+    for k, spec in enumerate(specs):
+        r = score_streams([d for dets in per_block for d in dets[k]], Ys, labels, bg, rate_hz)
         found = r["events"] - r["deleted"]
         rows.append({"alpha": spec.alpha, "threshold": spec.threshold[next(iter(spec.threshold))],
                      "min_duration": spec.min_duration[next(iter(spec.min_duration))],
@@ -158,10 +178,13 @@ def calibrate(model: str, split: Split, background=(), rate_hz: float | None = N
             front.append(r)
     spec = chosen["_spec"]
     figures = {k: v for k, v in chosen.items() if not k.startswith("_")}
+    per_stream = round(sum(len(y) for y in Ys) / len(Ys))     # the same for every stream but a cross-fit's
     cal = {"max_false_alarms_per_hour": max_false_alarms_per_hour, "met": bool(ok), "orders": orders,
-           "sequences": len(split), "readings_per_stream": int(Y.shape[1]), "validation": figures}
+           "sequences": len(split), "readings_per_stream": per_stream, "validation": figures}
+    if folds is not None:
+        cal["folds"] = folds
     chosen_spec = DecisionSpec.from_json({**spec.to_json(), "calibration": cal}, labels)
     strip = lambda rs: [{k: v for k, v in r.items() if not k.startswith("_")} for r in rs]  # noqa: E731
     return {"chosen": chosen_spec, "met": bool(ok), "table": strip(rows), "front": strip(front),
-            "orders": orders, "readings_per_stream": int(Y.shape[1]), "sequences": len(split),
-            "settings_tried": len(rows)}
+            "orders": orders, "readings_per_stream": per_stream, "sequences": len(split),
+            "settings_tried": len(rows), "streams": len(Ys), "readings": int(sum(len(y) for y in Ys))}

@@ -7,6 +7,8 @@
 - `edgeseq.train.loop`: `train` itself (the method is described there), the schedule and
   the scores on the validation and test splits.
 - `edgeseq.train.checkpoint`: a run directory written and read back.
+- `edgeseq.train.crossfit`: every training sequence predicted by a model trained without it
+  (`edgeseq calibrate --split cross`).
 
 Each submodule imports only those listed before it, never this package, which only gathers
 their public names.
