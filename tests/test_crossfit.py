@@ -49,15 +49,43 @@ def test_each_part_holds_a_share_of_every_class_and_whole_groups():
     ([5, 5], None, 21, "--folds must be a whole number from 2 to 20, got 21"),
     ([5, 5], None, True, "--folds must be a whole number from 2 to 20, got True"),
     ([2, 2], None, 5, "4 training sequences are fewer than --folds 5; give --folds 4 or fewer"),
-    ([4, 1], None, 2, "every training sequence of class 1 falls in one part"),
-    ([2, 2], ["a", "a", "a", "a"], 2, "the training split names one group"),
-    ([2, 2], ["a", "a", "b", "b"], 2, "every training sequence of class 0 falls in one part"),
-    ([3, 3], ["a", "a", "b", "b", "c", "c"], 4, "names 3 groups, fewer than --folds 4; give --folds 3 or fewer"),
+    ([4, 1], None, 2, "class 'b' is in one training sequence only"),
+    ([1, 1, 1], None, 5, "class 'idle' is in one training sequence only"),      # before the count: it would not help
+    ([2, 2], ["a", "a", "a", "a"], 2, "class 'idle' is in one group only"),
+    ([2, 2], ["a", "a", "b", "b"], 2, "class 'idle' is in one group only"),
+    ([3, 3], ["a", "a", "b", "b", "c", "c"], 4, "3 groups are fewer than --folds 4; give --folds 3 or fewer"),
+    # three subjects of two classes each, every class in two of them: any two parts put one class in one part
+    ([2, 2, 2], ["ab", "bc", "ab", "ca", "bc", "ca"], 2, "no way of dealing the groups into 2 parts tried puts class"),
 ])
 def test_parts_that_cannot_teach_every_class_are_refused(counts, groups, folds, message):
     with pytest.raises(UsageError, match=message.replace("(", r"\(")) as e:
-        crossfit.fold_of(_split(counts, groups), folds)
-    assert "\n" not in str(e.value)
+        crossfit.fold_of(_split(counts, groups), folds, labels=["idle", "b", "c"])
+    assert "\n" not in str(e.value) and ("--split train" in str(e.value) or "--folds" in str(e.value))
+
+
+def test_groups_of_several_classes_are_dealt_so_every_part_can_learn_every_class():
+    """Subjects that each did two activities (the data a deal by first class alone refused at
+    some seeds), and a class that appears only mid-sequence (per-reading labels): every class
+    lands in two parts at least, at every seed, and a subject is never split."""
+    groups = np.array(["m0", "m0", "m1", "m1", "m2", "m2", "m3", "m3"])
+    s = _split([2, 2, 2, 2], groups)
+    s.y[:] = [0, 3, 0, 1, 1, 2, 2, 3]
+    s.Y[:] = s.y[:, None]
+    for folds in (2, 3):
+        for seed in range(10):
+            fold = crossfit.fold_of(s, folds, seed)
+            for c in range(4):
+                assert len(set(fold[s.y == c])) >= 2, (folds, seed, c)
+            for g in set(groups):
+                assert len(set(fold[groups == g])) == 1
+    t = _split([3, 3])
+    t.Y[0, 0] = t.Y[4, 0] = 2               # class 2 only in the first reading of two sequences
+    for seed in range(10):
+        fold = crossfit.fold_of(t, 2, seed)
+        assert fold[0] != fold[4]
+    t.Y[4, 0] = 1
+    with pytest.raises(UsageError, match="class 'c' is in one training sequence only"):
+        crossfit.fold_of(t, 2, labels=["idle", "b", "c"])
 
 
 def test_every_sequence_is_predicted_by_a_model_that_did_not_train_on_it(basicmotions, monkeypatch):
@@ -128,11 +156,16 @@ def test_calibrate_split_cross_writes_settings_chosen_on_unseen_sequences(runner
                             "--orders", "1", "--dry-run", "--json"])
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)
-    assert out["folds"] == 2 and out["written"] is None and out["sequences"] == 40
+    assert out["folds"] == 2 and out["split"] == "cross" and out["written"] is None and out["sequences"] == 40
 
     e = one_error_line(runner.invoke(cli, ["calibrate", str(gru), "--folds", "3"]), 2)
     assert e.startswith("Error: --folds goes with --split cross; add --split cross or drop --folds")
-    e = one_error_line(runner.invoke(cli, ["calibrate", str(gru), "--split", "cross", "--folds", "1"]), 2)
-    assert e.startswith("Error: --folds must be a whole number from 2 to 20, got 1")
+    for bad in ("1", "0", "-3", "21"):
+        r = runner.invoke(cli, ["calibrate", str(gru), "--split", "cross", "--folds", bad])
+        e = one_error_line(r, 2)
+        assert e.startswith(f"Error: --folds must be a whole number from 2 to 20, got {bad}")
+        assert "cross-fitting" not in r.output                 # refused before anything trains or is said
+    e = one_error_line(runner.invoke(cli, ["calibrate", str(gru), "--split", "cross", "--backend", "native"]), 2)
+    assert e.startswith("Error: --backend chooses how MODEL runs; --split cross runs the parts' models in torch")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cross.onnx", "cross.png"] or \
         sorted(p.name for p in tmp_path.iterdir()) == ["cross.onnx"]

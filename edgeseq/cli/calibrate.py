@@ -75,7 +75,9 @@ def _plot(r, path: Path, budget: float) -> str | None:
     ax[1].set_xlabel("false alarms per hour")
     ax[1].set_ylabel("median detection delay (readings)")
     ax[1].set_xscale("symlog", linthresh=1)
-    fig.suptitle(f"decision calibration: {r['orders']} never-reset streams of {r['sequences']} validation sequences")
+    fig.suptitle(f"decision calibration: {r['orders']} never-reset streams of each of {r['folds']} parts of "
+                 f"{r['sequences']} training sequences, each through a model trained without it" if r.get("folds") else
+                 f"decision calibration: {r['orders']} never-reset streams of {r['sequences']} sequences", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -151,22 +153,29 @@ def _plot_anomaly(r, path: Path) -> str | None:
     return str(path)
 
 
-def _cross(model, meta, ds, background, rate_hz, budget, folds, orders, quiet) -> dict:
-    """`calibrate`'s search on out-of-fold probabilities (`edgeseq.train.crossfit`): --folds
+def _cross(model, meta, ds, background, rate_hz, budget, folds, orders, quiet, data) -> dict:
+    """`calibrate`'s search on out-of-fold probabilities (`edgeseq.train.crossfit`): `folds`
     models of MODEL's architecture and settings, each trained without one part of the training
-    split, run on that part's never-reset streams."""
+    split, run on that part's never-reset streams. Everything that can refuse does so before
+    the first model trains."""
     from edgeseq.runtime.calibrate import search
+    from edgeseq.runtime.session import StreamSession
+    StreamSession(model, decision=False)             # a model that cannot stream is refused as calibrate refuses it
     try:
-        from edgeseq.train.crossfit import FOLDS, out_of_fold
+        from edgeseq.train.crossfit import fold_of, out_of_fold
     except ImportError as e:
         raise UsageError(f"--split cross trains models, which needs torch ({printable(str(e))}); install it as "
                          "README's set-up does, or use --split train") from None
+    fold_of(ds.train, folds, 0, ds.labels)          # parts that cannot each teach every class: refused now
     overrides = {k: v for k, v in meta.config.items() if k not in ("n_features", "n_classes")}
     say = None if quiet else (lambda line: click.echo(line, err=True))
-    folds = FOLDS if folds is None else folds
     if say:
         say(f"cross-fitting: training {folds} {meta.arch} models (default training settings, this model's "
-            f"{', '.join(f'{k}={v}' for k, v in overrides.items()) or 'settings'})")
+            f"{', '.join(f'{k}={v}' for k, v in overrides.items()) or 'settings'}; float, in torch, whatever "
+            "MODEL's weights)")
+        if data:
+            say("note: with --data the parts' models train on those recordings; if MODEL never saw them, --split "
+                "train scores MODEL itself on them, which is the better measure")
     oof = out_of_fold(meta.arch, ds, folds, orders, 0, model_overrides=overrides, say=say)
     r = search(oof["blocks"], list(ds.labels), ds.train, list(background), rate_hz, budget, orders, folds)
     r["folds"] = folds
@@ -245,6 +254,12 @@ def calibrate(model, data, background, rate_hz, budget, split, folds, orders, ou
     meta = open_model(model)[1]
     if folds is not None and split != "cross":
         raise UsageError("--folds goes with --split cross; add --split cross or drop --folds")
+    if split == "cross":
+        from edgeseq.runtime.calibrate import CROSS_FOLDS, check_folds
+        folds = check_folds(CROSS_FOLDS if folds is None else folds)
+        if backend is not None:
+            raise UsageError("--backend chooses how MODEL runs; --split cross runs the parts' models in torch and "
+                             "never MODEL: drop --backend")
     if meta.kind == "regress":
         raise UsageError(f"'{printable(model)}' is a regression model: it answers values, with no events or "
                          "threshold to calibrate; score it with `edgeseq eval`")
@@ -277,7 +292,7 @@ def calibrate(model, data, background, rate_hz, budget, split, folds, orders, ou
     else:
         part = ds.train
     if split == "cross":
-        r = _cross(model, meta, ds, background, rate_hz, budget, folds, orders, as_json)
+        r = _cross(model, meta, ds, background, rate_hz, budget, folds, orders, as_json, data)
     else:
         r = run(model, part, background=list(background), rate_hz=rate_hz, max_false_alarms_per_hour=budget,
                 orders=orders, backend=backend)
@@ -292,7 +307,7 @@ def calibrate(model, data, background, rate_hz, budget, split, folds, orders, ou
         written = str(write_decision(model, spec, target))
     if as_json:
         click.echo(json.dumps({"chosen": spec.to_json(), "met": r["met"], "front": r["front"], "table": r["table"],
-                               "orders": r["orders"], "sequences": r["sequences"], "folds": r.get("folds"),
+                               "orders": r["orders"], "sequences": r["sequences"], "split": split, "folds": r.get("folds"),
                                "readings_per_stream": r["readings_per_stream"], "rate_hz": rate_hz,
                                "written": written, "plot": plotted}, indent=2))
         return

@@ -23,6 +23,8 @@ from edgeseq.runtime.events import score_events
 from edgeseq.runtime.never_reset import joined_streams
 from edgeseq.runtime.session import StreamSession
 
+CROSS_FOLDS = 5            # `calibrate --split cross`: parts of the training split, each held out once ...
+CROSS_FOLDS_MAX = 20       # ... and at most this many (`edgeseq.train.crossfit`)
 EVENT_ORDERS = 20          # never-reset streams an event figure is measured on: seeded orders of the split
 # The grid `calibrate` searches (EMA weight, one threshold and one minimum duration for every class, refractory
 # time as a share of the median sequence length).
@@ -31,6 +33,14 @@ THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9)
 MIN_DURATIONS = (1, 2, 3, 5, 8, 12)
 REFRACTORY_SHARES = (0.0, 0.25, 0.5)
 RELEASES = (1, 3, 6, 10)
+
+
+def check_folds(folds) -> int:
+    """`folds` for `calibrate --split cross`, checked: a whole number from 2 to CROSS_FOLDS_MAX
+    (UsageError otherwise, one line)."""
+    if isinstance(folds, bool) or not isinstance(folds, (int, np.integer)) or not 2 <= folds <= CROSS_FOLDS_MAX:
+        raise UsageError(f"--folds must be a whole number from 2 to {CROSS_FOLDS_MAX}, got {folds!r}")
+    return int(folds)
 
 
 def stream_probs(model: str, split: Split, orders: int = EVENT_ORDERS, seed: int = 0, backend: str | None = None,

@@ -19,53 +19,73 @@ import numpy as np
 import torch
 
 from edgeseq.data import Dataset, Split
-from edgeseq.errors import UsageError, printable
+from edgeseq.errors import DataError, UsageError, printable
 from edgeseq.train.checkpoint import model_from_checkpoint
 from edgeseq.train.config import DEFAULTS, TrainConfig
 from edgeseq.train.loop import stream_logits, train
 
-FOLDS = 5            # parts of the training split, each held out once
-FOLDS_MAX = 20
+from edgeseq.runtime.calibrate import CROSS_FOLDS as FOLDS
+from edgeseq.runtime.calibrate import CROSS_FOLDS_MAX as FOLDS_MAX  # noqa: F401 - the bound, named here too
+from edgeseq.runtime.calibrate import check_folds
+
+DEALS = 20           # seeded orders tried before data whose parts cannot all teach every class is refused
 
 
-def fold_of(split: Split, folds: int = FOLDS, seed: int = 0) -> np.ndarray:
-    """The part (0 .. folds - 1) each sequence of `split` is held out in, int64 [N]: whole
-    groups where the split names them (groups dealt to the parts in a seeded order, each class's
-    groups spread over them), else each class's sequences dealt in a seeded order, so every part
-    holds about the same share of every class. Raises UsageError when `folds` is outside 2 ..
-    FOLDS_MAX or above the sequences (or groups), or when some part would hold every training
-    sequence of a class (its model could not learn that class): one line saying what to do."""
-    if isinstance(folds, bool) or not isinstance(folds, (int, np.integer)) or not 2 <= folds <= FOLDS_MAX:
-        raise UsageError(f"--folds must be a whole number from 2 to {FOLDS_MAX}, got {folds!r}")
-    rng = np.random.default_rng(seed)
-    fold = np.zeros(len(split), np.int64)
+def fold_of(split: Split, folds: int = FOLDS, seed: int = 0, labels=None) -> np.ndarray:
+    """The part (0 .. folds - 1) each sequence of `split` is held out in, int64 [N].
+
+    The units dealt are whole groups where the split names them, else single sequences; a
+    unit's classes are every label its readings carry (`split.Y`, not only the last). Units are
+    dealt in a seeded order, rarest class first, each to the part that holds fewest units of
+    its classes (then the fewest sequences), so every part holds about the same share of every
+    class and every class sits in two parts at least: each part's model then trains on every
+    class. Where a deal leaves a class in one part, DEALS seeded orders are tried before giving
+    up. `labels`: class names for messages (default: the class ids).
+
+    Raises UsageError, one line saying what to do, when `folds` is outside 2 .. FOLDS_MAX, when
+    a class has one unit only (no part without it could learn it), when there are fewer units
+    than `folds`, or when no deal tried spreads every class over two parts."""
+    folds = check_folds(folds)
+    name = (lambda c: printable(str(labels[c]))) if labels is not None else (lambda c: str(c))   # noqa: E731
+    what = "groups" if split.groups is not None else "training sequences"
     if split.groups is not None:
-        names = np.unique(split.groups)
-        if len(names) < folds:
-            raise UsageError(f"the training split names {len(names)} groups, fewer than --folds {folds}; give "
-                             f"--folds {max(2, len(names))} or fewer" if len(names) >= 2 else
-                             "the training split names one group: cross-fitting holds out whole groups; "
-                             "use --split train")
-        first = {g: int(split.y[split.groups == g].min()) for g in names}     # deal groups class by class
-        order = sorted(rng.permutation(names), key=lambda g: first[g])
-        for k, g in enumerate(order):
-            fold[split.groups == g] = k % folds
+        keys, unit = np.unique(split.groups, return_inverse=True)
     else:
-        if len(split) < folds:
-            raise UsageError(f"{len(split)} training sequences are fewer than --folds {folds}; give --folds "
-                             f"{max(2, len(split))} or fewer")
-        at = 0
-        for c in np.unique(split.y):
-            rows = rng.permutation(np.flatnonzero(split.y == c))
-            fold[rows] = (np.arange(len(rows)) + at) % folds                  # carry on where the last class ended
-            at += len(rows)
-    for c in np.unique(split.y):
-        held = np.unique(fold[split.y == c])
-        if len(held) == 1:
-            raise UsageError(f"every training sequence of class {printable(str(c))} falls in one part of the "
-                             "cross-fit, so its model could not learn that class; cross-fitting needs two "
-                             "sequences (or groups) of each class: use --split train")
-    return fold
+        keys, unit = np.arange(len(split)), np.arange(len(split))
+    n = len(keys)
+    classes = [set() for _ in range(n)]
+    for i in range(len(split)):
+        y = split.Y[i, :split.lengths[i]]
+        classes[unit[i]].update(int(c) for c in np.unique(y[y >= 0]))
+    size = np.bincount(unit, minlength=n)
+    units_of = {}
+    for u, cs in enumerate(classes):
+        for c in cs:
+            units_of[c] = units_of.get(c, 0) + 1
+    lone = sorted(c for c, k in units_of.items() if k < 2)
+    if lone:
+        one = "one group" if split.groups is not None else "one training sequence"
+        raise UsageError(f"class '{name(lone[0])}' is in {one} only, so the part holding it would leave its model "
+                         f"without that class; cross-fitting needs each class in two {what} at least: use --split "
+                         "train")
+    if n < folds:
+        raise UsageError(f"{n} {what} are fewer than --folds {folds}; give --folds {n} or fewer")
+    rng = np.random.default_rng(seed)
+    for _ in range(DEALS):
+        order = sorted(rng.permutation(n), key=lambda u: min((units_of[c] for c in classes[u]), default=n + 1))
+        count = np.zeros((folds, max(units_of) + 1), np.int64)
+        held, part = np.zeros(folds, np.int64), np.zeros(n, np.int64)
+        for u in order:
+            cs = sorted(classes[u])
+            k = min(range(folds), key=lambda f: (int(count[f, cs].sum()), int(held[f]), f))
+            part[u] = k
+            count[k, cs] += 1
+            held[k] += size[u]
+        stuck = [c for c in units_of if (count[:, c] > 0).sum() < 2]
+        if not stuck:
+            return part[unit]
+    raise UsageError(f"no way of dealing the {what} into {folds} parts tried puts class '{name(stuck[0])}' in two "
+                     f"of them, so one part's model would not learn it; try fewer --folds, or use --split train")
 
 
 def out_of_fold(arch: str, dataset: Dataset, folds: int = FOLDS, orders: int = 20, seed: int = 0,
@@ -84,7 +104,7 @@ def out_of_fold(arch: str, dataset: Dataset, folds: int = FOLDS, orders: int = 2
     stream, e.g. bigru) and what `train` raises."""
     from edgeseq.runtime.never_reset import joined_streams
     from edgeseq.models import build_model, make_config
-    fold = fold_of(dataset.train, folds, seed)
+    fold = fold_of(dataset.train, folds, seed, dataset.labels)
     probe = build_model(arch, make_config(arch, n_features=dataset.n_features, n_classes=len(dataset.labels),
                                           **(model_overrides or {})))
     if not hasattr(probe, "forward_stream"):
@@ -97,7 +117,11 @@ def out_of_fold(arch: str, dataset: Dataset, folds: int = FOLDS, orders: int = 2
         part = Dataset(f"{dataset.name} (part {k + 1} of {folds} held out)", rest, held, dataset.labels,
                        dataset.features)
         t0 = time.perf_counter()
-        ckpt = train(arch, part, tc, model_overrides, progress=False)
+        try:
+            ckpt = train(arch, part, tc, model_overrides, progress=False)
+        except DataError as e:                      # a part's model diverged, say: its advice is `train`'s
+            raise DataError(f"cross-fitting: the model without part {k + 1} of {folds} did not train "
+                            f"({str(e).split(';')[0]}); use --split train") from None
         model = model_from_checkpoint(ckpt)
         X, Y, _ = joined_streams(held, orders, seed + k)
         P = torch.softmax(stream_logits(model, X), -1).numpy().astype(np.float32)
