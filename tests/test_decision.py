@@ -650,6 +650,7 @@ def test_calibrate_cli_writes_the_settings_and_eval_scores_events(runner, gru, t
     assert len(chosen) == 1 and "background Standing" in chosen[0] and "the budget of 2/h" in chosen[0]
     assert any(line.startswith("* ") for line in r.output.splitlines())          # the chosen row is marked
     assert "wrote the decision settings into cal.onnx" in r.output
+    assert "--split cross chooses on sequences each predicted by a model that did not train on them" in r.output
     assert gru.read_bytes() == original
     s = StreamSession(tmp_path / "cal.onnx").decision
     assert s is not None and s.background == ("Standing",) and s.rate_hz == 10.0

@@ -67,6 +67,7 @@ def _plot(r, path: Path, budget: float) -> str | None:
     ax[0].set_xlabel("false alarms per hour")
     ax[0].set_ylabel(f"missed events (of {c['events']})")
     ax[0].set_xscale("symlog", linthresh=1)
+    ax[0].set_xlim(left=0)                                    # a rate is never negative
     ax[0].legend(fontsize=8)
     ax[1].scatter([x["false_alarms_per_hour"] for x in t], [x["delay_median"] or 0 for x in t], s=6, alpha=0.3)
     ax[1].plot([x["false_alarms_per_hour"] for x in f], [x["delay_median"] or 0 for x in f], "o-", ms=4)
@@ -75,6 +76,7 @@ def _plot(r, path: Path, budget: float) -> str | None:
     ax[1].set_xlabel("false alarms per hour")
     ax[1].set_ylabel("median detection delay (readings)")
     ax[1].set_xscale("symlog", linthresh=1)
+    ax[1].set_xlim(left=0)
     fig.suptitle(f"decision calibration: {r['orders']} never-reset streams of each of {r['folds']} parts of "
                  f"{r['sequences']} training sequences, each through a model trained without it" if r.get("folds") else
                  f"decision calibration: {r['orders']} never-reset streams of {r['sequences']} sequences", fontsize=9)
@@ -334,7 +336,8 @@ def calibrate(model, data, background, rate_hz, budget, split, folds, orders, ou
     own = float(part.lengths.sum()) / rate_hz / 3600           # the split's own readings, however many orders
     bound = 3.0 / own                                           # 95% upper bound on a rate when none was seen
     seen = ("the parts' models did not train on, predicted by those models rather than this file" if split == "cross"
-            else "the model trained on")
+            else "the model trained on; --split cross chooses on sequences each predicted by a model that did not "
+                 "train on them")
     click.echo(f"these are figures on the {'training' if split == 'cross' else split} sequences ({r['orders']} orders "
                f"of {own * 60:.1f} minutes of recordings {seen}); check the test split: edgeseq eval "
                f"{printable(str(written or target))}")
