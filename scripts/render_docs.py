@@ -944,7 +944,8 @@ def render_events(d: dict, source: str) -> str:
                      f"{r['false_alarms_per_hour']:.1f} ({r['false_alarms']})",
                      f"{r['delay_median']:.0f} / {r['delay_p90']:.0f}" if r["delay_median"] is not None else "n/a",
                      f"{r['deleted']} / {r['fragmented']} / {r['insertions']}",
-                     f"{v['f1']:.3f}, {v['false_alarms_per_hour']:.1f}/h", r["decision"]])
+                     f"{v['f1']:.3f}, {v['false_alarms_per_hour']:.1f}/h",
+                     re.sub(r"\b1 readings\b", "1 reading", r["decision"])])    # describe()'s wording now
     return machine_line(d, source, how) + "\n\n" + _table(
         ["model", "weights", "calibrated on", "backend", "test event F1", "false alarms / h (count)",
          "delay median / p90 (readings)", "deleted / fragmented / insertions", "validation F1, FA/h",

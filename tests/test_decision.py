@@ -284,6 +284,8 @@ def test_spec_make_and_json_round_trip():
     assert DecisionSpec.from_json({"background": "idle", "threshold": {"a": 1, "b": 0.5},
                                    "min_duration": {"a": 1, "b": 1}}, LABELS).background == ("idle",)
     assert "mean of 5 readings, threshold 0.7, min duration 4 readings" in c.describe()
+    one = DecisionSpec.make(LABELS, ["idle"], min_duration=1, refractory=0, release=1).describe()
+    assert "min duration 1 reading, refractory 0 readings, release 1 reading, background idle" in one
     with pytest.raises(UsageError, match="must be a JSON object, got list"):
         DecisionSpec.from_json([], LABELS)
 

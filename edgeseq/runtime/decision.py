@@ -193,8 +193,9 @@ class DecisionSpec:
         num = lambda x: f"{x:,}" if isinstance(x, int) else f"{x:g}"  # noqa: E731
         show = lambda v: num(v[0]) if len(v) == 1 else f"{num(v[0])}-{num(v[-1])}"  # noqa: E731
         bg = f"background {printable(', '.join(self.background))}" if self.background else "no background class"
-        return (f"{smooth}, threshold {show(thr)}, min duration {show(mind)} readings, refractory "
-                f"{self.refractory} readings, release {self.release} readings, {bg}")
+        readings = lambda v: f"{show(v)} reading{'' if v == [1] else 's'}"  # noqa: E731
+        return (f"{smooth}, threshold {show(thr)}, min duration {readings(mind)}, refractory "
+                f"{readings([self.refractory])}, release {readings([self.release])}, {bg}")
 
 
 class Decider:
