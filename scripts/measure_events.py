@@ -64,8 +64,7 @@ def main(argv=None) -> int:
         t0 = time.perf_counter()
         ckpt = load_checkpoint(Path(args.runs) / arch) if args.runs else train(arch, ds, progress=False)
         trained = time.perf_counter() - t0
-        overrides = {k: v for k, v in ckpt["config"].items() if k not in ("n_features", "n_classes")}
-        oof = out_of_fold(arch, ds, FOLDS, 20, 0, model_overrides=overrides)
+        oof = out_of_fold(arch, ds, FOLDS, 20, 0, config=ckpt["config"])
         for kind in ("float32", "int8"):
             path = work / f"{arch}-{kind}.onnx"
             if kind == "float32":

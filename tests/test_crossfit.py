@@ -106,7 +106,8 @@ def test_every_sequence_is_predicted_by_a_model_that_did_not_train_on_it(basicmo
         return ckpt
     monkeypatch.setattr(crossfit, "train", spy)
     said = []
-    out = crossfit.out_of_fold("gru", ds, folds=4, orders=3, train_config=QUICK, model_overrides={"hidden": 8},
+    out = crossfit.out_of_fold("gru", ds, folds=4, orders=3, train_config=QUICK,
+                               config={"n_features": 6, "n_classes": 4, "hidden": 8},
                                say=said.append)
     assert len(seen) == len(out["blocks"]) == 4 and out["held"] == [4, 4, 4, 4] and len(said) == 4
     assert "part 2 of 4: trained gru on 12 sequences" in said[1]

@@ -169,19 +169,17 @@ def _cross(model, meta, ds, background, rate_hz, budget, folds, orders, quiet, d
         raise UsageError(f"--split cross trains models, which needs torch ({printable(str(e))}); install it as "
                          "README's set-up does, or use --split train") from None
     fold_of(ds.train, folds, 0, ds.labels)          # parts that cannot each teach every class: refused now
-    overrides = {k: v for k, v in meta.config.items() if k not in ("n_features", "n_classes")}
+    shown = ", ".join(f"{k}={v}" for k, v in meta.config.items() if k not in ("n_features", "n_classes"))
     say = None if quiet else (lambda line: click.echo(line, err=True))
     if say:
         say(f"cross-fitting: training {folds} {meta.arch} models (default training settings, this model's "
-            f"{', '.join(f'{k}={v}' for k, v in overrides.items()) or 'settings'}; float, in torch, whatever "
+            f"{shown or 'settings'}; float, in torch, whatever "
             "MODEL's weights)")
         if data:
             say("note: with --data the parts' models train on those recordings; if MODEL never saw them, --split "
                 "train scores MODEL itself on them, which is the better measure")
-    oof = out_of_fold(meta.arch, ds, folds, orders, 0, model_overrides=overrides, say=say)
-    r = search(oof["blocks"], list(ds.labels), ds.train, list(background), rate_hz, budget, orders, folds)
-    r["folds"] = folds
-    return r
+    oof = out_of_fold(meta.arch, ds, folds, orders, 0, config=meta.config, say=say)
+    return search(oof["blocks"], list(ds.labels), ds.train, list(background), rate_hz, budget, orders, folds)
 
 
 @click.command()

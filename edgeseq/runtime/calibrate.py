@@ -154,7 +154,7 @@ def search(blocks: list, labels: list, split: Split, background=(), rate_hz: flo
     Y int64 [O, L])], never-reset streams of the sequences of `split` (one block, or one per
     fold of a cross-fit, `edgeseq.train.crossfit`, whose streams may differ in length between
     blocks); `orders` streams of each block; `folds` the cross-fit's (None: none). Returns
-    what `calibrate` does; the chosen spec's calibration records "folds" where given."""
+    what `calibrate` does, with "folds"; the chosen spec's calibration records it where given."""
     missing = [b for b in background if b not in labels]
     if missing:
         raise UsageError(f"background label {missing[0]!r} is not one of the model's labels ({', '.join(labels)})")
@@ -197,4 +197,5 @@ def search(blocks: list, labels: list, split: Split, background=(), rate_hz: flo
     strip = lambda rs: [{k: v for k, v in r.items() if not k.startswith("_")} for r in rs]  # noqa: E731
     return {"chosen": chosen_spec, "met": bool(ok), "table": strip(rows), "front": strip(front),
             "orders": orders, "readings_per_stream": per_stream, "sequences": len(split),
-            "settings_tried": len(rows), "streams": len(Ys), "readings": int(sum(len(y) for y in Ys))}
+            "settings_tried": len(rows), "streams": len(Ys), "readings": int(sum(len(y) for y in Ys)),
+            "folds": folds}

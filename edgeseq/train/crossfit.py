@@ -2,8 +2,8 @@
 
 `edgeseq calibrate --split cross` searches the decision settings on these out-of-fold
 predictions instead of on sequences the model trained on: the training split is cut into
-`folds` parts (whole groups where the data names them, else each class spread evenly over
-the parts), a model of the same architecture and settings is trained on all parts but one,
+`folds` parts (whole groups where the data names them, else single sequences, each class
+spread evenly over the parts), a model of the same architecture and settings is trained on all parts but one,
 and the part it did not see is joined into never-reset streams and run through it in torch
 (`stream_logits`, the numbers the exported file's parity tests hold to). The folds' models
 are thrown away; what is kept is their probabilities. Stone 1974 ("Cross-validatory choice
@@ -20,13 +20,11 @@ import torch
 
 from edgeseq.data import Dataset, Split
 from edgeseq.errors import DataError, UsageError, printable
+from edgeseq.runtime.calibrate import CROSS_FOLDS as FOLDS
+from edgeseq.runtime.calibrate import check_folds
 from edgeseq.train.checkpoint import model_from_checkpoint
 from edgeseq.train.config import DEFAULTS, TrainConfig
 from edgeseq.train.loop import stream_logits, train
-
-from edgeseq.runtime.calibrate import CROSS_FOLDS as FOLDS
-from edgeseq.runtime.calibrate import CROSS_FOLDS_MAX as FOLDS_MAX  # noqa: F401 - the bound, named here too
-from edgeseq.runtime.calibrate import check_folds
 
 DEALS = 20           # seeded orders tried before data whose parts cannot all teach every class is refused
 
@@ -42,17 +40,14 @@ def fold_of(split: Split, folds: int = FOLDS, seed: int = 0, labels=None) -> np.
     class. Where a deal leaves a class in one part, DEALS seeded orders are tried before giving
     up. `labels`: class names for messages (default: the class ids).
 
-    Raises UsageError, one line saying what to do, when `folds` is outside 2 .. FOLDS_MAX, when
+    Raises UsageError, one line saying what to do, when `folds` is outside 2 .. CROSS_FOLDS_MAX, when
     a class has one unit only (no part without it could learn it), when there are fewer units
     than `folds`, or when no deal tried spreads every class over two parts."""
     folds = check_folds(folds)
     name = (lambda c: printable(str(labels[c]))) if labels is not None else (lambda c: str(c))   # noqa: E731
     what = "groups" if split.groups is not None else "training sequences"
-    if split.groups is not None:
-        keys, unit = np.unique(split.groups, return_inverse=True)
-    else:
-        keys, unit = np.arange(len(split)), np.arange(len(split))
-    n = len(keys)
+    unit = np.unique(split.groups, return_inverse=True)[1] if split.groups is not None else np.arange(len(split))
+    n = int(unit.max()) + 1 if len(unit) else 0
     classes = [set() for _ in range(n)]
     for i in range(len(split)):
         y = split.Y[i, :split.lengths[i]]
@@ -89,12 +84,13 @@ def fold_of(split: Split, folds: int = FOLDS, seed: int = 0, labels=None) -> np.
 
 
 def out_of_fold(arch: str, dataset: Dataset, folds: int = FOLDS, orders: int = 20, seed: int = 0,
-                train_config: TrainConfig | None = None, model_overrides: dict | None = None,
+                train_config: TrainConfig | None = None, config: dict | None = None,
                 say=None) -> dict:
     """Out-of-fold class probabilities of `dataset.train` on never-reset streams.
 
     For each part of `fold_of(dataset.train, folds, seed)`: train `arch` (`train_config`, default
-    the architecture's DEFAULTS; `model_overrides`, e.g. the model file's settings) on the other
+    the architecture's DEFAULTS; `config`, model settings such as a model file's or checkpoint's
+    config, whose n_features and n_classes are left to the data) on the other
     parts, join the held-out part's sequences in `orders` seeded orders (seed + part) and run the
     streams through that model, never reset. `say(line)` is told of each part as it finishes.
 
@@ -105,8 +101,9 @@ def out_of_fold(arch: str, dataset: Dataset, folds: int = FOLDS, orders: int = 2
     from edgeseq.runtime.never_reset import joined_streams
     from edgeseq.models import build_model, make_config
     fold = fold_of(dataset.train, folds, seed, dataset.labels)
+    model_overrides = {k: v for k, v in (config or {}).items() if k not in ("n_features", "n_classes")}
     probe = build_model(arch, make_config(arch, n_features=dataset.n_features, n_classes=len(dataset.labels),
-                                          **(model_overrides or {})))
+                                          **model_overrides))
     if not hasattr(probe, "forward_stream"):
         raise UsageError(f"'{arch}' reads a whole sequence at once (no never-reset stream): cross-fitting "
                          "scores streams; use --split train")
