@@ -41,8 +41,6 @@ def main(argv=None) -> int:
     ap.add_argument("--json", required=True, help="write the figures here")
     args = ap.parse_args(argv)
 
-    import numpy as np
-    import onnxruntime
     import torch
 
     from edgeseq.data import holdout, load_dataset
@@ -104,13 +102,20 @@ def main(argv=None) -> int:
                           flush=True)
     out = {"rows": rows, "budget": BUDGET, "background": BACKGROUND, "rate_hz": RATE_HZ, "orders": 20,
            "test_sequences": len(ds.test), "validation_sequences": len(val),
-           "meta": {"machine": {"machine": platform.machine(), "python": platform.python_version(),
-                                "torch": torch.__version__, "onnxruntime": onnxruntime.__version__,
-                                "numpy": np.__version__},
-                    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                    "command": "python scripts/measure_events.py " + " ".join(argv if argv is not None else sys.argv[1:])}}
+           "meta": run_meta("measure_events.py", argv)}
     Path(args.json).write_text(json.dumps(out, indent=1))
     return 0
+
+
+def run_meta(script: str, argv) -> dict:
+    """The machine, the date (UTC) and the command line of a figures run, for its JSON's "meta"."""
+    import numpy as np
+    import onnxruntime
+    import torch
+    return {"machine": {"machine": platform.machine(), "python": platform.python_version(),
+                        "torch": torch.__version__, "onnxruntime": onnxruntime.__version__, "numpy": np.__version__},
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "command": f"python scripts/{script} " + " ".join(argv if argv is not None else sys.argv[1:])}
 
 
 if __name__ == "__main__":

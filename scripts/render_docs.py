@@ -37,6 +37,8 @@ Sources:
                                  command is recorded in the JSON)
   - docs/figures/events.json    `python scripts/measure_events.py --json docs/figures/events.json` (trains,
                                  exports, calibrates and scores; the command is recorded in the JSON)
+  - docs/figures/switching.json `python scripts/measure_switching.py --json docs/figures/switching.json` (trains,
+                                 exports, calibrates and scores; the command is recorded in the JSON)
   - docs/figures/decision_bench.json  `python scripts/bench_decision.py --json docs/figures/decision_bench.json
                                  models/...onnx` (after `make demo`; the command is recorded in the JSON)
   - docs/figures/anomaly.json   `python scripts/measure_anomaly.py --json docs/figures/anomaly.json` (trains,
@@ -107,6 +109,7 @@ SOURCES = {
     "pi-demo": "docs/figures/pi_demo.json",
     "report-quick": "docs/figures/report_quick.json",
     "events": "docs/figures/events.json",
+    "switching": "docs/figures/switching.json",
     "decision-bench": "docs/figures/decision_bench.json",
     "anomaly": "docs/figures/anomaly.json",
     "regress": "docs/figures/regress.json",
@@ -952,6 +955,35 @@ def render_events(d: dict, source: str) -> str:
          "settings chosen"], rows)
 
 
+def render_switching(d: dict, source: str) -> str:
+    """How soon events can be detected, by training grace: accuracy, the test-split oracle and
+    the calibrated settings' test figures."""
+    how = (f"`{d['meta']['command']}`: default settings and the training grace shown, seed 0; "
+           f"{d['test_sequences']} test sequences joined in {d['orders']} seeded orders; budget {d['budget']:g} false "
+           f"alarms per hour, background {', '.join(d['background'])}, {d['rate_hz']:g} Hz")
+
+    def efd(c):
+        if c is None:
+            return "none"
+        delay = "n/a" if c["delay_median"] is None else f"{c['delay_median']:.0f}"
+        return f"{c['f1']:.3f} / {c['false_alarms_per_hour']:.1f} / {delay}"
+    rows = []
+    for r in d["rows"]:
+        since = r["since_change"]
+        cal = r["calibrated"]
+        rows.append([r["arch"], f"{r['grace']}" + (" (the data's)" if r["grace_setting"] == "data" else ""),
+                     f"{r['per_sequence']:.3f} / {r['never_reset']:.3f}",
+                     " / ".join(f"{since[k]:.2f}" for k in list(since)[:6]),
+                     efd(r["oracle"]["15"]), efd(r["oracle"]["any"]),
+                     efd(cal["train"]), efd(cal[f"train, max delay {d['max_delay']}"]),
+                     efd(cal["cross"]), efd(cal[f"cross, max delay {d['max_delay']}"])])
+    bins = " / ".join(list(d["rows"][0]["since_change"])[:6]) if d["rows"] else ""
+    return machine_line(d, source, how) + "\n\n" + _table(
+        ["model", "training grace", "per sequence / never reset", f"right at readings {bins} after a change",
+         "oracle at delay <= 15: F1 / FA/h / delay", "oracle at any delay", "calibrated: train",
+         f"train, --max-delay {d['max_delay']}", "cross", f"cross, --max-delay {d['max_delay']}"], rows)
+
+
 def render_decision_bench(d: dict, source: str) -> str:
     """The push with and without the decision layer, side by side."""
     how = f"`{d['meta']['command']}`, median of {d['rounds']} alternating rounds"
@@ -1465,6 +1497,7 @@ RENDERERS = {
     "regress": ("regress", render_regress),
     "anomaly": ("anomaly", render_anomaly),
     "events": ("events", render_events),
+    "switching": ("switching", render_switching),
     "decision-bench": ("decision-bench", render_decision_bench),
     "ucr": ("ucr", render_ucr),
     "ucr-augment": ("ucr", render_ucr_augment),

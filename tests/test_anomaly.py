@@ -404,6 +404,9 @@ def test_calibrate_writes_a_threshold_from_normal_streams(models, tmp_path):
     r = CliRunner().invoke(cli, ["calibrate", str(with_spec), "--data", str(tmp_path / "normal.npz"), "--background",
                                  "normal", "--dry-run"])
     assert r.exit_code != 0 and "no classes" not in r.output and "--background" in r.output
+    r = CliRunner().invoke(cli, ["calibrate", str(with_spec), "--data", str(tmp_path / "normal.npz"), "--max-delay",
+                                 "10", "--dry-run"])
+    assert r.exit_code == 2 and "--max-delay bounds a classifier's detection delay" in r.output
     from export.decision import write_decision as wd
     from edgeseq.runtime.decision import DecisionSpec
     with pytest.raises(UsageError, match="anomaly model takes anomaly settings"):

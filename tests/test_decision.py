@@ -622,6 +622,60 @@ def test_calibrate_keeps_the_budget_when_a_setting_can(monkeypatch):
     assert max(x["f1"] for x in r["table"] if x["false_alarms_per_hour"] <= 2 / hours) == pytest.approx(v["f1"])
 
 
+def _slow_start_case():
+    """Two streams: an 'a' whose first 10 readings the model calls 'a' at 0.55 only (then 0.95),
+    a background spike of 'a' at 0.55 (5 readings) and a clean 'b': catching 'a' at once costs
+    the spike as a false alarm."""
+    idle, weak = [0.97, 0.02, 0.01], [0.40, 0.55, 0.05]
+    parts = [(idle, 0, 40), (weak, 1, 10), ([0.03, 0.95, 0.02], 1, 20), (idle, 0, 40), (weak, 0, 5),
+             (idle, 0, 40), ([0.02, 0.03, 0.95], 2, 30), (idle, 0, 40)]
+    P = np.concatenate([np.tile(np.array(p, np.float32), (n, 1)) for p, _, n in parts])
+    Y = np.concatenate([np.full(n, y, np.int64) for _, y, n in parts])
+    return np.stack([P, P]), np.stack([Y, Y])
+
+
+def test_calibrate_max_delay_trades_false_alarms_for_a_quicker_detection():
+    from edgeseq.runtime.calibrate import search
+    P, Y = _slow_start_case()
+    hours = P.shape[0] * P.shape[1] / 3600
+
+    def run(budget, max_delay):
+        return search([(P, Y)], list(LABELS), _six(), ["idle"], 1.0, budget, 2, max_delay=max_delay)
+
+    # no bound: the best F1 within one false alarm per stream waits out the weak start (a minimum
+    # duration longer than the spike: 'a' found 8 readings in, 'b' at once)
+    r = run(2 / hours, None)
+    v = r["chosen"].calibration["validation"]
+    slow = min(x["delay_median"] for x in r["table"] if x["false_alarms"] == 0 and x["delay_median"] is not None)
+    assert (v["f1"], v["false_alarms"], v["delay_median"]) == (1.0, 0, slow) and slow > 2
+    assert r["delay_met"] is None and r["fastest_within_budget"] == 0.0 and r["fewest_within_delay"] is None
+    assert "max_delay_readings" not in r["chosen"].calibration
+    # a bound of 2 readings: only catching 'a' at once keeps it, which costs the spike in each stream
+    r = run(2 / hours, 2)
+    v, c = r["chosen"].calibration["validation"], r["chosen"].calibration
+    assert r["met"] is True and r["delay_met"] is True and v["delay_median"] <= 2
+    assert v["false_alarms"] == 2 and v["f1"] == pytest.approx(0.8)
+    assert (c["max_delay_readings"], c["delay_met"]) == (2.0, True)
+    assert max(x["f1"] for x in r["table"] if x["false_alarms_per_hour"] <= 2 / hours
+               and x["delay_median"] is not None and x["delay_median"] <= 2) == pytest.approx(v["f1"])
+    # no false alarm allowed: nothing that quick keeps it; the quickest within the budget, said so
+    r = run(0.0, 2)
+    v = r["chosen"].calibration["validation"]
+    assert r["met"] is True and r["delay_met"] is False and r["chosen"].calibration["delay_met"] is False
+    assert v["false_alarms"] == 0 and v["delay_median"] == slow
+    assert r["fewest_within_delay"] == pytest.approx(2 / hours)
+    for bad in (-1, float("nan"), float("inf"), "5", True):
+        with pytest.raises(UsageError, match="--max-delay must be a number of readings >= 0"):
+            run(1.0, bad)
+
+
+def _six():
+    class Split(SimpleNamespace):
+        def __len__(self):
+            return 6
+    return Split(lengths=np.array([100]))
+
+
 def test_calibrate_says_when_no_setting_keeps_the_budget(monkeypatch):
     idle, strong = np.array([0.97, 0.02, 0.01], np.float32), np.array([0.005, 0.99, 0.005], np.float32)
     # a true 'a', then 80 background readings the model calls 'a' at 0.99: every setting in the grid fires
@@ -732,6 +786,28 @@ def test_a_native_session_decides_in_c_on_both_its_paths(gru, streams, int8):
             p, ev = sess.push_events(x if t % 5 else x.astype(np.float64))
             assert ev == ref.update(p), t
         assert_same_snapshot(sess.snapshot(), {**sess.snapshot(), "decision": ref.snapshot()})
+
+
+def test_calibrate_cli_max_delay(runner, gru, tmp_path):
+    args = ["calibrate", str(gru), "--background", "Standing", "--orders", "1", "--dry-run"]
+    r = runner.invoke(cli, args + ["--json", "--max-delay", "12"])
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    cal = out["chosen"]["calibration"]
+    assert out["max_delay"] == 12.0 and cal["max_delay_readings"] == 12.0 and cal["delay_met"] is out["delay_met"]
+    if out["delay_met"]:
+        assert cal["validation"]["delay_median"] <= 12
+    else:
+        assert cal["validation"]["delay_median"] == out["fastest_within_budget"] > 12
+    # no model names the class at an event's first reading: a bound of 0 is kept by no setting
+    r = runner.invoke(cli, args + ["--max-delay", "0", "--max-false-alarms-per-hour", "1000"])
+    assert r.exit_code == 0, r.output
+    assert "note: no setting within the budget keeps the median delay within --max-delay 0 readings (0.0 s)" in r.output
+    e = one_error_line(runner.invoke(cli, args + ["--max-delay", "-3"]), 2)
+    assert e == "Error: --max-delay must be a number of readings >= 0, got -3.0 (see 'cli calibrate --help')"
+    assert one_error_line(runner.invoke(cli, args + ["--max-delay", "nan"]), 2).startswith(
+        "Error: --max-delay must be a number of readings >= 0")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_calibrate_refuses_outputs_that_would_overwrite_what_they_must_not(runner, gru, basicmotions, tmp_path):

@@ -73,6 +73,9 @@ def _plot(r, path: Path, budget: float) -> str | None:
     ax[1].plot([x["false_alarms_per_hour"] for x in f], [x["delay_median"] or 0 for x in f], "o-", ms=4)
     ax[1].scatter([c["false_alarms_per_hour"]], [c["delay_median"] or 0], s=120, marker="*", color="red", zorder=3)
     ax[1].axvline(budget, ls="--", color="grey", lw=1)
+    if r.get("max_delay") is not None:
+        ax[1].axhline(r["max_delay"], ls=":", color="grey", lw=1, label=f"--max-delay {r['max_delay']:g}")
+        ax[1].legend(fontsize=8)
     ax[1].set_xlabel("false alarms per hour")
     ax[1].set_ylabel("median detection delay (readings)")
     ax[1].set_xscale("symlog", linthresh=1)
@@ -155,7 +158,7 @@ def _plot_anomaly(r, path: Path) -> str | None:
     return str(path)
 
 
-def _cross(model, meta, ds, background, rate_hz, budget, folds, orders, quiet, data) -> dict:
+def _cross(model, meta, ds, background, rate_hz, budget, folds, orders, quiet, data, max_delay=None) -> dict:
     """`calibrate`'s search on out-of-fold probabilities (`edgeseq.train.crossfit`): `folds`
     models of MODEL's architecture and settings, each trained without one part of the training
     split, run on that part's never-reset streams. Everything that can refuse does so before
@@ -179,7 +182,8 @@ def _cross(model, meta, ds, background, rate_hz, budget, folds, orders, quiet, d
             say("note: with --data the parts' models train on those recordings; if MODEL never saw them, --split "
                 "train scores MODEL itself on them, which is the better measure")
     oof = out_of_fold(meta.arch, ds, folds, orders, 0, config=meta.config, say=say)
-    return search(oof["blocks"], list(ds.labels), ds.train, list(background), rate_hz, budget, orders, folds)
+    return search(oof["blocks"], list(ds.labels), ds.train, list(background), rate_hz, budget, orders, folds,
+                  max_delay=max_delay)
 
 
 @click.command()
@@ -193,6 +197,10 @@ def _cross(model, meta, ds, background, rate_hz, budget, folds, orders, quiet, d
               help="The data's readings per second (default: known for the embedded data, e.g. basicmotions 10 Hz).")
 @click.option("--max-false-alarms-per-hour", "budget", type=click.FloatRange(min=0), default=2.0, show_default=True,
               help="The false-alarm budget the settings must keep on the validation streams.")
+@click.option("--max-delay", type=float, default=None, metavar="READINGS",
+              help="Also keep the median detection delay within this many readings (at 10 Hz, 15 is 1.5 s): the best "
+                   "F1 among the settings within both; where the budget keeps none this quick, the quickest it keeps "
+                   "(and says so). Default: no bound, the best F1 within the budget.")
 @click.option("--split", type=click.Choice(["train", "validation", "cross"]), default="train", show_default=True,
               help="train: every training sequence; validation: the part training holds out to decide when to stop "
                    "(whole groups, or the last sequences of each class; the model's last epochs train on it too, "
@@ -211,7 +219,8 @@ def _cross(model, meta, ds, background, rate_hz, budget, folds, orders, quiet, d
 @_json_option
 @_backend_option
 @_errors
-def calibrate(model, data, background, rate_hz, budget, split, folds, orders, out, plot, dry_run, as_json, backend):
+def calibrate(model, data, background, rate_hz, budget, max_delay, split, folds, orders, out, plot, dry_run, as_json,
+              backend):
     """Choose the decision layer's settings (smoothing, threshold, minimum duration, refractory
     and release time) for a false-alarm budget, on never-reset streams of a validation split,
     and write them into a copy of the model file (<MODEL stem>-events.onnx, or --out), where
@@ -219,7 +228,8 @@ def calibrate(model, data, background, rate_hz, budget, split, folds, orders, ou
 
     Every combination of a grid (EMA weight, threshold, minimum duration, refractory, release)
     runs on the model's probabilities over the streams; the one with the best event F1 within
-    the budget is kept (ties: the shorter median detection delay). A false alarm is an alert
+    the budget is kept (ties: the shorter median detection delay); with --max-delay, within the
+    budget and that delay. A false alarm is an alert
     that announces no new event: a detection during another class or the background, or a
     second alert for one event. Prints the trade-off (false alarms per hour, missed events,
     median and p90 detection delay) and plots it. The test split is never read: score the
@@ -237,6 +247,7 @@ def calibrate(model, data, background, rate_hz, budget, split, folds, orders, ou
 
     from edgeseq.data import RATE_HZ, holdout
     from edgeseq.runtime.calibrate import calibrate as run
+    from edgeseq.runtime.calibrate import check_max_delay
     from edgeseq.runtime.model import model_data
 
     for name, v in (("--rate-hz", rate_hz), ("--max-false-alarms-per-hour", budget)):
@@ -244,6 +255,7 @@ def calibrate(model, data, background, rate_hz, budget, split, folds, orders, ou
             raise UsageError(f"{name} must be a finite number, got {v}")
     if rate_hz is not None and rate_hz < 1e-3:
         raise UsageError(f"--rate-hz {rate_hz:g} is below one reading in 1,000 s; give the readings per second")
+    max_delay = check_max_delay(max_delay)
     dup = sorted({b for b in background if background.count(b) > 1})
     if dup:
         raise UsageError(f"--background '{printable(dup[0])}' is given twice; name each background label once")
@@ -270,6 +282,9 @@ def calibrate(model, data, background, rate_hz, budget, split, folds, orders, ou
         if split == "cross":
             raise UsageError("--split cross is for classifiers; an anomaly model calibrates on normal recordings "
                              "(--split train or validation)")
+        if max_delay is not None:
+            raise UsageError("--max-delay bounds a classifier's detection delay; an anomaly model's threshold is set "
+                             "by its false-alarm budget alone (drop --max-delay)")
         rate = rate_hz or RATE_HZ.get(ds.source or "") or meta.task.get("rate_hz")
         if rate is None:
             raise UsageError(f"the sampling rate of '{printable(ds.name)}' is not known; give --rate-hz (readings per "
@@ -292,10 +307,10 @@ def calibrate(model, data, background, rate_hz, budget, split, folds, orders, ou
     else:
         part = ds.train
     if split == "cross":
-        r = _cross(model, meta, ds, background, rate_hz, budget, folds, orders, as_json, data)
+        r = _cross(model, meta, ds, background, rate_hz, budget, folds, orders, as_json, data, max_delay)
     else:
         r = run(model, part, background=list(background), rate_hz=rate_hz, max_false_alarms_per_hour=budget,
-                orders=orders, backend=backend)
+                orders=orders, backend=backend, max_delay=max_delay)
     spec = r["chosen"]
     if not r["table"][0]["events"]:
         raise UsageError(f"the {split} sequences of '{printable(ds.name)}' hold no event (every reading is of a "
@@ -308,6 +323,9 @@ def calibrate(model, data, background, rate_hz, budget, split, folds, orders, ou
     if as_json:
         click.echo(json.dumps({"chosen": spec.to_json(), "met": r["met"], "front": r["front"], "table": r["table"],
                                "orders": r["orders"], "sequences": r["sequences"], "split": split, "folds": r.get("folds"),
+                               "max_delay": max_delay, "delay_met": r["delay_met"],
+                               "fastest_within_budget": r["fastest_within_budget"],
+                               "fewest_within_delay": r["fewest_within_delay"],
                                "readings_per_stream": r["readings_per_stream"], "rate_hz": rate_hz,
                                "written": written, "plot": plotted}, indent=2))
         return
@@ -331,6 +349,17 @@ def calibrate(model, data, background, rate_hz, budget, split, folds, orders, ou
     click.echo(f"chosen: {spec.describe()}: {cal['false_alarms_per_hour']:.1f} false alarms per hour, "
                f"{verdict} the budget of {budget:g}/h; F1 {cal['f1'] or 0:.3f}, {cal['missed']} of {cal['events']} "
                f"events missed, median delay {_delay(cal['delay_median'], rate_hz, ' readings')}")
+    if max_delay is not None and r["met"]:
+        bound = _delay(max_delay, rate_hz, " readings")
+        if r["delay_met"]:
+            click.echo(f"the median delay is within --max-delay {bound}")
+        else:
+            fewest = r["fewest_within_delay"]
+            cost = (f"; the fewest false alarms of a setting within it: {fewest:.1f} per hour" if fewest is not None
+                    else "; no setting tried is that quick at any false-alarm rate")
+            click.echo(f"note: no setting within the budget keeps the median delay within --max-delay {bound}: chose "
+                       f"the quickest within the budget{cost}; raise the budget or --max-delay, or train the model "
+                       "to follow changes sooner (docs/decisions.md)")
     own = float(part.lengths.sum()) / rate_hz / 3600           # the split's own readings, however many orders
     bound = 3.0 / own                                           # 95% upper bound on a rate when none was seen
     seen = ("the parts' models did not train on, predicted by those models rather than this file" if split == "cross"

@@ -43,6 +43,17 @@ def check_folds(folds) -> int:
     return int(folds)
 
 
+def check_max_delay(max_delay) -> float | None:
+    """`max_delay` for `calibrate`, checked: None, or a finite number of readings >= 0
+    (UsageError otherwise, one line)."""
+    if max_delay is None:
+        return None
+    if isinstance(max_delay, bool) or not isinstance(max_delay, (int, float, np.integer, np.floating)) \
+            or not math.isfinite(max_delay) or max_delay < 0:
+        raise UsageError(f"--max-delay must be a number of readings >= 0, got {max_delay!r}")
+    return float(max_delay)
+
+
 def stream_probs(model: str, split: Split, orders: int = EVENT_ORDERS, seed: int = 0, backend: str | None = None,
                  provider: str = "cpu") -> tuple:
     """Probabilities on never-reset streams: (P float32 [orders, L, classes], Y int64
@@ -130,7 +141,7 @@ def grid(labels, background, rate_hz, median_length: float) -> list:
 
 def calibrate(model: str, split: Split, background=(), rate_hz: float | None = None,
               max_false_alarms_per_hour: float = 2.0, orders: int = EVENT_ORDERS, seed: int = 0,
-              backend: str | None = None, provider: str = "cpu") -> dict:
+              backend: str | None = None, provider: str = "cpu", max_delay: float | None = None) -> dict:
     """Search decision settings for `model` on never-reset streams of `split` (a validation
     split: never the test split). `background`: label names that are not events. `rate_hz`:
     the data's readings per second (needed for a per-hour budget; UsageError without it).
@@ -138,23 +149,36 @@ def calibrate(model: str, split: Split, background=(), rate_hz: float | None = N
     "table": [per setting: its settings and figures, best F1 first], "front": the settings
     no other beats on false alarms, missed events and median delay together,
     "orders", "readings_per_stream", "sequences"}. Where none keeps within the budget the
-    one with the fewest false alarms per hour is chosen (and "met" is False)."""
+    one with the fewest false alarms per hour is chosen (and "met" is False). `max_delay`: a bound
+    on the median detection delay, in readings (`check_max_delay`; None: none), see `search`."""
     if rate_hz is None or not (isinstance(rate_hz, (int, float)) and math.isfinite(rate_hz) and rate_hz > 0):
         raise UsageError("calibrating for false alarms per hour needs the data's sampling rate; give --rate-hz "
                          "(readings per second)")
     if not (isinstance(max_false_alarms_per_hour, (int, float)) and max_false_alarms_per_hour >= 0):
         raise UsageError(f"the false-alarm budget must be a number >= 0 per hour, got {max_false_alarms_per_hour!r}")
     P, Y, labels = stream_probs(model, split, orders, seed, backend, provider)
-    return search([(P, Y)], labels, split, background, rate_hz, max_false_alarms_per_hour, orders)
+    return search([(P, Y)], labels, split, background, rate_hz, max_false_alarms_per_hour, orders,
+                  max_delay=max_delay)
 
 
 def search(blocks: list, labels: list, split: Split, background=(), rate_hz: float = 1.0,
-           max_false_alarms_per_hour: float = 2.0, orders: int = EVENT_ORDERS, folds: int | None = None) -> dict:
+           max_false_alarms_per_hour: float = 2.0, orders: int = EVENT_ORDERS, folds: int | None = None,
+           max_delay: float | None = None) -> dict:
     """`calibrate`'s search on probabilities already computed: `blocks` [(P float32 [O, L, C],
     Y int64 [O, L])], never-reset streams of the sequences of `split` (one block, or one per
     fold of a cross-fit, `edgeseq.train.crossfit`, whose streams may differ in length between
     blocks); `orders` streams of each block; `folds` the cross-fit's (None: none). Returns
-    what `calibrate` does, with "folds"; the chosen spec's calibration records it where given."""
+    what `calibrate` does, with "folds"; the chosen spec's calibration records it where given.
+
+    `max_delay` (readings, None: no bound): the best F1 is sought among the settings within the
+    budget whose median detection delay is at most that; where none is, the shortest median
+    delay within the budget is chosen instead (F1, then fewer false alarms, break ties) and
+    "delay_met" is False; with no setting within the budget either, the fewest false alarms
+    as without a bound. Also returned: "delay_met" (None without a bound), "fastest_within_budget"
+    (the shortest median delay of a setting within the budget, readings, or None) and
+    "fewest_within_delay" (the fewest false alarms per hour of a setting within the delay bound,
+    or None)."""
+    max_delay = check_max_delay(max_delay)
     missing = [b for b in background if b not in labels]
     if missing:
         raise UsageError(f"background label {missing[0]!r} is not one of the model's labels ({', '.join(labels)})")
@@ -178,8 +202,22 @@ def search(blocks: list, labels: list, split: Split, background=(), rate_hz: flo
     def key(r):
         delay = math.inf if r["delay_median"] is None else r["delay_median"]
         return (-(r["f1"] or 0.0), delay, r["false_alarms_per_hour"])
+    def quick(r):
+        return r["delay_median"] is not None and r["delay_median"] <= max_delay
     ok = [r for r in rows if r["false_alarms_per_hour"] <= max_false_alarms_per_hour]
-    chosen = min(ok, key=key) if ok else min(rows, key=lambda r: (r["false_alarms_per_hour"], key(r)))
+    fast = ok if max_delay is None else [r for r in ok if quick(r)]
+    if fast:
+        chosen = min(fast, key=key)
+    elif ok:                                   # the budget keeps no setting this quick: the quickest it keeps
+        chosen = min(ok, key=lambda r: (math.inf if r["delay_median"] is None else r["delay_median"],
+                                        -(r["f1"] or 0.0), r["false_alarms_per_hour"]))
+    else:
+        chosen = min(rows, key=lambda r: (r["false_alarms_per_hour"], key(r)))
+    delays = [r["delay_median"] for r in ok if r["delay_median"] is not None]
+    within = [r["false_alarms_per_hour"] for r in rows if max_delay is not None and quick(r)]
+    extra = {"delay_met": None if max_delay is None else bool(fast),
+             "fastest_within_budget": min(delays) if delays else None,
+             "fewest_within_delay": min(within) if within else None}
     rows.sort(key=key)
     front = []
     for r in sorted(rows, key=lambda r: (r["false_alarms_per_hour"], r["missed"], r["delay_median"] or 0)):
@@ -193,9 +231,11 @@ def search(blocks: list, labels: list, split: Split, background=(), rate_hz: flo
            "sequences": len(split), "readings_per_stream": per_stream, "validation": figures}
     if folds is not None:
         cal["folds"] = folds
+    if max_delay is not None:
+        cal["max_delay_readings"], cal["delay_met"] = max_delay, bool(fast)
     chosen_spec = DecisionSpec.from_json({**spec.to_json(), "calibration": cal}, labels)
     strip = lambda rs: [{k: v for k, v in r.items() if not k.startswith("_")} for r in rs]  # noqa: E731
     return {"chosen": chosen_spec, "met": bool(ok), "table": strip(rows), "front": strip(front),
             "orders": orders, "readings_per_stream": per_stream, "sequences": len(split),
             "settings_tried": len(rows), "streams": len(Ys), "readings": int(sum(len(y) for y in Ys)),
-            "folds": folds}
+            "folds": folds, "max_delay": max_delay, **extra}
