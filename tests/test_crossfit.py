@@ -159,6 +159,21 @@ def test_calibrate_split_cross_writes_settings_chosen_on_unseen_sequences(runner
     out = json.loads(r.output)
     assert out["folds"] == 2 and out["split"] == "cross" and out["written"] is None and out["sequences"] == 40
 
+    # the folds' models trained as MODEL was: a training setting on top of the defaults, recorded
+    r = runner.invoke(cli, ["calibrate", str(gru), "--background", "Standing", "--split", "cross", "--folds", "2",
+                            "--orders", "1", "--set", "grace=8", "--out", "g8.onnx", "--plot", "g8.png"])
+    assert r.exit_code == 0, r.output
+    assert "training 2 gru models (default training settings but grace=8, this model's" in r.output
+    assert StreamSession(tmp_path / "g8.onnx").decision.calibration["fold_settings"] == {"grace": 8}
+    (tmp_path / "g8.onnx").unlink()
+    (tmp_path / "g8.png").unlink(missing_ok=True)
+    e = one_error_line(runner.invoke(cli, ["calibrate", str(gru), "--set", "grace=8"]), 2)
+    assert e.startswith("Error: --set sets how the folds' models train, which only --split cross does")
+    for bad, want in (("hidden=32", "--set hidden: the folds' models take MODEL's model settings"),
+                      ("grace=-1", "grace"), ("grace", "--set takes NAME=VALUE"),
+                      ("augment.rotate=-5", "rotate")):
+        r = runner.invoke(cli, ["calibrate", str(gru), "--split", "cross", "--set", bad])
+        assert want in one_error_line(r, 2) and "cross-fitting" not in r.output, (bad, r.output)
     e = one_error_line(runner.invoke(cli, ["calibrate", str(gru), "--folds", "3"]), 2)
     assert e.startswith("Error: --folds goes with --split cross; add --split cross or drop --folds")
     for bad in ("1", "0", "-3", "21"):

@@ -158,7 +158,28 @@ def _plot_anomaly(r, path: Path) -> str | None:
     return str(path)
 
 
-def _cross(model, meta, ds, background, rate_hz, budget, folds, orders, quiet, data, max_delay=None) -> dict:
+def _fold_training(arch: str, settings, features):
+    """The folds' training settings: the architecture's defaults with `--set` NAME=VALUE training
+    settings (`edgeseq train --set`'s names, augment.NAME included) on top. Returns (TrainConfig,
+    the settings as given, for the progress line). UsageError (one line) for a model setting
+    (the folds take MODEL's) or an unknown name."""
+    from dataclasses import replace
+
+    from edgeseq.data.augment import parse_settings
+    from edgeseq.train import DEFAULTS, TRAIN_SETTINGS, TrainConfig, check_train_config, parse_overrides
+    tc = DEFAULTS.get(arch, TrainConfig())
+    given = parse_overrides(settings)
+    rest, augment = parse_settings(given, base=tc.augment, features=features)
+    allowed = set(TRAIN_SETTINGS) | {"epochs", "lr"}
+    bad = sorted(k for k in rest if k not in allowed)
+    if bad:
+        raise UsageError(printable(f"--set {bad[0]}: the folds' models take MODEL's model settings; --set takes training "
+                                   f"settings here ({', '.join(sorted(allowed))}, augment.NAME)"))
+    return check_train_config(replace(tc, augment=augment, **rest)), given
+
+
+def _cross(model, meta, ds, background, rate_hz, budget, folds, orders, quiet, data, max_delay=None,
+           settings=()) -> dict:
     """`calibrate`'s search on out-of-fold probabilities (`edgeseq.train.crossfit`): `folds`
     models of MODEL's architecture and settings, each trained without one part of the training
     split, run on that part's never-reset streams. Everything that can refuse does so before
@@ -171,19 +192,25 @@ def _cross(model, meta, ds, background, rate_hz, budget, folds, orders, quiet, d
     except ImportError as e:
         raise UsageError(f"--split cross trains models, which needs torch ({printable(str(e))}); install it as "
                          "README's set-up does, or use --split train") from None
+    tc, given = _fold_training(meta.arch, settings, ds.features)
     fold_of(ds.train, folds, 0, ds.labels)          # parts that cannot each teach every class: refused now
     shown = ", ".join(f"{k}={v}" for k, v in meta.config.items() if k not in ("n_features", "n_classes"))
+    how = ("default training settings" if not given else
+           "default training settings but " + printable(", ".join(f"{k}={v}" for k, v in given.items())))
     say = None if quiet else (lambda line: click.echo(line, err=True))
     if say:
-        say(f"cross-fitting: training {folds} {meta.arch} models (default training settings, this model's "
+        say(f"cross-fitting: training {folds} {meta.arch} models ({how}, this model's "
             f"{shown or 'settings'}; float, in torch, whatever "
             "MODEL's weights)")
         if data:
             say("note: with --data the parts' models train on those recordings; if MODEL never saw them, --split "
                 "train scores MODEL itself on them, which is the better measure")
-    oof = out_of_fold(meta.arch, ds, folds, orders, 0, config=meta.config, say=say)
-    return search(oof["blocks"], list(ds.labels), ds.train, list(background), rate_hz, budget, orders, folds,
-                  max_delay=max_delay)
+    oof = out_of_fold(meta.arch, ds, folds, orders, 0, train_config=tc, config=meta.config, say=say)
+    r = search(oof["blocks"], list(ds.labels), ds.train, list(background), rate_hz, budget, orders, folds,
+               max_delay=max_delay)
+    if given:                                   # in the model file's calibration record and the JSON
+        r["chosen"].calibration["fold_settings"] = r["fold_settings"] = given
+    return r
 
 
 @click.command()
@@ -206,9 +233,12 @@ def _cross(model, meta, ds, background, rate_hz, budget, folds, orders, quiet, d
                    "(whole groups, or the last sequences of each class; the model's last epochs train on it too, "
                    "so neither is unseen: --data gives recordings the model never saw); cross: every training "
                    "sequence, each predicted by a model trained without it (--folds models of MODEL's architecture "
-                   "and settings, trained with its default training settings; needs torch).")
+                   "and settings, trained with its default training settings, or those --set gives; needs torch).")
 @click.option("--folds", type=int, default=None, help="With --split cross: parts of the training split, each held "
               "out once (2 to 20, default 5; whole groups where the data names them).")
+@click.option("--set", "settings", multiple=True, metavar="NAME=VALUE",
+              help="With --split cross: a training setting of the folds' models, as `edgeseq train --set` takes it "
+                   "(e.g. --set grace=8 for a model trained so); their model settings are MODEL's.")
 @click.option("--orders", type=click.IntRange(1, 200), default=20, show_default=True,
               help="Never-reset streams: seeded orders of the split's sequences (a classifier's; an anomaly model "
                    "joins each group's recordings in file order).")
@@ -219,8 +249,8 @@ def _cross(model, meta, ds, background, rate_hz, budget, folds, orders, quiet, d
 @_json_option
 @_backend_option
 @_errors
-def calibrate(model, data, background, rate_hz, budget, max_delay, split, folds, orders, out, plot, dry_run, as_json,
-              backend):
+def calibrate(model, data, background, rate_hz, budget, max_delay, split, folds, settings, orders, out, plot, dry_run,
+              as_json, backend):
     """Choose the decision layer's settings (smoothing, threshold, minimum duration, refractory
     and release time) for a false-alarm budget, on never-reset streams of a validation split,
     and write them into a copy of the model file (<MODEL stem>-events.onnx, or --out), where
@@ -266,6 +296,9 @@ def calibrate(model, data, background, rate_hz, budget, max_delay, split, folds,
     meta = open_model(model)[1]
     if folds is not None and split != "cross":
         raise UsageError("--folds goes with --split cross; add --split cross or drop --folds")
+    if settings and split != "cross":
+        raise UsageError("--set sets how the folds' models train, which only --split cross does; add --split cross "
+                         "or drop --set")
     if split == "cross":
         from edgeseq.runtime.calibrate import CROSS_FOLDS, check_folds
         folds = check_folds(CROSS_FOLDS if folds is None else folds)
@@ -307,7 +340,7 @@ def calibrate(model, data, background, rate_hz, budget, max_delay, split, folds,
     else:
         part = ds.train
     if split == "cross":
-        r = _cross(model, meta, ds, background, rate_hz, budget, folds, orders, as_json, data, max_delay)
+        r = _cross(model, meta, ds, background, rate_hz, budget, folds, orders, as_json, data, max_delay, settings)
     else:
         r = run(model, part, background=list(background), rate_hz=rate_hz, max_false_alarms_per_hour=budget,
                 orders=orders, backend=backend, max_delay=max_delay)
@@ -323,7 +356,8 @@ def calibrate(model, data, background, rate_hz, budget, max_delay, split, folds,
     if as_json:
         click.echo(json.dumps({"chosen": spec.to_json(), "met": r["met"], "front": r["front"], "table": r["table"],
                                "orders": r["orders"], "sequences": r["sequences"], "split": split, "folds": r.get("folds"),
-                               "max_delay": max_delay, "delay_met": r["delay_met"],
+                               "fold_settings": r.get("fold_settings"), "max_delay": max_delay,
+                               "delay_met": r["delay_met"],
                                "fastest_within_budget": r["fastest_within_budget"],
                                "fewest_within_delay": r["fewest_within_delay"],
                                "readings_per_stream": r["readings_per_stream"], "rate_hz": rate_hz,
