@@ -669,6 +669,31 @@ def test_calibrate_max_delay_trades_false_alarms_for_a_quicker_detection():
             run(1.0, bad)
 
 
+def test_calibrate_max_delay_is_not_met_by_missing_the_slow_events():
+    """'a' is named at once, 'b' (three for each 'a') only 10 readings in: a threshold above
+    'b's level finds 'a' alone, whose median delay over the events it found is 0. That is no
+    quick setting: missed events count as never found."""
+    from edgeseq.runtime.calibrate import search
+    from edgeseq.runtime.events import score_events
+    idle = [0.97, 0.02, 0.01]
+    b = [([0.6, 0.0, 0.4], 2, 10), ([0.3, 0.0, 0.7], 2, 20), (idle, 0, 30)]
+    parts = [(idle, 0, 30), ([0.03, 0.95, 0.02], 1, 30), (idle, 0, 30)] + b * 3
+    P = np.concatenate([np.tile(np.array(p, np.float32), (n, 1)) for p, _, n in parts])
+    Y = np.concatenate([np.full(n, y, np.int64) for _, y, n in parts])
+    P, Y = np.stack([P, P]), np.stack([Y, Y])
+    r = score_events([(1, 30, 60)], Y[0], list(LABELS), [0], 1.0)        # 'a' found at once, every 'b' missed
+    assert r["delay_readings"]["median"] == 0 and r["delay_median_with_missed"] is None
+    r = score_events([(1, 30, 60), (2, 100, 120), (2, 160, 180)], Y[0], list(LABELS), [0], 1.0)
+    assert r["delay_median_with_missed"] == 10.0                          # 0, 10, 10, never
+    for bound in (5, 0):
+        r = search([(P, Y)], list(LABELS), _six(), ["idle"], 1.0, 1.0, 2, max_delay=bound)
+        v = r["chosen"].calibration["validation"]
+        assert r["delay_met"] is False and v["f1"] == 1.0 and v["missed"] == 0 and v["delay_median"] == 10
+        assert r["fastest_within_budget"] == 10.0 and r["fewest_within_delay"] is None
+    r = search([(P, Y)], list(LABELS), _six(), ["idle"], 1.0, 1.0, 2, max_delay=10)
+    assert r["delay_met"] is True and r["chosen"].calibration["validation"]["f1"] == 1.0
+
+
 def _six():
     class Split(SimpleNamespace):
         def __len__(self):

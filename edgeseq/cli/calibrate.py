@@ -17,7 +17,7 @@ ROWS_SHOWN = 12                # trade-off rows printed (--json has every settin
 def _delay(v, rate, unit=""):
     if v is None:
         return "n/a"
-    return f"{v:.0f}{unit}" + (f" ({v / rate:.1f} s)" if rate else "")
+    return f"{v:g}{unit}" + (f" ({v / rate:.1f} s)" if rate else "")
 
 
 def _check_outputs(model: Path, target: Path, plot: Path, data, dry_run: bool) -> None:
@@ -73,7 +73,7 @@ def _plot(r, path: Path, budget: float) -> str | None:
     ax[1].plot([x["false_alarms_per_hour"] for x in f], [x["delay_median"] or 0 for x in f], "o-", ms=4)
     ax[1].scatter([c["false_alarms_per_hour"]], [c["delay_median"] or 0], s=120, marker="*", color="red", zorder=3)
     ax[1].axvline(budget, ls="--", color="grey", lw=1)
-    if r.get("max_delay") is not None:
+    if r.get("max_delay") is not None and r["max_delay"] <= 2 * max(x["delay_median"] or 0 for x in t):
         ax[1].axhline(r["max_delay"], ls=":", color="grey", lw=1, label=f"--max-delay {r['max_delay']:g}")
         ax[1].legend(fontsize=8)
     ax[1].set_xlabel("false alarms per hour")
@@ -225,9 +225,10 @@ def _cross(model, meta, ds, background, rate_hz, budget, folds, orders, quiet, d
 @click.option("--max-false-alarms-per-hour", "budget", type=click.FloatRange(min=0), default=2.0, show_default=True,
               help="The false-alarm budget the settings must keep on the validation streams.")
 @click.option("--max-delay", type=float, default=None, metavar="READINGS",
-              help="Also keep the median detection delay within this many readings (at 10 Hz, 15 is 1.5 s): the best "
-                   "F1 among the settings within both; where the budget keeps none this quick, the quickest it keeps "
-                   "(and says so). Default: no bound, the best F1 within the budget.")
+              help="Also keep the median detection delay within this many readings, a number >= 0 (at 10 Hz, 15 is "
+                   "1.5 s; a missed event counts as never found): the best F1 among the settings within both; where "
+                   "the budget keeps none this quick, the quickest it keeps, and where it keeps none at all, the "
+                   "fewest false alarms (each said in a note). Classifiers only. Default: no bound.")
 @click.option("--split", type=click.Choice(["train", "validation", "cross"]), default="train", show_default=True,
               help="train: every training sequence; validation: the part training holds out to decide when to stop "
                    "(whole groups, or the last sequences of each class; the model's last epochs train on it too, "
@@ -371,10 +372,13 @@ def calibrate(model, data, background, rate_hz, budget, max_delay, split, folds,
                f"{r['settings_tried']} settings; background: {printable(', '.join(background)) or 'none'}")
     click.echo(f"{'':2s}{'FA/h':>7s} {'missed':>7s} {'F1':>6s} {'delay med':>14s} {'p90':>6s}   settings")
     cal = spec.calibration["validation"]
+    def is_chosen(x):
+        return all(x[k] == cal[k] for k in ("alpha", "threshold", "min_duration", "refractory", "release"))
     rows = r["front"][:ROWS_SHOWN]
+    if not any(is_chosen(x) for x in rows):             # a bound can choose past the rows shown, or off the front
+        rows = rows + [next(x for x in r["table"] if is_chosen(x))]
     for x in rows:
-        mark = "* " if all(x[k] == cal[k] for k in ("alpha", "threshold", "min_duration", "refractory", "release")) \
-            else "  "
+        mark = "* " if is_chosen(x) else "  "
         click.echo(f"{mark}{x['false_alarms_per_hour']:7.1f} {x['missed']:4d}/{x['events']:<3d}{x['f1'] or 0:6.3f} "
                    f"{_delay(x['delay_median'], rate_hz):>14s} {x['delay_p90'] or 0:6.0f}   alpha {x['alpha']:g}, "
                    f"threshold {x['threshold']:g}, min {x['min_duration']}, refractory {x['refractory']}, "
@@ -383,17 +387,23 @@ def calibrate(model, data, background, rate_hz, budget, max_delay, split, folds,
     click.echo(f"chosen: {spec.describe()}: {cal['false_alarms_per_hour']:.1f} false alarms per hour, "
                f"{verdict} the budget of {budget:g}/h; F1 {cal['f1'] or 0:.3f}, {cal['missed']} of {cal['events']} "
                f"events missed, median delay {_delay(cal['delay_median'], rate_hz, ' readings')}")
-    if max_delay is not None and r["met"]:
+    if max_delay is not None:
         bound = _delay(max_delay, rate_hz, " readings")
-        if r["delay_met"]:
-            click.echo(f"the median delay is within --max-delay {bound}")
+        fewest = r["fewest_within_delay"]
+        if not r["met"]:
+            click.echo(f"note: --max-delay {bound} was not applied: no setting kept the false-alarm budget, so the one "
+                       "with the fewest false alarms was chosen", err=True)
+        elif r["delay_met"]:
+            click.echo(f"the median delay (a missed event counted as never found) is within --max-delay {bound}")
+        elif fewest is None:
+            click.echo(f"note: no setting within the budget keeps the median delay within --max-delay {bound}, and no "
+                       "setting tried is that quick at any false-alarm rate: chose the quickest within the budget; "
+                       "raise --max-delay, or train the model to follow changes sooner (docs/decisions.md)", err=True)
         else:
-            fewest = r["fewest_within_delay"]
-            cost = (f"; the fewest false alarms of a setting within it: {fewest:.1f} per hour" if fewest is not None
-                    else "; no setting tried is that quick at any false-alarm rate")
             click.echo(f"note: no setting within the budget keeps the median delay within --max-delay {bound}: chose "
-                       f"the quickest within the budget{cost}; raise the budget or --max-delay, or train the model "
-                       "to follow changes sooner (docs/decisions.md)")
+                       f"the quickest within the budget; the fewest false alarms of a setting within it: {fewest:.1f} "
+                       "per hour; raise the budget or --max-delay, or train the model to follow changes sooner "
+                       "(docs/decisions.md)", err=True)
     own = float(part.lengths.sum()) / rate_hz / 3600           # the split's own readings, however many orders
     bound = 3.0 / own                                           # 95% upper bound on a rate when none was seen
     seen = ("the parts' models did not train on, predicted by those models rather than this file" if split == "cross"

@@ -44,14 +44,14 @@ def check_folds(folds) -> int:
 
 
 def check_max_delay(max_delay) -> float | None:
-    """`max_delay` for `calibrate`, checked: None, or a finite number of readings >= 0
-    (UsageError otherwise, one line)."""
+    """`max_delay` for `calibrate`, checked: None, or a finite number of readings >= 0, as a
+    float (-0 as 0). UsageError otherwise, one line."""
     if max_delay is None:
         return None
     if isinstance(max_delay, bool) or not isinstance(max_delay, (int, float, np.integer, np.floating)) \
             or not math.isfinite(max_delay) or max_delay < 0:
         raise UsageError(f"--max-delay must be a number of readings >= 0, got {max_delay!r}")
-    return float(max_delay)
+    return float(max_delay) + 0.0
 
 
 def stream_probs(model: str, split: Split, orders: int = EVENT_ORDERS, seed: int = 0, backend: str | None = None,
@@ -171,13 +171,14 @@ def search(blocks: list, labels: list, split: Split, background=(), rate_hz: flo
     what `calibrate` does, with "folds"; the chosen spec's calibration records it where given.
 
     `max_delay` (readings, None: no bound): the best F1 is sought among the settings within the
-    budget whose median detection delay is at most that; where none is, the shortest median
-    delay within the budget is chosen instead (F1, then fewer false alarms, break ties) and
-    "delay_met" is False; with no setting within the budget either, the fewest false alarms
-    as without a bound. Also returned: "delay_met" (None without a bound), "fastest_within_budget"
-    (the shortest median delay of a setting within the budget, readings, or None) and
-    "fewest_within_delay" (the fewest false alarms per hour of a setting within the delay bound,
-    or None)."""
+    budget whose median detection delay is at most that, a missed event counted as never found
+    (`score_events`' "delay_median_with_missed", so no setting meets the bound by missing its slow
+    events); where none is, the shortest such median within the budget is chosen instead (F1,
+    then fewer false alarms, break ties); with no setting within the budget, the fewest false
+    alarms as without a bound. Also returned: "delay_met" (whether the chosen setting is within
+    the bound; None without one), "fastest_within_budget" (the shortest such median of a setting
+    within the budget, readings, or None) and "fewest_within_delay" (the fewest false alarms per
+    hour of a setting within the bound, or None)."""
     max_delay = check_max_delay(max_delay)
     missing = [b for b in background if b not in labels]
     if missing:
@@ -197,25 +198,28 @@ def search(blocks: list, labels: list, split: Split, background=(), rate_hz: flo
                      "false_alarms_per_hour": r["false_alarms_per_hour"], "missed": r["deleted"],
                      "events": r["events"], "found": found, "fragmented": r["fragmented"], "merged": r["merged"],
                      "delay_median": r["delay_readings"]["median"] if r["delay_readings"] else None,
-                     "delay_p90": r["delay_readings"]["p90"] if r["delay_readings"] else None, "_spec": spec})
+                     "delay_p90": r["delay_readings"]["p90"] if r["delay_readings"] else None,
+                     "delay_median_with_missed": r["delay_median_with_missed"], "_spec": spec})
 
     def key(r):
         delay = math.inf if r["delay_median"] is None else r["delay_median"]
         return (-(r["f1"] or 0.0), delay, r["false_alarms_per_hour"])
+    def late(r):                 # the median delay with missed events counted as never found
+        return math.inf if r["delay_median_with_missed"] is None else r["delay_median_with_missed"]
+
     def quick(r):
-        return r["delay_median"] is not None and r["delay_median"] <= max_delay
+        return late(r) <= max_delay
     ok = [r for r in rows if r["false_alarms_per_hour"] <= max_false_alarms_per_hour]
     fast = ok if max_delay is None else [r for r in ok if quick(r)]
     if fast:
         chosen = min(fast, key=key)
     elif ok:                                   # the budget keeps no setting this quick: the quickest it keeps
-        chosen = min(ok, key=lambda r: (math.inf if r["delay_median"] is None else r["delay_median"],
-                                        -(r["f1"] or 0.0), r["false_alarms_per_hour"]))
+        chosen = min(ok, key=lambda r: (late(r), -(r["f1"] or 0.0), r["false_alarms_per_hour"]))
     else:
         chosen = min(rows, key=lambda r: (r["false_alarms_per_hour"], key(r)))
-    delays = [r["delay_median"] for r in ok if r["delay_median"] is not None]
+    delays = [late(r) for r in ok if math.isfinite(late(r))]
     within = [r["false_alarms_per_hour"] for r in rows if max_delay is not None and quick(r)]
-    extra = {"delay_met": None if max_delay is None else bool(fast),
+    extra = {"delay_met": None if max_delay is None else quick(chosen),
              "fastest_within_budget": min(delays) if delays else None,
              "fewest_within_delay": min(within) if within else None}
     rows.sort(key=key)
@@ -232,7 +236,7 @@ def search(blocks: list, labels: list, split: Split, background=(), rate_hz: flo
     if folds is not None:
         cal["folds"] = folds
     if max_delay is not None:
-        cal["max_delay_readings"], cal["delay_met"] = max_delay, bool(fast)
+        cal["max_delay_readings"], cal["delay_met"] = max_delay, extra["delay_met"]
     chosen_spec = DecisionSpec.from_json({**spec.to_json(), "calibration": cal}, labels)
     strip = lambda rs: [{k: v for k, v in r.items() if not k.startswith("_")} for r in rs]  # noqa: E731
     return {"chosen": chosen_spec, "met": bool(ok), "table": strip(rows), "front": strip(front),

@@ -96,6 +96,9 @@ def score_events(detected, Y, labels, background, rate_hz=None, tolerance=0) -> 
         earliest-starting overlapping detection minus the true start, clipped at 0, in readings
         (median and p90 floats, linear interpolation; max an int); None when nothing was found.
         "delay_seconds": the same divided by rate_hz (None without a rate).
+      "delay_median_with_missed": the median delay (readings) over every true event, a missed one
+        counted as never found (infinitely late): None where half or more were missed (or there
+        are no events), so a detector cannot look quick by missing its slow events.
 
     Raises UsageError (one line) for: `Y` not a 1-d integer array or empty, or holding a class
     id outside -1..C-1; `labels` empty or repeated; a background id outside 0..C-1; a detection
@@ -149,6 +152,8 @@ def score_events(detected, Y, labels, background, rate_hz=None, tolerance=0) -> 
     if len(delays):
         delay = {"median": float(np.median(delays)), "p90": float(np.percentile(delays, P_DELAY)),
                  "max": int(delays.max())}
+    with_missed = np.concatenate([delays.astype(np.float64), np.full(n_events - len(delays), np.inf)])
+    with_missed = float(np.median(with_missed)) if n_events else math.inf
     bg_readings = int(np.isin(Y, sorted(bg | {UNLABELLED})).sum())
     hours = L / rate / SECONDS_PER_HOUR if rate is not None else None
     bg_hours = bg_readings / rate / SECONDS_PER_HOUR if rate is not None and bg_readings else None
@@ -162,6 +167,7 @@ def score_events(detected, Y, labels, background, rate_hz=None, tolerance=0) -> 
         "false_alarms_per_hour": (n_det - tot["matched"]) / hours if hours is not None else None,
         "false_alarms_per_hour_of_background": (n_det - tot["matched"]) / bg_hours if bg_hours is not None else None,
         "delay_readings": delay,
+        "delay_median_with_missed": with_missed if math.isfinite(with_missed) else None,
         "delay_seconds": ({"median": delay["median"] / rate, "p90": delay["p90"] / rate, "max": delay["max"] / rate}
                           if delay is not None and rate is not None else None),
     })
