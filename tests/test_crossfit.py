@@ -150,6 +150,7 @@ def test_calibrate_split_cross_writes_settings_chosen_on_unseen_sequences(runner
     assert ("calibrating on 2 never-reset streams of each of 2 parts of the 40 training sequences of basicmotions, "
             "each part run through a model trained without it") in r.output
     assert "recordings the parts' models did not train on" in r.output
+    assert "note: the model without part 1 of 2 did not converge (training accuracy" in r.output
     s = StreamSession(tmp_path / "cross.onnx").decision
     assert s.calibration["folds"] == 2 and s.calibration["sequences"] == 40 and s.background == ("Standing",)
 
@@ -158,21 +159,28 @@ def test_calibrate_split_cross_writes_settings_chosen_on_unseen_sequences(runner
     assert r.exit_code == 0, r.output
     out = json.loads(r.output)
     assert out["folds"] == 2 and out["split"] == "cross" and out["written"] is None and out["sequences"] == 40
+    assert out["folds_converged"] == [False, False] and out["fold_settings"] is None     # QUICK: 2 epochs
+    assert "did not converge" not in r.output                                         # --json: stdout only
 
     # the folds' models trained as MODEL was: a training setting on top of the defaults, recorded
     r = runner.invoke(cli, ["calibrate", str(gru), "--background", "Standing", "--split", "cross", "--folds", "2",
                             "--orders", "1", "--set", "grace=8", "--out", "g8.onnx", "--plot", "g8.png"])
     assert r.exit_code == 0, r.output
     assert "training 2 gru models (default training settings but grace=8, this model's" in r.output
+    assert "each part run through a model trained without it (trained with grace=8)" in r.output
     assert StreamSession(tmp_path / "g8.onnx").decision.calibration["fold_settings"] == {"grace": 8}
     (tmp_path / "g8.onnx").unlink()
     (tmp_path / "g8.png").unlink(missing_ok=True)
     e = one_error_line(runner.invoke(cli, ["calibrate", str(gru), "--set", "grace=8"]), 2)
     assert e.startswith("Error: --set sets how the folds' models train, which only --split cross does")
-    for bad, want in (("hidden=32", "--set hidden: the folds' models take MODEL's model settings"),
-                      ("grace=-1", "grace"), ("grace", "--set takes NAME=VALUE"),
-                      ("augment.rotate=-5", "rotate")):
-        r = runner.invoke(cli, ["calibrate", str(gru), "--split", "cross", "--set", bad])
+    for bad, want in ((["hidden=32"], "--set hidden is a model setting: the folds' models take MODEL's"),
+                      (["grace=-1"], "grace"), (["grace"], "--set takes NAME=VALUE"),
+                      (["augment.rotate=-5"], "rotate"),
+                      (["patiance=5"], "--set patiance: no such training setting; did you mean patience?"),
+                      (["epochs=3", "patience=4"], "--set patience shape the default schedule, which --set epochs"),
+                      (["augment.triples=acc_x,acc_y,foo"], "foo")):
+        args = [a for b in bad for a in ("--set", b)]
+        r = runner.invoke(cli, ["calibrate", str(gru), "--split", "cross"] + args)
         assert want in one_error_line(r, 2) and "cross-fitting" not in r.output, (bad, r.output)
     e = one_error_line(runner.invoke(cli, ["calibrate", str(gru), "--folds", "3"]), 2)
     assert e.startswith("Error: --folds goes with --split cross; add --split cross or drop --folds")

@@ -165,17 +165,38 @@ def _fold_training(arch: str, settings, features):
     (the folds take MODEL's) or an unknown name."""
     from dataclasses import replace
 
-    from edgeseq.data.augment import parse_settings
-    from edgeseq.train import DEFAULTS, TRAIN_SETTINGS, TrainConfig, check_train_config, parse_overrides
+    import difflib
+    from dataclasses import fields
+
+    from edgeseq.data.augment import parse_settings, resolve_triples
+    from edgeseq.errors import DataError
+    from edgeseq.models import REGISTRY
+    from edgeseq.train import (DEFAULTS, EARLY_SETTINGS, TRAIN_OPTIONS, TRAIN_SETTINGS, TrainConfig, check_train_config,
+                               parse_overrides)
     tc = DEFAULTS.get(arch, TrainConfig())
     given = parse_overrides(settings)
     rest, augment = parse_settings(given, base=tc.augment, features=features)
-    allowed = set(TRAIN_SETTINGS) | {"epochs", "lr"}
-    bad = sorted(k for k in rest if k not in allowed)
-    if bad:
-        raise UsageError(printable(f"--set {bad[0]}: the folds' models take MODEL's model settings; --set takes training "
-                                   f"settings here ({', '.join(sorted(allowed))}, augment.NAME)"))
-    return check_train_config(replace(tc, augment=augment, **rest)), given
+    allowed = list(TRAIN_SETTINGS) + list(TRAIN_OPTIONS)
+    model = [f.name for f in fields(REGISTRY[arch][1])]
+    for name in rest:
+        if name in model:
+            raise UsageError(printable(f"--set {name} is a model setting: the folds' models take MODEL's; --set takes "
+                                       "training settings here (as edgeseq train --set, and epochs, lr, seed)"))
+        if name not in allowed:
+            close = difflib.get_close_matches(name, allowed, n=1)
+            raise UsageError(printable(f"--set {name}: no such training setting; "
+                                       + (f"did you mean {close[0]}? " if close else "")
+                                       + f"training settings: {', '.join(allowed)}, augment.NAME"))
+    early = sorted(set(rest) & set(EARLY_SETTINGS))
+    if "epochs" in rest and early:
+        raise UsageError(f"--set {', '.join(early)} shape the default schedule, which --set epochs replaces by a "
+                         "fixed one; drop epochs or those settings")
+    tc = check_train_config(replace(tc, augment=augment, **rest))
+    try:
+        resolve_triples(tc.augment, features)           # a channel the data lacks: refused before anything trains
+    except DataError as e:
+        raise UsageError(str(e)) from None
+    return tc, given
 
 
 def _cross(model, meta, ds, background, rate_hz, budget, folds, orders, quiet, data, max_delay=None,
@@ -206,10 +227,16 @@ def _cross(model, meta, ds, background, rate_hz, budget, folds, orders, quiet, d
             say("note: with --data the parts' models train on those recordings; if MODEL never saw them, --split "
                 "train scores MODEL itself on them, which is the better measure")
     oof = out_of_fold(meta.arch, ds, folds, orders, 0, train_config=tc, config=meta.config, say=say)
+    for k, ok in enumerate(oof["converged"]):
+        if not ok and not quiet:
+            click.echo(f"note: the model without part {k + 1} of {folds} did not converge (training accuracy "
+                       f"{oof['train_accuracy'][k]:.3f}): its answers make these settings cautious; train the parts "
+                       "as MODEL was trained (--set), or use --split train", err=True)
     r = search(oof["blocks"], list(ds.labels), ds.train, list(background), rate_hz, budget, orders, folds,
                max_delay=max_delay)
     if given:                                   # in the model file's calibration record and the JSON
         r["chosen"].calibration["fold_settings"] = r["fold_settings"] = given
+    r["folds_converged"] = oof["converged"]
     return r
 
 
@@ -234,12 +261,15 @@ def _cross(model, meta, ds, background, rate_hz, budget, folds, orders, quiet, d
                    "(whole groups, or the last sequences of each class; the model's last epochs train on it too, "
                    "so neither is unseen: --data gives recordings the model never saw); cross: every training "
                    "sequence, each predicted by a model trained without it (--folds models of MODEL's architecture "
-                   "and settings, trained with its default training settings, or those --set gives; needs torch).")
+                   "and model settings, trained with the architecture's default training settings and --set's on "
+                   "top; needs torch).")
 @click.option("--folds", type=int, default=None, help="With --split cross: parts of the training split, each held "
               "out once (2 to 20, default 5; whole groups where the data names them).")
 @click.option("--set", "settings", multiple=True, metavar="NAME=VALUE",
-              help="With --split cross: a training setting of the folds' models, as `edgeseq train --set` takes it "
-                   "(e.g. --set grace=8 for a model trained so); their model settings are MODEL's.")
+              help="With --split cross: a training setting of the folds' models, on the architecture's defaults, "
+                   "named as `edgeseq train --set` names them, and epochs, lr and seed (its options): repeat how MODEL "
+                   "was trained, e.g. --set grace=8 (a model file does not record it). Their model settings are "
+                   "MODEL's.")
 @click.option("--orders", type=click.IntRange(1, 200), default=20, show_default=True,
               help="Never-reset streams: seeded orders of the split's sequences (a classifier's; an anomaly model "
                    "joins each group's recordings in file order).")
@@ -357,7 +387,8 @@ def calibrate(model, data, background, rate_hz, budget, max_delay, split, folds,
     if as_json:
         click.echo(json.dumps({"chosen": spec.to_json(), "met": r["met"], "front": r["front"], "table": r["table"],
                                "orders": r["orders"], "sequences": r["sequences"], "split": split, "folds": r.get("folds"),
-                               "fold_settings": r.get("fold_settings"), "max_delay": max_delay,
+                               "fold_settings": r.get("fold_settings"), "folds_converged": r.get("folds_converged"),
+                               "max_delay": max_delay,
                                "delay_met": r["delay_met"],
                                "fastest_within_budget": r["fastest_within_budget"],
                                "fewest_within_delay": r["fewest_within_delay"],
@@ -366,7 +397,9 @@ def calibrate(model, data, background, rate_hz, budget, max_delay, split, folds,
         return
     hours = r["readings"] / rate_hz / 3600
     what = (f"{r['orders']} never-reset streams of each of {r['folds']} parts of the {r['sequences']} training "
-            f"sequences of {printable(ds.name)}, each part run through a model trained without it" if split == "cross"
+            f"sequences of {printable(ds.name)}, each part run through a model trained without it"
+            + (printable(" (trained with " + ", ".join(f"{k}={v}" for k, v in r["fold_settings"].items()) + ")")
+               if r.get("fold_settings") else "") if split == "cross"
             else f"{r['orders']} never-reset streams of {r['sequences']} {split} sequences of {printable(ds.name)}")
     click.echo(f"calibrating on {what} ({hours:.2f} h at {rate_hz:g} Hz), "
                f"{r['settings_tried']} settings; background: {printable(', '.join(background)) or 'none'}")
@@ -395,6 +428,9 @@ def calibrate(model, data, background, rate_hz, budget, max_delay, split, folds,
                        "with the fewest false alarms was chosen", err=True)
         elif r["delay_met"]:
             click.echo(f"the median delay (a missed event counted as never found) is within --max-delay {bound}")
+        elif r["fastest_within_budget"] is None:
+            click.echo(f"note: every setting within the budget misses half the events or more, so none has a median "
+                       f"delay to keep within --max-delay {bound}: chose the best F1 within the budget", err=True)
         elif fewest is None:
             click.echo(f"note: no setting within the budget keeps the median delay within --max-delay {bound}, and no "
                        "setting tried is that quick at any false-alarm rate: chose the quickest within the budget; "

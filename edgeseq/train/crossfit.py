@@ -96,7 +96,7 @@ def out_of_fold(arch: str, dataset: Dataset, folds: int = FOLDS, orders: int = 2
 
     Returns {"blocks": [(P float32 [orders, L_k, C], Y int64 [orders, L_k]) per part],
     "folds", "held": sequences held out per part, "seconds": training seconds per part,
-    "train_accuracy": per part}. Raises UsageError (`fold_of`; an architecture that does not
+    "train_accuracy": per part, "converged": per part, the training schedule's verdict}. Raises UsageError (`fold_of`; an architecture that does not
     stream, e.g. bigru) and what `train` raises."""
     from edgeseq.runtime.never_reset import joined_streams
     from edgeseq.models import build_model, make_config
@@ -107,7 +107,7 @@ def out_of_fold(arch: str, dataset: Dataset, folds: int = FOLDS, orders: int = 2
     if not hasattr(probe, "forward_stream"):
         raise UsageError(f"'{arch}' reads a whole sequence at once (no never-reset stream): cross-fitting "
                          "scores streams; use --split train")
-    out = {"blocks": [], "folds": folds, "held": [], "seconds": [], "train_accuracy": []}
+    out = {"blocks": [], "folds": folds, "held": [], "seconds": [], "train_accuracy": [], "converged": []}
     tc = train_config or DEFAULTS.get(arch, TrainConfig())
     for k in range(folds):
         rest, held = (dataset.train.take(np.flatnonzero(m)) for m in (fold != k, fold == k))
@@ -127,6 +127,7 @@ def out_of_fold(arch: str, dataset: Dataset, folds: int = FOLDS, orders: int = 2
         out["held"].append(len(held))
         out["seconds"].append(round(seconds, 2))
         out["train_accuracy"].append(round(float(ckpt["metrics"]["train_accuracy"]), 5))
+        out["converged"].append(bool((ckpt["metrics"].get("schedule") or {}).get("converged", True)))
         if say is not None:
             say(f"part {k + 1} of {folds}: trained {arch} on {len(rest)} sequences in {seconds:.1f} s "
                 f"(training accuracy {ckpt['metrics']['train_accuracy']:.3f}), predicted the {len(held)} it "
