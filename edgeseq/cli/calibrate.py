@@ -124,7 +124,8 @@ def _calibrate_anomaly(model, ds, rate_hz, budget, split, target, plot_path, dry
     click.echo(f"chosen: {spec.describe()}")
     click.echo(f"the threshold meets the budget under a Gumbel law fitted to the highest level held "
                f"{spec.min_duration} readings in each of {r['blocks']} blocks (modelled, not counted: {r['observed_false_alarms']} false alarms seen "
-               "on these recordings); check the test split: edgeseq eval " + printable(str(written or target)))
+               "on these recordings); check the test split: " + ("" if written else "once written (without --dry-run), ")
+               + "edgeseq eval " + printable(str(written or target)))
     if r["weak_fit"]:
         click.echo(f"note: only {r['blocks']} blocks of {r['block_readings']} readings to fit: the threshold rests on "
                    "few maxima; calibrate on more normal recordings (--data) for one you can trust", err=True)
@@ -446,8 +447,8 @@ def calibrate(model, data, background, rate_hz, budget, max_delay, split, folds,
             else "the model trained on; --split cross chooses on sequences each predicted by a model that did not "
                  "train on them")
     click.echo(f"these are figures on the {'training' if split == 'cross' else split} sequences ({r['orders']} orders "
-               f"of {own * 60:.1f} minutes of recordings {seen}); check the test split: edgeseq eval "
-               f"{printable(str(written or target))}")
+               f"of {own * 60:.1f} minutes of recordings {seen}); check the test split: "
+               f"{'' if written else 'once written (without --dry-run), '}edgeseq eval {printable(str(written or target))}")
     if bound > budget:
         click.echo(f"note: {own * 60:.1f} minutes of recordings cannot show a rate as low as {budget:g} false alarms "
                    f"per hour (with none seen, the 95% upper bound is {bound:.0f} per hour); calibrate on more "
