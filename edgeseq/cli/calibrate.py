@@ -446,7 +446,7 @@ def calibrate(model, data, background, rate_hz, budget, max_delay, split, folds,
     seen = ("the parts' models did not train on, predicted by those models rather than this file" if split == "cross"
             else "the model trained on; --split cross chooses on sequences each predicted by a model that did not "
                  "train on them")
-    click.echo(f"these are figures on the {'training' if split == 'cross' else split} sequences ({r['orders']} orders "
+    click.echo(f"these are figures on the {'training' if split == 'cross' else split} sequences ({r['orders']} order{'s' if r['orders'] != 1 else ''} "
                f"of {own * 60:.1f} minutes of recordings {seen}); check the test split: "
                f"{'' if written else 'once written (without --dry-run), '}edgeseq eval {printable(str(written or target))}")
     if bound > budget:
