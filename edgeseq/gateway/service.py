@@ -82,6 +82,8 @@ PROBES = 16                     # ... this many, so a mapping for another partit
 LEASE_API_TIMEOUT = 3.0         # seconds a lease call waits for JetStream, and a take or a new consumer ...
 TAKE_TIMEOUT = 6.0              # ... at most: past them (a cluster electing leaders) they are tried again soon
 SETUP_TRIES = 6                 # tries at making the streams and buckets (each call waits up to 10 s)
+NO_PEERS_YET = 10005            # JetStream's "no suitable peers for placement": a cluster whose nodes have not
+                                # all joined yet cannot place a replicated stream; tried again like an election
 MISSING = "nats-py is not installed: pip install nats-py (or pip install '.[gateway]' in edgeseq's clone)"
 
 
@@ -324,7 +326,9 @@ class Gateway:
                 self.leases_js = self.nc.jetstream(timeout=LEASE_API_TIMEOUT)
                 self.leases = await self._bucket(wire.LEASE_BUCKET, ttl=self.lease_seconds, js=self.leases_js)
                 break
-            except (asyncio.TimeoutError, self.errors.ServiceUnavailableError) as e:
+            except (asyncio.TimeoutError, self.errors.ServiceUnavailableError, self.errors.BadRequestError) as e:
+                if isinstance(e, self.errors.BadRequestError) and getattr(e, "err_code", None) != NO_PEERS_YET:
+                    raise
                 if isinstance(e, self.errors.ServiceUnavailableError) and getattr(e, "err_code", None) != 10008:
                     raise UsageError(f"the NATS server at {self.where} has no JetStream: start it with -js "
                                      "(or `jetstream {}` in its configuration)") from None
