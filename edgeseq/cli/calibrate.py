@@ -164,10 +164,8 @@ def _fold_training(arch: str, settings, features):
     settings (`edgeseq train --set`'s names, augment.NAME included) on top. Returns (TrainConfig,
     the settings as given, for the progress line). UsageError (one line) for a model setting
     (the folds take MODEL's) or an unknown name."""
-    from dataclasses import replace
-
     import difflib
-    from dataclasses import fields
+    from dataclasses import fields, replace
 
     from edgeseq.data.augment import parse_settings, resolve_triples
     from edgeseq.errors import DataError
@@ -397,11 +395,12 @@ def calibrate(model, data, background, rate_hz, budget, max_delay, split, folds,
                                "written": written, "plot": plotted}, indent=2))
         return
     hours = r["readings"] / rate_hz / 3600
-    what = (f"{r['orders']} never-reset streams of each of {r['folds']} parts of the {r['sequences']} training "
-            f"sequences of {printable(ds.name)}, each part run through a model trained without it"
-            + (printable(" (trained with " + ", ".join(f"{k}={v}" for k, v in r["fold_settings"].items()) + ")")
-               if r.get("fold_settings") else "") if split == "cross"
-            else f"{r['orders']} never-reset streams of {r['sequences']} {split} sequences of {printable(ds.name)}")
+    what = f"{r['orders']} never-reset streams of {r['sequences']} {split} sequences of {printable(ds.name)}"
+    if split == "cross":
+        fold_settings = ", ".join(f"{k}={v}" for k, v in (r.get("fold_settings") or {}).items())
+        what = (f"{r['orders']} never-reset streams of each of {r['folds']} parts of the {r['sequences']} training "
+                f"sequences of {printable(ds.name)}, each part run through a model trained without it"
+                + (f" (trained with {printable(fold_settings)})" if fold_settings else ""))
     click.echo(f"calibrating on {what} ({hours:.2f} h at {rate_hz:g} Hz), "
                f"{r['settings_tried']} settings; background: {printable(', '.join(background)) or 'none'}")
     click.echo(f"{'':2s}{'FA/h':>7s} {'missed':>7s} {'F1':>6s} {'delay med':>14s} {'p90':>6s}   settings")
