@@ -87,6 +87,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -759,6 +760,15 @@ def render_gateway(d: dict, source: str) -> str:
             text[-1] += (f" The devices published with JetStream's acknowledgement: {a['resent']:,} readings sent "
                          f"again (no acknowledgement within {a.get('ack_wait_s', 2):g} s, or an error such as no "
                          f"stream leader), {a['unacknowledged']:,} never acknowledged.")
+    runs = d.get("failover_runs")
+    if runs:
+        gaps = [r["failover_s"] for r in runs]
+        once = sum(r["sampled_stored"] == r["sampled_messages"] and not r["duplicates"] for r in runs)
+        text.append(f"Over the {len(runs)} runs of the command (each on a fresh broker and gateways; the figures "
+                    f"above are the last run's), the longest gaps were {', '.join(f'{g:.1f}' for g in gaps)} s: "
+                    f"under 10 s in {sum(g < 10 for g in gaps)} of {len(runs)}, median {statistics.median(gaps):.1f} s, "
+                    f"longest {max(gaps):.1f} s. EDGESEQ_OUT stored every sampled prediction message exactly once "
+                    f"in {once} of {len(runs)} runs; leases lost: {sum(r['partitions_lost'] or 0 for r in runs)}.")
     how = (f"`{d['command']}`: {d['gateways']} gateway process(es), {d['partitions']} partitions, model "
            f"{d['model']}, {d.get('brokers', 'one nats-server')}, gateways and devices on one {d['cores']}-core machine ({d['cpu']}); "
            f"measured {d['date']}")

@@ -48,6 +48,7 @@ import json
 import math
 import os
 import re
+import secrets
 import socket
 import time
 from collections import Counter
@@ -79,8 +80,14 @@ OFFLOAD_READINGS = 32           # a round of at least this many readings steps i
                                 # everything awaiting in it) goes on while the native step runs without the GIL
 PROBE = "~probe-"               # device-token prefix of the gateway's mapping probes (no device id holds "~") ...
 PROBES = 16                     # ... this many, so a mapping for another partition count shows in one of them
-LEASE_API_TIMEOUT = 3.0         # seconds a lease call waits for JetStream, and a take or a new consumer ...
-TAKE_TIMEOUT = 6.0              # ... at most: past them (a cluster electing leaders) they are tried again soon
+LEASE_API_TIMEOUT = 3.0         # seconds a lease call waits for JetStream
+TAKE_CALL_TIMEOUT = 1.5         # seconds one JetStream call of a take (or of reading a partition again) waits
+                                # before it is sent again: a stream electing its leader answers nothing, and a
+                                # consumer made while a node is down may wait on the dead node (nats-server 2.9
+                                # prefers one of its peers at random to lead it; the others stand for election
+                                # only after 4-9 s), where the same call made again is placed afresh ...
+CONSUMER_TRIES = 2              # consumers a take makes at once, keeping the first to answer
+TAKE_TIMEOUT = 20.0             # ... for this long in all; past it the lease is given back, to be taken again
 SETUP_TRIES = 6                 # tries at making the streams and buckets (each call waits up to 10 s)
 NO_PEERS_YET = 10005            # JetStream's "no suitable peers for placement": a cluster whose nodes have not
                                 # all joined yet cannot place a replicated stream; tried again like an election
@@ -219,6 +226,7 @@ class Gateway:
             raise UsageError(f"max_device_backlog ({max_device_backlog}) must be above snapshot_every "
                              f"({snapshot_every}): readings stay in the stream until their partition is stored")
         self.unmapped = None          # partition 0's owner dead-letters readings no partition holds
+        self._deleting: set = set()   # tasks deleting consumers of earlier owners (held: asyncio keeps weak refs)
         self._said: dict = {}
         self.wake: asyncio.Event | None = None
         self.ready: asyncio.Event | None = None     # set once the streams exist and the first leases are held
@@ -228,6 +236,7 @@ class Gateway:
         self.echo = echo or (lambda line: None)
         self._epoch = 0
         self._gateways = 1            # gateways heartbeating, as last listed
+        self._live_answered = True    # whether the last listing was answered
         self.refused = False          # the server stopped taking the gateway's credentials: `run` stops
         self.resume_all = False       # the connection came back: every partition reads again from its last reading
         self.wake: asyncio.Event | None = None
@@ -647,20 +656,27 @@ class Gateway:
             self.wake.set()
         if len(held) >= share:
             return
-        start, takes = sum(self.name.encode()) % self.P, []
+        start, takes, unanswered = sum(self.name.encode()) % self.P, [], False
         for k in range(self.P):
             p = (start + k) % self.P
             if p in self.parts:
                 continue
             sent = time.monotonic()
             try:
-                rev = await self.leases.create(f"part.{p}", self.name.encode())
+                rev = await asyncio.wait_for(self.leases.create(f"part.{p}", self.name.encode()), TAKE_CALL_TIMEOUT)
             except (errors.KeyWrongLastSequenceError, errors.APIError):
                 continue
+            except (asyncio.TimeoutError, errors.ServiceUnavailableError):
+                # a bucket electing its leader answers nothing: the leases created so far are taken, the
+                # next round (soon) tries the rest
+                unanswered = True
+                break
             takes.append(self._take(p, rev, sent))
             if len(held) + len(takes) >= share:
                 break
         await asyncio.gather(*takes)
+        if unanswered:
+            raise TimeoutError("the lease bucket did not answer")
 
     async def _live(self) -> int:
         """How many gateways heartbeat: the `gw.<name>` keys the lease bucket holds (this
@@ -670,16 +686,19 @@ class Gateway:
         never waits on it."""
         prefix = f"$KV.{wire.LEASE_BUCKET}.gw."
         try:
-            info = await self.leases_js.stream_info(f"KV_{wire.LEASE_BUCKET}", subjects_filter=f"{prefix}>")
+            info = await asyncio.wait_for(self.leases_js.stream_info(f"KV_{wire.LEASE_BUCKET}",
+                                                                     subjects_filter=f"{prefix}>"), TAKE_CALL_TIMEOUT)
             others = {k[len(prefix) - 3:] for k in (info.state.subjects or {}) if k.startswith(prefix)}
             others.discard(f"gw.{self.name}")
             found = await asyncio.wait_for(asyncio.gather(*(self.leases.get(k) for k in others),
                                                           return_exceptions=True), LEASE_API_TIMEOUT)
             gone = sum(isinstance(r, self.errors.KeyNotFoundError) for r in found)
             self._gateways = 1 + len(others) - gone
+            self._live_answered = True
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - as last time
+            self._live_answered = False             # asked again soon: a gateway gone frees its partitions
             self._say("live", f"NATS: {type(e).__name__} listing the gateways' heartbeats; sharing as before",
                       every=5)
         return max(self._gateways, 1)
@@ -689,14 +708,18 @@ class Gateway:
         partition (its stream, mark and consumer, which a cluster electing leaders answers
         slowly) never holds up the rounds of the partitions already held."""
         while True:
+            wait = self.lease_seconds / 4
             try:
                 await self._leases()
                 self.ready.set()
+                if not self._live_answered:
+                    wait = min(wait, 0.25)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 - a slow or restarting server: try again soon
                 self._say("share-trouble", f"NATS: {type(e).__name__} sharing the partitions; retrying", every=5)
-            await asyncio.sleep(self.lease_seconds / 4)
+                wait = min(wait, 0.25)          # an election ending frees the partitions of a gateway gone
+            await asyncio.sleep(wait)
 
     async def _take(self, p: int, rev: int, sent: float):
         """Read partition p (its lease just created, revision `rev`) from its mark on. Its lease
@@ -728,13 +751,26 @@ class Gateway:
         self.stats["partitions_taken"] += 1
         self.echo(f"took partition {p} (replaying from stream sequence {part.applied_seq + 1})")
 
+    async def _again(self, call):
+        """`await call()` until JetStream answers it: each try waits TAKE_CALL_TIMEOUT at most, and
+        one that times out or finds no leader (a cluster electing one) is sent again at once, so a
+        take waits for an election no longer than the election itself (the caller's TAKE_TIMEOUT
+        bounds the whole). Other errors are raised."""
+        errors = self.errors
+        while True:
+            try:
+                return await asyncio.wait_for(call(), TAKE_CALL_TIMEOUT)
+            except (asyncio.TimeoutError, errors.ServiceUnavailableError, errors.ServerError):
+                self.stats["take_retries"] += 1
+                await asyncio.sleep(0.05)
+
     async def _open(self, part: Partition) -> None:
         """`part`'s stream, mark and consumer (and partition 0's unmapped readings)."""
         api, p = self.api, part.p
-        created = (await self.js.stream_info(wire.readings_stream(p))).created
+        created = (await self._again(lambda: self.js.stream_info(wire.readings_stream(p)))).created
         part.stream_id = f"{wire.readings_stream(p)}@{created.isoformat() if created else ''}"
         try:
-            entry = await self.state.get(f"m.{p}")
+            entry = await self._again(lambda: self.state.get(f"m.{p}"))
             mark = json.loads(entry.value)
             part.mark_rev = entry.revision
             # a mark of another stream (the earlier layout's shared one, or this one before it was deleted and
@@ -756,21 +792,77 @@ class Gateway:
                     await unmapped.sub.unsubscribe()
 
     async def _consumer(self, stream: str, durable: str, cb, start: dict):
-        """A durable push consumer on `stream` made afresh (an old one of that name is deleted:
-        its owner is gone), delivering to `cb`; at most max_pending unacknowledged."""
-        with contextlib.suppress(self.errors.NotFoundError):
-            await self.js.delete_consumer(stream, durable)
-        inbox = self.nc.new_inbox()
-        sub = await self.nc.subscribe(inbox, cb=cb)
+        """A durable push consumer on `stream` delivering to `cb`, at most max_pending
+        unacknowledged, named `durable`-<random hex>. A consumer made while a node is down may
+        wait 4-9 s on it (nats-server 2.9 prefers one of its three peers at random to lead it),
+        so CONSUMER_TRIES are made at once, each on an inbox of its own; the first to answer is
+        kept (what it delivered meanwhile passes to `cb` in order), the others' deliveries reach
+        nobody. None answering in TAKE_CALL_TIMEOUT: made again under new names (`_again`). The
+        stream's other consumers of that name (`durable`, or `durable`-*: an earlier owner's,
+        tries given up for) are then deleted in the background (`_delete_earlier`)."""
+        api, subs, chosen = self.api, {}, None
+
+        async def make():
+            nonlocal chosen
+            held, tries = {}, {}
+
+            def route(name):
+                async def deliver(msg):
+                    if chosen == name:
+                        await cb(msg)
+                    elif name in held:
+                        held[name].append(msg)
+                return deliver
+            try:
+                for _ in range(CONSUMER_TRIES):
+                    name = f"{durable}-{secrets.token_hex(4)}"
+                    held[name] = []
+                    inbox = self.nc.new_inbox()
+                    subs[name] = await self.nc.subscribe(inbox, cb=route(name))
+                    tries[asyncio.ensure_future(self.js.add_consumer(stream, api.ConsumerConfig(
+                        durable_name=name, ack_policy=api.AckPolicy.ALL, ack_wait=60.0,
+                        max_ack_pending=self.max_pending, deliver_subject=inbox, **start)))] = name
+                pending, error = set(tries), None
+                while pending:
+                    done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                    won = [t for t in done if not t.cancelled() and t.exception() is None]
+                    error = error or next((t.exception() for t in done if not t.cancelled() and t.exception()), None)
+                    if won:
+                        name = tries[won[0]]
+                        while held[name]:                # delivered before it answered: first, in order
+                            await cb(held[name].pop(0))
+                        chosen = name
+                        return
+                raise error or asyncio.TimeoutError()
+            finally:
+                for task in tries:
+                    task.cancel()
+                for name in list(subs):
+                    if name != chosen:
+                        with contextlib.suppress(Exception):
+                            await subs.pop(name).unsubscribe()
+        await self._again(make)
+        task = asyncio.ensure_future(self._delete_earlier(stream, durable, chosen))
+        self._deleting.add(task)
+        task.add_done_callback(self._deleting.discard)
+        return subs[chosen]
+
+    async def _delete_earlier(self, stream: str, durable: str, keep: str) -> None:
+        """Delete `stream`'s consumers named `durable` or `durable`-* but `keep`, each call
+        waiting LEASE_API_TIMEOUT at most (deleting one whose raft group has no leader is done
+        without an answer); a sweep that fails leaves them to the next."""
         try:
-            await self.js.add_consumer(stream, self.api.ConsumerConfig(
-                durable_name=durable, ack_policy=self.api.AckPolicy.ALL, ack_wait=60.0,
-                max_ack_pending=self.max_pending, deliver_subject=inbox, **start))
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
+            msg = await self.nc.request(f"{self.api.DEFAULT_PREFIX}.CONSUMER.NAMES.{stream}", b"",
+                                        timeout=LEASE_API_TIMEOUT)
+            names = json.loads(msg.data).get("consumers") or []
+            stale = [n for n in names if n != keep and (n == durable or n.startswith(f"{durable}-"))]
+            await asyncio.gather(*(asyncio.wait_for(self.js.delete_consumer(stream, n), LEASE_API_TIMEOUT)
+                                   for n in stale), return_exceptions=True)
+        except asyncio.CancelledError:
             raise
-        return sub
+        except Exception as e:  # noqa: BLE001 - left to the next sweep
+            self._say("earlier-consumers", f"NATS: {type(e).__name__} deleting {stream}'s earlier consumers; left to the next "
+                      "take", every=60)
 
     async def _subscribe(self, part: Partition):
         """`part`'s readings from the one after the last applied (all, where none was), on a
