@@ -878,9 +878,10 @@ def test_a_partition_stream_deleted_and_made_again_is_read_from_its_start(broker
 
 
 def test_each_partition_reads_through_one_consumer_and_earlier_owners_consumers_are_deleted(broker, exported):
-    """A take makes its consumer under a name of its own (tries it gave up for never stand in
-    the way of the next) and then deletes the partition stream's other consumers of that name:
-    a dead owner's, and the fixed name of earlier versions. Other consumers are left alone."""
+    """A take makes its consumer under a name of its own, with its lease revision (tries it gave
+    up for never stand in the way of the next), and deletes the partition stream's consumers of
+    that name made under an older revision (an earlier owner's) and the fixed name of earlier
+    versions. Consumers named otherwise are left alone."""
     from edgeseq.gateway import wire
     model = str(exported("gru")[0])
     _streams_made(model, broker.url)
@@ -891,7 +892,7 @@ def test_each_partition_reads_through_one_consumer_and_earlier_owners_consumers_
     async def plant():
         nc = await nats.connect(broker.url)
         js = nc.jetstream()
-        for name in ("part-0", "part-0-0123abcd", "watcher"):
+        for name in ("part-0", "part-0-1-0123abcd", "part-0-mine", "watcher"):
             await js.add_consumer(wire.readings_stream(0), durable_name=name, ack_policy="explicit")
         await nc.close()
     asyncio.run(plant())
@@ -902,18 +903,20 @@ def test_each_partition_reads_through_one_consumer_and_earlier_owners_consumers_
         try:
             for _ in range(100):                    # the deletes run in the background
                 have = {p: await names(js, wire.readings_stream(p)) for p in range(4)}
-                if len(have[0]) == 2:
+                if len(have[0]) == 3:
                     break
                 await asyncio.sleep(0.1)
             return have
         finally:
             await nc.close()
     gw, have = asyncio.run(_run_gateway(model, broker.url, body))
-    assert "watcher" in have[0] and len(have[0]) == 2, have
+    assert {"watcher", "part-0-mine"} <= set(have[0]) and len(have[0]) == 3, have
     for p, got in have.items():
-        mine = [n for n in got if n != "watcher"]
-        assert len(mine) == 1 and re.fullmatch(rf"part-{p}-[0-9a-f]{{8}}", mine[0]), have
-    assert "part-0" not in have[0] and "part-0-0123abcd" not in have[0]
+        mine = [n for n in got if n not in ("watcher", "part-0-mine")]
+        assert len(mine) == 1, have
+        m = re.fullmatch(rf"part-{p}-(\d+)-[0-9a-f]{{8}}", mine[0])
+        assert m and int(m.group(1)) > 1, have               # the lease's revision, newer than the planted one
+    assert "part-0" not in have[0] and "part-0-1-0123abcd" not in have[0]
 
 
 def test_a_lease_the_server_cannot_renew_for_a_while_waits_and_goes_on_where_nobody_took_it(exported):

@@ -5,7 +5,7 @@ How it holds together:
 
 - Readings arrive in one stream per partition, EDGESEQ_IN_<p>, one subject per device
   (`edgeseq.part.<p>.<device>`, the server's mapping; see `broker`). Each partition is read by
-  one gateway at a time through a durable consumer `part-<p>`, so a device's readings are
+  one gateway at a time through a durable consumer `part-<p>-<lease revision>-<hex>`, so a device's readings are
   applied in the order they were stored. Once the state that holds them is stored, a partition's
   readings are purged from its stream up to a stream sequence (no subject filter, which would
   cost the server a walk over every device's subject). EDGESEQ_IN keeps readings that no
@@ -86,8 +86,8 @@ TAKE_CALL_TIMEOUT = 1.5         # seconds one JetStream call of a take (or of re
                                 # consumer made while a node is down may wait on the dead node (nats-server 2.9
                                 # prefers one of its peers at random to lead it; the others stand for election
                                 # only after 4-9 s), where the same call made again is placed afresh ...
-CONSUMER_TRIES = 2              # consumers a take makes at once, keeping the first to answer
 TAKE_TIMEOUT = 20.0             # ... for this long in all; past it the lease is given back, to be taken again
+CONSUMER_TRIES = 2              # consumers a take makes at once, keeping the first to answer
 SETUP_TRIES = 6                 # tries at making the streams and buckets (each call waits up to 10 s)
 NO_PEERS_YET = 10005            # JetStream's "no suitable peers for placement": a cluster whose nodes have not
                                 # all joined yet cannot place a replicated stream; tried again like an election
@@ -101,6 +101,15 @@ def _nats():
     except ModuleNotFoundError:
         raise UsageError(MISSING) from None
     return nats, api, errors
+
+
+class _Gone(Exception):
+    """A partition being taken or read again stopped being this gateway's (its lease taken over)."""
+
+
+async def _quietly(aw) -> None:
+    with contextlib.suppress(Exception):
+        await aw
 
 
 class Partition:
@@ -226,7 +235,7 @@ class Gateway:
             raise UsageError(f"max_device_backlog ({max_device_backlog}) must be above snapshot_every "
                              f"({snapshot_every}): readings stay in the stream until their partition is stored")
         self.unmapped = None          # partition 0's owner dead-letters readings no partition holds
-        self._deleting: set = set()   # tasks deleting consumers of earlier owners (held: asyncio keeps weak refs)
+        self._deleting: set = set()   # background tasks (earlier owners' consumers deleted, tries unsubscribed)
         self._said: dict = {}
         self.wake: asyncio.Event | None = None
         self.ready: asyncio.Event | None = None     # set once the streams exist and the first leases are held
@@ -664,13 +673,16 @@ class Gateway:
             sent = time.monotonic()
             try:
                 rev = await asyncio.wait_for(self.leases.create(f"part.{p}", self.name.encode()), TAKE_CALL_TIMEOUT)
-            except (errors.KeyWrongLastSequenceError, errors.APIError):
-                continue
             except (asyncio.TimeoutError, errors.ServiceUnavailableError):
                 # a bucket electing its leader answers nothing: the leases created so far are taken, the
                 # next round (soon) tries the rest
                 unanswered = True
                 break
+            except (errors.KeyWrongLastSequenceError, errors.APIError):
+                continue
+            except BaseException:
+                await asyncio.gather(*takes)        # the leases created so far are taken all the same
+                raise
             takes.append(self._take(p, rev, sent))
             if len(held) + len(takes) >= share:
                 break
@@ -734,6 +746,10 @@ class Gateway:
             await asyncio.wait_for(self._open(part), TAKE_TIMEOUT)
         except asyncio.CancelledError:
             raise
+        except _Gone:                             # taken over meanwhile: nothing of it is ours
+            if part.sub is not None:
+                await _quietly(part.sub.unsubscribe())
+            return
         except Exception as e:  # noqa: BLE001 - taken again next time
             self._say(f"take-{p}", f"NATS: {type(e).__name__} taking partition {p}; giving its lease back to take "
                       "it again", every=5)
@@ -751,26 +767,35 @@ class Gateway:
         self.stats["partitions_taken"] += 1
         self.echo(f"took partition {p} (replaying from stream sequence {part.applied_seq + 1})")
 
-    async def _again(self, call):
+    async def _again(self, part: Partition, call):
         """`await call()` until JetStream answers it: each try waits TAKE_CALL_TIMEOUT at most, and
-        one that times out or finds no leader (a cluster electing one) is sent again at once, so a
-        take waits for an election no longer than the election itself (the caller's TAKE_TIMEOUT
-        bounds the whole). Other errors are raised."""
-        errors = self.errors
+        one that times out or finds no leader (a cluster electing one) is sent again (at once
+        after a timeout, 0.5 s after a quick refusal), so a take waits for an election no longer
+        than the election itself; TAKE_TIMEOUT bounds the whole. `_Gone` once `part` is no longer
+        this gateway's (its lease taken over meanwhile): nothing more is done in its name. Other
+        errors are raised."""
+        errors, deadline = self.errors, time.monotonic() + TAKE_TIMEOUT
         while True:
+            self._check_held(part)
             try:
                 return await asyncio.wait_for(call(), TAKE_CALL_TIMEOUT)
-            except (asyncio.TimeoutError, errors.ServiceUnavailableError, errors.ServerError):
+            except (asyncio.TimeoutError, errors.ServiceUnavailableError, errors.ServerError) as e:
                 self.stats["take_retries"] += 1
-                await asyncio.sleep(0.05)
+                if time.monotonic() >= deadline:
+                    raise asyncio.TimeoutError(f"no answer in {TAKE_TIMEOUT:g} s") from e
+                await asyncio.sleep(0.05 if isinstance(e, asyncio.TimeoutError) else 0.5)
+
+    def _check_held(self, part: Partition) -> None:
+        if self.parts.get(part.p) is not part or part.lost:
+            raise _Gone(part.p)
 
     async def _open(self, part: Partition) -> None:
         """`part`'s stream, mark and consumer (and partition 0's unmapped readings)."""
         api, p = self.api, part.p
-        created = (await self._again(lambda: self.js.stream_info(wire.readings_stream(p)))).created
+        created = (await self._again(part, lambda: self.js.stream_info(wire.readings_stream(p)))).created
         part.stream_id = f"{wire.readings_stream(p)}@{created.isoformat() if created else ''}"
         try:
-            entry = await self._again(lambda: self.state.get(f"m.{p}"))
+            entry = await self._again(part, lambda: self.state.get(f"m.{p}"))
             mark = json.loads(entry.value)
             part.mark_rev = entry.revision
             # a mark of another stream (the earlier layout's shared one, or this one before it was deleted and
@@ -783,7 +808,7 @@ class Gateway:
         if p == 0:                            # readings the mapping sent nowhere: dead-lettered here
             unmapped = Partition(-1, 0, self._epoch)
             unmapped.wake = self.wake
-            unmapped.sub = await self._consumer(wire.READINGS, "unmapped", unmapped.deliver,
+            unmapped.sub = await self._consumer(part, wire.READINGS, "unmapped", unmapped.deliver,
                                                 dict(deliver_policy=api.DeliverPolicy.ALL))
             if self.parts.get(p) is part:
                 self.unmapped = unmapped
@@ -791,31 +816,38 @@ class Gateway:
                 with contextlib.suppress(Exception):
                     await unmapped.sub.unsubscribe()
 
-    async def _consumer(self, stream: str, durable: str, cb, start: dict):
-        """A durable push consumer on `stream` delivering to `cb`, at most max_pending
-        unacknowledged, named `durable`-<random hex>. A consumer made while a node is down may
-        wait 4-9 s on it (nats-server 2.9 prefers one of its three peers at random to lead it),
-        so CONSUMER_TRIES are made at once, each on an inbox of its own; the first to answer is
-        kept (what it delivered meanwhile passes to `cb` in order), the others' deliveries reach
-        nobody. None answering in TAKE_CALL_TIMEOUT: made again under new names (`_again`). The
-        stream's other consumers of that name (`durable`, or `durable`-*: an earlier owner's,
-        tries given up for) are then deleted in the background (`_delete_earlier`)."""
-        api, subs, chosen = self.api, {}, None
+    async def _consumer(self, part: Partition, stream: str, durable: str, cb, start: dict):
+        """A durable push consumer on `stream` for `part`, delivering to `cb`, at most
+        max_pending unacknowledged, named `durable`-<lease revision>-<random hex>.
+
+        The stream's consumers of that name made under an older lease revision (an earlier
+        owner's: a lease taken over is created again, at a higher revision; or this gateway's
+        before it read the partition again) and the fixed name `durable` of earlier versions are
+        deleted first, for TAKE_CALL_TIMEOUT at most, so an owner that has not yet seen its lease
+        lapse is cut off before the new consumer delivers; what that left is deleted again in
+        the background once the new one answers (`_delete_earlier`). A consumer made while a
+        node is down may wait 4-9 s on it (nats-server 2.9 prefers one of its three peers at
+        random to lead it), so CONSUMER_TRIES are made at once, each on an inbox of its own: the
+        first to answer is kept (what it delivered meanwhile passes to `cb` in order), the others'
+        deliveries reach nobody; none answering in TAKE_CALL_TIMEOUT, new ones are made (`_again`).
+        `_Gone` where `part` stops being this gateway's meanwhile."""
+        api, rev = self.api, part.rev
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._delete_earlier(stream, durable, rev, None), TAKE_CALL_TIMEOUT)
 
         async def make():
-            nonlocal chosen
-            held, tries = {}, {}
+            held, tries, subs, won = {}, {}, {}, []
 
             def route(name):
                 async def deliver(msg):
-                    if chosen == name:
+                    if won and won[0] == name:
                         await cb(msg)
                     elif name in held:
                         held[name].append(msg)
                 return deliver
             try:
                 for _ in range(CONSUMER_TRIES):
-                    name = f"{durable}-{secrets.token_hex(4)}"
+                    name = f"{durable}-{rev}-{secrets.token_hex(4)}"
                     held[name] = []
                     inbox = self.nc.new_inbox()
                     subs[name] = await self.nc.subscribe(inbox, cb=route(name))
@@ -825,44 +857,70 @@ class Gateway:
                 pending, error = set(tries), None
                 while pending:
                     done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                    won = [t for t in done if not t.cancelled() and t.exception() is None]
+                    ok = [t for t in done if not t.cancelled() and t.exception() is None]
                     error = error or next((t.exception() for t in done if not t.cancelled() and t.exception()), None)
-                    if won:
-                        name = tries[won[0]]
+                    if ok:
+                        name = tries[ok[0]]
                         while held[name]:                # delivered before it answered: first, in order
                             await cb(held[name].pop(0))
-                        chosen = name
-                        return
-                raise error or asyncio.TimeoutError()
+                        won.append(name)
+                        return name, subs[name]
+                raise error
             finally:
                 for task in tries:
                     task.cancel()
-                for name in list(subs):
-                    if name != chosen:
-                        with contextlib.suppress(Exception):
-                            await subs.pop(name).unsubscribe()
-        await self._again(make)
-        task = asyncio.ensure_future(self._delete_earlier(stream, durable, chosen))
+                for name, sub in subs.items():          # the others: unsubscribed without waiting
+                    if not won or won[0] != name:
+                        held.pop(name, None)
+                        self._background(_quietly(sub.unsubscribe()))
+        name, sub = await self._again(part, make)
+        try:
+            self._check_held(part)
+        except _Gone:
+            await _quietly(sub.unsubscribe())
+            raise
+        self._background(self._delete_earlier(stream, durable, rev, name, part))
+        return sub
+
+    def _background(self, aw) -> None:
+        """Run `aw` in a task of its own, held until it ends (asyncio keeps only weak references)."""
+        task = asyncio.ensure_future(aw)
         self._deleting.add(task)
         task.add_done_callback(self._deleting.discard)
-        return subs[chosen]
 
-    async def _delete_earlier(self, stream: str, durable: str, keep: str) -> None:
-        """Delete `stream`'s consumers named `durable` or `durable`-* but `keep`, each call
-        waiting LEASE_API_TIMEOUT at most (deleting one whose raft group has no leader is done
-        without an answer); a sweep that fails leaves them to the next."""
+    async def _delete_earlier(self, stream: str, durable: str, rev: int, keep: str | None,
+                              part: Partition | None = None) -> None:
+        """Delete `stream`'s consumers named `durable` (earlier versions' fixed name) or
+        `durable`-<revision>-<hex> with a revision below `rev` (earlier owners') or equal to it
+        but not `keep` (tries given up for); names of any other form are left alone. With
+        `part`, nothing is deleted once it is no longer this gateway's. Each call waits
+        LEASE_API_TIMEOUT at most (deleting one whose raft group has no leader is done without an
+        answer); a sweep that fails leaves them to the next."""
         try:
             msg = await self.nc.request(f"{self.api.DEFAULT_PREFIX}.CONSUMER.NAMES.{stream}", b"",
                                         timeout=LEASE_API_TIMEOUT)
             names = json.loads(msg.data).get("consumers") or []
-            stale = [n for n in names if n != keep and (n == durable or n.startswith(f"{durable}-"))]
-            await asyncio.gather(*(asyncio.wait_for(self.js.delete_consumer(stream, n), LEASE_API_TIMEOUT)
-                                   for n in stale), return_exceptions=True)
+            stale = []
+            for n in names:
+                m = re.fullmatch(rf"{re.escape(durable)}-(\d+)-[0-9a-f]{{8}}", n)
+                if n == durable or (m and (int(m.group(1)) < rev or (int(m.group(1)) == rev and n != keep))):
+                    stale.append(n)
+            if part is not None:
+                self._check_held(part)
+            done = await asyncio.gather(*(asyncio.wait_for(self.js.delete_consumer(stream, n), LEASE_API_TIMEOUT)
+                                          for n in stale), return_exceptions=True)
+            failed = [n for n, r in zip(stale, done) if isinstance(r, BaseException)
+                      and not isinstance(r, self.errors.NotFoundError)]
+            if failed and keep is not None:
+                self._say("earlier-consumers", f"NATS: {len(failed)} earlier consumer(s) of {stream} not deleted "
+                          "yet (no answer); the next take deletes them", every=60)
         except asyncio.CancelledError:
             raise
+        except _Gone:
+            return
         except Exception as e:  # noqa: BLE001 - left to the next sweep
-            self._say("earlier-consumers", f"NATS: {type(e).__name__} deleting {stream}'s earlier consumers; left to the next "
-                      "take", every=60)
+            self._say("earlier-consumers", f"NATS: {type(e).__name__} deleting {stream}'s earlier consumers; left "
+                      "to the next take", every=60)
 
     async def _subscribe(self, part: Partition):
         """`part`'s readings from the one after the last applied (all, where none was), on a
@@ -870,7 +928,7 @@ class Gateway:
         api = self.api
         start = dict(deliver_policy=api.DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=part.applied_seq + 1) \
             if part.applied_seq else dict(deliver_policy=api.DeliverPolicy.ALL)
-        part.sub = await self._consumer(wire.readings_stream(part.p), f"part-{part.p}", part.receiver(), start)
+        part.sub = await self._consumer(part, wire.readings_stream(part.p), f"part-{part.p}", part.receiver(), start)
 
     async def _resubscribe(self, part: Partition):
         """Read `part` again from the reading after the last one applied, on a consumer made
@@ -899,6 +957,8 @@ class Gateway:
             await asyncio.wait_for(self._resubscribe(part), TAKE_TIMEOUT)
         except asyncio.CancelledError:
             raise
+        except _Gone:                             # taken over meanwhile: dropped at the next round
+            pass
         except Exception as e:  # noqa: BLE001 - a cluster electing the stream's leader: again next round
             part.resume = True
             self._say("resubscribe", f"NATS: {type(e).__name__} reading partition {part.p} again; retrying")
