@@ -737,7 +737,7 @@ def render_gateway(d: dict, source: str) -> str:
                   "prediction messages." if "sampled_stored" in f else "")
         text.append(f"Failover ({d['gateways']} gateways, {f['devices']:,} devices at {f['rate_hz']:g} Hz, "
                     f"{f.get('killed', 'a gateway')} SIGKILLed): the longest gap in a sampled device's predictions after the kill was "
-                    f"{f['failover_s']:.1f} s ({f['devices_interrupted']} of {f['sampled_devices']} sampled devices "
+                    f"{f['failover_s']:.2f} s ({f['devices_interrupted']} of {f['sampled_devices']} sampled devices "
                     "went more than 1 s without one); " +
                     ("every sampled prediction arrived" if f["sampled_received"] == f["sampled_expected"]
                      else "the benchmark's subscriber saw some" if f.get("sampled_stored") == f["sampled_expected"]
@@ -765,9 +765,9 @@ def render_gateway(d: dict, source: str) -> str:
         gaps = [r["failover_s"] for r in runs]
         once = sum(r["sampled_stored"] == r["sampled_messages"] and not r["duplicates"] for r in runs)
         text.append(f"Over the {len(runs)} runs of the command (each on a fresh broker and gateways; the figures "
-                    f"above are the last run's), the longest gaps were {', '.join(f'{g:.1f}' for g in gaps)} s: "
-                    f"under 10 s in {sum(g < 10 for g in gaps)} of {len(runs)}, median {statistics.median(gaps):.1f} s, "
-                    f"longest {max(gaps):.1f} s. EDGESEQ_OUT stored every sampled prediction message exactly once "
+                    f"above are the last run's), the longest gaps were {', '.join(f'{g:.2f}' for g in gaps)} s: "
+                    f"under 10 s in {sum(g < 10 for g in gaps)} of {len(runs)}, median {statistics.median(gaps):.2f} s, "
+                    f"longest {max(gaps):.2f} s. EDGESEQ_OUT stored every sampled prediction message exactly once "
                     f"in {once} of {len(runs)} runs; leases lost: {sum(r['partitions_lost'] or 0 for r in runs)}.")
     how = (f"`{d['command']}`: {d['gateways']} gateway process(es), {d['partitions']} partitions, model "
            f"{d['model']}, {d.get('brokers', 'one nats-server')}, gateways and devices on one {d['cores']}-core machine ({d['cpu']}); "

@@ -984,16 +984,20 @@ def test_a_lease_the_server_cannot_renew_for_a_while_waits_and_goes_on_where_nob
     assert renew(part, electing) == (True, True, 7)           # past lease_seconds: it waits, state kept
     assert renew(part, None) == (True, False, 8)              # the bucket answers: renewed, goes on
     assert gw.stats["leases_lapsed"] == 1 and gw.stats["leases_kept"] == 1
+    assert not part.resume                                    # ... on the consumer it had
     part = held(5.5)
     renew(part, electing)
     assert renew(part, taken) == (True, False, 20)            # its key ran out, nobody took it, mark unchanged
+    assert part.resume             # ... read again on a consumer of its own: one who held it may have deleted it
     part = held(5.5)
     renew(part, electing)
     assert renew(part, taken, mark_rev=4) == (False, True, 7)   # stored meanwhile by another: taken again
     assert gw.leases.deleted == [("part.0", 20)]              # ... the lease just made given back at once
     assert renew(held(0.1), taken, create_fails=True) == (False, False, 7)   # another gateway holds it
     # a renewal given up on that was stored after all: the key holds this gateway's name
-    assert renew(held(0.1), taken, create_fails=True, holder=gw.name.encode()) == (True, False, 30)
+    part = held(0.1)
+    assert renew(part, taken, create_fails=True, holder=gw.name.encode()) == (True, False, 30)
+    assert not part.resume                                    # never anyone else's: its consumer stands
     part = held(5.5)
     renew(part, electing)
     assert renew(part, taken, mark_rev=4, by=gw.name) == (True, False, 20)   # a store of its own landed late

@@ -590,11 +590,13 @@ class Gateway:
         errors = self.errors
         if part.lost or not part.ready:
             return False
+        created = True
         try:
             rev = await self.leases.create(f"part.{p}", self.name.encode())
         except (errors.ServiceUnavailableError, errors.ServerError):
             raise
         except errors.APIError:
+            created = False
             # held: by this gateway where a renewal it gave up waiting for was stored after all
             # (only this gateway writes its name), else by another
             try:
@@ -613,6 +615,10 @@ class Gateway:
             mark, by = -1, None
         if mark == part.mark_rev or by == self.name:     # stored by this gateway only, if at all
             part.rev = rev
+            if created:
+                # another gateway may have held it meanwhile and deleted this one's consumer (of an
+                # older lease revision) without storing anything: read again on a consumer of its own
+                part.resume = True
             return True
         with contextlib.suppress(Exception):
             await self.leases.delete(f"part.{p}", last=rev)
@@ -831,9 +837,9 @@ class Gateway:
         first to answer is kept (what it delivered meanwhile passes to `cb` in order), the others'
         deliveries reach nobody; none answering in TAKE_CALL_TIMEOUT, new ones are made (`_again`).
         `_Gone` where `part` stops being this gateway's meanwhile."""
-        api, rev = self.api, part.rev
+        api, rev, given_up, kept = self.api, part.rev, [], []
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._delete_earlier(stream, durable, rev, None), TAKE_CALL_TIMEOUT)
+            await asyncio.wait_for(self._delete_earlier(stream, durable, rev), TAKE_CALL_TIMEOUT)
 
         async def make():
             held, tries, subs, won = {}, {}, {}, []
@@ -864,6 +870,7 @@ class Gateway:
                         while held[name]:                # delivered before it answered: first, in order
                             await cb(held[name].pop(0))
                         won.append(name)
+                        kept.append(subs[name])
                         return name, subs[name]
                 raise error
             finally:
@@ -872,14 +879,16 @@ class Gateway:
                 for name, sub in subs.items():          # the others: unsubscribed without waiting
                     if not won or won[0] != name:
                         held.pop(name, None)
+                        given_up.append(name)
                         self._background(_quietly(sub.unsubscribe()))
-        name, sub = await self._again(part, make)
         try:
+            name, sub = await self._again(part, make)
             self._check_held(part)
-        except _Gone:
-            await _quietly(sub.unsubscribe())
+        except BaseException:                           # cancelled or gone, even as a try answered
+            for sub in kept:
+                self._background(_quietly(sub.unsubscribe()))
             raise
-        self._background(self._delete_earlier(stream, durable, rev, name, part))
+        self._background(self._delete_earlier(stream, durable, rev, part, given_up))
         return sub
 
     def _background(self, aw) -> None:
@@ -888,14 +897,16 @@ class Gateway:
         self._deleting.add(task)
         task.add_done_callback(self._deleting.discard)
 
-    async def _delete_earlier(self, stream: str, durable: str, rev: int, keep: str | None,
-                              part: Partition | None = None) -> None:
+    async def _delete_earlier(self, stream: str, durable: str, rev: int, part: Partition | None = None,
+                              given_up: list | None = None) -> None:
         """Delete `stream`'s consumers named `durable` (earlier versions' fixed name) or
-        `durable`-<revision>-<hex> with a revision below `rev` (earlier owners') or equal to it
-        but not `keep` (tries given up for); names of any other form are left alone. With
-        `part`, nothing is deleted once it is no longer this gateway's. Each call waits
-        LEASE_API_TIMEOUT at most (deleting one whose raft group has no leader is done without an
-        answer); a sweep that fails leaves them to the next."""
+        `durable`-<revision>-<hex> with a revision below `rev` (earlier owners'); without `part`
+        (before a consumer is made) those of revision `rev` too (this gateway's, replaced), with
+        it (after) only the names in `given_up` among them (its tries given up for: a consumer
+        made since under the same revision is left alone). Names of any other form are left
+        alone. With `part`, nothing is deleted once it is no longer this gateway's. Each call
+        waits LEASE_API_TIMEOUT at most (deleting one whose raft group has no leader is done
+        without an answer); a sweep that fails leaves them to the next."""
         try:
             msg = await self.nc.request(f"{self.api.DEFAULT_PREFIX}.CONSUMER.NAMES.{stream}", b"",
                                         timeout=LEASE_API_TIMEOUT)
@@ -903,7 +914,8 @@ class Gateway:
             stale = []
             for n in names:
                 m = re.fullmatch(rf"{re.escape(durable)}-(\d+)-[0-9a-f]{{8}}", n)
-                if n == durable or (m and (int(m.group(1)) < rev or (int(m.group(1)) == rev and n != keep))):
+                if n == durable or (m and (int(m.group(1)) < rev or (int(m.group(1)) == rev and (
+                        part is None or n in (given_up or ()))))):
                     stale.append(n)
             if part is not None:
                 self._check_held(part)
@@ -911,7 +923,7 @@ class Gateway:
                                           for n in stale), return_exceptions=True)
             failed = [n for n, r in zip(stale, done) if isinstance(r, BaseException)
                       and not isinstance(r, self.errors.NotFoundError)]
-            if failed and keep is not None:
+            if failed and part is not None:
                 self._say("earlier-consumers", f"NATS: {len(failed)} earlier consumer(s) of {stream} not deleted "
                           "yet (no answer); the next take deletes them", every=60)
         except asyncio.CancelledError:
@@ -1479,6 +1491,10 @@ class Gateway:
                     await asyncio.wait({task}, timeout=1.0)
                 with contextlib.suppress(BaseException):
                     task.result()
+            for task in list(self._deleting):        # earlier consumers' deletes: left to the next take
+                task.cancel()
+            if self._deleting:
+                await asyncio.wait(set(self._deleting), timeout=1.0)
             for p in list(self.parts):
                 with contextlib.suppress(Exception):
                     await self._release(p)
