@@ -235,7 +235,7 @@ class Gateway:
             raise UsageError(f"max_device_backlog ({max_device_backlog}) must be above snapshot_every "
                              f"({snapshot_every}): readings stay in the stream until their partition is stored")
         self.unmapped = None          # partition 0's owner dead-letters readings no partition holds
-        self._deleting: set = set()   # background tasks (earlier owners' consumers deleted, tries unsubscribed)
+        self._tasks: set = set()      # background tasks (earlier owners' consumers deleted, tries unsubscribed)
         self._said: dict = {}
         self.wake: asyncio.Event | None = None
         self.ready: asyncio.Event | None = None     # set once the streams exist and the first leases are held
@@ -894,11 +894,11 @@ class Gateway:
     def _background(self, aw) -> None:
         """Run `aw` in a task of its own, held until it ends (asyncio keeps only weak references)."""
         task = asyncio.ensure_future(aw)
-        self._deleting.add(task)
-        task.add_done_callback(self._deleting.discard)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def _delete_earlier(self, stream: str, durable: str, rev: int, part: Partition | None = None,
-                              given_up: list | None = None) -> None:
+                              given_up: list = ()) -> None:
         """Delete `stream`'s consumers named `durable` (earlier versions' fixed name) or
         `durable`-<revision>-<hex> with a revision below `rev` (earlier owners'); without `part`
         (before a consumer is made) those of revision `rev` too (this gateway's, replaced), with
@@ -914,8 +914,9 @@ class Gateway:
             stale = []
             for n in names:
                 m = re.fullmatch(rf"{re.escape(durable)}-(\d+)-[0-9a-f]{{8}}", n)
-                if n == durable or (m and (int(m.group(1)) < rev or (int(m.group(1)) == rev and (
-                        part is None or n in (given_up or ()))))):
+                made = int(m.group(1)) if m else None      # the lease revision it was made under
+                replaced = made == rev and (part is None or n in given_up)
+                if n == durable or (made is not None and (made < rev or replaced)):
                     stale.append(n)
             if part is not None:
                 self._check_held(part)
@@ -1491,10 +1492,10 @@ class Gateway:
                     await asyncio.wait({task}, timeout=1.0)
                 with contextlib.suppress(BaseException):
                     task.result()
-            for task in list(self._deleting):        # earlier consumers' deletes: left to the next take
+            for task in list(self._tasks):           # earlier consumers' deletes: left to the next take
                 task.cancel()
-            if self._deleting:
-                await asyncio.wait(set(self._deleting), timeout=1.0)
+            if self._tasks:
+                await asyncio.wait(set(self._tasks), timeout=1.0)
             for p in list(self.parts):
                 with contextlib.suppress(Exception):
                     await self._release(p)
