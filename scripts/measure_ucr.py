@@ -15,8 +15,10 @@ each, scored per reading past the grace period, `edgeseq.runtime.evaluate`). Row
 the JSON file as each model finishes, so a long run can be stopped and resumed (`--redo` trains
 again what it holds). `merge --from A --into B` copies A's rows into B (runs of some sets
 after a change that moves only them), each merged row keeping A's command and date under
-`remeasured`, which the table's caption names. `table` prints the Markdown table in the
-`figures:ucr` region of docs/training.md.
+`remeasured`, which the table's caption names. `baseline` scores 1-NN DTW on every set as
+`edgeseq train` does (`edgeseq.train.baseline`: the sequences at their own lengths, no padding)
+and keeps it under `baseline`. `table` prints the Markdown table in the `figures:ucr` region of
+docs/training.md.
 
 The published figures beside ours (`PUBLISHED`) are accuracies on the same splits:
 1-NN DTW with a full warping window, from the UCR archive 2018 (Dau et al., "The UCR time
@@ -167,6 +169,24 @@ def cmd_run(args):
             out.write_text(json.dumps(doc, indent=1) + "\n")
 
 
+def cmd_baseline(args):
+    """1-NN DTW as `edgeseq train` scores it (`edgeseq.train.baseline`), on every set: kept under
+    `baseline` beside the published figures, which pad unequal lengths (see docs/training.md)."""
+    from edgeseq.data import load_dataset
+    from edgeseq.train.baseline import MAX_CELLS, nearest_neighbour_dtw
+    out = Path(args.json)
+    doc = json.loads(out.read_text()) if out.exists() else {}
+    base = doc.setdefault("baseline", {"rows": {}})
+    for name in args.only or SETS:
+        ds = load_dataset(data_spec(name, args.sets))
+        row = nearest_neighbour_dtw(ds.train, ds.test, max_cells=args.max_cells or MAX_CELLS)
+        base["rows"][name] = {**row, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+        base["meta"] = {"machine": machine(), "date": base["rows"][name]["date"],
+                        "command": "python scripts/measure_ucr.py baseline " + " ".join(sys.argv[2:])}
+        print(json.dumps({"set": name, **row}), flush=True)
+        out.write_text(json.dumps(doc, indent=1) + "\n")
+
+
 def cmd_merge(args):
     src, dst = Path(args.source), Path(args.into)
     a, b = json.loads(src.read_text()), json.loads(dst.read_text())
@@ -207,12 +227,18 @@ def main(argv=None):
     m.add_argument("--from", dest="source", required=True)
     m.add_argument("--into", required=True)
     m.add_argument("--why", required=True, help="what changed for these rows, for the caption")
+    b = sub.add_parser("baseline", help="1-NN DTW as `edgeseq train` scores it, on every set")
+    b.add_argument("--sets", required=True, help="folder `convert` wrote")
+    b.add_argument("--only", nargs="+", choices=list(SETS))
+    b.add_argument("--json", required=True)
+    b.add_argument("--max-cells", type=float, help="warping cells at most (default: edgeseq.train.baseline.MAX_CELLS)")
     t = sub.add_parser("table")
     t.add_argument("--json", required=True)
     args = ap.parse_args(argv)
     if getattr(args, "augment", None) and args.augment.startswith("{"):
         args.augment = json.loads(args.augment)
-    {"convert": cmd_convert, "run": cmd_run, "merge": cmd_merge, "table": cmd_table}[args.cmd](args)
+    {"convert": cmd_convert, "run": cmd_run, "baseline": cmd_baseline, "merge": cmd_merge,
+     "table": cmd_table}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -814,10 +814,11 @@ def render_ucr(d: dict, source: str) -> str:
     """Per-sequence / never-reset test accuracy of each architecture's default settings on public
     sets, the best per sequence against published 1-NN DTW and ROCKET on the same split."""
     rows, pub, kinds = d["rows"], d.get("published", {}), d.get("kinds", {})
+    here = (d.get("baseline") or {}).get("rows", {})       # 1-NN DTW as `edgeseq train` scores it
     order = ["rnn", "gru", "lstm", "ssm", "transformer"]
     archs = sorted({r["arch"] for r in rows.values()}, key=order.index)
     sets = list(dict.fromkeys(r["set"] for r in rows.values()))
-    body, met, missed = [], [], []
+    body, met, missed, here_met, here_missed = [], [], [], [], []
     for name in sets:
         got = {a: rows.get(f"{name}/{a}") for a in archs}
         first = next(g for g in got.values() if g)
@@ -836,18 +837,32 @@ def render_ucr(d: dict, source: str) -> str:
         dtw, rocket = (pub.get(name) or {}).get("dtw"), (pub.get(name) or {}).get("rocket")
         if dtw is not None:
             (met if best >= dtw else missed).append(f"{name} ({best:.3f} against {dtw:.3f})")
+        b = here.get(name)
+        if b is not None:
+            (here_met if best >= b["accuracy"] - 1e-9 else here_missed).append(
+                f"{name} ({best:.3f} against {b['accuracy']:.3f})")
+        measured = [] if not here else [
+            "" if b is None else f"{b['accuracy']:.3f}" + ("" if b["window"] is None else f" (band {b['window']})")]
         body.append([name, kinds.get(name, ""), shape, *cells, f"{best:.3f}",
-                     "" if dtw is None else f"{dtw:.3f}", "" if rocket is None else f"{rocket:.3f}"])
+                     "" if dtw is None else f"{dtw:.3f}", *measured, "" if rocket is None else f"{rocket:.3f}"])
     table = _table(["set", "kind", "train/test, length x channels", *archs, "best per sequence", "1-NN DTW",
-                    "ROCKET"], body)
+                    *(["1-NN DTW measured here"] if here else []), "ROCKET"], body)
     beat, n_dtw, n_rocket, gap = _ucr_summary(rows, pub)
     text = (f"Each cell: per sequence / never reset (per reading); (nc): the run said it had not converged. The best "
             f"of {', '.join(archs)} per sequence reaches the 1-NN DTW figure on {beat} of {n_dtw} sets; over the "
             f"{n_rocket} sets with a ROCKET figure its mean is {abs(gap):.3f} {'below' if gap > 0 else 'above'} "
             "ROCKET's.")
     sides = [f"At or above it: {', '.join(met)}." if met else "", f"Below it: {', '.join(missed)}." if missed else ""]
+    if here:
+        sides.append(f"Against 1-NN DTW measured here (as `edgeseq train` scores it beside a model) the best reaches "
+                     f"it on {len(here_met)} of {len(here_met) + len(here_missed)} sets"
+                     + (f"; below it: {', '.join(here_missed)}." if here_missed else "."))
     text = " ".join([text, *filter(None, sides)])
     how = f"`{d.get('meta', {}).get('command', 'python scripts/measure_ucr.py run')}`, default settings, seed 0"
+    if here:
+        bm = d["baseline"].get("meta", {})
+        how += (f"; 1-NN DTW measured here: `{bm.get('command', 'python scripts/measure_ucr.py baseline')}`, "
+                f"{next(iter(here.values()))['library']}, {bm.get('date', '?')}")
     again = {}
     for key, r in (d.get("remeasured") or {}).items():
         again.setdefault((r["command"], r["why"]), []).append((key, r["date"]))

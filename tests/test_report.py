@@ -67,8 +67,10 @@ def test_json_carries_the_figures(report):
     assert (c["passes_footprint_at"] * 512 >= c["footprint_bytes"] if most >= c["footprint_bytes"]
             else c["passes_footprint_at"] is None)
     assert r["meta"]["machine"]["onnxruntime"] and r["meta"]["settings"]["latency_repeats"] == 2
-    phases = ["models", "events", "memory", "latency", "throughput", "rss", "mcu"]
+    phases = ["models", "baseline", "events", "memory", "latency", "throughput", "rss", "mcu"]
     assert list(r["meta"]["phase_seconds"]) == list(r["meta"]["phase_cpu_seconds"]) == phases
+    b = r["baseline"]                                 # 1-NN DTW on the models' split: DTW_D's published 0.975
+    assert b["method"] == "1-NN DTW" and round(b["accuracy"], 3) == 0.975 and b["queries"] == 40
     ev = r["events"]                                  # each int8 model's decision layer, scored on test streams
     assert ev["orders"] == 5 and ev["background"] == ["Standing"] and ev["rate_hz"] == 10.0
     assert set(ev["rows"]) == set(ARCHS)
@@ -248,6 +250,26 @@ def test_chance_level_and_unconverged_models_are_called_out():
     assert lines[2] == "Warning: gru did not converge, after 8 epochs (fixed, not converged): try --epochs 16."
     assert lines[3].startswith("Quick: rnn trained for a few fixed epochs, not to convergence")
     assert len(lines) == 4
+
+
+def test_models_below_the_nearest_neighbour_baseline_are_called_out():
+    from edgeseq.report.edge import schedule_of
+    from edgeseq.report.edge_pages import _accuracy_lines
+
+    good = schedule_of({"train_config": {"epochs": 30}})
+    quick = schedule_of({"metrics": {"schedule": {"mode": "fixed", "max_epochs": 5, "epochs_run": 5}}}, quick=True)
+    base = {"method": "1-NN DTW", "dependent": False, "window": None, "accuracy": 0.9, "queries": 10,
+            "test_sequences": 10, "references": 20, "seconds": 0.1}
+    low, high = _row(0.8, good), _row(0.95, good)
+    low["int8"]["accuracy"] = 0.92
+    lines = _accuracy_lines({"models": {"gru": low, "lstm": high, "rnn": _row(0.5, quick)}, "baseline": base})
+    assert lines[1] == ("Baseline: 1-NN DTW on the same split: 0.900 per sequence (full window; 10 test sequences "
+                        "against 20 training sequences, 0.1 s).")
+    assert lines[2] == "Warning: gru (float) scores 0.800 per sequence, below 1-NN DTW's 0.900 on the same split, " \
+                       "after 30 epochs (fixed)."
+    assert not any(line.startswith(("Warning: lstm", "Warning: rnn")) for line in lines)   # quick: its own line
+    skipped = _accuracy_lines({"models": {"gru": low}, "baseline": {"skipped": "no dtaidistance"}})
+    assert skipped[1] == "Baseline: not scored: no dtaidistance." and len(skipped) == 2
 
 
 def test_quick_trains_a_fixed_few_epochs_whatever_the_default_schedule(trained, monkeypatch, tmp_path):

@@ -37,11 +37,14 @@ from edgeseq.errors import UsageError, printable
               "label column is then optional). An .npz carries its targets.")
 @click.option("--persistence-lag", type=int, help="--task regress: the persistence baseline's lag in readings (default: "
               "the .npz's persistence_lag, else 1).")
+@click.option("--baseline/--no-baseline", default=True, show_default=True,
+              help="Score 1-NN DTW on the same split beside the model (docs/training.md#the-nearest-neighbour-"
+                   "baseline): about a minute at most, longer data gets a band or a draw of test sequences.")
 @click.option("--json", "as_json", is_flag=True, help="Print metrics as JSON.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
 @_errors
 def train(arch, data, out, epochs, lr, seed, settings, as_json, quiet, features, task="classify", targets=None,
-          persistence_lag=None):
+          persistence_lag=None, baseline=True):
     """Train a model and save a checkpoint that carries its config, normalisation and labels.
 
     User data: .npz with X [N,T,F], y [N], optional lengths [N]; or .csv with one reading per
@@ -97,6 +100,13 @@ def train(arch, data, out, epochs, lr, seed, settings, as_json, quiet, features,
     ckpt = train_fn(arch, dataset, tc, overrides, progress=not quiet)      # progress goes to stderr
     if dataset.ignored:                         # the columns left out of a .csv, and why: in metrics.json too
         ckpt["metrics"]["ignored_columns"] = dict(dataset.ignored)
+    if baseline and len(dataset.test):
+        from edgeseq.train.baseline import nearest_neighbour_dtw
+        try:
+            ckpt["metrics"]["baseline"] = nearest_neighbour_dtw(dataset.train, dataset.test, seed=seed,
+                                                                progress=not quiet)
+        except UsageError as e:             # the model stands without it
+            click.echo(f"note: no baseline: {e}", err=True)
     with _writing(out):
         path = save_checkpoint(ckpt, out)
     m = ckpt["metrics"]
@@ -125,6 +135,16 @@ def train(arch, data, out, epochs, lr, seed, settings, as_json, quiet, features,
     s = m.get("schedule") or {}
     if s.get("advice"):
         click.echo(f"warning: not converged: {s['advice']} (curve: {printable(Path(out) / 'training_curve.png')})", err=True)
+    if m.get("baseline") is not None:
+        from edgeseq.train.baseline import below, describe
+        b = m["baseline"]
+        if not as_json:
+            click.echo(f"baseline: {describe(b)}")
+        if below(m["test_accuracy"], b):
+            click.echo(f"warning: below the nearest-neighbour baseline: {m['test_accuracy']:.3f} per sequence against "
+                       f"{b['method']}'s {b['accuracy']:.3f} on the same test split; try another --arch (`edgeseq report` "
+                       "trains them side by side), a longer schedule (--epochs N) or more training sequences "
+                       "(docs/training.md#the-nearest-neighbour-baseline)", err=True)
 
 
 def _train_task(arch, data, out, epochs, lr, seed, settings, as_json, quiet, features, task, targets=None,

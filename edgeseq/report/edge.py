@@ -5,7 +5,7 @@ and int8, trained on one data set (`data`: the embedded BasicMotions by default,
 the reused runs were trained on), whose test readings are what every model streams:
 
 1. models: parameters, file size, multiply-accumulates per reading, test accuracy with the
-   schedule that trained the model;
+   schedule that trained the model, beside 1-NN DTW on the same split (`edgeseq.train.baseline`);
 2. memory per stream against history length, read from live sessions after streaming;
 3. latency per reading against the step index (median and p99), with the onnxruntime
    per-call floor, the GRU step in torch eager and the Transformer recomputing its whole
@@ -164,6 +164,15 @@ def _models(out: Path, reused: dict, ds, settings, progress: Progress) -> dict:
         bar.update(1, f"{arch} int8 exported")
     bar.close()
     return rows, ckpts
+
+
+def _baseline(ds) -> dict:
+    """1-NN DTW on the models' split (`edgeseq.train.baseline`), or {"skipped": why}."""
+    from edgeseq.train.baseline import nearest_neighbour_dtw
+    try:
+        return nearest_neighbour_dtw(ds.train, ds.test)
+    except (UsageError, ValueError) as e:
+        return {"skipped": str(e)}
 
 
 def _events(models: dict, ds, quick: bool, progress: Progress) -> dict:
@@ -566,6 +575,7 @@ def _build(out: Path, ds, reused: dict, quick: bool, progress: bool) -> dict:
         return panel
 
     r["models"], ckpts = phase("models", lambda: _models(out, reused, ds, settings, shown))
+    r["baseline"] = phase("baseline", lambda: _baseline(ds))
     r["events"] = phase("events", lambda: _events(r["models"], ds, quick, shown))
     r["memory"] = phase("memory", lambda: _memory(r["models"], settings, readings, shown))
     with tempfile.TemporaryDirectory() as tmp:

@@ -215,8 +215,19 @@ def _accuracy_lines(r: dict) -> list:
     lines = [f"Test accuracy per sequence, float / int8{chance}: " + "; ".join(f"{a} {v['float']['accuracy']:.3f} / {v['int8']['accuracy']:.3f} "
                                       f"{v.get('schedule', {}).get('text', '(schedule not recorded)')}"
                                       for a, v in m.items()) + "."]
+    b = r.get("baseline") or {}
+    if "accuracy" in b:
+        from edgeseq.train.baseline import describe
+        lines.append(f"Baseline: {describe(b)}.")
+    elif b.get("skipped"):
+        lines.append(f"Baseline: not scored: {b['skipped']}.")
     for a, v in m.items():
         chance, sched = v.get("chance"), (v.get("schedule") or {}).get("text", "(schedule not recorded)")
+        under = [k for k in ("float", "int8") if "accuracy" in b and v[k]["accuracy"] < b["accuracy"] - 1e-9]
+        if under and not (v.get("schedule") or {}).get("quick"):              # quick: see below
+            scores = " / ".join(f"{v[k]['accuracy']:.3f}" for k in under)
+            lines.append(f"Warning: {a} ({' and '.join(under)}) scores {scores} per sequence, below {b['method']}'s "
+                         f"{b['accuracy']:.3f} on the same split, {sched}.")
         low = [k for k in ("float", "int8") if chance is not None and v[k]["accuracy"] <= chance + 1e-9]
         if low:
             scores = " / ".join(f"{v[k]['accuracy']:.3f}" for k in low)

@@ -1,0 +1,121 @@
+"""The nearest-neighbour baseline a trained model is set beside: 1-NN DTW on the same split.
+
+Each test sequence takes the class of the training sequence nearest to it under dynamic time
+warping (DTW), the baseline of the UCR and UEA archives: the readings as they are (no
+normalisation), the squared difference summed along the warping path, and on several channels
+the dependent form (DTW_D: one path for all channels, the squared Euclidean distance between
+readings). The distances come from dtaidistance (its C library, OpenMP over the cores), not from
+code of ours. It is a per-sequence classifier: it sees each whole test sequence, so it stands
+beside a model's per-sequence accuracy, not its never-reset one.
+
+The full window costs (test readings) x (training readings) cells, which on long or many
+sequences takes hours; past `max_cells` the path is held within a band of a tenth of the
+longest sequence (Sakoe-Chiba; widened to the length difference of two sequences, which
+dtaidistance does by itself), and past that too a seeded draw of the test sequences is scored.
+What was done is in the result, and the line `describe` prints says it.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import numpy as np
+
+from edgeseq.errors import UsageError
+
+MAX_CELLS = 3e10      # warping cells at most: about a minute on 2 cores of an x86-64 VM (dtaidistance 2.5,
+                      # 1-NN DTW of ACSF1, 100 x 100 sequences of 1,460 readings, 2.1e10 cells in 41 s)
+BAND = 0.1            # the band past MAX_CELLS, as a share of the longest sequence
+CHUNK_CELLS = 2e9     # cells per call into dtaidistance: a progress line after each
+
+
+def _sequences(split) -> list:
+    """The split's sequences as dtaidistance takes them: float64, one [T] array per sequence on
+    one channel, [T, F] on several, each cut to its length."""
+    F = split.X.shape[2]
+    out = []
+    for x, n in zip(split.X, split.lengths):
+        s = np.asarray(x[:int(n)], np.float64)
+        out.append(np.ascontiguousarray(s[:, 0] if F == 1 else s))
+    return out
+
+
+def nearest_neighbour_dtw(train, test, max_cells: float = MAX_CELLS, seed: int = 0,
+                          progress: bool = False) -> dict:
+    """1-NN DTW accuracy of `test` against `train` (`edgeseq.data.Split`s: X float32 [N, T, F]
+    zero padded past `lengths` int64 [N], y int64 [N]).
+
+    Returns {"method": "1-NN DTW", "dependent": several channels (DTW_D), "window": the band
+    in readings (None: the full window), "accuracy": the share of scored test sequences whose
+    nearest training sequence has their class, "queries": test sequences scored, "test_sequences",
+    "references": training sequences, "cells": warping cells (an upper bound with a band),
+    "seconds": wall clock, "library": "dtaidistance <version>"}. With `progress`, a line on
+    stderr after each part of a run of more than one part.
+
+    Raises UsageError where dtaidistance is not installed (it comes with edgeseq[train]) and
+    ValueError for an empty split."""
+    try:
+        import dtaidistance
+        from dtaidistance import dtw, dtw_ndim
+    except ImportError:
+        raise UsageError("the 1-NN DTW baseline needs dtaidistance: pip install 'edgeseq[train]' "
+                         "(or pip install dtaidistance)") from None
+    if len(train) == 0 or len(test) == 0:
+        raise ValueError(f"1-NN DTW needs training and test sequences (got {len(train)} and {len(test)})")
+    t0 = time.perf_counter()
+    lt = np.asarray(train.lengths, np.float64)
+    lq = np.asarray(test.lengths, np.float64)
+    longest = int(max(lt.max(), lq.max()))
+    window, per_query = None, lq * lt.sum()                 # full window: each query's cells
+    if per_query.sum() > max_cells:
+        window = max(1, int(np.ceil(BAND * longest)))
+        per_query = np.minimum(lq * lt.sum(), lq * len(lt) * (2 * window + 1))
+    queries = np.arange(len(test))
+    if per_query.sum() > max_cells:                         # a seeded draw of the test sequences
+        order = np.random.default_rng(seed).permutation(len(test))
+        keep = np.cumsum(per_query[order]) <= max_cells
+        keep[0] = True
+        queries = np.sort(order[keep])
+    refs, qs = _sequences(train), _sequences(test.take(queries))
+    F = train.X.shape[2]
+    kw = {"window": window} if window else {}
+    nearest = np.empty(len(qs), np.int64)
+    bounds, start, acc = [], 0, 0.0
+    for i, c in enumerate(per_query[queries]):              # parts of about CHUNK_CELLS each
+        acc += c
+        if acc >= CHUNK_CELLS or i == len(qs) - 1:
+            bounds.append((start, i + 1))
+            start, acc = i + 1, 0.0
+    for k, (a, b) in enumerate(bounds):
+        series = qs[a:b] + refs
+        block = ((0, b - a), (b - a, b - a + len(refs)))
+        if F == 1:
+            d = dtw.distance_matrix_fast(series, block=block, compact=True, **kw)
+        else:
+            d = dtw_ndim.distance_matrix_fast(series, ndim=F, block=block, compact=True, **kw)
+        nearest[a:b] = np.argmin(np.asarray(d).reshape(b - a, len(refs)), axis=1)
+        if progress and len(bounds) > 1:
+            print(f"1-NN DTW baseline: {b} of {len(qs)} test sequences ({time.perf_counter() - t0:.0f} s)",
+                  file=sys.stderr, flush=True)
+    right = np.asarray(train.y)[nearest] == np.asarray(test.y)[queries]
+    return {"method": "1-NN DTW", "dependent": F > 1, "window": window,
+            "accuracy": float(right.mean()), "queries": int(len(queries)), "test_sequences": int(len(test)),
+            "references": int(len(train)), "cells": int(per_query[queries].sum()),
+            "seconds": round(time.perf_counter() - t0, 2),
+            "library": f"dtaidistance {dtaidistance.__version__}"}
+
+
+def describe(b: dict) -> str:
+    """One line for a `nearest_neighbour_dtw` result: accuracy, window, what was scored, time."""
+    how = "full window" if b["window"] is None else f"band of {b['window']} readings"
+    part = (f"{b['queries']:,} of {b['test_sequences']:,} test sequences (a seeded draw)"
+            if b["queries"] < b["test_sequences"] else f"{b['test_sequences']:,} test sequences")
+    return (f"{b['method']}{' (dependent, all channels)' if b['dependent'] else ''} on the same split: "
+            f"{b['accuracy']:.3f} per sequence ({how}; {part} against {b['references']:,} training "
+            f"sequences, {b['seconds']:.1f} s)")
+
+
+def below(accuracy: float, b: dict | None) -> bool:
+    """Whether a per-sequence test accuracy is below the baseline `b` (None: no baseline)."""
+    return b is not None and accuracy < b["accuracy"] - 1e-9

@@ -1,0 +1,134 @@
+"""The 1-NN DTW baseline `edgeseq train` scores beside a model: the archives' published figures on
+the embedded sets, a plain DTW written out here on small random sets (full window and band,
+one channel and several, unequal lengths), and the command's lines and metrics."""
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from edgeseq.cli import cli
+from edgeseq.data import Split, load_dataset
+from edgeseq.errors import UsageError
+from edgeseq.train.baseline import BAND, below, describe, nearest_neighbour_dtw
+
+pytest.importorskip("dtaidistance")
+
+
+def _dtw(a, b, window=None):
+    """Squared differences summed along the cheapest warping path, within |i - j| <= window
+    (widened to the length difference); a, b [T, F]."""
+    n, m = len(a), len(b)
+    w = max(n, m) if window is None else max(window, abs(n - m))
+    D = np.full((n + 1, m + 1), np.inf)
+    D[0, 0] = 0.0
+    for i in range(1, n + 1):
+        for j in range(max(1, i - w), min(m, i + w) + 1):
+            cost = float(((a[i - 1] - b[j - 1]) ** 2).sum())
+            D[i, j] = cost + min(D[i - 1, j], D[i, j - 1], D[i - 1, j - 1])
+    return D[n, m]
+
+
+def _split(rng, n, F, lo, hi, classes=3):
+    lengths = rng.integers(lo, hi + 1, n)
+    y = rng.integers(0, classes, n)
+    X = np.zeros((n, hi, F), np.float32)
+    for i, (L, c) in enumerate(zip(lengths, y)):
+        t = np.linspace(0, 1, L)[:, None]
+        X[i, :L] = np.sin(2 * np.pi * (c + 1) * t + rng.uniform(0, 0.5)) + 0.3 * rng.normal(size=(L, F))
+    return Split(X, y.astype(np.int64), lengths.astype(np.int64))
+
+
+def _reference(train, test, rows, window=None):
+    nearest = []
+    for q in rows:
+        a = test.X[q, :test.lengths[q]].astype(np.float64)
+        d = [_dtw(a, train.X[r, :train.lengths[r]].astype(np.float64), window) for r in range(len(train))]
+        nearest.append(int(np.argmin(d)))
+    return float((train.y[nearest] == test.y[rows]).mean())
+
+
+@pytest.mark.parametrize("spec, published", [("basicmotions", 0.975), ("japanesevowels", 0.949)])
+def test_reproduces_the_archives_dependent_dtw_figures(spec, published):
+    # DTW_D of Bagnall et al. 2018 (arXiv:1811.00075) on the archive's own split, as scripts/measure_ucr.py quotes
+    ds = load_dataset(spec)
+    b = nearest_neighbour_dtw(ds.train, ds.test)
+    assert b["dependent"] and b["window"] is None and b["queries"] == len(ds.test)
+    assert round(b["accuracy"], 3) == published
+
+
+@pytest.mark.parametrize("F", [1, 3])
+def test_full_window_matches_a_plain_dtw_on_unequal_lengths(F):
+    rng = np.random.default_rng(F)
+    train, test = _split(rng, 12, F, 8, 20), _split(rng, 9, F, 6, 22)
+    # labels drawn apart from the shapes: the accuracy then turns on which neighbour each query finds
+    train, test = (Split(s.X, rng.integers(0, 3, len(s)), s.lengths) for s in (train, test))
+    b = nearest_neighbour_dtw(train, test)
+    assert b["window"] is None and b["cells"] == int(test.lengths.sum() * train.lengths.sum())
+    assert b["accuracy"] == pytest.approx(_reference(train, test, np.arange(len(test))), abs=1e-12)
+    assert 0.0 < b["accuracy"] < 1.0            # the check separates right from wrong neighbours
+
+
+def test_past_the_cell_budget_a_band_then_a_seeded_draw():
+    rng = np.random.default_rng(7)
+    train, test = _split(rng, 10, 2, 30, 40), _split(rng, 20, 2, 30, 40)
+    full = int(test.lengths.sum() * train.lengths.sum())
+    banded = nearest_neighbour_dtw(train, test, max_cells=full - 1)
+    w = int(np.ceil(BAND * 40))
+    assert banded["window"] == w and banded["queries"] == 20
+    assert banded["accuracy"] == pytest.approx(_reference(train, test, np.arange(20), w), abs=1e-12)
+    drawn = nearest_neighbour_dtw(train, test, max_cells=banded["cells"] // 3)
+    assert drawn["window"] == w and 1 <= drawn["queries"] < 20 and drawn["cells"] <= banded["cells"] // 3
+    again = nearest_neighbour_dtw(train, test, max_cells=banded["cells"] // 3)
+    assert {**again, "seconds": 0} == {**drawn, "seconds": 0}          # the draw is seeded
+    assert "a seeded draw" in describe(drawn) and "band of 4 readings" in describe(drawn)
+
+
+def test_an_empty_split_and_a_missing_library_are_one_line_errors(monkeypatch):
+    rng = np.random.default_rng(0)
+    train = _split(rng, 4, 1, 5, 8)
+    with pytest.raises(ValueError, match="needs training and test sequences"):
+        nearest_neighbour_dtw(train, train.take(np.arange(0)))
+    monkeypatch.setitem(sys.modules, "dtaidistance", None)
+    with pytest.raises(UsageError, match="pip install"):
+        nearest_neighbour_dtw(train, train)
+
+
+def test_below_compares_per_sequence_accuracy():
+    b = {"accuracy": 0.8}
+    assert below(0.79, b) and not below(0.8, b) and not below(0.9, b) and not below(0.1, None)
+
+
+@pytest.fixture
+def runner(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return CliRunner()
+
+
+def test_train_prints_the_baseline_and_warns_when_the_model_is_below_it(runner):
+    r = runner.invoke(cli, ["train", "--arch", "gru", "--epochs", "1", "--set", "hidden=8", "--out", "runs/g",
+                            "--quiet"])
+    assert r.exit_code == 0, r.output
+    m = json.loads(Path("runs/g/metrics.json").read_text())["metrics"]
+    assert m["baseline"]["accuracy"] == pytest.approx(0.975)
+    assert f"baseline: {describe(m['baseline'])}" in r.stdout
+    assert m["test_accuracy"] < 0.975                  # one epoch of a GRU of 8 units does not learn BasicMotions
+    warning = [line for line in r.stderr.splitlines() if "below the nearest-neighbour baseline" in line]
+    assert len(warning) == 1 and f"{m['test_accuracy']:.3f} per sequence against 1-NN DTW's 0.975" in warning[0]
+
+
+def test_train_without_baseline_or_library_keeps_the_model(runner, monkeypatch):
+    r = runner.invoke(cli, ["train", "--arch", "gru", "--epochs", "1", "--set", "hidden=8", "--out", "runs/a",
+                            "--quiet", "--no-baseline"])
+    assert r.exit_code == 0, r.output
+    assert "baseline" not in json.loads(Path("runs/a/metrics.json").read_text())["metrics"]
+    assert "baseline" not in r.output
+    monkeypatch.setitem(sys.modules, "dtaidistance", None)
+    r = runner.invoke(cli, ["train", "--arch", "gru", "--epochs", "1", "--set", "hidden=8", "--out", "runs/b",
+                            "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert Path("runs/b/checkpoint.pt").is_file()
+    assert "note: no baseline: the 1-NN DTW baseline needs dtaidistance" in r.stderr
