@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from edgeseq.cli import cli
 from edgeseq.data import Split, load_dataset
 from edgeseq.errors import UsageError
-from edgeseq.train.baseline import BAND, below, describe, nearest_neighbour_dtw
+from edgeseq.train.baseline import below, describe, nearest_neighbour_dtw
 
 pytest.importorskip("dtaidistance")
 
@@ -72,19 +72,21 @@ def test_full_window_matches_a_plain_dtw_on_unequal_lengths(F):
     assert 0.0 < b["accuracy"] < 1.0            # the check separates right from wrong neighbours
 
 
-def test_past_the_cell_budget_a_band_then_a_seeded_draw():
+def test_past_the_cell_budget_a_band_narrowed_then_a_seeded_draw():
     rng = np.random.default_rng(7)
-    train, test = _split(rng, 10, 2, 30, 40), _split(rng, 20, 2, 30, 40)
-    full = int(test.lengths.sum() * train.lengths.sum())
-    banded = nearest_neighbour_dtw(train, test, max_cells=full - 1)
-    w = int(np.ceil(BAND * 40))
-    assert banded["window"] == w and banded["queries"] == 20
-    assert banded["accuracy"] == pytest.approx(_reference(train, test, np.arange(20), w), abs=1e-12)
-    drawn = nearest_neighbour_dtw(train, test, max_cells=banded["cells"] // 3)
-    assert drawn["window"] == w and 1 <= drawn["queries"] < 20 and drawn["cells"] <= banded["cells"] // 3
-    again = nearest_neighbour_dtw(train, test, max_cells=banded["cells"] // 3)
+    train, test = _split(rng, 10, 2, 40, 40), _split(rng, 20, 2, 40, 40)   # 40 readings each: no widening
+    assert nearest_neighbour_dtw(train, test)["cells"] == 20 * 10 * 40 * 40
+    banded = nearest_neighbour_dtw(train, test, max_cells=100_000)       # band 4 (a tenth of 40): 9 cells a row
+    assert (banded["window"], banded["queries"], banded["cells"]) == (4, 20, 20 * 10 * 40 * 9)
+    assert banded["accuracy"] == pytest.approx(_reference(train, test, np.arange(20), 4), abs=1e-12)
+    narrow = nearest_neighbour_dtw(train, test, max_cells=50_000)        # band 2 lets all 20 fit
+    assert (narrow["window"], narrow["queries"], narrow["cells"]) == (2, 20, 20 * 10 * 40 * 5)
+    assert narrow["accuracy"] == pytest.approx(_reference(train, test, np.arange(20), 2), abs=1e-12)
+    drawn = nearest_neighbour_dtw(train, test, max_cells=10_000)         # band 1 and 8 of the 20
+    assert (drawn["window"], drawn["queries"], drawn["cells"]) == (1, 8, 8 * 10 * 40 * 3)
+    again = nearest_neighbour_dtw(train, test, max_cells=10_000)
     assert {**again, "seconds": 0} == {**drawn, "seconds": 0}          # the draw is seeded
-    assert "a seeded draw" in describe(drawn) and "band of 4 readings" in describe(drawn)
+    assert "8 of 20 test sequences (a seeded draw)" in describe(drawn) and "band of 1 reading;" in describe(drawn)
 
 
 def test_an_empty_split_and_a_missing_library_are_one_line_errors(monkeypatch):

@@ -11,7 +11,8 @@ beside a model's per-sequence accuracy, not its never-reset one.
 The full window costs (test readings) x (training readings) cells, which on long or many
 sequences takes hours; past `max_cells` the path is held within a band of a tenth of the
 longest sequence (Sakoe-Chiba; widened to the length difference of two sequences, which
-dtaidistance does by itself), and past that too a seeded draw of the test sequences is scored.
+dtaidistance does by itself), narrowed by halves while fewer than MIN_QUERIES test sequences
+would fit, and past that too a seeded draw of the test sequences is scored.
 What was done is in the result, and the line `describe` prints says it.
 """
 
@@ -28,6 +29,20 @@ MAX_CELLS = 3e10      # warping cells at most: about a minute on 2 cores of an x
                       # 1-NN DTW of ACSF1, 100 x 100 sequences of 1,460 readings, 2.1e10 cells in 41 s)
 BAND = 0.1            # the band past MAX_CELLS, as a share of the longest sequence
 CHUNK_CELLS = 2e9     # cells per call into dtaidistance: a progress line after each
+MIN_QUERIES = 200     # past the budget the band narrows (halving, to 1 reading) until this many test sequences fit
+
+
+def _cells(lq: np.ndarray, lt: np.ndarray, window: int | None) -> np.ndarray:
+    """Warping cells of each query (lengths `lq` [Q]) against every reference (lengths `lt`):
+    a pair of lengths a <= b fills a x b cells with the full window, a x min(b, 2w + 1) within a
+    band w, widened to b - a. float64 [Q], counted over distinct lengths (fast for many)."""
+    uq, inv = np.unique(lq, return_inverse=True)
+    ut, counts = np.unique(lt, return_counts=True)
+    a = np.minimum(uq[:, None], ut[None, :]).astype(np.float64)
+    b = np.maximum(uq[:, None], ut[None, :]).astype(np.float64)
+    if window is not None:
+        b = np.minimum(b, 2 * np.maximum(window, b - a) + 1)
+    return (a * b * counts[None, :]).sum(1)[inv]
 
 
 def _sequences(split) -> list:
@@ -64,13 +79,15 @@ def nearest_neighbour_dtw(train, test, max_cells: float = MAX_CELLS, seed: int =
     if len(train) == 0 or len(test) == 0:
         raise ValueError(f"1-NN DTW needs training and test sequences (got {len(train)} and {len(test)})")
     t0 = time.perf_counter()
-    lt = np.asarray(train.lengths, np.float64)
-    lq = np.asarray(test.lengths, np.float64)
-    longest = int(max(lt.max(), lq.max()))
-    window, per_query = None, lq * lt.sum()                 # full window: each query's cells
+    lt, lq = np.asarray(train.lengths, np.int64), np.asarray(test.lengths, np.int64)
+    window, per_query = None, _cells(lq, lt, None)          # full window: each query's cells
     if per_query.sum() > max_cells:
-        window = max(1, int(np.ceil(BAND * longest)))
-        per_query = np.minimum(lq * lt.sum(), lq * len(lt) * (2 * window + 1))
+        window = max(1, int(np.ceil(BAND * max(lt.max(), lq.max()))))
+        per_query = _cells(lq, lt, window)
+        least = min(MIN_QUERIES, len(test))                 # past the budget: narrower, for this many at least
+        while window > 1 and np.sort(per_query)[:least].sum() > max_cells:
+            window = max(1, window // 2)
+            per_query = _cells(lq, lt, window)
     queries = np.arange(len(test))
     if per_query.sum() > max_cells:                         # a seeded draw of the test sequences
         order = np.random.default_rng(seed).permutation(len(test))
@@ -108,7 +125,8 @@ def nearest_neighbour_dtw(train, test, max_cells: float = MAX_CELLS, seed: int =
 
 def describe(b: dict) -> str:
     """One line for a `nearest_neighbour_dtw` result: accuracy, window, what was scored, time."""
-    how = "full window" if b["window"] is None else f"band of {b['window']} readings"
+    how = ("full window" if b["window"] is None
+           else f"band of {b['window']} reading{'' if b['window'] == 1 else 's'}")
     part = (f"{b['queries']:,} of {b['test_sequences']:,} test sequences (a seeded draw)"
             if b["queries"] < b["test_sequences"] else f"{b['test_sequences']:,} test sequences")
     return (f"{b['method']}{' (dependent, all channels)' if b['dependent'] else ''} on the same split: "
