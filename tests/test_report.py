@@ -265,11 +265,11 @@ def test_models_below_the_nearest_neighbour_baseline_are_called_out():
     lines = _accuracy_lines({"models": {"gru": low, "lstm": high, "rnn": _row(0.5, quick)}, "baseline": base})
     assert lines[1] == ("Baseline: 1-NN DTW on the same split: 0.900 per sequence (full window; 10 test sequences "
                         "against 20 training sequences, 0.1 s).")
-    assert lines[2] == "Warning: gru (float) scores 0.800 per sequence, below 1-NN DTW's 0.900 on the same split, " \
+    assert lines[2] == "Warning: gru (float) scores 0.800 per sequence, below 1-NN DTW's 0.900 on the same test split, " \
                        "after 30 epochs (fixed)."
     assert not any(line.startswith(("Warning: lstm", "Warning: rnn")) for line in lines)   # quick: its own line
     skipped = _accuracy_lines({"models": {"gru": low}, "baseline": {"skipped": "no dtaidistance"}})
-    assert skipped[1] == "Baseline: not scored: no dtaidistance." and len(skipped) == 2
+    assert skipped[1] == "Baseline: 1-NN DTW not scored: no dtaidistance." and len(skipped) == 2
 
 
 def test_quick_trains_a_fixed_few_epochs_whatever_the_default_schedule(trained, monkeypatch, tmp_path):

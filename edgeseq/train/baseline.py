@@ -9,11 +9,13 @@ code of ours. It is a per-sequence classifier: it sees each whole test sequence,
 beside a model's per-sequence accuracy, not its never-reset one.
 
 The full window costs (test readings) x (training readings) cells, which on long or many
-sequences takes hours; past `max_cells` the path is held within a band of a tenth of the
-longest sequence (Sakoe-Chiba; widened to the length difference of two sequences, which
-dtaidistance does by itself), narrowed by halves while fewer than MIN_QUERIES test sequences
-would fit, and past that too a seeded draw of the test sequences is scored.
-What was done is in the result, and the line `describe` prints says it.
+sequences takes hours. Past `max_cells` the path keeps within a band of w readings of the two
+diagonals (Sakoe-Chiba; for sequences of equal length |i - j| <= w; for unequal ones between
+the diagonals i = j and i - j = the length difference, widened by w), w a tenth of the longest
+sequence, halved while fewer than MIN_QUERIES test sequences would fit on average; past that
+too a seeded draw of the test sequences is scored, and where not even MIN_QUERIES (or all, if
+fewer) fit in a band of 1 reading, nothing is scored and the result says why. What was done is
+in the result, and the line `describe` prints says it.
 """
 
 from __future__ import annotations
@@ -27,22 +29,26 @@ from edgeseq.errors import UsageError
 
 MAX_CELLS = 3e10      # warping cells at most: about a minute on 2 cores of an x86-64 VM (dtaidistance 2.5,
                       # 1-NN DTW of ACSF1, 100 x 100 sequences of 1,460 readings, 2.1e10 cells in 41 s)
+PAIR_CELLS = 20       # a pair's cost beyond its cells, in cells: 20 ns a pair of 1-reading sequences, where
+                      # a cell took about 1.4 ns (dtaidistance 2.5, 2 cores of the same VM)
 BAND = 0.1            # the band past MAX_CELLS, as a share of the longest sequence
-CHUNK_CELLS = 2e9     # cells per call into dtaidistance: a progress line after each
-MIN_QUERIES = 200     # past the budget the band narrows (halving, to 1 reading) until this many test sequences fit
+CHUNK_CELLS = 2e9     # cells per call into dtaidistance: a progress line after each ...
+CHUNK_PAIRS = 2e7     # ... and pairs per call at most (its distances are held at once: 8 bytes a pair)
+MIN_QUERIES = 200     # past the budget the band narrows (halving, to 1 reading) until this many test sequences
+                      # fit; a draw of fewer is not scored
 
 
 def _cells(lq: np.ndarray, lt: np.ndarray, window: int | None) -> np.ndarray:
-    """Warping cells of each query (lengths `lq` [Q]) against every reference (lengths `lt`):
-    a pair of lengths a <= b fills a x b cells with the full window, a x min(b, 2w + 1) within a
-    band w, widened to b - a. float64 [Q], counted over distinct lengths (fast for many)."""
+    """Cost of each query (lengths `lq` [Q]) against every reference (lengths `lt`), in cells:
+    a pair of lengths a <= b fills a x b cells with the full window and at most
+    b x min(a, b - a + 2w + 1) within a band w, plus PAIR_CELLS. float64 [Q], counted over
+    distinct lengths (fast for many sequences)."""
     uq, inv = np.unique(lq, return_inverse=True)
     ut, counts = np.unique(lt, return_counts=True)
     a = np.minimum(uq[:, None], ut[None, :]).astype(np.float64)
     b = np.maximum(uq[:, None], ut[None, :]).astype(np.float64)
-    if window is not None:
-        b = np.minimum(b, 2 * np.maximum(window, b - a) + 1)
-    return (a * b * counts[None, :]).sum(1)[inv]
+    cells = a * b if window is None else b * np.minimum(a, b - a + 2 * window + 1)
+    return ((cells + PAIR_CELLS) * counts[None, :]).sum(1)[inv]
 
 
 def _sequences(split) -> list:
@@ -56,17 +62,32 @@ def _sequences(split) -> list:
     return out
 
 
+def _parts(costs: np.ndarray, refs: int) -> list:
+    """[(start, stop)] runs of queries of about CHUNK_CELLS and at most CHUNK_PAIRS pairs each."""
+    most = max(1, int(CHUNK_PAIRS // max(refs, 1)))
+    bounds, start, acc = [], 0, 0.0
+    for i, c in enumerate(costs):
+        acc += c
+        if acc >= CHUNK_CELLS or i + 1 - start >= most or i == len(costs) - 1:
+            bounds.append((start, i + 1))
+            start, acc = i + 1, 0.0
+    return bounds
+
+
 def nearest_neighbour_dtw(train, test, max_cells: float = MAX_CELLS, seed: int = 0,
                           progress: bool = False) -> dict:
     """1-NN DTW accuracy of `test` against `train` (`edgeseq.data.Split`s: X float32 [N, T, F]
-    zero padded past `lengths` int64 [N], y int64 [N]).
+    zero padded past `lengths` int64 [N], y int64 [N]), at most `max_cells` warping cells.
 
     Returns {"method": "1-NN DTW", "dependent": several channels (DTW_D), "window": the band
     in readings (None: the full window), "accuracy": the share of scored test sequences whose
     nearest training sequence has their class, "queries": test sequences scored, "test_sequences",
-    "references": training sequences, "cells": warping cells (an upper bound with a band),
-    "seconds": wall clock, "library": "dtaidistance <version>"}. With `progress`, a line on
-    stderr after each part of a run of more than one part.
+    "references": training sequences, "cells": the cost counted (cells, an upper bound in a band,
+    and PAIR_CELLS a pair), "seconds": wall clock, "library": "dtaidistance <version>"}; or, where
+    not even MIN_QUERIES test sequences (all, if fewer) fit the budget in a band of 1 reading,
+    {"method", "skipped": why, "test_sequences", "references"} without computing anything. With
+    `progress`, lines on stderr: one first where the run takes more than one part, then one
+    after each part.
 
     Raises UsageError where dtaidistance is not installed (it comes with edgeseq[train]) and
     ValueError for an empty split."""
@@ -80,31 +101,33 @@ def nearest_neighbour_dtw(train, test, max_cells: float = MAX_CELLS, seed: int =
         raise ValueError(f"1-NN DTW needs training and test sequences (got {len(train)} and {len(test)})")
     t0 = time.perf_counter()
     lt, lq = np.asarray(train.lengths, np.int64), np.asarray(test.lengths, np.int64)
-    window, per_query = None, _cells(lq, lt, None)          # full window: each query's cells
+    least = min(MIN_QUERIES, len(test))
+    window, per_query = None, _cells(lq, lt, None)          # full window: each query's cost
     if per_query.sum() > max_cells:
         window = max(1, int(np.ceil(BAND * max(lt.max(), lq.max()))))
         per_query = _cells(lq, lt, window)
-        least = min(MIN_QUERIES, len(test))                 # past the budget: narrower, for this many at least
-        while window > 1 and np.sort(per_query)[:least].sum() > max_cells:
+        while window > 1 and least * per_query.mean() > max_cells:
             window = max(1, window // 2)
             per_query = _cells(lq, lt, window)
     queries = np.arange(len(test))
     if per_query.sum() > max_cells:                         # a seeded draw of the test sequences
         order = np.random.default_rng(seed).permutation(len(test))
-        keep = np.cumsum(per_query[order]) <= max_cells
-        keep[0] = True
-        queries = np.sort(order[keep])
+        queries = np.sort(order[np.cumsum(per_query[order]) <= max_cells])
+    if len(queries) < least:
+        return {"method": "1-NN DTW", "test_sequences": int(len(test)), "references": int(len(train)),
+                "skipped": f"{least} of the {len(test):,} test sequences against {len(train):,} training sequences "
+                           f"(up to {int(max(lt.max(), lq.max())):,} readings) take more than {max_cells:.3g} "
+                           "warping cells even in a band of 1 reading"}
     refs, qs = _sequences(train), _sequences(test.take(queries))
     F = train.X.shape[2]
-    kw = {"window": window} if window else {}
+    kw = {"window": window + 1} if window else {}           # dtaidistance's window w keeps |i - j| < w
     nearest = np.empty(len(qs), np.int64)
-    bounds, start, acc = [], 0, 0.0
-    for i, c in enumerate(per_query[queries]):              # parts of about CHUNK_CELLS each
-        acc += c
-        if acc >= CHUNK_CELLS or i == len(qs) - 1:
-            bounds.append((start, i + 1))
-            start, acc = i + 1, 0.0
-    for k, (a, b) in enumerate(bounds):
+    bounds = _parts(per_query[queries], len(refs))
+    if progress and len(bounds) > 1:
+        print(f"1-NN DTW baseline: {len(qs):,} test sequences against {len(refs):,}, "
+              f"{per_query[queries].sum():.3g} warping cells in {len(bounds)} parts (--no-baseline leaves it out)",
+              file=sys.stderr, flush=True)
+    for a, b in bounds:
         series = qs[a:b] + refs
         block = ((0, b - a), (b - a, b - a + len(refs)))
         if F == 1:
@@ -113,7 +136,7 @@ def nearest_neighbour_dtw(train, test, max_cells: float = MAX_CELLS, seed: int =
             d = dtw_ndim.distance_matrix_fast(series, ndim=F, block=block, compact=True, **kw)
         nearest[a:b] = np.argmin(np.asarray(d).reshape(b - a, len(refs)), axis=1)
         if progress and len(bounds) > 1:
-            print(f"1-NN DTW baseline: {b} of {len(qs)} test sequences ({time.perf_counter() - t0:.0f} s)",
+            print(f"1-NN DTW baseline: {b:,} of {len(qs):,} test sequences ({time.perf_counter() - t0:.0f} s)",
                   file=sys.stderr, flush=True)
     right = np.asarray(train.y)[nearest] == np.asarray(test.y)[queries]
     return {"method": "1-NN DTW", "dependent": F > 1, "window": window,
@@ -123,17 +146,30 @@ def nearest_neighbour_dtw(train, test, max_cells: float = MAX_CELLS, seed: int =
             "library": f"dtaidistance {dtaidistance.__version__}"}
 
 
+def _count(n: int, what: str) -> str:
+    return f"{n:,} {what}" + ("" if n == 1 else "s")
+
+
 def describe(b: dict) -> str:
-    """One line for a `nearest_neighbour_dtw` result: accuracy, window, what was scored, time."""
-    how = ("full window" if b["window"] is None
-           else f"band of {b['window']} reading{'' if b['window'] == 1 else 's'}")
+    """One line for a `nearest_neighbour_dtw` result: accuracy, window, what was scored, time;
+    or why it was not scored."""
+    if "accuracy" not in b:
+        return f"{b['method']} not scored: {b.get('skipped', 'no figure')}"
+    how = "full window" if b["window"] is None else f"band of {_count(b['window'], 'reading')}"
     part = (f"{b['queries']:,} of {b['test_sequences']:,} test sequences (a seeded draw)"
-            if b["queries"] < b["test_sequences"] else f"{b['test_sequences']:,} test sequences")
+            if b["queries"] < b["test_sequences"] else _count(b["test_sequences"], "test sequence"))
     return (f"{b['method']}{' (dependent, all channels)' if b['dependent'] else ''} on the same split: "
-            f"{b['accuracy']:.3f} per sequence ({how}; {part} against {b['references']:,} training "
-            f"sequences, {b['seconds']:.1f} s)")
+            f"{b['accuracy']:.3f} per sequence ({how}; {part} against {_count(b['references'], 'training sequence')}, "
+            f"{b['seconds']:.1f} s)")
 
 
 def below(accuracy: float, b: dict | None) -> bool:
-    """Whether a per-sequence test accuracy is below the baseline `b` (None: no baseline)."""
-    return b is not None and accuracy < b["accuracy"] - 1e-9
+    """Whether a per-sequence test accuracy is below the baseline `b` (None, or not scored: no)."""
+    return b is not None and "accuracy" in b and accuracy < b["accuracy"] - 1e-9
+
+
+def scored_on(b: dict) -> str:
+    """Which test sequences the baseline scored, for a comparison's wording."""
+    if b["queries"] < b["test_sequences"]:
+        return f"on a seeded draw of {b['queries']:,} of the {b['test_sequences']:,} test sequences"
+    return "on the same test split"
