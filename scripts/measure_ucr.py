@@ -179,6 +179,8 @@ def cmd_baseline(args):
     base = doc.setdefault("baseline", {"rows": {}})
     for name in args.only or SETS:
         ds = load_dataset(data_spec(name, args.sets))
+        if args.max_cells is not None and not (np.isfinite(args.max_cells) and args.max_cells >= 1):
+            raise SystemExit(f"--max-cells {args.max_cells}: give a finite number of cells, at least 1")
         row = nearest_neighbour_dtw(ds.train, ds.test, max_cells=args.max_cells or MAX_CELLS)
         base["rows"][name] = {**row, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
         base["meta"] = {"machine": machine(), "date": base["rows"][name]["date"],

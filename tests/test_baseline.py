@@ -130,6 +130,18 @@ def test_past_the_cell_budget_a_band_narrowed_then_a_seeded_draw(monkeypatch):
     assert describe(skipped).startswith("1-NN DTW not scored: 8 of the 20 test sequences") and not below(0.0, skipped)
 
 
+def test_whatever_the_seed_a_draw_that_falls_short_narrows_the_band_before_giving_up():
+    rng = np.random.default_rng(5)
+    train = _noise(rng, 20, 1, [100] * 20)
+    test = _noise(rng, 1000, 1, [10] * 900 + [100] * 100)          # mixed lengths: a draw's cost varies
+    for seed in range(6):
+        b = nearest_neighbour_dtw(train, test, max_cells=4.6e6, seed=seed)
+        assert "accuracy" in b and b["queries"] >= 200 and b["cells"] <= 4.6e6, (seed, b)
+    none = nearest_neighbour_dtw(train, test, max_cells=1e4)
+    assert none["skipped"].startswith("200 of the 1,000 test sequences against 20 training sequences (up to 100 "
+                                      "readings) take more than 1e+04 warping cells even in a band of 1 reading")
+
+
 def test_parts_bound_cells_and_pairs_and_give_the_same_neighbours(monkeypatch):
     import edgeseq.train.baseline as bl
     assert bl._parts(np.full(10, 5.0), 3) == [(0, 10)]

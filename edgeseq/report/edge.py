@@ -173,8 +173,10 @@ def _baseline(ds, progress: Progress) -> dict:
     bar = progress.phase("baseline", 1)             # one call: a line as it starts and one as it ends
     try:
         b = nearest_neighbour_dtw(ds.train, ds.test)
-    except Exception as e:                          # noqa: BLE001 - dtaidistance missing or failing
-        b = {"skipped": str(e).splitlines()[0] if str(e) else type(e).__name__}
+    except UsageError as e:                         # dtaidistance not installed
+        b = {"skipped": str(e)}
+    except Exception as e:                          # noqa: BLE001 - dtaidistance failing
+        b = {"skipped": "dtaidistance failed: " + (str(e).splitlines()[0].rstrip(".") if str(e) else type(e).__name__)}
     bar.update(1)
     bar.close()
     return b

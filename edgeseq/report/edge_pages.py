@@ -220,7 +220,7 @@ def _accuracy_lines(r: dict) -> list:
     if "accuracy" in b:
         lines.append(f"Baseline: {describe(b)}.")
     elif b.get("skipped"):
-        lines.append(f"Baseline: {b.get('method', '1-NN DTW')} not scored: {b['skipped']}.")
+        lines.append(f"Baseline: {b.get('method', '1-NN DTW')} not scored: {b['skipped'].rstrip('.')}.")
     for a, v in m.items():
         chance, sched = v.get("chance"), (v.get("schedule") or {}).get("text", "(schedule not recorded)")
         under = [k for k in ("float", "int8") if "accuracy" in b and v[k]["accuracy"] < b["accuracy"] - 1e-9]

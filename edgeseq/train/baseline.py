@@ -12,9 +12,9 @@ The full window costs (test readings) x (training readings) cells, which on long
 sequences takes hours. Past `max_cells` the path keeps within a band of w readings of the two
 diagonals (Sakoe-Chiba; for sequences of equal length |i - j| <= w; for unequal ones between
 the diagonals i = j and i - j = the length difference, widened by w), w a tenth of the longest
-sequence, halved while fewer than MIN_QUERIES test sequences would fit on average; past that
-too a seeded draw of the test sequences is scored, and where not even MIN_QUERIES (or all, if
-fewer) fit in a band of 1 reading, nothing is scored and the result says why. What was done is
+sequence; past that too a seeded draw of the test sequences is scored, the band halved while
+the draw would hold fewer than MIN_QUERIES (all, if fewer), and where not even that many fit
+in a band of 1 reading, nothing is scored and the result says why. What was done is
 in the result, and the line `describe` prints says it.
 """
 
@@ -29,8 +29,10 @@ from edgeseq.errors import UsageError
 
 MAX_CELLS = 3e10      # warping cells at most: about a minute on 2 cores of an x86-64 VM (dtaidistance 2.5,
                       # 1-NN DTW of ACSF1, 100 x 100 sequences of 1,460 readings, 2.1e10 cells in 41 s)
-PAIR_CELLS = 20       # a pair's cost beyond its cells, in cells: 20 ns a pair of 1-reading sequences, where
-                      # a cell took about 1.4 ns (dtaidistance 2.5, 2 cores of the same VM)
+PAIR_CELLS = 11       # a pair's cost beyond its cells, in cells: about 21 ns a pair of 1-reading sequences
+                      # (100,000 x 10,000), where a cell took about 1.95 ns (ACSF1 above)
+REF_CELLS = 550       # a call's cost a training sequence, in cells: dtaidistance takes about 1.07 us to
+                      # prepare each sequence it is given, once a call (1e5 to 3e6 sequences, same VM)
 BAND = 0.1            # the band past MAX_CELLS, as a share of the longest sequence
 CHUNK_CELLS = 2e9     # cells per call into dtaidistance: a progress line after each ...
 CHUNK_PAIRS = 2e7     # ... and pairs per call at most (its distances are held at once: 8 bytes a pair)
@@ -41,14 +43,16 @@ MIN_QUERIES = 200     # past the budget the band narrows (halving, to 1 reading)
 def _cells(lq: np.ndarray, lt: np.ndarray, window: int | None) -> np.ndarray:
     """Cost of each query (lengths `lq` [Q]) against every reference (lengths `lt`), in cells:
     a pair of lengths a <= b fills a x b cells with the full window and at most
-    b x min(a, b - a + 2w + 1) within a band w, plus PAIR_CELLS. float64 [Q], counted over
-    distinct lengths (fast for many sequences)."""
+    b x min(a, b - a + 2w + 1) within a band w, plus PAIR_CELLS; and its share of its call's
+    REF_CELLS a reference (`_parts`: at most CHUNK_PAIRS pairs a call). float64 [Q], counted
+    over distinct lengths (fast for many sequences)."""
     uq, inv = np.unique(lq, return_inverse=True)
     ut, counts = np.unique(lt, return_counts=True)
     a = np.minimum(uq[:, None], ut[None, :]).astype(np.float64)
     b = np.maximum(uq[:, None], ut[None, :]).astype(np.float64)
     cells = a * b if window is None else b * np.minimum(a, b - a + 2 * window + 1)
-    return ((cells + PAIR_CELLS) * counts[None, :]).sum(1)[inv]
+    per_call = len(lt) * REF_CELLS / max(1, CHUNK_PAIRS // max(len(lt), 1))
+    return ((cells + PAIR_CELLS) * counts[None, :]).sum(1)[inv] + per_call
 
 
 def _sequences(split) -> list:
@@ -60,6 +64,28 @@ def _sequences(split) -> list:
         s = np.asarray(x[:int(n)], np.float64)
         out.append(np.ascontiguousarray(s[:, 0] if F == 1 else s))
     return out
+
+
+def _plan(lq: np.ndarray, lt: np.ndarray, max_cells: float, seed: int) -> tuple:
+    """(band in readings or None for the full window, sorted indices of the test sequences to
+    score) within `max_cells`: every query with the full window where that fits, else in a band
+    of BAND of the longest sequence, halved (3 -> 2 -> 1) while a seeded draw of the queries that
+    fits holds fewer than MIN_QUERIES (all, if fewer); (1, None) where none does."""
+    least = min(MIN_QUERIES, len(lq))
+    if _cells(lq, lt, None).sum() <= max_cells:
+        return None, np.arange(len(lq))
+    order = np.random.default_rng(seed).permutation(len(lq))
+    window = max(1, int(np.ceil(BAND * max(lt.max(), lq.max()))))
+    while True:
+        per_query = _cells(lq, lt, window)
+        if per_query.sum() <= max_cells:
+            return window, np.arange(len(lq))
+        drawn = order[np.cumsum(per_query[order]) <= max_cells]
+        if len(drawn) >= least:
+            return window, np.sort(drawn)
+        if window == 1:
+            return 1, None
+        window = (window + 1) // 2 if window > 2 else 1
 
 
 def _parts(costs: np.ndarray, refs: int) -> list:
@@ -91,6 +117,8 @@ def nearest_neighbour_dtw(train, test, max_cells: float = MAX_CELLS, seed: int =
 
     Raises UsageError where dtaidistance is not installed (it comes with edgeseq[train]) and
     ValueError for an empty split."""
+    import logging
+    logging.getLogger("be.kuleuven.dtai.distance").setLevel(logging.CRITICAL)   # its failures reach the caller
     try:
         import dtaidistance
         from dtaidistance import dtw, dtw_ndim
@@ -101,23 +129,15 @@ def nearest_neighbour_dtw(train, test, max_cells: float = MAX_CELLS, seed: int =
         raise ValueError(f"1-NN DTW needs training and test sequences (got {len(train)} and {len(test)})")
     t0 = time.perf_counter()
     lt, lq = np.asarray(train.lengths, np.int64), np.asarray(test.lengths, np.int64)
-    least = min(MIN_QUERIES, len(test))
-    window, per_query = None, _cells(lq, lt, None)          # full window: each query's cost
-    if per_query.sum() > max_cells:
-        window = max(1, int(np.ceil(BAND * max(lt.max(), lq.max()))))
-        per_query = _cells(lq, lt, window)
-        while window > 1 and least * per_query.mean() > max_cells:
-            window = max(1, window // 2)
-            per_query = _cells(lq, lt, window)
-    queries = np.arange(len(test))
-    if per_query.sum() > max_cells:                         # a seeded draw of the test sequences
-        order = np.random.default_rng(seed).permutation(len(test))
-        queries = np.sort(order[np.cumsum(per_query[order]) <= max_cells])
-    if len(queries) < least:
+    window, queries = _plan(lq, lt, max_cells, seed)
+    if queries is None:
+        least = min(MIN_QUERIES, len(test))
         return {"method": "1-NN DTW", "test_sequences": int(len(test)), "references": int(len(train)),
-                "skipped": f"{least} of the {len(test):,} test sequences against {len(train):,} training sequences "
-                           f"(up to {int(max(lt.max(), lq.max())):,} readings) take more than {max_cells:.3g} "
+                "skipped": f"{least:,} of the {_count(len(test), 'test sequence')} against "
+                           f"{_count(len(train), 'training sequence')} (up to "
+                           f"{_count(int(max(lt.max(), lq.max())), 'reading')}) take more than {max_cells:.3g} "
                            "warping cells even in a band of 1 reading"}
+    per_query = _cells(lq, lt, window)
     refs, qs = _sequences(train), _sequences(test.take(queries))
     F = train.X.shape[2]
     kw = {"window": window + 1} if window else {}           # dtaidistance's window w keeps |i - j| < w
