@@ -89,6 +89,10 @@ def main():
         print(f"{f['arch']:11s}  {f['per_sequence']:7.3f}   {f['continuous']:10.3f}   {f['int8_continuous']:10.3f}   "
               f"{f['bytes']:10,d}   {f['int8_bytes']:10,d}   {f['state_bytes_100']:13,d} B   "
               f"{f['state_bytes_4096']:14,d} B   {f['median_push_us']:8.1f} us ({f['backend']})")
+    from edgeseq.train.baseline import nearest_neighbour_dtw
+    base = nearest_neighbour_dtw(ds.train, ds.test)
+    print(f"{'1-NN DTW':11s}  {base['accuracy']:7.3f}   (the nearest-neighbour baseline on the same split, per "
+          "sequence only; `edgeseq train` prints it beside each model)")
     print("\nper seq: accuracy at each test sequence's end, every sequence its own stream from zero state."
           "\ncontinuous: per-reading accuracy on the test sequences joined end to end, never reset "
           "(20 readings after each change not scored), as a device sees them."
