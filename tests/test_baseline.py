@@ -228,4 +228,5 @@ def test_the_model_is_saved_before_the_baseline_and_stands_when_it_fails_or_is_t
     monkeypatch.setattr(bl, "nearest_neighbour_dtw", stopped)
     r = runner.invoke(cli, [*args, "--out", "runs/e"])
     assert r.exit_code != 0 and Path("runs/e/checkpoint.pt").is_file()
+    assert "note: the baseline was stopped; the model is saved: runs/e/checkpoint.pt" in r.stderr
     assert "baseline" not in json.loads(Path("runs/e/metrics.json").read_text())["metrics"]

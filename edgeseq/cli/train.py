@@ -106,7 +106,11 @@ def train(arch, data, out, epochs, lr, seed, settings, as_json, quiet, features,
     with _writing(out):
         path = save_checkpoint(ckpt, out)
     if baseline and len(dataset.test):          # after the model is saved: stopping here loses nothing
-        b = _baseline(dataset, seed, baseline_cells, quiet)
+        try:
+            b = _baseline(dataset, seed, baseline_cells, quiet)
+        except KeyboardInterrupt:
+            click.echo(f"note: the baseline was stopped; the model is saved: {printable(path)}", err=True)
+            raise
         if b is not None:
             ckpt["metrics"]["baseline"] = b
             with _writing(out):
