@@ -164,6 +164,10 @@ def test_an_empty_split_and_a_missing_library_are_one_line_errors(monkeypatch):
     monkeypatch.setitem(sys.modules, "dtaidistance", None)
     with pytest.raises(UsageError, match="pip install"):
         nearest_neighbour_dtw(train, train)
+    from edgeseq.train.baseline import scored_or_why
+    got = scored_or_why(train, train)                  # what train, report and tune call: the caller stands
+    assert got["failed"] and "pip install" in got["skipped"] and "accuracy" not in got
+    assert describe(got).startswith("1-NN DTW not scored: the 1-NN DTW baseline needs dtaidistance")
 
 
 def test_below_compares_per_sequence_accuracy():

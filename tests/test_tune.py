@@ -68,6 +68,8 @@ def test_files_are_written_in_out_only(tuned):
     assert rows[0].startswith("trial,arch,settings") and len(rows) == 1 + len(r["front"])
     scores = json.loads((out / "model" / "scores.json").read_text())
     assert scores["test"]["sequences"] == 40 and 0 <= scores["test"]["int8"]["never_reset_accuracy"] <= 1
+    b = scores["test"]["baseline"]                       # 1-NN DTW on the chosen model's test split
+    assert b["method"] == "1-NN DTW" and b["queries"] == 40 and 0 <= b["accuracy"] <= 1
 
 
 def test_front_is_non_dominated_and_chosen_is_its_best(tuned):
@@ -141,6 +143,12 @@ def test_resume_adds_trials_on_two_workers(tuned, runner, tmp_path):
     shutil.move("c", "moved")
     res = runner.invoke(cli, ["tune", "--out", "moved", "--study", "tune", "--trials", "0", "--quiet"])
     assert res.exit_code == 0, res.output
+    b = json.loads(Path("moved/model/scores.json").read_text())["test"]["baseline"]
+    assert f"baseline: 1-NN DTW (dependent, all channels) on the same split: {b['accuracy']:.3f} per sequence" \
+        in res.stdout
+    te = json.loads(Path("moved/model/scores.json").read_text())["test"]
+    under = [k for k in ("int8", "float") if te[k]["per_sequence_accuracy"] < b["accuracy"] - 1e-9]
+    assert ("below the nearest-neighbour baseline" in res.stderr) == bool(under)
 
 
 MYPART = {"name": "mypart", "part": "My board", "core": "Cortex-M4", "clock_mhz": 16, "flash_kb": 1, "sram_kb": 16,

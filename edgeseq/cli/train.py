@@ -156,15 +156,12 @@ def train(arch, data, out, epochs, lr, seed, settings, as_json, quiet, features,
 def _baseline(dataset, seed: int, max_cells: float, quiet: bool) -> dict | None:
     """`nearest_neighbour_dtw` on the data's split, or None with a note on stderr where it
     cannot run (dtaidistance missing or failing): the model stands without it."""
-    from edgeseq.train.baseline import nearest_neighbour_dtw
-    try:
-        return nearest_neighbour_dtw(dataset.train, dataset.test, max_cells=max_cells, seed=seed,
-                                     progress=not quiet)
-    except UsageError as e:
-        why = str(e)
-    except Exception as e:                  # noqa: BLE001 - a library failing leaves the saved model alone
-        why = f"dtaidistance failed: {printable(str(e).splitlines()[0].rstrip('.') if str(e) else type(e).__name__)}"
-    click.echo(f"note: no baseline: {why}; the model is saved (--no-baseline leaves the baseline out)", err=True)
+    from edgeseq.train.baseline import scored_or_why
+    b = scored_or_why(dataset.train, dataset.test, max_cells=max_cells, seed=seed, progress=not quiet)
+    if not b.get("failed"):
+        return b
+    click.echo(f"note: no baseline: {printable(b['skipped'])}; the model is saved (--no-baseline leaves the baseline "
+               "out)", err=True)
     return None
 
 

@@ -85,6 +85,17 @@ def tune(data, target, targets_file, trials, jobs, seed, sampler, max_latency_ms
                        f"{te['int8']['never_reset_accuracy']:.3f} (float {te['float']['per_sequence_accuracy']:.3f} / "
                        f"{te['float']['never_reset_accuracy']:.3f}); {fw['latency_us']:,.0f} us/reading, flash "
                        f"{fw['flash_kb']:.1f} KB, RAM {fw['ram_kb']:.1f} KB on {printable(t['name'])}")
+            b = te.get("baseline")                 # absent in a model chosen before tune scored it
+            if b is not None:
+                from edgeseq.train.baseline import below, describe, scored_on
+                click.echo(f"baseline: {describe(b)}")
+                low = [k for k in ("int8", "float") if below(te[k]["per_sequence_accuracy"], b)]
+                if low:
+                    scores = " / ".join(f"{te[k]['per_sequence_accuracy']:.3f}" for k in low)
+                    click.echo(f"warning: the chosen model ({' and '.join(low)}) is below the nearest-neighbour "
+                               f"baseline per sequence ({scores} against {b['accuracy']:.3f} {scored_on(b)}): give "
+                               "the search more trials or a larger --target "
+                               "(docs/training.md#the-nearest-neighbour-baseline)", err=True)
             click.echo(f"wrote {printable(out)}/pareto.json, pareto.csv, pareto.png, pareto.html and {printable(out)}/model/")
         else:
             click.echo(f"wrote {printable(out)}/pareto.json, pareto.csv, pareto.png, pareto.html")

@@ -169,14 +169,9 @@ def _models(out: Path, reused: dict, ds, settings, progress: Progress) -> dict:
 def _baseline(ds, progress: Progress) -> dict:
     """1-NN DTW on the models' split (`edgeseq.train.baseline`, its default budget of about a
     minute), or {"skipped": why} where it cannot run: the report stands without it."""
-    from edgeseq.train.baseline import nearest_neighbour_dtw
+    from edgeseq.train.baseline import scored_or_why
     bar = progress.phase("baseline", 1)             # one call: a line as it starts and one as it ends
-    try:
-        b = nearest_neighbour_dtw(ds.train, ds.test)
-    except UsageError as e:                         # dtaidistance not installed
-        b = {"skipped": str(e)}
-    except Exception as e:                          # noqa: BLE001 - dtaidistance failing
-        b = {"skipped": "dtaidistance failed: " + (str(e).splitlines()[0].rstrip(".") if str(e) else type(e).__name__)}
+    b = scored_or_why(ds.train, ds.test)
     bar.update(1)
     bar.close()
     return b

@@ -166,6 +166,21 @@ def nearest_neighbour_dtw(train, test, max_cells: float = MAX_CELLS, seed: int =
             "library": f"dtaidistance {dtaidistance.__version__}"}
 
 
+def scored_or_why(train, test, **kw) -> dict:
+    """`nearest_neighbour_dtw(train, test, **kw)`, or, where dtaidistance is not installed or
+    fails, {"method": "1-NN DTW", "skipped": why, "failed": True}: a model, report or study
+    stands without its baseline. An empty split is the caller's to avoid (ValueError)."""
+    try:
+        return nearest_neighbour_dtw(train, test, **kw)
+    except UsageError as e:                          # dtaidistance not installed
+        why = str(e)
+    except ValueError:
+        raise
+    except Exception as e:                           # noqa: BLE001 - dtaidistance failing
+        why = "dtaidistance failed: " + (str(e).splitlines()[0].rstrip(".") if str(e) else type(e).__name__)
+    return {"method": "1-NN DTW", "skipped": why, "failed": True}
+
+
 def _count(n: int, what: str) -> str:
     return f"{n:,} {what}" + ("" if n == 1 else "s")
 

@@ -537,11 +537,13 @@ def _check_out_is_this_studys(out: Path, name: str, url: str) -> None:
 
 def retrain(search: Search, chosen: dict) -> dict:
     """Retrain the chosen trial's settings on the whole training split; save its checkpoint, float
-    and int8 exports to out/model and score them on the test split on both protocols."""
+    and int8 exports to out/model and score them on the test split on both protocols, beside
+    1-NN DTW on the same split (`test["baseline"]`)."""
     from dataclasses import replace
 
     from edgeseq.runtime.statefile import write_files
     from edgeseq.train import DEFAULTS, save_checkpoint, train
+    from edgeseq.train.baseline import scored_or_why
     from export import export_int8, export_model
 
     arch, settings, schedule = chosen["arch"], chosen["settings"], chosen["schedule"]
@@ -564,7 +566,7 @@ def retrain(search: Search, chosen: dict) -> dict:
     test = {"int8": {k: int8[k] for k in ("per_sequence_accuracy", "never_reset_accuracy")},
             "float": {"per_sequence_accuracy": ev["accuracy"],
                       "never_reset_accuracy": ev["continuous"]["reading_accuracy"]},
-            "sequences": len(full.test)}
+            "sequences": len(full.test), "baseline": scored_or_why(full.train, full.test, seed=search.settings["seed"])}
     firmware = {k: int8[k] for k in ("latency_us", "flash_kb", "ram_kb", "cost_source", "fits_part")}
     r = {"test": test, "firmware": firmware, "int8_within_bounds": q["within_bounds"],
          "over_limits": over_limits(firmware, search.caps()),
