@@ -171,16 +171,16 @@ def cmd_run(args):
 
 def cmd_baseline(args):
     """1-NN DTW as `edgeseq train` scores it (`edgeseq.train.baseline`), on every set: kept under
-    `baseline` beside the published figures, which pad unequal lengths (see docs/training.md)."""
+    `baseline` beside the published figures (docs/training.md says where the two differ)."""
     from edgeseq.data import load_dataset
     from edgeseq.train.baseline import MAX_CELLS, nearest_neighbour_dtw
+    if args.max_cells is not None and not (np.isfinite(args.max_cells) and args.max_cells >= 1):
+        raise SystemExit(f"--max-cells {args.max_cells}: give a finite number of cells, at least 1")
     out = Path(args.json)
     doc = json.loads(out.read_text()) if out.exists() else {}
     base = doc.setdefault("baseline", {"rows": {}})
     for name in args.only or SETS:
         ds = load_dataset(data_spec(name, args.sets))
-        if args.max_cells is not None and not (np.isfinite(args.max_cells) and args.max_cells >= 1):
-            raise SystemExit(f"--max-cells {args.max_cells}: give a finite number of cells, at least 1")
         row = nearest_neighbour_dtw(ds.train, ds.test, max_cells=args.max_cells or MAX_CELLS)
         base["rows"][name] = {**row, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
         base["meta"] = {"machine": machine(), "date": base["rows"][name]["date"],

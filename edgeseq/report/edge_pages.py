@@ -216,14 +216,14 @@ def _accuracy_lines(r: dict) -> list:
                                       f"{v.get('schedule', {}).get('text', '(schedule not recorded)')}"
                                       for a, v in m.items()) + "."]
     b = r.get("baseline") or {}
-    from edgeseq.train.baseline import describe, scored_on
+    from edgeseq.train.baseline import below, describe, scored_on
     if "accuracy" in b:
         lines.append(f"Baseline: {describe(b)}.")
     elif b.get("skipped"):
         lines.append(f"Baseline: {b.get('method', '1-NN DTW')} not scored: {b['skipped'].rstrip('.')}.")
     for a, v in m.items():
         chance, sched = v.get("chance"), (v.get("schedule") or {}).get("text", "(schedule not recorded)")
-        under = [k for k in ("float", "int8") if "accuracy" in b and v[k]["accuracy"] < b["accuracy"] - 1e-9]
+        under = [k for k in ("float", "int8") if below(v[k]["accuracy"], b)]
         if under and not (v.get("schedule") or {}).get("quick"):              # quick: see below
             scores = " / ".join(f"{v[k]['accuracy']:.3f}" for k in under)
             lines.append(f"Warning: {a} ({' and '.join(under)}) scores {scores} per sequence, below {b['method']}'s "

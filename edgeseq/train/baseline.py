@@ -68,23 +68,25 @@ def _sequences(split) -> list:
 
 def _plan(lq: np.ndarray, lt: np.ndarray, max_cells: float, seed: int) -> tuple:
     """(band in readings or None for the full window, sorted indices of the test sequences to
-    score) within `max_cells`: every query with the full window where that fits, else in a band
-    of BAND of the longest sequence, halved (3 -> 2 -> 1) while a seeded draw of the queries that
-    fits holds fewer than MIN_QUERIES (all, if fewer); (1, None) where none does."""
+    score, each query's cost `_cells`) within `max_cells`: every query with the full window where
+    that fits, else in a band of BAND of the longest sequence, halved (3 -> 2 -> 1) while a seeded
+    draw of the queries that fits holds fewer than MIN_QUERIES (all, if fewer); the indices None
+    where none does."""
     least = min(MIN_QUERIES, len(lq))
-    if _cells(lq, lt, None).sum() <= max_cells:
-        return None, np.arange(len(lq))
+    per_query = _cells(lq, lt, None)
+    if per_query.sum() <= max_cells:
+        return None, np.arange(len(lq)), per_query
     order = np.random.default_rng(seed).permutation(len(lq))
     window = max(1, int(np.ceil(BAND * max(lt.max(), lq.max()))))
     while True:
         per_query = _cells(lq, lt, window)
         if per_query.sum() <= max_cells:
-            return window, np.arange(len(lq))
+            return window, np.arange(len(lq)), per_query
         drawn = order[np.cumsum(per_query[order]) <= max_cells]
         if len(drawn) >= least:
-            return window, np.sort(drawn)
+            return window, np.sort(drawn), per_query
         if window == 1:
-            return 1, None
+            return 1, None, per_query
         window = (window + 1) // 2 if window > 2 else 1
 
 
@@ -108,8 +110,8 @@ def nearest_neighbour_dtw(train, test, max_cells: float = MAX_CELLS, seed: int =
     Returns {"method": "1-NN DTW", "dependent": several channels (DTW_D), "window": the band
     in readings (None: the full window), "accuracy": the share of scored test sequences whose
     nearest training sequence has their class, "queries": test sequences scored, "test_sequences",
-    "references": training sequences, "cells": the cost counted (cells, an upper bound in a band,
-    and PAIR_CELLS a pair), "seconds": wall clock, "library": "dtaidistance <version>"}; or, where
+    "references": training sequences, "cells": the cost counted (`_cells`: the cells, an upper bound in a
+    band, with PAIR_CELLS a pair and REF_CELLS a training sequence a call), "seconds": wall clock, "library": "dtaidistance <version>"}; or, where
     not even MIN_QUERIES test sequences (all, if fewer) fit the budget in a band of 1 reading,
     {"method", "skipped": why, "test_sequences", "references"} without computing anything. With
     `progress`, lines on stderr: one first where the run takes more than one part, then one
@@ -129,7 +131,7 @@ def nearest_neighbour_dtw(train, test, max_cells: float = MAX_CELLS, seed: int =
         raise ValueError(f"1-NN DTW needs training and test sequences (got {len(train)} and {len(test)})")
     t0 = time.perf_counter()
     lt, lq = np.asarray(train.lengths, np.int64), np.asarray(test.lengths, np.int64)
-    window, queries = _plan(lq, lt, max_cells, seed)
+    window, queries, per_query = _plan(lq, lt, max_cells, seed)
     if queries is None:
         least = min(MIN_QUERIES, len(test))
         return {"method": "1-NN DTW", "test_sequences": int(len(test)), "references": int(len(train)),
@@ -137,7 +139,6 @@ def nearest_neighbour_dtw(train, test, max_cells: float = MAX_CELLS, seed: int =
                            f"{_count(len(train), 'training sequence')} (up to "
                            f"{_count(int(max(lt.max(), lq.max())), 'reading')}) take more than {max_cells:.3g} "
                            "warping cells even in a band of 1 reading"}
-    per_query = _cells(lq, lt, window)
     refs, qs = _sequences(train), _sequences(test.take(queries))
     F = train.X.shape[2]
     kw = {"window": window + 1} if window else {}           # dtaidistance's window w keeps |i - j| < w
