@@ -273,6 +273,10 @@ def test_a_device_cannot_have_a_neighbours_readings_dropped_as_duplicates(tmp_pa
             b = await nats.connect(with_credentials(broker.url, "dev-4", pw["dev-4"]))
             ack = await b.jetstream().publish(wire.reading_subject("dev-4"), wire.encode_reading(6, X["dev-0"][5]),
                                               headers={"Nats-Msg-Id": "dev-4:0"})
+            for _ in range(100):                                # its copy on the partition subject reaches g
+                if len(headers) >= 7:                           # after the ack: wait for it, not for a fixed time
+                    break
+                await asyncio.sleep(0.05)
             for c in (a, b, g):
                 await c.close()
             return got, ack
