@@ -18,7 +18,11 @@ after a change that moves only them), each merged row keeping A's command and da
 `remeasured`, which the table's caption names. `baseline` scores 1-NN DTW on every set as
 `edgeseq train` does (`edgeseq.train.baseline`: the sequences at their own lengths, no padding)
 and keeps it under `baseline`. `table` prints the Markdown table in the `figures:ucr` region of
-docs/training.md.
+docs/training.md. `gain --sets /tmp/ucr --out /tmp/gain40` writes copies of the sets through a
+causal automatic gain control (`gain_control`: each channel becomes the reading over its running
+RMS level and the log of that level), an input a model does not compute today; `run --sets
+/tmp/gain40 --augment light` then measures what it would give (CHANGELOG, measured during
+development).
 
 The published figures beside ours (`PUBLISHED`) are accuracies on the same splits:
 1-NN DTW with a full warping window, from the UCR archive 2018 (Dau et al., "The UCR time
@@ -112,6 +116,45 @@ def cmd_convert(args):
         np.savez_compressed(out / f"{name}.npz", **arrays)
         print(f"{name}: train {arrays['X'].shape} test {arrays['X_test'].shape}, "
               f"lengths {arrays['lengths'].min()}-{arrays['lengths'].max()}, {len(arrays['labels'])} classes")
+
+
+GAIN_FLOOR = 1e-12   # added to the mean square before its root: an all-zero stretch gets a level of 1e-6
+
+
+def gain_control(X: np.ndarray, lengths: np.ndarray, tau: float) -> np.ndarray:
+    """Causal automatic gain control, as a stream would compute it from a reset at each
+    sequence's start: X float [N, T, F] -> float32 [N, T, 2F], for each channel the reading
+    over its running RMS level and the natural log of that level (in the reading's units).
+    The level is an exponential moving average of the squared reading with time constant
+    `tau` readings, bias-corrected for its start (divided by 1 - (1 - 1/tau)^(t+1)).
+    Readings past a sequence's length stay 0."""
+    N, T, F = X.shape
+    a = 1.0 / tau
+    m = np.zeros((N, F))
+    out = np.zeros((N, T, 2 * F), np.float32)
+    for t in range(T):
+        x = X[:, t].astype(np.float64)
+        m = (1 - a) * m + a * x * x
+        rms = np.sqrt(m / (1 - (1 - a) ** (t + 1)) + GAIN_FLOOR)
+        live = (t < lengths)[:, None]
+        out[:, t, :F] = np.where(live, x / rms, 0.0)
+        out[:, t, F:] = np.where(live, np.log(rms), 0.0)
+    return out
+
+
+def cmd_gain(args):
+    if not 1 <= args.tau < float("inf"):
+        raise SystemExit(f"--tau is a time constant in readings, at least 1; got {args.tau:g}")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in args.only or [n for n, (package, _) in SETS.items() if package != "embedded"]:
+        z = dict(np.load(data_spec(name, args.sets)))
+        for x, n in (("X", "lengths"), ("X_test", "lengths_test")):
+            z[x] = gain_control(z[x], z[n], args.tau)
+        names = [str(f) for f in z["features"]]
+        z["features"] = np.array([f"{f}/level" for f in names] + [f"log level {f}" for f in names])
+        np.savez_compressed(out / f"{name}.npz", **z)
+        print(f"{name}: {z['X'].shape[2]} channels, time constant {args.tau:g} readings")
 
 
 def data_spec(name: str, sets: str) -> str:
@@ -234,13 +277,18 @@ def main(argv=None):
     b.add_argument("--only", nargs="+", choices=list(SETS))
     b.add_argument("--json", required=True)
     b.add_argument("--max-cells", type=float, help="warping cells at most (default: edgeseq.train.baseline.MAX_CELLS)")
+    g = sub.add_parser("gain", help="copies of the sets through a causal automatic gain control (a probe's input)")
+    g.add_argument("--sets", required=True, help="folder `convert` wrote")
+    g.add_argument("--only", nargs="+", choices=[n for n, (package, _) in SETS.items() if package != "embedded"])
+    g.add_argument("--tau", type=float, default=40.0, help="the level's time constant in readings (default 40)")
+    g.add_argument("--out", required=True)
     t = sub.add_parser("table")
     t.add_argument("--json", required=True)
     args = ap.parse_args(argv)
     if getattr(args, "augment", None) and args.augment.startswith("{"):
         args.augment = json.loads(args.augment)
     {"convert": cmd_convert, "run": cmd_run, "baseline": cmd_baseline, "merge": cmd_merge,
-     "table": cmd_table}[args.cmd](args)
+     "table": cmd_table, "gain": cmd_gain}[args.cmd](args)
 
 
 if __name__ == "__main__":
