@@ -138,4 +138,67 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
         raise ModelFileError(f"'{p}' is not a readable edgeseq checkpoint ({type(e).__name__}); train it again") from None
     if not isinstance(ckpt, dict) or "arch" not in ckpt or "state_dict" not in ckpt:
         raise ModelFileError(f"'{p}' is not an edgeseq checkpoint; train one with `edgeseq train`")
+    check_checkpoint(ckpt, p)
     return ckpt
+
+
+def _numbers(v, n: int, positive: bool = False) -> bool:
+    """Whether `v` is a list of `n` finite numbers (above 0 with `positive`)."""
+    import math
+    import numbers
+    return isinstance(v, (list, tuple)) and len(v) == n and all(
+        isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x) and (x > 0 or not positive)
+        for x in v)
+
+
+def check_checkpoint(ckpt: dict, shown) -> None:
+    """ModelFileError, one line naming what does not agree, unless `ckpt` (as `torch.load`
+    returned it) holds a known architecture, a config within the settings' limits
+    (`edgeseq.models.LIMITS`), a state dict of finite tensors whose names and shapes are
+    the ones that config builds (checked on torch's meta device: nothing is allocated), as
+    many label names as the model has outputs, as many feature names as it reads, and a
+    normalisation of that many finite means and stds above 0 (asinh scales above 0 where
+    given). Every command that reads a checkpoint goes through it, so an edited file is
+    refused before any work starts."""
+    from edgeseq.errors import UsageError
+    from edgeseq.models import LIMITS, REGISTRY, build_model, check_setting
+
+    def bad(what):
+        return ModelFileError(f"'{shown}' is not a consistent edgeseq checkpoint ({what}); train it again "
+                              "with `edgeseq train`")
+    arch, config, sd = ckpt.get("arch"), ckpt.get("config"), ckpt.get("state_dict")
+    if not isinstance(arch, str) or arch not in REGISTRY:
+        raise bad(f"unknown architecture {printable(repr(arch))[:60]}")
+    if not isinstance(config, dict) or not isinstance(sd, dict):
+        raise bad("its config or state dict is not a mapping")
+    try:
+        for name, value in config.items():
+            if name in LIMITS:
+                check_setting(arch, name, value)
+        with torch.device("meta"):
+            model = build_model(arch, config)
+    except (UsageError, TypeError, ValueError, AssertionError, RuntimeError) as e:
+        raise bad(f"its config does not build a {arch}: {printable(str(e)).splitlines()[0][:160]}") from None
+    want = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    for k, v in sd.items():
+        if not isinstance(v, torch.Tensor):
+            raise bad(f"state dict entry {printable(repr(k))[:60]} is not a tensor")
+        if k not in want:
+            raise bad(f"state dict entry {printable(repr(k))[:60]} is not one a {arch} has")
+        if tuple(v.shape) != want[k]:
+            raise bad(f"{k} has the shape {list(v.shape)}, the config builds {list(want[k])}")
+        if v.is_floating_point() and not bool(torch.isfinite(v).all()):
+            raise bad(f"{k} holds NaN or infinite values")
+    missing = sorted(set(want) - set(sd))
+    if missing:
+        raise bad(f"the state dict lacks {', '.join(missing[:3])}")
+    F, C = model.config.n_features, model.config.n_classes
+    labels, features, norm = ckpt.get("labels"), ckpt.get("features"), ckpt.get("normalization")
+    if not isinstance(labels, (list, tuple)) or len(labels) != C or not all(isinstance(x, str) for x in labels):
+        raise bad(f"labels must be {C} names, as the model has {C} outputs")
+    if not isinstance(features, (list, tuple)) or len(features) != F or not all(isinstance(x, str) for x in features):
+        raise bad(f"features must be {F} names, as the model reads {F} channels")
+    if not isinstance(norm, dict) or not _numbers(norm.get("mean"), F) or not _numbers(norm.get("std"), F, True):
+        raise bad(f"normalization must hold a mean and a std of {F} finite numbers each, the stds above 0")
+    if norm.get("asinh_scale") is not None and not _numbers(norm["asinh_scale"], F, True):
+        raise bad(f"normalization's asinh_scale must be {F} finite numbers above 0")
