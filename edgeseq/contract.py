@@ -111,6 +111,8 @@ KIND_GROWING = "growing"    # one row per reading (KV cache); the history axis i
 KINDS = (KIND_FIXED, KIND_GROWING)
 STATE_DTYPES = ("float32",)  # the runtime allocates and feeds float32 state
 MODES = ("stream", "window")
+STATE_ROLES = {"rnn": ("h",), "gru": ("h",), "lstm": ("h", "c"), "ssm": ("s",), "transformer": ("key", "value")}
+                                        # each architecture's state tensors, by the role before ".<layer>"
 GROWING_HISTORY_AXIS = 2
 
 
@@ -150,6 +152,25 @@ def _show(v) -> str:
     if len(text) > 40:
         text = text[:37] + "..."
     return f"{kind} ({text})" if text else kind
+
+
+def _check_arch(arch: str, mode: str, state: list) -> None:
+    """MetadataError on `edgeseq.arch` where it is not the architecture of the file's mode and
+    state tensors (once those agree with the graph): a windowed (bidirectional) model has mode
+    "window" and no state, a streaming one mode "stream" and the state roles of its kind
+    (`STATE_ROLES`; entries written without a role are not checked)."""
+    want = "window" if arch in WINDOW_ARCHS else "stream"
+    if mode != want:
+        _fail(META_ARCH, f"says {arch!r}, whose mode is {want!r}, but the graph is a {mode!r} model")
+    roles = {s.role.split(".")[0] for s in state if s.role}
+    if arch in WINDOW_ARCHS and state or roles and roles != set(STATE_ROLES.get(arch, ())):
+        _fail(META_ARCH, f"says {arch!r}, but the state tensors are those of {_kind_of(roles)}")
+
+
+def _kind_of(roles: set) -> str:
+    """The architectures whose state roles these are, for a message."""
+    kinds = [a for a, r in STATE_ROLES.items() if roles == set(r)]
+    return " or ".join(kinds) if kinds else "no known architecture"
 
 
 def _names(key: str, v, what: str) -> list:
@@ -415,6 +436,8 @@ class ModelMeta:
             dup = sorted({n for n in seen if seen.count(n) > 1 or n in reserved})
             if dup:
                 _fail(META_STATE, f"uses {attr} {', '.join(repr(d) for d in dup)} twice or for another tensor")
+        if arch not in ARCHS:
+            _fail(META_ARCH, f"must be one of {', '.join(ARCHS)}, got {_show(arch)}")
         max_history = get(META_MAX_HISTORY)
         if max_history is not None and not (_is_int(max_history) and max_history >= 1):
             _fail(META_MAX_HISTORY, f"must be null or a number of readings >= 1, got {_show(max_history)}")
@@ -519,3 +542,4 @@ class ModelMeta:
             _fail(META_STATE if self.mode == "stream" else META_MODE,
                   f"does not describe graph input{'s' if len(unfed) > 1 else ''} {', '.join(repr(u) for u in unfed)}, "
                   "which the runtime would not know how to feed")
+        _check_arch(self.arch, self.mode, self.state)      # the mode and state agree with the graph by now

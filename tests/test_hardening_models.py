@@ -102,8 +102,7 @@ META_EDITS = [
     ("gru-int8", "edgeseq.normalization", lambda k: _norm(k, drop_scale=True), "edgeseq.normalization", "gives std"),
     ("gru-int8", "edgeseq.normalization", "null", "edgeseq.normalization", "is null but the graph normalises"),
     ("gru-int8", "edgeseq.arch", '"lstm"', "edgeseq.arch",
-     "says 'lstm' (4 gate block(s) per layer) but the graph's recurrent weights have 3 gate block(s) of hidden 8 "
-     "and a bh0 bias, as a GRU has"),
+     "says 'lstm', but the state tensors are those of rnn or gru"),
     ("gru-int8", "edgeseq.arch", '"rnn"', "edgeseq.arch", "says 'rnn'"),
     ("gru-int8", "edgeseq.config", '{"hidden": 8, "layers": 0}', "edgeseq.config", "has layers 0 but the graph's"),
     ("gru-int8", "edgeseq.config", '{"hidden": 16, "layers": 1}', "edgeseq.config", "has hidden 16"),

@@ -160,6 +160,7 @@ COMMON_BAD = [
     (contract.META_MODE, J(None), "edgeseq.mode must be"),
     (contract.META_ARCH, J(7), "edgeseq.arch must be an architecture name"),
     (contract.META_ARCH, J(""), "edgeseq.arch must be"),
+    (contract.META_ARCH, J("mamba"), "edgeseq.arch must be one of rnn, gru, lstm, transformer, ssm, bigru, bilstm"),
     (contract.META_MAX_HISTORY, J(0), "edgeseq.max_history must be null or a number of readings >= 1"),
     (contract.META_MAX_HISTORY, J(-3), "edgeseq.max_history must be"),
     (contract.META_MAX_HISTORY, J("10"), "edgeseq.max_history must be"),
@@ -210,6 +211,9 @@ RECURRENT_BAD = [
     (STATE, edit(0, shape=["batch", 8.0]), "shape axis 1 must be a size"),
     (STATE, edit(0, kind="growing"), "is growing but its shape ['batch', 8] lacks 'history' on axis 2"),
     (STATE, edit(0, shape=["batch", "history"]), "is fixed but its shape ['batch', 'history'] has"),
+    (contract.META_ARCH, J("transformer"), "edgeseq.arch says 'transformer', but the state tensors are those of"),
+    (contract.META_ARCH, J("ssm"), "edgeseq.arch says 'ssm', but the state tensors are those of"),
+    (contract.META_ARCH, J("bigru"), "edgeseq.arch says 'bigru', whose mode is 'window', but the graph is a 'stream'"),
 ]
 
 CACHE_BAD = [
@@ -219,17 +223,20 @@ CACHE_BAD = [
     (STATE, edit(0, shape=["batch", 2, 5, 4]), "lacks 'history' on axis 2"),
     (STATE, edit(0, shape=["batch", 2, "history", 5]), "but the graph's is ['batch', 2, 'history', 4] (axis 3)"),
     (STATE, edit(1, shape=["batch", 2, "history", 4, 1]), "with 5 axes but the graph's has 4"),
+    (contract.META_ARCH, J("gru"), "edgeseq.arch says 'gru', but the state tensors are those of transformer"),
 ]
 
 WINDOW_BAD = [
     (STATE, lambda p: J([{"name": "h", "output": "h_out", "shape": ["batch", 8]}]), "lists state for a window model"),
     (contract.META_MODE, J("stream"), "edgeseq.mode promises graph input 'reading' but the graph has none"),
+    (contract.META_ARCH, J("gru"), "edgeseq.arch says 'gru', whose mode is 'stream', but the graph is a 'window'"),
 ]
 
 
 def _cases():
     out = []
-    for arch, extra in (("gru", STREAM_BAD + RECURRENT_BAD), ("lstm", STREAM_BAD + RECURRENT_BAD),
+    lstm_named_gru = [(contract.META_ARCH, J("gru"), "edgeseq.arch says 'gru', but the state tensors are those of lstm")]
+    for arch, extra in (("gru", STREAM_BAD + RECURRENT_BAD), ("lstm", STREAM_BAD + RECURRENT_BAD + lstm_named_gru),
                         ("transformer", STREAM_BAD + CACHE_BAD), ("bigru", WINDOW_BAD)):
         for key, value, msg in COMMON_BAD + extra:
             out.append((arch, key, value, msg))
