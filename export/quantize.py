@@ -72,7 +72,7 @@ import onnx
 import onnxruntime as ort
 
 from edgeseq import contract
-from edgeseq.data import DATA_REMEDY, Dataset, load_dataset
+from edgeseq.data import DATA_REMEDY, LABELS_REMEDY, Dataset, load_dataset
 from edgeseq.errors import DataError, ExportValidationError, ReadingError, UsageError
 from edgeseq.runtime.evaluate import (STREAM_READINGS, final_accuracy, joined_streams, long_streams, output_error,
                                       reading_accuracy, run_each, run_session, run_streams, score_continuous)
@@ -413,7 +413,9 @@ def regress_check(runs, judged, native_why, fsess, meta, ds, X, ref, max_error, 
 def dataset_for(ckpt: dict, data: str | Dataset | None) -> Dataset:
     """The data int8 export calibrates and checks on: `data` if given, else the run's training
     data (the absolute path the checkpoint stores; older checkpoints store only a name, which
-    reopens the embedded set), with its channels in the model's order (`align_features`)."""
+    reopens the embedded set), with its channels in the model's order (`align_features`) and, for
+    a classifier, its classes in the model's label order, matched by name (`Dataset.for_labels`:
+    data with only some of the labels is accepted, a label the model does not predict refused)."""
     if isinstance(data, Dataset):
         ds = data
     else:
@@ -457,10 +459,7 @@ def dataset_for(ckpt: dict, data: str | Dataset | None) -> Dataset:
     if kind != "classify":
         from edgeseq.runtime.anomaly import binary      # a forecast's outputs are not the data's labels
         return binary(ds)[0]
-    if list(ds.labels) != list(ckpt["labels"]):
-        raise DataError(f"data '{ds.name}' has labels {ds.labels}, the model predicts {ckpt['labels']}; "
-                        "pass the training data with --data")
-    return ds
+    return ds.for_labels(ckpt["labels"], f"data '{ds.name}'", LABELS_REMEDY)     # by name, as eval reads it
 
 
 def export_int8(ckpt: dict, out, scheme: str = DEFAULT_SCHEME, data=None, max_history: int | None = None,

@@ -43,7 +43,9 @@ for per-sequence scores, is the label of its last row.
 
 Channels are matched by name wherever data meets a model (`align_features`): named columns
 in another order are put in the model's order; unnamed ones (f0, f1, ...) by position; a
-.csv's columns beyond the model's are ignored, as `stream` ignores them. The
+.csv's columns beyond the model's are ignored, as `stream` ignores them. Labels are matched by
+name too (`align_labels`): the data's classes are put in a classifier's label order, data with
+only some of its labels is accepted, a label it does not predict is refused. The
 commands that evaluate a model read the data it was trained on unless told otherwise
 (`data_for_model`; an exported file records it, see `trained_on`). The file readers and their
 checks are in `edgeseq.data.files`; `Split`, `Dataset` and the rules any data follows, however
@@ -59,10 +61,10 @@ from pathlib import Path
 import numpy as np
 
 from edgeseq.data.dataset import (  # noqa: F401  (importable from here, as always)
-    CHANNELS_REMEDY, F32_MAX, HOLDOUT_SEED, REDRAWS, Dataset, Split, _generic, _shown, align_features, holdout,
-    parse_float, with_lag)
+    CHANNELS_REMEDY, F32_MAX, HOLDOUT_SEED, LABELS_REMEDY, REDRAWS, Dataset, Split, _generic, _shown, align_features,
+    align_labels, holdout, parse_float, with_lag)
 from edgeseq.data.files import _load_csv, _load_npz
-from edgeseq.errors import DataError, printable
+from edgeseq.errors import DataError
 
 DATA_DIR = Path(__file__).resolve().parent
 EMBEDDED = {"basicmotions": DATA_DIR / "basicmotions.npz",          # the default: wrist IMU, 4 activities
@@ -96,7 +98,9 @@ def data_for_model(data: str | None, features, labels=None, trained: str | None 
     `trained` (the model file's `edgeseq.data` metadata or `trained_on(checkpoint)`: an
     embedded name or a file's absolute path); a model that records none (a file exported
     before that key) is read against the embedded basicmotions. features, labels: the model's
-    channel and class names (labels None: not checked); `model` names it in messages;
+    channel and class names (labels None: not checked; else the data's class ids are put in
+    the model's label order by name, `Dataset.for_labels`, and the result reports the model's
+    labels: data with only some of them is accepted); `model` names it in messages;
     trained_sha256: the recorded file's sha256 when it was trained (None: not checked);
     targets: a regression model's target names, the columns a .csv's targets are read from.
     A .csv is read for the model's named channels only (`load_dataset(features=...)`), so a
@@ -105,7 +109,7 @@ def data_for_model(data: str | None, features, labels=None, trained: str | None 
     Raises DataError, one line that says to pass --data: the recorded file no longer exists
     (naming it) or has changed since (its test split, carved anew, could hold sequences the
     model trained on), the data's channels are not the model's (naming both,
-    `align_features`), or its labels are not the model's."""
+    `align_features`), or it has labels the model does not predict (`align_labels`)."""
     who = f"model '{model}'" if model else "the model"
     if data is None and trained is not None and trained not in EMBEDDED and not Path(trained).is_file():
         raise DataError(f"{who} was trained on '{trained}', which no longer exists; pass --data with that data "
@@ -116,11 +120,7 @@ def data_for_model(data: str | None, features, labels=None, trained: str | None 
     named = None if _generic([str(f) for f in features]) else [str(f) for f in features]
     ds = _open(spec, named, strict=False, targets=targets if str(spec).lower().endswith(".csv") else None)
     ds = ds.for_model(features, f"data '{ds.name}'", DATA_REMEDY)
-    if labels is not None and list(ds.labels) != list(labels):
-        raise DataError(f"data '{printable(ds.name)}' has the labels {_shown(ds.labels)} but the model predicts "
-                        f"{_shown(labels)}; pass --data with the model's training data, or other data with "
-                        "its labels")
-    return ds
+    return ds if labels is None else ds.for_labels(labels, f"data '{ds.name}'", LABELS_REMEDY)
 
 
 F32_TINY = float(np.finfo(np.float32).tiny)

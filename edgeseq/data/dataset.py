@@ -1,19 +1,21 @@
 """A data set in memory, `Split` and `Dataset`, and the rules any data follows however it was
-read: channels matched by name (`align_features`), the deterministic hold-out of a test split
-(`holdout`), the persistence lag (`with_lag`) and a number as data files write one
-(`parse_float`). numpy only. `edgeseq.data` re-exports all of it (its docstring has the file
-layouts); the readers in `edgeseq.data.files` build on this module, below the package."""
+read: channels and a classifier's labels matched by name (`align_features`, `align_labels`),
+the deterministic hold-out of a test split (`holdout`), the persistence lag (`with_lag`) and a
+number as data files write one (`parse_float`). numpy only. `edgeseq.data` re-exports all of
+it (its docstring has the file layouts); the readers in `edgeseq.data.files` build on this
+module, below the package."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from edgeseq.errors import DataError, printable
 
 CHANNELS_REMEDY = "give data with the model's channels, named as in training"
+LABELS_REMEDY = "pass --data with the model's training data, or other data with its labels"
 
 F32_MAX = float(np.finfo(np.float32).max)
 
@@ -50,6 +52,16 @@ class Split:
     def channels(self, order) -> "Split":
         """The same sequences with their feature columns X[..., order] (see `align_features`)."""
         return Split(self.X[:, :, order], self.y, self.lengths, self.Y, self.groups, self.targets)
+
+    def classes(self, order) -> "Split":
+        """The same sequences with each class id c (in `y` and every reading's `Y`) as order[c]
+        (see `align_labels`); -1 (no label: padding) stays -1."""
+        order = np.asarray(order, np.int64)
+
+        def remap(ids):
+            ids = np.asarray(ids, np.int64)
+            return np.where(ids >= 0, order[np.clip(ids, 0, None)], ids)
+        return Split(self.X, remap(self.y), self.lengths, remap(self.Y), self.groups, self.targets)
 
 
 @dataclass
@@ -107,6 +119,16 @@ class Dataset:
         return Dataset(self.name, self.train.channels(order), self.test.channels(order), self.labels,
                        list(model_features), self.source, self.held_out, self.sha256, ignored)
 
+    def for_labels(self, model_labels, where: str | None = None, remedy: str = LABELS_REMEDY) -> "Dataset":
+        """This data with its class ids in a classifier's label order (`align_labels`: matched by
+        name), reporting the model's labels; a class of the model that the data lacks simply has
+        no sequences. Labels the model does not know are refused (DataError)."""
+        order = align_labels(self.labels, model_labels, where or f"data '{self.name}'", remedy)
+        if order is None:
+            return self
+        return replace(self, train=self.train.classes(order), test=self.test.classes(order),
+                       labels=list(model_labels))
+
 
 def _group_names(split: Split) -> list | None:
     return None if split.groups is None else sorted(set(split.groups.tolist()))
@@ -155,6 +177,28 @@ def align_features(dataset_features, model_features, where: str, remedy: str = C
         raise DataError(f"{where} has the channels {_shown(data)} but the model reads {_shown(model)}"
                         f"{detail}; {remedy}")
     return np.array([data.index(f) for f in model], dtype=np.int64)
+
+
+def align_labels(dataset_labels, model_labels, where: str, remedy: str = LABELS_REMEDY):
+    """The one rule for scoring data against a classifier: labels are matched by name.
+
+    Returns None when the data's labels are the model's, in its order; else the index array
+    that maps each of the data's class ids to the model's (`Split.classes`): the same labels
+    in another order are reordered, and data with only some of the model's labels is
+    accepted. Labels the model does not predict are refused (DataError, one line naming the
+    data's labels and the model's, and which the model does not know where some are shared).
+    `where` names the data in messages; `remedy` ends them."""
+    model = [str(x) for x in model_labels]
+    data = [str(x) for x in dataset_labels]
+    if data == model:
+        return None
+    index = {n: i for i, n in enumerate(model)}
+    unknown = [n for n in data if n not in index]
+    if unknown:
+        detail = f" (it does not know {_shown(unknown)})" if len(unknown) < len(data) else ""
+        raise DataError(f"{printable(where)} has the labels {_shown(data)} but the model predicts {_shown(model)}"
+                        f"{detail}; {remedy}")
+    return np.array([index[n] for n in data], dtype=np.int64)
 
 
 # A number as data files write one: ASCII digits, an optional sign, decimal point and exponent;

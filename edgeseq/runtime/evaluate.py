@@ -19,9 +19,9 @@ import time
 
 import numpy as np
 
-from edgeseq.data import Split, align_features, since_change
+from edgeseq.data import Split, align_features, align_labels, since_change
 from edgeseq import contract
-from edgeseq.errors import DataError, UsageError
+from edgeseq.errors import UsageError
 from edgeseq.runtime.never_reset import ORDERS, joined_streams
 from edgeseq.runtime.session import StreamSession, WindowSession, default_backend, native_refused
 
@@ -40,7 +40,10 @@ def evaluate(model: str, split: Split, labels: list | None = None, provider: str
 
     `features` names the split's columns (the Dataset's `features`): they are matched to the
     model's by name (`align_features`: reordered if permuted, refused if they differ);
-    without names, by position, and the counts must agree. `backend`: see StreamSession; the
+    without names, by position, and the counts must agree. `labels` names the split's classes
+    (the Dataset's `labels`): they are matched to the model's by name (`align_labels`: the
+    split's class ids put in the model's order; a subset of the model's labels is fine, a label
+    it does not predict is refused); None: the split's ids are the model's. `backend`: see StreamSession; the
     result's "backend" says which ran, and "backend_note" why auto ran onnxruntime (None
     where it did not choose so). A model with decision settings (`edgeseq.decision`) also
     gets "events": `edgeseq.runtime.calibrate.event_scores` on EVENT_ORDERS never-reset
@@ -61,8 +64,10 @@ def evaluate(model: str, split: Split, labels: list | None = None, provider: str
     order = align_features(names, sess.meta.features, "data")
     if order is not None:
         split = split.channels(order)
-    if labels is not None and list(labels) != list(sess.meta.labels):
-        raise DataError(f"data labels {labels} differ from the model's {sess.meta.labels}")
+    if labels is not None:                           # the split's class ids in the model's label order, by name
+        order = align_labels(labels, sess.meta.labels, "data")
+        if order is not None:
+            split = split.classes(order)
     t0 = time.perf_counter()
     N, T = len(split), split.X.shape[1]
     if probe is not None:
