@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from edgeseq.data.dataset import F32_MAX, Dataset, Split, holdout, parse_float, with_lag
-from edgeseq.errors import DataError
+from edgeseq.errors import DataError, printable
 
 
 def _load_npz(path: Path, name: str) -> Dataset:
@@ -386,10 +386,10 @@ def _pick_columns(path, header, rows, features, strict, targets=()):
             if both:
                 raise DataError(f"'{path}': '{both[0]}' is named as a feature and as a target; a column is one or the "
                                 "other")
-            kept = [f for f in names if f in RESERVED]
+            kept = [f for f in names if f.lower() in RESERVED]      # any case, as the header's are read
             if kept:
-                raise DataError(f"'{path}': '{kept[0]}' is the {kept[0]} column, not a feature; name feature columns "
-                                f"only (the file's: {', '.join(header[i] for i in others) or 'none'})")
+                raise DataError(f"'{path}': '{kept[0]}' is the {kept[0].lower()} column, not a feature; name feature "
+                                f"columns only (the file's: {', '.join(header[i] for i in others) or 'none'})")
             if missing:
                 raise DataError(f"'{path}' has no column {', '.join(repr(f) for f in missing)}; its columns are "
                                 f"{', '.join(header)}: name features from those")
@@ -424,16 +424,28 @@ def _load_csv(path: Path, features=None, strict: bool = True, targets=None) -> D
     if not rows:
         raise DataError(f"'{path}' is empty")
     header = [h.strip() for h in rows[0]]
+    shown = list(header)                        # as the file spells them, for messages
+    sep = separator(header)
+    if sep and not any(h.lower() == "sequence" for h in header):
+        raise DataError(f"'{path}' looks separated by {sep}, not commas: save it comma-separated")
+    for i, h in enumerate(header):              # reserved names in any case (Sequence, LABEL), as stream reads them
+        if h.lower() in RESERVED:
+            same = [g for g in shown[:i] if g.lower() == h.lower()]
+            if same and same[0] != h:           # the same spelling twice: said below
+                raise DataError(f"'{path}': columns '{same[0]}' and '{h}' are both the {h.lower()} column (names are "
+                                "matched in any case); keep one")
+            header[i] = h.lower()
     targets = [str(t).strip() for t in targets] if targets else []
     for t in targets:
-        if t not in header or t in RESERVED or targets.count(t) > 1:
-            why = "is not in its header" if t not in header else "is named twice" if targets.count(t) > 1 else \
-                f"is the {t} column"
+        if t not in header or t.lower() in RESERVED or targets.count(t) > 1:
+            why = f"is the {t.lower()} column" if t.lower() in RESERVED else "is not in its header" \
+                if t not in header else "is named twice"
             raise DataError(f"'{path}': target column '{t}' {why}; name its target columns (the file's columns: "
                             f"{', '.join(h for h in header if h not in RESERVED)})")
     for need in ("sequence", "label"):
         if need not in header and not (need == "label" and targets):     # regression: labels optional
-            raise DataError(f"'{path}': header needs a '{need}' column (see `edgeseq train --help`)")
+            raise DataError(f"'{path}': header needs a '{need}' column (any case); its columns are "
+                            f"{_listed(shown)} (see `edgeseq train --help`)")
     for i, h in enumerate(header):
         if h and h in header[:i]:               # unnamed columns (an index) may be several: none is read
             raise DataError(f"'{path}': header column {i + 1} repeats the name '{h}'; give each column its own name")
@@ -527,6 +539,26 @@ def _load_csv(path: Path, features=None, strict: bool = True, targets=None) -> D
     train, test = holdout(data, where=f"'{path}'")
     return Dataset(path.stem, train, test, labels, features, held_out="class" if groups is None else "group",
                    ignored=ignored, target_names=targets or None)
+
+
+SEPARATORS = {";": "';'", "\t": "tabs"}      # what a spreadsheet may separate cells with instead of commas
+
+
+def separator(cells) -> str | None:
+    """How a header read as comma-separated (`cells`) looks separated instead: "';'" or "tabs"
+    where its cells hold more of that character than the commas between them (one cell
+    'sequence;label;acc_x'), else None. A name that merely holds a ';' beside comma-separated
+    columns is no sign."""
+    text = "".join(cells)
+    sep = max(SEPARATORS, key=text.count)
+    return SEPARATORS[sep] if text.count(sep) > len(cells) - 1 else None
+
+
+def _listed(names, most: int = 12) -> str:
+    """Column names for a message: the first `most`, then how many more."""
+    names = [f"'{printable(n)}'" for n in names]
+    more = f" and {len(names) - most} more" if len(names) > most else ""
+    return (", ".join(names[:most]) or "none") + more
 
 
 def _is_float(s):

@@ -4,7 +4,7 @@ Sources (`open_source(spec)`), each an iterator of readings, a reading being eit
 line (CSV, parsed here) or a sequence of numbers:
 
     replay:basicmotions      the embedded test set, sequences end to end (no hardware needed)
-    replay:FILE.csv          a CSV of readings (header line optional)
+    replay:FILE.csv          a CSV of readings (header line optional; lines ended by LF, CR LF or CR)
     csv:FILE.csv             the same, unpaced (as fast as it can)
     stdin / -                one CSV reading per line on standard input
     serial:/dev/ttyUSB0[@115200]   CSV over a UART (needs pyserial: pip install ".[pi]" in edgeseq's clone); any
@@ -94,7 +94,8 @@ class ReplaySource:
             except OSError as e:
                 raise UsageError(f"cannot read readings file '{what}': {e.strerror}") from None
             self.reader = LineReader(features)
-            self.rows = [line for line in raw.split(b"\n") if line.strip()]
+            # lines end at LF, CR LF or a lone CR (an old Mac file), as `edgeseq train` and `stream` read them
+            self.rows = [line for line in raw.splitlines() if line.strip()]
             try:
                 header = self.rows and self.reader.parse(self.rows[0]) is None
             except ReadingError:                      # a bad first reading: streamed (and judged) as such

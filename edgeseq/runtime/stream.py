@@ -2,11 +2,13 @@
 the Pi demo).
 
 Text is read as people write it: UTF-8 with or without a byte-order mark, lines ended by a
-line feed (a carriage return before it is dropped; no other character splits a line), cells
-optionally in double quotes. A line that is not UTF-8, too long or not a reading is a bad
-reading (ReadingError, which `--on-bad skip` skips); a header that names columns but cannot be
-used is a HeaderError, which no option skips: feeding columns in the wrong order would give
-wrong answers silently.
+line feed, a carriage return and line feed, or a carriage return alone (old Mac files), as
+`edgeseq train` reads a CSV; no other character splits a line. Cells are separated by commas,
+optionally in double quotes; a header separated by ';' or tabs is refused, saying so (such a
+reading is a bad one, its message saying so too). A line that is not UTF-8, too long or not a
+reading is a bad reading (ReadingError, which `--on-bad skip` skips); a header that names
+columns but cannot be used is a HeaderError, which no option skips: feeding columns in the
+wrong order would give wrong answers silently.
 
 Without a header every cell is a feature, in the model's order. With a header that names the
 model's features, a line is read as a CSV record (a quoted cell may hold a comma) with as many
@@ -25,10 +27,12 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 
 import numpy as np
 
 from edgeseq.data import parse_float
+from edgeseq.data.files import SEPARATORS, separator
 from edgeseq.errors import DataError, ReadingError, printable, safe_text
 from edgeseq.runtime.evaluate import GRACE
 
@@ -47,6 +51,9 @@ def _cells(line: str) -> list:
 
 def _record(line: str) -> list:
     """One line as a CSV record: quotes honoured (a quoted cell may hold a comma), cells stripped."""
+    if "\r" in line or "\n" in line:          # a caller that did not split at every line end (read_lines does)
+        raise ReadingError("a carriage return or line feed inside the line: the input's lines are not split as "
+                           "expected (CR-only line endings?); save it with LF or CRLF line endings")
     try:
         return [c.strip() for c in next(csv.reader([line], skipinitialspace=True), [])]
     except csv.Error as e:                      # a cell past the csv module's size limit
@@ -66,13 +73,22 @@ def _parse(line: str, n: int, order=None, width=None):
     if order is None:
         row = cells = _cells(line)
         if len(cells) != n:
-            raise ReadingError(f"{len(cells)} values, the model expects {n}")
+            raise ReadingError(f"{len(cells)} values, the model expects {n}{_separated(cells, every=True)}")
     else:
         row = _record(line)
         if len(row) != width:               # a missing or extra cell would shift the columns
-            raise ReadingError(f"{len(row)} values, the header names {width} columns")
+            raise ReadingError(f"{len(row)} values, the header names {width} columns{_separated(row)}")
         cells = [row[i] for i in order]
     return _numbers(cells), row
+
+
+def _separated(cells: list, every: bool = False) -> str:
+    """A hint for a line of the wrong width that looks separated by ';' or tabs, or ''. `every`:
+    every cell is a number, so any ';' or tab is one (decimal commas: '1,5;2,5' has more commas)."""
+    text = "".join(cells)
+    most = max(SEPARATORS, key=text.count)
+    sep = (SEPARATORS[most] if most in text else None) if every else separator(cells)
+    return f" (the line looks separated by {sep}, not commas: save the input comma-separated)" if sep else ""
 
 
 def _numbers(cells: list) -> np.ndarray:
@@ -113,6 +129,9 @@ def header_order(line: str, features: list):
     cells = _record(line)
     missing = [f for f in features if f not in cells]
     twice = sorted({c for c in cells if c in features and cells.count(c) > 1})
+    sep = separator(cells) if missing else None
+    if sep:                                 # 'acc_x;acc_y;acc_z' is one cell: it names no feature
+        raise HeaderError(f"the input looks separated by {sep}, not commas: save it comma-separated")
     if missing or twice:
         what = f"lacks {_names(missing)}" if missing else f"names {_names(twice)} twice"
         raise HeaderError(f"the header {_names(cells)} {what}; the model reads {_names(features)}: name each of them once "
@@ -208,20 +227,51 @@ def csv_line(*cells) -> str:
     return buf.getvalue()[:-2]
 
 
-def read_lines(fh):
-    """Raw lines of a binary file, split at line feeds only, each at most MAX_LINE bytes (the
-    rest of an over-long line is read and dropped, and the line reported as too long)."""
+LINE_END = {bytes: re.compile(rb"\r\n|\r|\n"), str: re.compile(r"\r\n|\r|\n")}
+
+
+def _chunks(fh):
+    """A file's data as it arrives: read1 where the file has it (a binary file, standard input:
+    whatever has arrived, so a pipe streams), else a readline at a time (a serial port)."""
+    read1 = getattr(fh, "read1", None)
     while True:
-        chunk = fh.readline(MAX_LINE)
+        chunk = read1(MAX_LINE) if read1 is not None else fh.readline(MAX_LINE)
         if not chunk:
             return
-        nl = b"\n" if isinstance(chunk, bytes) else "\n"
-        if len(chunk) >= MAX_LINE and not chunk.endswith(nl):
-            while True:                                     # drop the rest of the line
-                more = fh.readline(MAX_LINE)
-                if not more or more.endswith(nl):
-                    break
-        yield chunk
+        yield bytes(chunk) if isinstance(chunk, bytearray) else chunk
+
+
+def read_lines(fh):
+    """Raw lines of a file (binary, or text), each ended by a line feed (the last one may have
+    none), at most MAX_LINE bytes (the rest of an over-long line is read and dropped, and the
+    line yielded MAX_LINE long without a line feed, reported as too long).
+
+    Lines end at a line feed, a carriage return and line feed, or a carriage return alone, as
+    `edgeseq train` reads a CSV (universal newlines). Each line is yielded as soon as its end
+    arrives, so readings piped in stream one by one: a carriage return ends its line at once,
+    and a line feed that follows it, in the same read or the next, is dropped."""
+    pending, skip_lf, dropping = None, False, False
+    for chunk in _chunks(fh):
+        if pending is None:
+            pending = chunk[:0]
+            lf, cr, ends = ("\n", "\r", LINE_END[str]) if isinstance(chunk, str) else (b"\n", b"\r", LINE_END[bytes])
+        if skip_lf and chunk[:1] == lf:              # the LF of a CR LF split across two reads
+            chunk = chunk[1:]
+        data, pos = pending + chunk, 0
+        for m in ends.finditer(data):
+            line, pos = data[pos:m.start()], m.end()
+            if dropping:                            # the end of an over-long line, already reported
+                dropping = False
+            else:
+                yield line + lf if len(line) < MAX_LINE else line[:MAX_LINE]
+        skip_lf = pos == len(data) and data.endswith(cr)
+        pending = data[pos:]
+        if len(pending) >= MAX_LINE:                # no end in sight: report it now, drop the rest
+            if not dropping:
+                yield pending[:MAX_LINE]
+            pending, dropping = pending[:0], True
+    if pending and not dropping:
+        yield pending
 
 
 class LabelScore:
