@@ -829,7 +829,7 @@ def test_calibrate_cli_max_delay(runner, gru, tmp_path):
     assert r.exit_code == 0, r.output
     assert "note: no setting within the budget keeps the median delay within --max-delay 0 readings (0.0 s)" in r.output
     e = one_error_line(runner.invoke(cli, args + ["--max-delay", "-3"]), 2)
-    assert e == "Error: --max-delay must be a number of readings >= 0, got -3.0 (see 'cli calibrate --help')"
+    assert e == "Error: --max-delay must be a number of readings >= 0, got -3 (see 'cli calibrate --help')"
     assert one_error_line(runner.invoke(cli, args + ["--max-delay", "nan"]), 2).startswith(
         "Error: --max-delay must be a number of readings >= 0")
     assert list(tmp_path.iterdir()) == []

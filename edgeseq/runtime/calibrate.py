@@ -50,7 +50,9 @@ def check_max_delay(max_delay) -> float | None:
         return None
     if isinstance(max_delay, bool) or not isinstance(max_delay, (int, float, np.integer, np.floating)) \
             or not math.isfinite(max_delay) or max_delay < 0:
-        raise UsageError(f"--max-delay must be a number of readings >= 0, got {max_delay!r}")
+        shown = f"{max_delay:g}" if isinstance(max_delay, (int, float, np.integer, np.floating)) \
+            and not isinstance(max_delay, bool) else repr(max_delay)
+        raise UsageError(f"--max-delay must be a number of readings >= 0, got {shown}")
     return float(max_delay) + 0.0
 
 
