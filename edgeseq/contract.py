@@ -260,10 +260,12 @@ def _load_json(props: dict, key: str):
         _fail(key, f"is not valid JSON ({raw[:30]!r}{'...' if len(raw) > 30 else ''})")
 
 
-def _normalization(v):
+def _normalization(v, n_features=None):
     """null, or {"mean", "std"[, "input_scale"][, "asinh_scale"[, "asinh_reach"]]}: lists of one
     finite number per feature (their count against the features is checked with the graph, in
-    `check_graph`), std, input_scale, asinh_scale and asinh_reach > 0."""
+    `check_graph`), std, input_scale, asinh_scale and asinh_reach > 0. `n_features`: the
+    metadata's feature count; where the lists' lengths disagree, the first list whose length
+    is not that count is the one named."""
     if v is None:
         return None
     if not isinstance(v, dict):
@@ -271,9 +273,12 @@ def _normalization(v):
     n = None
     if "asinh_reach" in v and "asinh_scale" not in v:
         _fail(META_NORM, "has asinh_reach without asinh_scale")
-    for k in ("mean", "std", "input_scale", "asinh_scale", "asinh_reach"):
-        if k in ("input_scale", "asinh_scale", "asinh_reach") and k not in v:
-            continue
+    keys = [k for k in ("mean", "std", "input_scale", "asinh_scale", "asinh_reach")
+            if k in ("mean", "std") or k in v]
+    sizes = {len(v[k]) for k in keys if isinstance(v.get(k), list) and v[k]}
+    if n_features is not None and len(sizes) > 1:
+        n = n_features             # the lists disagree: blame the one that disagrees with the features
+    for k in keys:
         a = v.get(k)
         if not isinstance(a, list) or not a or n is not None and len(a) != n:
             _fail(META_NORM, f"'{k}' must be a list of {n or 'one per feature'} numbers, got {_show(a)}"
@@ -478,7 +483,7 @@ class ModelMeta:
         extra["task"] = _task(task, features, labels)
         return cls(arch=arch, mode=mode, features=features, labels=labels, state=state, max_history=max_history,
                    quantization=quantization, version=version, format=fmt,
-                   normalization=_normalization(get(META_NORM)), **extra)
+                   normalization=_normalization(get(META_NORM), len(features)), **extra)
 
     def check_graph(self, inputs: dict, outputs: dict) -> None:
         """Check this metadata against the graph it came with.

@@ -140,21 +140,21 @@ CASES = [
     (["train", "--data", "binary.csv", "--out", "o"], None, R, "binary.csv"),
     (["train", "--data", "latin1.csv", "--out", "o"], None, R, "UTF-8"),
     (["train", "--data", "text.txt", "--out", "o"], None, R, "text.txt"),
-    (["train", "--epochs", "1", "--set", "hidden=4", "--out", "afile/run"], None, R, "afile"),
+    (["train", "--epochs", "1", "--set", "hidden=4", "--out", "afile/run"], None, U, "'afile' is a file, not a folder: choose another --out"),
     # export
     (["export", "nope", "--out", "m.onnx"], None, R, "no checkpoint at 'nope'"),
     (["export", "empty", "--out", "m.onnx"], None, R, "no checkpoint"),
     (["export", "garbage.pt", "--out", "m.onnx"], None, R, "not a readable edgeseq checkpoint"),
     (["export", "runs/gru", "--out", "m.txt"], None, U, "must end in .onnx"),
     (["export", "runs/gru", "--out", "empty"], None, U, "must end in .onnx"),
-    (["export", "runs/gru", "--out", "afile/m.onnx"], None, R, "afile"),
+    (["export", "runs/gru", "--out", "afile/m.onnx"], None, U, "'afile' is a file, not a folder: choose another --out"),
     (["export", "runs/gru", "--out", "m.onnx", "--max-history", "8"], None, U, "transformer only"),
     (["export", "runs/transformer", "--out", "m.onnx", "--max-history", "0"], None, U, "at least 1"),
     (["export", "runs/gru", "--out", "m.onnx", "--data", "x"], None, U, "add --int8"),
     (["export", "runs/gru", "--int8", "--out", "m.onnx", "--data", "ylen.npz"], None, R, "ylen.npz"),
     # eval and compare
     (["eval", "missing.onnx"], None, R, "not found"),
-    (["eval", "empty"], None, R, "not found"),
+    (["eval", "empty"], None, R, "'empty' is a folder, not a model file"),
     (["eval", "garbage.onnx"], None, R, "not a readable ONNX model"),
     (["eval", "plain.onnx"], None, R, "not an edgeseq model"),
     (["eval", "labels-str.onnx"], None, R, "edgeseq.labels"),
@@ -217,7 +217,7 @@ CASES = [
     (["firmware", "emit", "missing.onnx", "--out", "c"], None, R, "not found"),
     (["firmware", "emit", "garbage.onnx", "--out", "c"], None, R, "not a readable ONNX model"),
     (["firmware", "emit", TR, "--out", "c"], None, R, "is a float model"),
-    (["firmware", "emit", Q, "--out", "afile/c"], None, R, "afile"),
+    (["firmware", "emit", Q, "--out", "afile/c"], None, U, "'afile' is a file, not a folder: choose another --out"),
     # translate
     (["translate", "train", "--arch", "nope", "--out", "o"], None, U, "nope"),
     (["translate", "train", "--corpus", "missing.tsv", "--out", "o"], None, R, "missing.tsv"),
@@ -324,7 +324,10 @@ def test_read_only_place_is_one_line(kit, tmp_path):
     if place is None:
         pytest.skip("no read-only folder on this machine")
     _one_error(_run(["export", "runs/gru", "--out", f"{place}/m.onnx"], tmp_path), R, place)
-    _one_error(_run(["stream", GRU, "--state-file", f"{place}/s.state"], tmp_path, input_=GOOD.encode()), R, place)
+    folder = os.path.dirname(place)                  # exists, read-only: a run-time failure
+    _one_error(_run(["stream", GRU, "--state-file", f"{folder}/s.state"], tmp_path, input_=GOOD.encode()), R, folder)
+    _one_error(_run(["stream", GRU, "--state-file", f"{place}/s.state"], tmp_path, input_=GOOD.encode()), U,
+               f"the folder '{place}' of --state-file does not exist; create it first")    # never made
 
 
 def _unwritable(path) -> bool:

@@ -179,6 +179,13 @@ def test_model_file_errors(runner):
     r = runner.invoke(cli, ["eval", "missing.onnx"])
     assert r.exit_code == 1
     assert _err(r) == "Error: model file 'missing.onnx' not found; export one with `edgeseq export RUN --out missing.onnx`"
+    Path("adir").mkdir()
+    r = runner.invoke(cli, ["stream", "adir"], input="1,2,3,4,5,6\n")
+    assert r.exit_code == 1
+    assert _err(r) == "Error: 'adir' is a folder, not a model file; give the path of an .onnx model file"
+    (Path("adir") / "checkpoint.pt").write_bytes(b"")                 # a run directory: export it first
+    r = runner.invoke(cli, ["eval", "adir"])
+    assert r.exit_code == 1 and _err(r).endswith("export its model first: `edgeseq export adir --out model.onnx`")
     Path("corrupt.onnx").write_bytes(b"\x00garbage")
     r = runner.invoke(cli, ["stream", "corrupt.onnx"], input="1,2,3,4,5,6\n")
     assert r.exit_code == 1 and _err(r).startswith("Error: 'corrupt.onnx' is not a readable ONNX model (")
@@ -203,9 +210,25 @@ def test_usage_errors_exit_2(runner, exported):
     assert r.exit_code == 2 and _err(r).startswith("Error: 'gru' has no setting depth;")
     r = runner.invoke(cli, ["stream", str(exported("bigru")[0])], input="")
     assert r.exit_code == 2 and "cannot stream one reading at a time" in _err(r)
+    assert "export a streaming model (rnn, gru, lstm, transformer or ssm) to stream" in _err(r)    # every one
     r = runner.invoke(cli, ["export", "nowhere", "--out", "m.onnx"])
     assert r.exit_code == 1
     assert _err(r) == "Error: no checkpoint at 'nowhere': run `edgeseq train --out nowhere` first"
+    r = runner.invoke(cli, ["export", "nowhere/checkpoint.pt", "--out", "m.onnx"])     # --out takes the run directory
+    assert r.exit_code == 1
+    assert _err(r) == "Error: no checkpoint at 'nowhere/checkpoint.pt': run `edgeseq train --out nowhere` first"
+
+
+def test_an_out_under_a_file_says_the_file_is_not_a_folder(runner, trained):
+    from edgeseq.train import save_checkpoint
+    save_checkpoint(trained("gru"), "runs/gru")
+    Path("afile").write_text("keep me\n")
+    for args in (["export", "runs/gru", "--out", "afile/m.onnx"], ["export", "runs/gru", "--out", "afile/d/m.onnx"],
+                 ["train", "--epochs", "1", "--no-baseline", "--quiet", "--out", "afile/r"]):
+        r = runner.invoke(cli, args)
+        assert r.exit_code == 2, r.output
+        assert _err(r) == f"Error: 'afile' is a file, not a folder: choose another --out (see 'cli {args[0]} --help')"
+    assert Path("afile").read_text() == "keep me\n"
 
 
 def test_data_errors(runner):

@@ -94,6 +94,19 @@ def test_unusable_labels_are_refused(tmp_path, y, match):
         load_dataset(str(tmp_path / "d.npz"))
 
 
+@pytest.mark.parametrize("y, shown", [
+    (np.array([0.5, 1.5, 0.5, 1.5]), "(0.5, 1.5)"),
+    (np.array([0.0, 1.0, np.nan, 1.0]), "(NaN)"),
+    (np.array([0.25, 1.25, 2.25, 3.25]), "(0.25, 1.25, 2.25, ...)"),
+])
+def test_non_integer_labels_are_shown_as_they_are(tmp_path, y, shown):
+    """The message lists only values the labels hold: no NaN where there is none."""
+    np.savez(tmp_path / "d.npz", X=np.zeros((4, 5, 2), np.float32), y=y)
+    with pytest.raises(DataError) as e:
+        load_dataset(str(tmp_path / "d.npz"))
+    assert f"found non-integer numbers {shown}" in str(e.value)
+
+
 def test_csv_sequence_split_over_the_file_and_empty_labels_are_refused(tmp_path):
     (tmp_path / "a.csv").write_text("sequence,label,ax\ns1,a,1\ns2,b,2\ns1,a,3\n")
     with pytest.raises(DataError, match=r"line 4: sequence 's1' continues after other rows"):

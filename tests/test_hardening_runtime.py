@@ -542,6 +542,12 @@ CLI_USAGE = [
     (["export", "runs/x", "--out", "m.onnx", "--int8", "--max-error", "inf"], "'inf' is not a finite number"),
     (["export", "runs/x", "--out", "m.onnx", "--int8", "--max-error", "-1"], "-1 is not >= 0"),
     (["export", "runs/x", "--out", "m.onnx", "--int8", "--max-accuracy-drop", "-inf"], "not a finite number"),
+    (["export", "runs/x", "--out", "m.onnx", "--int8", "--max-error", "1e300"], "1e+300 is not >= 0 and <= 1"),
+    (["export", "runs/x", "--out", "m.onnx", "--int8", "--max-accuracy-drop", "1e300"], "1e+300 is not >= 0 and <= 1"),
+    (["export", "runs/x", "--out", "m.onnx", "--int8", "--max-accuracy-drop", "1.5"], "1.5 is not >= 0 and <= 1"),
+    (["train", "--task", "regress", "--out", "o", "--persistence-lag", "-1"], "-1 is not in the range x>=1"),
+    (["stream", "{gru}", "--state-file", "nodir/sub/x.state"], "the folder 'nodir/sub' of --state-file does not "
+                                                               "exist; create it first"),
     (["translate", "run", "mt", "Open", "--alpha", "nan"], "'nan' is not a finite number"),
     (["translate", "run", "mt", "Open", "--alpha", "abc"], "'abc' is not a number"),
     (["train", "--out", "o", "--lr", "nan"], "'nan' is not a finite number"),

@@ -386,6 +386,17 @@ def test_a_csv_carries_targets_in_named_columns(data, tmp_path):
     assert r.exit_code != 0 and "--targets applies to --task regress" in r.output
 
 
+def test_regress_on_a_csv_without_targets_asks_for_targets(tmp_path):
+    """A .csv names its target columns with --targets: its refusal says so (a usage error), not
+    to save targets arrays in an .npz."""
+    from edgeseq.cli import cli as main
+    path = tmp_path / "reg.csv"
+    path.write_text("sequence,a,t\n" + "".join(f"s{i // 20},{i},{i + 1}\n" for i in range(60)))
+    r = CliRunner().invoke(main, ["train", "--task", "regress", "--data", str(path), "--out", str(tmp_path / "r")])
+    assert r.exit_code == 2 and "--targets" in r.output and ".npz" not in r.output, r.output
+    assert len(r.output.strip().splitlines()) == 1 and r.exception is None or isinstance(r.exception, SystemExit)
+
+
 def test_firmware_measure_counts_the_targets_conversion_bit_exact(models, data, tmp_path):
     """`firmware measure` of a regression model runs `<prefix>_targets` after each step on the
     emulated core, checks its values against `targets_fixed` and counts its instructions."""

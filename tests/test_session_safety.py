@@ -173,7 +173,10 @@ COMMON_BAD = [
     (contract.META_CONFIG, J([1]), "edgeseq.config must be null or an object"),
     (contract.META_VALIDATION, J("ok"), "edgeseq.validation must be null or an object"),
     (NORM, J([1, 2, 3]), "edgeseq.normalization must be an object"),
-    (NORM, J({"mean": [0, 0], "std": [1, 1, 1]}), "'std' must be a list of 2 numbers, got a list of 3"),
+    # the list whose length disagrees with the 3 features is the one named
+    (NORM, J({"mean": [0, 0], "std": [1, 1, 1]}), "'mean' must be a list of 3 numbers, got a list of 2"),
+    (NORM, J({"mean": [0, 0, 0, 0], "std": [1, 1, 1]}), "'mean' must be a list of 3 numbers, got a list of 4"),
+    (NORM, J({"mean": [0, 0, 0], "std": [1, 1]}), "'std' must be a list of 3 numbers, got a list of 2"),
     (NORM, J({"mean": [0, 0], "std": [1, 1]}), "edgeseq.normalization has 2 means and stds for 3 features"),
     (NORM, J({"mean": [0, 0, 0]}), "'std' must be a list of 3 numbers"),
     (NORM, J({"mean": [], "std": []}), "'mean' must be a list of one per feature numbers"),

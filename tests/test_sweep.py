@@ -149,6 +149,23 @@ def test_a_cache_below_the_trained_window_says_so(models):
 
 # -- a channel that never varied in training is ignored, in any unit ----------------------------
 
+def test_train_quiet_warns_of_the_constant_channels_it_ignores(tmp_path):
+    """`edgeseq train --quiet` says on stderr which channels carry no information (the progress
+    lines that say so without --quiet are off)."""
+    from click.testing import CliRunner
+
+    from edgeseq.cli import cli
+    rng = np.random.default_rng(0)
+    rows = ["sequence,label,a,b,c"] + [f"s{s},{'xy'[s % 2]},{rng.normal() + s % 2!r},1,1e38"
+                                       for s in range(8) for _ in range(12)]
+    (tmp_path / "d.csv").write_text("\n".join(rows) + "\n")
+    r = CliRunner().invoke(cli, ["train", "--data", str(tmp_path / "d.csv"), "--out", str(tmp_path / "run"),
+                                 "--epochs", "1", "--set", "hidden=8", "--no-baseline", "--quiet"])
+    assert r.exit_code == 0, r.output
+    assert ("warning: channel(s) 'b', 'c' do not vary in the training data: they carry no information and are "
+            "ignored\n") in r.stderr and "warning: channel" not in r.stdout
+
+
 def test_a_constant_channel_is_ignored_whatever_its_unit(tmp_path):
     from edgeseq.runtime.evaluate import evaluate
     from edgeseq.train import TrainConfig, train

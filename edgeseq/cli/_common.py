@@ -20,10 +20,42 @@ from edgeseq.errors import EdgeseqError, UsageError, printable
 from edgeseq.errors import one_line as _one_line    # one line, control characters escaped
 
 
+def _not_a_folder(e: OSError):
+    """(the file, the option to change) where `e` failed because a path that had to be a folder
+    is a file: ENOTDIR (a file on the way to e.filename), or EEXIST for a file that is, or lies
+    above, the command's --out (making that folder failed); None otherwise."""
+    if e.filename is None or e.errno not in (errno.ENOTDIR, errno.EEXIST):
+        return None
+    try:
+        path = Path(os.fsdecode(e.filename))
+        ctx = click.get_current_context(silent=True)
+        out = ctx.params.get("out") if ctx is not None else None
+        out = Path(os.path.abspath(os.fsdecode(out))) if isinstance(out, (str, bytes, os.PathLike)) else None
+
+        def under_out(q):
+            q = Path(os.path.abspath(q))
+            return out is not None and (q == out or q in out.parents)
+        if e.errno == errno.EEXIST:
+            if not under_out(path):
+                return None
+            chain = [path]
+        else:
+            chain = [*reversed(path.parents), path]
+        for q in chain:
+            if q.exists() and not q.is_dir():
+                return q, ("--out" if under_out(q) else "path")
+    except (OSError, ValueError, TypeError):
+        pass
+    return None
+
+
 def _os_error(e: OSError) -> str:
     """One line for an OSError: what failed, on which file, and what to do."""
     what = e.strerror or type(e).__name__
     where = e.filename if e.filename is not None else None
+    blocked = _not_a_folder(e)
+    if blocked is not None:
+        return f"'{printable(str(blocked[0]))}' is a file, not a folder: choose another {blocked[1]}"
     if isinstance(e, (FileNotFoundError, NotADirectoryError)):
         todo = "check the path"
     elif isinstance(e, PermissionError) or e.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
@@ -70,6 +102,9 @@ def _errors(fn):
         except OSError as e:
             if e.errno == errno.EPIPE:       # the reader went away (e.g. `| head`): nothing to report
                 raise click.exceptions.Exit(1) from None
+            blocked = _not_a_folder(e)
+            if blocked is not None and blocked[1] == "--out":     # the option's value is wrong: exit 2
+                raise click.UsageError(_one_line(_os_error(e))) from None
             raise click.ClickException(_one_line(_os_error(e))) from None
         except UnicodeError as e:
             raise click.ClickException(_one_line(f"text that is not UTF-8 ({e.reason} at byte {e.start}); "

@@ -18,10 +18,11 @@ from edgeseq.errors import UsageError, printable, safe_text
               help="static: int8 activations with scales calibrated on training streams; "
                    "dynamic: uint8 activations scaled per call.")
 @click.option("--data", help="int8: data for calibration and checks (default: the run's training data).")
-@click.option("--max-error", type=Finite(min=0), default=0.02, show_default=True,
-              help="int8: bound on the mean output error, as a fraction of the float output range.")
-@click.option("--max-accuracy-drop", type=Finite(min=0), default=0.01, show_default=True,
-              help="int8: bound on per-reading test accuracy lost to quantization (0.01 = one point).")
+@click.option("--max-error", type=Finite(min=0, max=1), default=0.02, show_default=True,
+              help="int8: bound on the mean output error, as a fraction (0 to 1) of the float output range.")
+@click.option("--max-accuracy-drop", type=Finite(min=0, max=1), default=0.01, show_default=True,
+              help="int8: bound on per-reading test accuracy lost to quantization, a fraction from 0 to 1 "
+                   "(0.01 = one point).")
 @click.option("--keep-anyway", is_flag=True, help="int8: write the model even if it breaks a bound.")
 @click.option("--backend", type=click.Choice(["auto", "onnxruntime", "native"]), default=None,
               help="int8: the step backend whose figures decide the bound; auto (default, or $EDGESEQ_BACKEND) "

@@ -35,7 +35,7 @@ from edgeseq.errors import UsageError, printable
                    "per-reading targets, in their units (docs/regression.md).")
 @click.option("--targets", metavar="COL,COL,...", help="--task regress on a .csv: its target columns, by name (its "
               "label column is then optional). An .npz carries its targets.")
-@click.option("--persistence-lag", type=int, help="--task regress: the persistence baseline's lag in readings (default: "
+@click.option("--persistence-lag", type=click.IntRange(min=1), help="--task regress: the persistence baseline's lag in readings (default: "
               "the .npz's persistence_lag, else 1).")
 @click.option("--baseline/--no-baseline", default=True, show_default=True,
               help="Score 1-NN DTW on the same split beside the model, after the model is saved "
@@ -70,6 +70,9 @@ def train(arch, data, out, epochs, lr, seed, settings, as_json, quiet, features,
     """
     if (targets is not None or persistence_lag is not None) and task != "regress":
         raise UsageError(f"{'--targets' if targets is not None else '--persistence-lag'} applies to --task regress")
+    if task == "regress" and targets is None and Path(data).suffix.lower() == ".csv":
+        raise UsageError(f"--task regress on a .csv needs --targets: name the target columns of '{printable(data)}' "
+                         "as --targets COL,COL,... (docs/regression.md)")
     if task != "classify":
         return _train_task(arch, data, out, epochs, lr, seed, settings, as_json, quiet, features, task, targets,
                            persistence_lag)
@@ -138,6 +141,10 @@ def train(arch, data, out, epochs, lr, seed, settings, as_json, quiet, features,
                 click.echo(f"note: {len(shared)} group(s) are in both splits ({', '.join(repr(g) for g in shared[:5])}"
                            f"{', ...' if len(shared) > 5 else ''}): the test accuracy is not on unseen groups; give "
                            "groups_test names the training split does not hold to measure that", err=True)
+    if quiet and m.get("ignored_channels"):     # without --quiet the progress lines said so before training
+        names = ", ".join(repr(str(c)) for c in m["ignored_channels"])
+        click.echo(printable(f"warning: channel(s) {names} do not vary in the training data: they carry no "
+                             "information and are ignored"), err=True)
     s = m.get("schedule") or {}
     if s.get("advice"):
         click.echo(f"warning: not converged: {s['advice']} (curve: {printable(Path(out) / 'training_curve.png')})", err=True)

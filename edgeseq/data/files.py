@@ -265,6 +265,17 @@ def _check_lengths(L, X, path, key="lengths"):
     return L
 
 
+def _some_non_integers(a, k=3):
+    """The distinct NaN, Inf and fractional values of float array `a` that it holds, up to k
+    of them ("NaN, 0.5, 1.5, ..."): what a message about them shows."""
+    a = np.asarray(a, np.float64).ravel()
+    finite = np.isfinite(a)
+    odd = [s for s, m in (("NaN", np.isnan(a)), ("Inf", a == np.inf), ("-Inf", a == -np.inf)) if m.any()]
+    frac = np.unique(a[finite & (a != np.round(a))])
+    shown = odd + [f"{v:g}" for v in frac[:k].tolist()]
+    return ", ".join(shown[:k]) + (", ..." if len(shown) > k or len(frac) > k else "")
+
+
 def _encode_labels(y, labels, path, keys=(("y", None),)):
     """Labels (integers, or strings / anything else by name) -> (int64 codes, class names).
 
@@ -274,7 +285,8 @@ def _encode_labels(y, labels, path, keys=(("y", None),)):
     that an error names the array an unknown label came from."""
     if y.dtype.kind == "f":
         if not np.isfinite(y).all() or (y != np.round(y)).any():
-            raise DataError(f"'{path}': labels must be integers or names; found non-integer numbers (NaN, 0.5, ...)")
+            raise DataError(f"'{path}': labels must be integers or names; found non-integer numbers "
+                            f"({_some_non_integers(y)}); save whole numbers or names")
         y = y.astype(np.int64)
     if y.dtype.kind == "O":
         raise DataError(f"'{path}': labels are Python objects; save them as integers or strings")

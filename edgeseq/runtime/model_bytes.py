@@ -15,6 +15,10 @@ def read_model(path: str | os.PathLike) -> bytes:
     """The bytes of the model file at `path`, read once (at most MAX_MODEL_BYTES). Raises
     ModelFileError when it is missing, not a regular file, unreadable or too large."""
     p, shown = Path(path), printable(path)
+    if p.is_dir():
+        hint = (f"export its model first: `edgeseq export {shown} --out model.onnx`" if (p / "checkpoint.pt").is_file()
+                else "give the path of an .onnx model file")
+        raise ModelFileError(f"'{shown}' is a folder, not a model file; {hint}")
     if not p.is_file():
         int8 = " --int8" if "int8" in Path(path).name else ""
         raise ModelFileError(f"model file '{shown}' not found; export one with `edgeseq export RUN --out {shown}{int8}`")

@@ -120,7 +120,7 @@ class StreamSession(ReadingChecks, SnapshotChecks):
             raise UsageError(
                 f"'{model}' is a {meta.arch} model: it reads whole windows in both directions and "
                 "cannot stream one reading at a time; use `edgeseq eval` (WindowSession) or export a "
-                "gru, lstm, rnn or transformer model to stream")
+                f"streaming model ({', '.join(contract.STREAM_ARCHS[:-1])} or {contract.STREAM_ARCHS[-1]}) to stream")
         if max_history is not None and not any(s.kind == contract.KIND_GROWING for s in meta.state):
             raise UsageError(f"max_history (--max-history) applies to the transformer only; a {meta.arch} "
                              "model's recurrent state is fixed, it has no history to bound")

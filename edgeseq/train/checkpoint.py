@@ -131,7 +131,8 @@ def load_checkpoint(path: str | os.PathLike) -> dict:
     if p.is_dir():
         p = p / CHECKPOINT
     if not p.exists():
-        raise ModelFileError(f"no checkpoint at '{path}': run `edgeseq train --out {path}` first")
+        run = Path(path).parent if Path(path).name == CHECKPOINT else path    # --out names the run directory
+        raise ModelFileError(f"no checkpoint at '{path}': run `edgeseq train --out {run}` first")
     try:
         ckpt = quiet_torch_load(p)
     except Exception as e:

@@ -140,6 +140,9 @@ def train_task(arch: str, dataset: Dataset, task: str, epochs: int | None = None
     targets = None
     if task == "regress":
         if tr.targets is None or dataset.target_names is None:
+            if str(dataset.source or "").lower().endswith(".csv"):
+                raise DataError(f"'{dataset.name}' has no per-reading targets: name the .csv's target columns "
+                                "(--targets COL,... ; load_dataset(..., targets=[...])) (docs/regression.md)")
             raise DataError(f"'{dataset.name}' has no per-reading targets: save them as targets (and targets_test "
                             "beside X_test) [N, T, K] in the .npz, with target_names (docs/regression.md)")
         targets = {"names": list(dataset.target_names), "train": tr.targets}
