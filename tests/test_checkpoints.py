@@ -39,7 +39,9 @@ def _saved(tmp_path, edit=None, arch="gru"):
 
     from edgeseq.models import build_model, config_dict, make_config
     config = make_config(arch, n_features=3, n_classes=2, **({"hidden": 8} if arch in ("gru", "lstm", "bigru") else {}))
-    ckpt = {"arch": arch, "config": config_dict(config), "state_dict": build_model(arch, config).state_dict(),
+    model = build_model(arch, config)
+    model.norm.set([0.0, 0.5, -1.0], [1.0, 2.0, 0.5])
+    ckpt = {"arch": arch, "config": config_dict(config), "state_dict": model.state_dict(),
             "labels": ["rest", "move"], "features": ["ax", "ay", "az"],
             "normalization": {"mean": [0.0, 0.5, -1.0], "std": [1.0, 2.0, 0.5]}}
     ckpt = copy.deepcopy(ckpt)
@@ -90,6 +92,15 @@ def test_a_consistent_checkpoint_loads(tmp_path, arch):
     (_set("normalization", "std", [1.0, 0.0, 1.0]), "the stds above 0"),
     (_set("normalization", "mean", [0.0]), "normalization must hold"),
     (_set("normalization", "asinh_scale", [1.0, -1.0, 1.0]), "asinh_scale must be 3 finite numbers above 0"),
+    (_set("labels", ["rest", "rest"]), "labels names 'rest' more than once"),
+    (_set("labels", ["rest", " "]), "labels entry 1 must be a non-empty name"),
+    (_set("features", ["ax", "ax", "az"]), "features names 'ax' more than once"),
+    (_set("task", "regress"), "task must be an object whose kind is one of classify, anomaly, regress"),
+    (_set("task", {"kind": "bogus"}), "task must be an object whose kind is one of"),
+    (_set("task", {"kind": "regress"}), "task 'targets' must name the outputs"),
+    (_set("task", {"kind": "anomaly"}), "an anomaly model's labels must be 'mean:<feature>'"),
+    (_set("state_dict", "norm.std", lambda t: t.zero_()), "the weights' norm.std is not the normalization's std"),
+    (_set("state_dict", "norm.mean", lambda t: t.add_(100.0)), "the weights' norm.mean is not the normalization's"),
 ])
 def test_an_edited_checkpoint_is_refused_in_one_line(tmp_path, edit, says):
     from edgeseq.errors import ModelFileError
@@ -104,3 +115,10 @@ def test_an_edited_checkpoint_is_refused_in_one_line(tmp_path, edit, says):
     assert res.exit_code == 1 and res.output.startswith("Error: ") and says in res.output, res.output
     assert res.output.count("\n") == 1
     assert out.read_bytes() == b"a good model"
+
+
+def test_a_bidirectional_checkpoint_renamed_to_its_other_cell_is_refused(tmp_path):
+    from edgeseq.errors import ModelFileError
+    from edgeseq.train.checkpoint import load_checkpoint
+    with pytest.raises(ModelFileError, match=r"a bilstm has cell=lstm, its config cell='gru'"):
+        load_checkpoint(_saved(tmp_path, _set("arch", "bilstm"), arch="bigru"))

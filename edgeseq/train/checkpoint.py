@@ -203,3 +203,38 @@ def check_checkpoint(ckpt: dict, shown) -> None:
         raise bad(f"normalization must hold a mean and a std of {F} finite numbers each, the stds above 0")
     if norm.get("asinh_scale") is not None and not _numbers(norm["asinh_scale"], F, True):
         raise bad(f"normalization's asinh_scale must be {F} finite numbers above 0")
+    for k in ("mean", "std"):                   # the graph computes with the weights' copy: the same numbers
+        kept = sd.get(f"norm.{k}")
+        if kept is not None and not torch.equal(kept.float(), torch.tensor(norm[k], dtype=torch.float32)):
+            raise bad(f"the weights' norm.{k} is not the normalization's {k}")
+    _, _, fixed = REGISTRY[arch]
+    for name, value in fixed.items():
+        if config.get(name, value) != value:
+            raise bad(f"a {arch} has {name}={value}, its config {name}={printable(repr(config[name]))[:40]}")
+    _check_task(ckpt.get("task"), list(features), list(labels), bad)
+
+
+def _check_task(task, features: list, labels: list, bad) -> None:
+    """The names and the task record as the exported file's metadata will carry them
+    (`edgeseq.contract`'s own checks, so a checkpoint that exports is one the runtime opens):
+    distinct non-empty label and feature names; a task of a known kind; an anomaly model's
+    outputs 'mean:<feature>' then 'logvar:<feature>'; a regression model's targets, their
+    mean and std and its persistence lag."""
+    from edgeseq import contract
+
+    def check(fn, *args):
+        try:
+            return fn(*args)
+        except contract.MetadataError as e:
+            raise bad(str(e).removeprefix("metadata ").rsplit("; ", 1)[0].replace("edgeseq.", "")) from None
+    check(contract._names, contract.META_LABELS, labels, "label")
+    check(contract._names, contract.META_FEATURES, features, "feature")
+    if task is None:
+        return
+    if not isinstance(task, dict) or task.get("kind") not in contract.TASK_KINDS:
+        raise bad(f"task must be an object whose kind is one of {', '.join(contract.TASK_KINDS)}")
+    if task["kind"] == "anomaly":
+        if labels != [f"mean:{f}" for f in features] + [f"logvar:{f}" for f in features]:
+            raise bad("an anomaly model's labels must be 'mean:<feature>' then 'logvar:<feature>' for every feature")
+    elif task["kind"] == "regress":
+        check(contract._task, task, features, labels)
