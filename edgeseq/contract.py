@@ -132,6 +132,15 @@ def _compact(v) -> str:
     return json.dumps(v, separators=(",", ":"))
 
 
+class ArchMismatchError(MetadataError):
+    """`edgeseq.arch` names one kind of cell where the weights, read by the native or
+    firmware reader, are another's (GRU and RNN state tensors look alike): a file the graph
+    would run under a false name, so it is refused rather than run on onnxruntime."""
+
+    def __init__(self, message: str):
+        super().__init__(META_ARCH, message)
+
+
 def _fail(key: str, what: str, remedy: str = "export it again"):
     raise MetadataError(key, f"metadata {key} {what}; {remedy}")
 

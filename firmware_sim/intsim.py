@@ -161,9 +161,9 @@ def _recurrent_shape(mm: dict, init: dict, meta, path) -> tuple:
     if gates != GATES[arch] or (arch == "gru") != ("bh0" in init):
         have = (f"{gates} gate block(s) of hidden {H}" + (" and a bh0 bias" if "bh0" in init else "")
                 + (f", as {'an' if gates == 1 else 'a'} {named[gates].upper()} has" if gates in named else ""))
-        _meta_error(path, contract.META_ARCH, f"says '{arch}' ({GATES[arch]} gate block(s) per layer"
-                                              f"{' and a bh0 bias' if arch == 'gru' else ''}) but the graph's "
-                                              f"recurrent weights have {have}")
+        raise contract.ArchMismatchError(f"'{path}': metadata {contract.META_ARCH} says '{arch}' ({GATES[arch]} "
+                                         f"gate block(s) per layer{' and a bh0 bias' if arch == 'gru' else ''}) but "
+                                         f"the graph's recurrent weights have {have}; export it again")
     for layer in range(L):
         x, h = mm[f"wx{layer}"].w.shape, mm[f"wh{layer}"].w.shape
         b, bh = init.get(f"b{layer}"), init.get(f"bh{layer}")

@@ -184,7 +184,7 @@ CASES = [
     (["stream", GRU], LABELLED + '"10:00, Monday",walk,1,2,3,4,5,nan\n', R, "input line 2: NaN or Inf"),
     (["stream", GRU], LABELLED + "2024-05-01T10:00:00Z,walk,1,2,3\n", R, "input line 2: 5 values, the header names 8"),
     (["stream", GRU, "--max-history", "0"], GOOD, U, "--max-history"),
-    (["stream", GRU, "--state-file", "afile/s.state"], GOOD, R, "afile"),
+    (["stream", GRU, "--state-file", "afile/s.state"], GOOD, U, "'afile' is a file, not a folder: choose another --state-file"),
     (["stream", GRU, "--state-file", "empty"], GOOD, U, "is a directory"),
     (["stream", GRU, "--save-every", "0"], GOOD, U, "--save-every"),
     (["stream", TR, "--max-history", "3", "--on-full", "error"], GOOD * 5, R, "history is full"),

@@ -682,3 +682,19 @@ def test_per_stream_session_refuses_a_full_history_before_any_stream_moves(tiny)
     with pytest.raises(HistoryFullError, match="history is full"):
         sess.push(readings(1, 2, seed=8)[0])
     assert same_state(sess.snapshot(), snap) and sess.history == 3
+
+
+def test_a_recurrent_file_named_as_another_cell_is_refused_where_its_weights_are_read(tiny, tmp_path):
+    """GRU and RNN state tensors look alike (one h per layer): the native reader, which reads
+    the fused weights, refuses a file whose weights are the other cell's instead of running
+    the graph under a false name."""
+    import edgeseq.runtime.native as native
+    if not native.available():
+        pytest.skip(f"native backend not built: {native.why_unavailable()}")
+    src = tiny("gru")
+    dst = _edited(src, tmp_path / "m.onnx", contract.META_ARCH, J("rnn"))
+    open_model(dst)                                 # the metadata alone cannot tell
+    with pytest.raises(ModelFileError, match=r"metadata edgeseq.arch says 'rnn' but layer 0's weights are "
+                                             r"\[\d+, \d+\], a GRU's; export it again"):
+        StreamSession(dst, backend="native")
+    assert StreamSession(src, backend="native").backend == "native"

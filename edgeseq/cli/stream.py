@@ -66,8 +66,8 @@ def stream(model, input_, provider, max_history, on_full, on_bad, as_json, state
     from edgeseq.runtime.statefile import check_state_path, lock_state_file
 
     if state_file is not None:
-        check_state_path(state_file, protect=(model, input_))
         _check_state_folder(state_file)
+        check_state_path(state_file, protect=(model, input_))
     sess = StreamSession(model, provider=provider, max_history=max_history, on_full=on_full, backend=backend)
     if events_only and sess.meta.kind == "regress":
         from edgeseq.errors import UsageError

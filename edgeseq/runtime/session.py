@@ -300,6 +300,8 @@ class StreamSession(ReadingChecks, SnapshotChecks):
                 if why is None:
                     step = native.open_step(path, meta, streams, max_history, on_full, graph=graph)
         except EdgeseqError as e:
+            if isinstance(e, contract.ArchMismatchError):       # the weights are another architecture's: a
+                raise                                           # file the graph would run under a false name
             why = str(e).splitlines()[0]
         except Exception as e:                  # any other failure to build the step: the graph runs instead
             first = str(e).strip().splitlines()[0][:120] if str(e).strip() else ""

@@ -145,7 +145,8 @@ def supports(meta, path, graph: Graph | None = None) -> str | None:
     once by `edgeseq.runtime.model.load_model`, else the file is read) can run natively: rnn,
     gru, lstm, ssm or transformer, stream mode, float32 or static int8, laid out as edgeseq's
     export writes it. Else a one-line reason, e.g. "int8 dynamic scales activations per call:
-    onnxruntime only".
+    onnxruntime only". Raises the MetadataError of an `edgeseq.arch` that the weights
+    contradict (a GRU's gate blocks in a file named 'rnn'): the graph would run it misnamed.
     Says nothing about the extension itself: see `available()`."""
     reason = _meta_reason(meta)
     if reason:
@@ -163,6 +164,8 @@ def supports(meta, path, graph: Graph | None = None) -> str | None:
         else:
             _float_plan(meta, graph, path)
     except EdgeseqError as e:
+        if isinstance(e, contract.ArchMismatchError):          # another architecture's weights: the caller
+            raise                                               # refuses the file rather than run it misnamed
         return str(e).splitlines()[0]
     return None
 
@@ -210,6 +213,11 @@ def _float_plan(meta, graph: Graph, path) -> dict:
         w, b = np.asarray(init[f"w{layer}"], np.float32), np.asarray(init[f"b{layer}"], np.float32)
         n_in = F if layer == 0 else H
         K = n_in + H
+        other = 1 if G == 4 else 4                          # the fused width of the other kind of cell
+        if w.shape == (K, other * H) and b.shape == (other * H,) and kind in ("rnn", "gru"):
+            raise contract.ArchMismatchError(f"'{path}': metadata {contract.META_ARCH} says '{kind}' but layer "
+                                             f"{layer}'s weights are [{K}, {other * H}], "
+                                             f"{'a GRU' if other == 4 else 'an RNN'}'s; export it again")
         if w.shape != (K, G * H) or b.shape != (G * H,):
             _refuse(path, f"has w{layer} {list(w.shape)} / b{layer} {list(b.shape)}, not [{K}, {G * H}] / [{G * H}] "
                           f"for a {kind.upper()} of hidden {H}")
