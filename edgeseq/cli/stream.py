@@ -66,7 +66,6 @@ def stream(model, input_, provider, max_history, on_full, on_bad, as_json, state
     from edgeseq.runtime.statefile import check_state_path, lock_state_file
 
     if state_file is not None:
-        _check_state_folder(state_file)
         check_state_path(state_file, protect=(model, input_))
     sess = StreamSession(model, provider=provider, max_history=max_history, on_full=on_full, backend=backend)
     if events_only and sess.meta.kind == "regress":
@@ -83,20 +82,6 @@ def stream(model, input_, provider, max_history, on_full, on_bad, as_json, state
     fh = stdin_bytes() if input_ == "-" else open(input_, "rb")
     with fh, (lock_state_file(state_file) if state_file else contextlib.nullcontext()) as held, _writing(state_file):
         _stream(sess, model, fh, on_bad, as_json, state_file, held, save_every, events_only)
-
-
-def _check_state_folder(state_file) -> None:
-    """UsageError unless the folder --state-file lies in exists (it is never made: a mistyped
-    path must not leave new folders behind), before any reading is streamed."""
-    import os
-
-    from edgeseq.errors import UsageError
-    folder = os.path.dirname(os.fsdecode(state_file)) or "."
-    if os.path.isdir(folder):
-        return
-    if os.path.lexists(folder):
-        raise UsageError(f"'{printable(folder)}' is a file, not a folder: choose another --state-file")
-    raise UsageError(f"the folder '{printable(folder)}' of --state-file does not exist; create it first")
 
 
 def _stream(sess, model, fh, on_bad, as_json, state_file, held, save_every, events_only=False):

@@ -76,13 +76,19 @@ class NotAStateFile(StateFileError, UsageError):
 
 def check_state_path(path, protect=()) -> None:
     """UsageError-like NotAStateFile unless `path` (symbolic links followed) can be a state
-    file: not empty; not a directory, FIFO, device or socket; not one of `protect` (the model,
-    the input: saving state there would replace them); and short enough that its temporary,
-    lock and `.rejected` files can be named beside it. Checked before a stream starts, so
-    nothing is streamed that could not be saved."""
+    file: not empty; in a folder that exists (it is never made: a mistyped path must not leave
+    new folders behind); not a directory, FIFO, device or socket; not one of `protect` (the
+    model, the input: saving state there would replace them); and short enough that its
+    temporary, lock and `.rejected` files can be named beside it. Checked before a stream
+    starts, so nothing is streamed that could not be saved."""
     shown = str(path)
     if not shown.strip():
         raise NotAStateFile("--state-file is empty; give a file name")
+    folder = os.path.dirname(os.fsdecode(path)) or "."
+    if not os.path.isdir(folder):
+        raise NotAStateFile(f"'{printable(folder)}' is a file, not a folder: choose another --state-file"
+                            if os.path.lexists(folder) else
+                            f"the folder '{printable(folder)}' of --state-file does not exist; create it first")
     target = resolve(path)
     for other in protect:
         if other is not None and str(other) != "-" and (target == resolve(other) or _same_file(target, other)):
