@@ -56,6 +56,9 @@ META_NORM = "edgeseq.normalization"      # {"mean", "std"[, "input_scale"][, "as
                                          # computes (t - mean) / (std * input_scale), t = asinh(reading /
                                          # asinh_scale) (the input transform) or the reading where absent,
                                          # asinh_reach its training readings' largest |value| per channel;
+                                         # with "gain_floor" [F] (>= 0, one > 0) and "gain_release" (nepers
+                                         # a reading), t is the gain stage's F + G features (state role
+                                         # "gain", `edgeseq.data.gain_features`) and mean/std have F + G;
                                          # input_scale (int8 models) is the input equalization, all ones
                                          # when absent
 META_STATE = "edgeseq.state"
@@ -112,6 +115,7 @@ KINDS = (KIND_FIXED, KIND_GROWING)
 STATE_DTYPES = ("float32",)  # the runtime allocates and feeds float32 state
 MODES = ("stream", "window")
 STATE_ROLES = {"rnn": ("h",), "gru": ("h",), "lstm": ("h", "c"), "ssm": ("s",), "transformer": ("key", "value")}
+GAIN_ROLE = "gain"   # the gain stage's state (B, F), after the architecture's own; in any streaming model's state
                                         # each architecture's state tensors, by the role before ".<layer>"
 GROWING_HISTORY_AXIS = 2
 
@@ -171,7 +175,7 @@ def _check_arch(arch: str, mode: str, state: list) -> None:
     want = "window" if arch in WINDOW_ARCHS else "stream"
     if mode != want:
         _fail(META_ARCH, f"says {arch!r}, whose mode is {want!r}, but the graph is a {mode!r} model")
-    roles = {s.role.split(".")[0] for s in state if s.role}
+    roles = {s.role.split(".")[0] for s in state if s.role} - {GAIN_ROLE}
     if arch in WINDOW_ARCHS and state or roles and roles != set(STATE_ROLES.get(arch, ())):
         _fail(META_ARCH, f"says {arch!r}, but the state tensors are those of {_kind_of(roles)}")
 
@@ -282,8 +286,12 @@ def _normalization(v, n_features=None):
     n = None
     if "asinh_reach" in v and "asinh_scale" not in v:
         _fail(META_NORM, "has asinh_reach without asinh_scale")
+    if "gain_floor" in v or "gain_release" in v:
+        _gain(v)
     keys = [k for k in ("mean", "std", "input_scale", "asinh_scale", "asinh_reach")
             if k in ("mean", "std") or k in v]
+    if "gain_floor" in v:
+        n_features = None          # mean and std have F + G entries: `check_graph` counts them
     sizes = {len(v[k]) for k in keys if isinstance(v.get(k), list) and v[k]}
     if n_features is not None and len(sizes) > 1:
         n = n_features             # the lists disagree: blame the one that disagrees with the features
@@ -301,16 +309,44 @@ def _normalization(v, n_features=None):
     return v
 
 
+def _gain(v: dict) -> None:
+    """The gain stage's keys: gain_floor a list of finite numbers >= 0, one or more > 0, with
+    no asinh_scale beside it; gain_release a finite number > 0."""
+    floor, release = v.get("gain_floor"), v.get("gain_release")
+    if "asinh_scale" in v:
+        _fail(META_NORM, "has both asinh_scale and gain_floor; a model has one input transform")
+    if not isinstance(floor, list) or not floor or not all(_is_number(x) and x >= 0 for x in floor) \
+            or not any(x > 0 for x in floor):
+        _fail(META_NORM, f"'gain_floor' must be a list of one number >= 0 per feature, one or more > 0, "
+              f"got {_show(floor)}")
+    if not _is_number(release) or release <= 0:
+        _fail(META_NORM, f"'gain_release' must be a number > 0, got {_show(release)}")
+
+
 def raw_readings(norm, z):
     """Raw readings float32 [..., F] whose normalised values (what the graph's first nodes
     make of them) are `z` [..., F]: mean + std x input_scale x z, then through the inverse of
-    the input transform (asinh_scale x sinh) where the model has one. `norm`: the metadata's
-    normalization (None: z as it is). What seeded probes and parity checks stream."""
+    the input transform (asinh_scale x sinh) where the model has one. With the gain stage
+    (`gain_floor`), a gained channel's reading is that value clipped to -1..1 (its share of the
+    level) times exp(its level's mean + std x tanh(z)). `norm`: the metadata's normalization
+    (None: z as it is). What seeded probes and parity checks stream."""
     import numpy as np
     z = np.asarray(z, np.float64)
     if norm is None:
         return z.astype(np.float32)
     F = z.shape[-1]
+    if norm.get("gain_floor") is not None:
+        on = np.asarray(norm["gain_floor"], np.float64) > 0
+        m, s = np.asarray(norm["mean"], np.float64), np.asarray(norm["std"], np.float64) * np.asarray(
+            norm.get("input_scale") or [1.0] * len(norm["mean"]), np.float64)
+        t = m[:F] + s[:F] * z
+        lev = np.zeros(F)
+        lev[on] = m[F:]
+        spread = np.zeros(F)
+        spread[on] = s[F:]
+        t = np.where(on, np.clip(t, -1.0, 1.0) * np.exp(lev + spread * np.tanh(z)), t)
+        big = float(np.finfo(np.float32).max) / 4
+        return np.clip(t, -big, big).astype(np.float32)
     ones = [1.0] * F
     t = np.asarray(norm["mean"], np.float64) + np.asarray(norm["std"], np.float64) * np.asarray(
         norm.get("input_scale") or ones, np.float64) * z
@@ -534,8 +570,18 @@ class ModelMeta:
             feature_axis, what = 1, "reading has"
         if static(shape, feature_axis) not in (None, F):
             _fail(META_FEATURES, f"names {F} features but the graph's {what} {shape[feature_axis]} values")
-        if self.normalization is not None and len(self.normalization["mean"]) != F:
-            _fail(META_NORM, f"has {len(self.normalization['mean'])} means and stds for {F} features")
+        if self.normalization is not None:
+            floor = self.normalization.get("gain_floor")
+            G = 0 if floor is None else sum(f > 0 for f in floor)
+            if floor is not None and len(floor) != F:
+                _fail(META_NORM, f"has {len(floor)} gain floors for {F} features")
+            if len(self.normalization["mean"]) != F + G:
+                _fail(META_NORM, f"has {len(self.normalization['mean'])} means and stds for {F} features"
+                      + (f" and {G} gain levels" if G else ""))
+            gained = [s for s in self.state if s.role == GAIN_ROLE]
+            if bool(G) != bool(gained) or self.mode == "window" and G:
+                _fail(META_NORM, "has a gain stage but no state of role 'gain'" if G else
+                      "has no gain_floor but the state lists one of role 'gain'")
         for name in (LOGITS, PROBS):
             if name == PROBS and name not in outputs:
                 continue

@@ -176,7 +176,12 @@ def equalize_input(ckpt: dict, train_split, alpha: float = EQUALIZE_ALPHA) -> tu
     norm = ckpt["normalization"]
     mean, std = np.asarray(norm["mean"], np.float64), np.asarray(norm["std"], np.float64)
     X = np.concatenate([train_split.X[i, :n] for i, n in enumerate(train_split.lengths)])
-    if norm.get("asinh_scale") is not None:                                     # the input transform first
+    if norm.get("gain_floor") is not None:                                      # the gain stage, per sequence
+        from edgeseq.data import GAIN_RELEASE, gain_features
+        X = np.concatenate([gain_features(train_split.X[i, :n], norm["gain_floor"],
+                                          norm.get("gain_release", GAIN_RELEASE))
+                            for i, n in enumerate(train_split.lengths) if n])
+    elif norm.get("asinh_scale") is not None:                                   # the input transform first
         X = np.arcsinh(X.astype(np.float32) / np.asarray(norm["asinh_scale"], np.float32))
     r = np.maximum(np.abs((X - mean) / std).max(0), 1e-6)                       # (F,)
     key = build_model(ckpt["arch"], ckpt["config"]).input_weight

@@ -88,7 +88,8 @@ class FusedRecurrentStep(nn.Module):
 
     def forward(self, reading, *state):
         H = self.H
-        inp, new = self.model.norm(reading), []
+        (inp, gain), new = gain_step(self.model.norm, reading, state), []
+        state = state[:len(state) - len(gain)]
         for layer in range(self.layers):
             h = state[layer * self.n_state]
             if self.split and self.kind == "gru":
@@ -122,7 +123,16 @@ class FusedRecurrentStep(nn.Module):
                 new += [h, c]
             inp = h
         logits = self.model.head(inp)
-        return (logits, torch.softmax(logits, -1), *new)
+        return (logits, torch.softmax(logits, -1), *new, *gain)
+
+
+def gain_step(norm, reading, state) -> tuple:
+    """(normalised reading, [the gain stage's next state] or []): the gain stage reads the last
+    state input (`Normalize.step`) where the model has one."""
+    if norm.gain:
+        xn, u = norm.step(reading, state[-1])
+        return xn, [u]
+    return norm(reading), []
 
 
 class SSMStep(nn.Module):
@@ -172,7 +182,9 @@ class SSMStep(nn.Module):
 
     def forward(self, reading, *state):
         N, d = self.N, self.d
-        u, new = self.model.encoder(self.model.norm(reading)), []                # (B, d)
+        (xn, gain), new = gain_step(self.model.norm, reading, state), []
+        state = state[:len(state) - len(gain)]
+        u = self.model.encoder(xn)                                                # (B, d)
         for i, layer in enumerate(self.model.layers):
             p = lambda name: getattr(self, f"ssm{i}_{name}")                      # noqa: E731
             v = layer.ln(u)                                                       # (B, d)
@@ -192,7 +204,7 @@ class SSMStep(nn.Module):
             u = u + (y * nn.functional.silu(g)) @ p("out") + p("out_bias")
             new.append(s)
         logits = self.model.head(self.model.ln_f(u))
-        return (logits, torch.softmax(logits, -1), *new)
+        return (logits, torch.softmax(logits, -1), *new, *gain)
 
 
 class TransformerStep(nn.Module):

@@ -251,6 +251,9 @@ def check_int8(meta, path):
         raise DataError(f"integer-only execution covers the rnn, gru and lstm step graphs, the ssm and the windowed "
                         f"transformer exported static int8, not {meta.arch}; "
                         "`edgeseq firmware check` still plans its memory and cost")
+    if (meta.normalization or {}).get("gain_floor") is not None:
+        raise DataError(f"'{path}' reads its input through the gain stage (input_transform gain), which integer-only "
+                        "execution does not run; train it with --set input_transform=asinh for the firmware")
     if not meta.quantization:
         raise DataError(f"'{path}' is a float model; integer-only execution needs int8: "
                         f"export it with `edgeseq export RUN --int8 --out ...`")

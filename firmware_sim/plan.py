@@ -105,6 +105,9 @@ def integer_buffers(m) -> list:
 
 def _check_supported(proto, path) -> None:
     unsupported = sorted({n.op_type for n in proto.graph.node} - SUPPORTED)
+    if any(p.key == "edgeseq.normalization" and '"gain_floor"' in p.value for p in proto.metadata_props):
+        raise DataError(f"'{path}' reads its input through the gain stage (input_transform gain), which the firmware "
+                        "path does not run; train it with --set input_transform=asinh for the firmware")
     if unsupported:
         raise DataError(f"'{path}' uses {', '.join(unsupported)}, which the firmware cost model and planner do "
                         "not support; export the model with edgeseq")

@@ -929,7 +929,9 @@ def render_ucr_ema(d: dict, source: str) -> str:
     JSON as `ema` with its own command, machine and date) against the table's default rows."""
     ema = d.get("ema") or {}
     rows, new = d["rows"], ema.get("rows", {})
-    keys = [k for k in rows if k in new]
+    since = ema.get("meta", {}).get("date", "")
+    later = {k: r for k, r in (d.get("remeasured") or {}).items() if k in new and r["date"] > since}
+    keys = [k for k in rows if k in new and k not in later]
     if not keys:
         raise RenderError(f"`{source}` has no rows under 'ema' to compare")
     body, up, down, nr_up, nr_down = [], 0, 0, 0, 0
@@ -956,6 +958,10 @@ def render_ucr_ema(d: dict, source: str) -> str:
             f"per set reaches 1-NN DTW on {avg[0]} of {avg[1]} sets (default: {base[0]}), {avg[3]:.3f} below ROCKET "
             f"on average (default: {base[3]:.3f}). The two columns ran on different machines (the seconds are "
             "not comparable, nor the last bits of the arithmetic, which a run's seed does not fix across CPUs).")
+    if later:
+        text += (f" Left out: {', '.join(sorted(later))}, measured again after "
+                 f"{'; '.join(sorted({r['why'] for r in later.values()}))}, so not comparable with the run with the "
+                 "average.")
     return "\n\n".join([machine_line(ema, source, how), table, text])
 
 

@@ -63,7 +63,7 @@ def test_auto_turns_on_only_for_a_channel_whose_amplitudes_span_decades():
     assert asinh_scales(wide_split(), "none")[0] is None
     on, _ = asinh_scales(wide_split(decades=0.5), "asinh")
     assert on is not None and (on > 0).all() and on[1] < 1.0                 # set: every channel, at its knee
-    with pytest.raises(UsageError, match="input_transform must be one of auto, asinh, none"):
+    with pytest.raises(UsageError, match="input_transform must be one of auto, asinh, gain, none"):
         asinh_scales(wide_split(), "log")
 
 

@@ -214,7 +214,7 @@ def _cross(model, meta, ds, background, rate_hz, budget, folds, orders, quiet, d
                          "README's set-up does, or use --split train") from None
     tc, given = _fold_training(meta.arch, settings, ds.features)
     fold_of(ds.train, folds, 0, ds.labels)          # parts that cannot each teach every class: refused now
-    shown = ", ".join(f"{k}={v}" for k, v in meta.config.items() if k not in ("n_features", "n_classes"))
+    shown = ", ".join(f"{k}={v}" for k, v in meta.config.items() if k not in ("n_features", "n_classes", "levels"))
     how = ("default training settings" if not given else
            "default training settings but " + printable(", ".join(f"{k}={v}" for k, v in given.items())))
     say = None if quiet else (lambda line: click.echo(line, err=True))

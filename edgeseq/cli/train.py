@@ -28,7 +28,7 @@ from edgeseq.errors import UsageError, printable
               help="Model setting, e.g. --set hidden=32 --set layers=2; augmentation: --set augment=none, "
                    "--set augment.rotate=30 (see docs/augment.md); training: --set patience=20, "
                    "--set val_fraction=0.25 (see docs/usage.md); input transform: --set "
-                   "input_transform=auto|asinh|none (see docs/training.md).")
+                   "input_transform=auto|asinh|gain|none (see docs/training.md).")
 @click.option("--task", type=click.Choice(["classify", "anomaly", "regress"]), default="classify", show_default=True,
               help="classify: class per reading; anomaly: learn normal recordings only (a next-reading forecast "
                    "with its variance) to score how unusual each reading is (docs/anomaly.md); regress: the data's "
@@ -128,7 +128,7 @@ def train(arch, data, out, epochs, lr, seed, settings, as_json, quiet, features,
                    + f" (train {m['train_accuracy']:.3f}) in {m['train_seconds']:.1f} s -> {printable(path)}")
         click.echo(f"schedule: {schedule_line(m.get('schedule'))}")
         click.echo(f"augment: {describe(m['augment'])}")
-        if (m.get("input_transform") or "none").startswith("asinh"):
+        if (m.get("input_transform") or "none").startswith(("asinh", "gain")):
             click.echo(printable(f"input: {m['input_transform']}"))
         if dataset.ignored:
             click.echo(printable(f"columns: features {', '.join(dataset.features)}; ignored "
@@ -302,11 +302,11 @@ def _check_names(arch: str, overrides: dict) -> None:
     import difflib
     from dataclasses import fields
 
-    from edgeseq.models import REGISTRY
+    from edgeseq.models import FROM_DATA, REGISTRY
     from edgeseq.train import TRAIN_OPTIONS, TRAIN_SETTINGS
-    model = [f.name for f in fields(REGISTRY[arch][1]) if f.name not in ("n_features", "n_classes")]
+    model = [f.name for f in fields(REGISTRY[arch][1]) if f.name not in FROM_DATA]
     for name in overrides:
-        if name in model or name in TRAIN_OPTIONS or name in ("n_features", "n_classes"):
+        if name in model or name in TRAIN_OPTIONS or name in FROM_DATA:
             continue          # train() points the last two kinds to their place
         close = difflib.get_close_matches(name, model + list(TRAIN_SETTINGS), n=1)
         hint = f"did you mean {close[0]}? " if close else ""

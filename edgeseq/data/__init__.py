@@ -133,7 +133,12 @@ ASINH_KNEE = 0.01     # asinh scale of such a channel: this share of its median 
 F32_MAX_4 = float(np.finfo(np.float32).max) / 4
 ASINH_LINEAR = 1e4    # asinh scale of the other channels: this many times their largest |reading|, where
                       # asinh(x / s) * s equals x to float32 precision ((x / s)^2 / 6 < 2e-9 relative)
-INPUT_TRANSFORMS = ("auto", "asinh", "none")
+INPUT_TRANSFORMS = ("auto", "asinh", "gain", "none")
+GAIN_RELEASE = 0.1    # the gain stage's level falls by at most this many nepers a reading (about 10 readings
+                      # an e-fold); 0.05 and 0.1 measured on PLAID in CHANGELOG ("a gain control")
+GAIN_FLOOR = 1e-3     # the level's floor on a gained channel: this share of its 10th-percentile sequence
+                      # amplitude (the zero state means "no level yet": the first reading above it sets it)
+GAIN_ARCHS = ("rnn", "gru", "lstm", "ssm")   # the architectures whose step carries the gain stage's state
 
 
 def sequence_amplitudes(split: Split) -> np.ndarray:
@@ -189,6 +194,65 @@ def asinh_scales(split: Split, mode: str = "auto", names=None) -> tuple:
     return scale, why + (" [auto]" if mode == "auto" else " [set]")
 
 
+def gain_floors(split: Split, mode: str = "auto", names=None) -> tuple:
+    """(gain floor float64 [F], 0 on a channel the stage leaves as it is, or None; why: str): the
+    channels a model of this training split reads through the gain stage (`gain_features`).
+    mode "auto": those whose sequence amplitudes (`sequence_amplitudes`) span ASINH_RANGE or
+    more between their 10th and 90th percentile, as `asinh_scales` finds them; "gain": every
+    channel that is not all zeros. A gained channel's floor is GAIN_FLOOR x its 10th-percentile
+    amplitude. None where no channel qualifies."""
+    F = split.X.shape[2]
+    names = [str(n) for n in names] if names is not None else [f"channel {f}" for f in range(F)]
+    if not len(split.lengths):
+        return None, "none"
+    amp = sequence_amplitudes(split)
+    floor, span = np.zeros(F), np.ones(F)
+    for f in range(F):
+        a = amp[amp[:, f] > 0, f]
+        if len(a):
+            lo, hi = np.quantile(a, (0.1, 0.9))
+            span[f] = hi / max(lo, F32_TINY)
+            if mode == "gain" or span[f] >= ASINH_RANGE:
+                floor[f] = max(lo * GAIN_FLOOR, 1e-30)
+    if not (floor > 0).any():
+        return None, "none"
+    why = "gain on " + ", ".join(f"{names[f]} (amplitudes span {span[f]:.3g}x, floor {floor[f]:.3g})"
+                                 for f in np.flatnonzero(floor > 0))
+    rest = [names[f] for f in np.flatnonzero(floor == 0)]
+    return floor, why + ("; linear: " + ", ".join(rest) if rest else "") + (" [auto]" if mode == "auto" else " [set]")
+
+
+def gain_levels(x: np.ndarray, floor, release: float = GAIN_RELEASE, u0=None) -> np.ndarray:
+    """The gain stage's state after each reading, float64 [..., T, F], of raw readings x
+    [..., T, F] from the state u0 [..., F] (None: zeros, no level yet). On a channel with
+    floor > 0: u_t = max(log(max(|x_t|, floor) / floor), u_{t-1} - release), the log of the
+    channel's envelope over its floor, which follows a rise at once and falls by at most
+    `release` nepers a reading; 0 on the others. Computed as a running maximum, u_t =
+    max(max_{s<=t}(lx_s + release s) - release t, u0 - release (t + 1))."""
+    x = np.asarray(x, np.float64)
+    fl = np.asarray(floor, np.float64)
+    on = fl > 0
+    safe = np.where(on, fl, 1.0)
+    lx = np.log(np.maximum(np.abs(x), safe) / safe)
+    t = np.arange(x.shape[-2], dtype=np.float64)[:, None]
+    u = np.maximum.accumulate(lx + release * t, axis=-2) - release * t
+    if u0 is not None:
+        u = np.maximum(u, np.asarray(u0, np.float64)[..., None, :] - release * (t + 1))
+    return np.where(on, u, 0.0)
+
+
+def gain_features(x: np.ndarray, floor, release: float = GAIN_RELEASE, u0=None) -> np.ndarray:
+    """What the gain stage makes of raw readings x [..., T, F] (from state u0, `gain_levels`),
+    float64 [..., T, F + G], G the gained channels (floor > 0): each reading divided by its
+    channel's level (floor x exp(u), so within -1..1 on a gained channel; the others as they
+    are), then the G log levels, log(floor) + u, in channel order. The graph computes the same
+    per reading (Abs, Max, Div, Log, Sub, Max, Add, Exp, Div, Gather, Concat) in float32."""
+    fl = np.asarray(floor, np.float64)
+    on = fl > 0
+    level = np.where(on, gain_levels(x, fl, release, u0) + np.log(np.where(on, fl, 1.0)), 0.0)
+    return np.concatenate([np.asarray(x, np.float64) / np.exp(level), level[..., on]], -1)
+
+
 def asinh_forward(x: np.ndarray, scale) -> np.ndarray:
     """Readings [..., F] through the input transform as the graph computes it (float32
     Div, then Asinh); `scale` None: x as it is."""
@@ -207,12 +271,25 @@ class Normalization:
     transform_why: str = ""
     asinh_reach: np.ndarray | None = None  # float32 [F]: with the transform, the training readings' largest
                                            # |value| per channel (the integer step's thresholds cover it)
+    gain_floor: np.ndarray | None = None   # float32 [F]: the gain stage's floors (`gain_floors`; 0: channel
+                                           # left as it is), mean and std then have F + G entries; None: none
+    gain_release: float = GAIN_RELEASE
+
+    @property
+    def levels(self) -> int:
+        """G: the log levels the gain stage adds to each reading (0 without one)."""
+        return 0 if self.gain_floor is None else int((np.asarray(self.gain_floor) > 0).sum())
 
     @classmethod
-    def fit(cls, split: Split, features: list | None = None, transform: str = "none") -> "Normalization":
+    def fit(cls, split: Split, features: list | None = None, transform: str = "none",
+            gain: bool = False) -> "Normalization":
         """Per-feature mean and std over every valid training reading, computed in float64,
         after the input transform `transform` chooses (`asinh_scales`: "auto", "asinh" or
-        "none").
+        "none"; "gain": the gain stage, `gain_floors`). `gain`: whether the model can carry
+        the gain stage (`GAIN_ARCHS`, classifiers): "auto" then takes it, not asinh, for the
+        channels whose amplitudes span decades; without it "gain" is a UsageError. With the
+        gain stage the features are `gain_features` of each sequence from the zero state
+        (F + G of them).
 
         A constant channel (std <= CONSTANT * max(|mean|, float32 tiny), a test relative to
         the channel's magnitude) keeps std = 1, is flagged in `constant`, and training makes
@@ -231,7 +308,19 @@ class Normalization:
         if bad.size:
             raise DataError(f"channel '{names[bad[0]]}' (column {bad[0]}) holds NaN or Inf; "
                             "clean or drop those readings")
-        scale, why = asinh_scales(split, transform, names)
+        floor = None
+        if transform == "gain" and not gain:
+            from edgeseq.errors import UsageError
+            raise UsageError("input_transform=gain runs on " + ", ".join(GAIN_ARCHS) + " classifiers only; "
+                             "use input_transform=asinh or auto for this model")
+        if transform == "gain" or transform == "auto" and gain:
+            floor, why = gain_floors(split, transform, names)
+        if floor is not None:
+            scale = None
+            values = np.concatenate([gain_features(split.X[i, :n], floor) for i, n in enumerate(split.lengths) if n])
+            names = names + [f"level of {names[f]}" for f in np.flatnonzero(floor > 0)]
+        else:
+            scale, why = asinh_scales(split, "auto" if transform == "gain" else transform, names)
         reach = None
         if scale is not None:
             scale = scale.astype(np.float32)
@@ -250,10 +339,14 @@ class Normalization:
             raise DataError(f"channel '{names[i]}' (column {i}): values up to {np.abs(values[:, i]).max():.3g} "
                             "overflow the model's float32 arithmetic once normalised; rescale that channel "
                             "(another unit, or divide it by a power of ten) and train again")
-        return cls(mean.astype(np.float32), std.astype(np.float32), constant, scale, why, reach)
+        return cls(mean.astype(np.float32), std.astype(np.float32), constant, scale, why, reach,
+                   None if floor is None else floor.astype(np.float32))
 
     def to_json(self):
         out = {"mean": self.mean.tolist(), "std": self.std.tolist()}
+        if self.gain_floor is not None:
+            out["gain_floor"] = np.asarray(self.gain_floor, np.float32).tolist()
+            out["gain_release"] = float(self.gain_release)
         if self.asinh_scale is not None:
             out["asinh_scale"] = np.asarray(self.asinh_scale, np.float32).tolist()
             if self.asinh_reach is not None:
@@ -263,13 +356,19 @@ class Normalization:
     @classmethod
     def from_json(cls, d):
         s, r = d.get("asinh_scale"), d.get("asinh_reach")
+        g = d.get("gain_floor")
         return cls(np.asarray(d["mean"], np.float32), np.asarray(d["std"], np.float32),
                    asinh_scale=None if s is None else np.asarray(s, np.float32),
-                   asinh_reach=None if r is None else np.asarray(r, np.float32))
+                   asinh_reach=None if r is None else np.asarray(r, np.float32),
+                   gain_floor=None if g is None else np.asarray(g, np.float32),
+                   gain_release=float(d.get("gain_release", GAIN_RELEASE)))
 
     def apply(self, x: np.ndarray) -> np.ndarray:
-        """Raw readings [..., F] -> what the model reads, float32: the input transform, then
+        """Raw readings [..., T, F] -> what the model reads [..., T, F + G], float32: the input
+        transform (the gain stage from the zero state at each sequence's start), then
         (x - mean) / std, as the graph's first nodes compute it."""
+        if self.gain_floor is not None:
+            x = gain_features(x, self.gain_floor, self.gain_release)
         return ((asinh_forward(x, self.asinh_scale) - self.mean) / self.std).astype(np.float32)
 
 

@@ -298,18 +298,26 @@ def magnitude_warp(X, lengths, strength, rng, active=None) -> np.ndarray:
     return _gain(X, g, active)
 
 
-def jitter(X, lengths, strength, rng, std=None, active=None, asinh_scale=None) -> np.ndarray:
+def jitter(X, lengths, strength, rng, std=None, active=None, asinh_scale=None, gain_floor=None) -> np.ndarray:
     """X (N, T, F) float plus Gaussian noise of std `strength` x `std` (F,) (the channels'
     training std; None: 1) on valid readings: same shape and dtype; inactive channels as they are.
     With `asinh_scale` (F,) (the model's input transform; `std` is then the transformed
     channels' std) the noise is added where the model reads: x -> scale x sinh(asinh(x / scale)
     + noise), in raw units about strength x std x sqrt(x^2 + scale^2) (the transform's local
     slope), so a reading a thousand times smaller gets noise a thousand times smaller; results
-    stay finite in float32."""
+    stay finite in float32. With `gain_floor` (F,) (the model's gain stage; `std` then has its
+    F + G features' stds, of which the first F are used) a gained channel's noise is in units
+    of its running level (`edgeseq.data.gain_levels`, from each sequence's start): added where
+    the model reads, after the stage."""
     if strength <= 0:
         return X.copy()
-    s = np.ones(X.shape[2]) if std is None else np.asarray(std, np.float64)
+    s = np.ones(X.shape[2]) if std is None else np.asarray(std, np.float64)[:X.shape[2]]
     noise = rng.normal(0.0, 1.0, X.shape) * (strength * s)
+    if gain_floor is not None:
+        from edgeseq.data import gain_levels
+        fl = np.asarray(gain_floor, np.float64)
+        on = fl > 0
+        noise[..., on] *= (np.exp(gain_levels(X, fl)) * np.where(on, fl, 1.0))[..., on]
     noise *= (np.arange(X.shape[1])[None, :] < lengths[:, None])[..., None]
     if active is not None:
         noise[..., ~np.asarray(active, bool)] = 0.0
@@ -330,16 +338,18 @@ def _gain(X, g, active):
 
 class Augmenter:
     """Draws one epoch's augmented training split: `Augmenter(aug, features, std, constant,
-    seed, asinh_scale)(split)`. `std` (F,): the training split's channel std (`Normalization.std`,
-    after its input transform `asinh_scale` where it has one),
+    seed, asinh_scale, gain_floor)(split)`. `std` (F,): the training split's channel std
+    (`Normalization.std`, after its input transform `asinh_scale` or gain stage `gain_floor`),
     `constant` (F,) bool: channels left as they are. Raises DataError where `aug.triples`
     names a channel the data lacks."""
 
-    def __init__(self, aug: Augment, features, std=None, constant=None, seed: int = 0, asinh_scale=None):
+    def __init__(self, aug: Augment, features, std=None, constant=None, seed: int = 0, asinh_scale=None,
+                 gain_floor=None):
         self.aug = check_augment(aug)
         self.std = std
         self.asinh_scale = asinh_scale
-        self.active = None if constant is None else ~np.asarray(constant, bool)
+        self.gain_floor = gain_floor
+        self.active = None if constant is None else ~np.asarray(constant, bool)[:len(features)]
         self.triples = resolve_triples(self.aug, features, constant)
         self.features = [str(f) for f in features]
         self.rng = np.random.default_rng([seed, STREAM])
@@ -351,7 +361,7 @@ class Augmenter:
         X = rotate(X, L, self.triples, a.rotate, rng)
         X = scale(X, L, a.scale, rng, self.active)
         X = magnitude_warp(X, L, a.magwarp, rng, self.active)
-        X = jitter(X, L, a.jitter, rng, self.std, self.active, self.asinh_scale)
+        X = jitter(X, L, a.jitter, rng, self.std, self.active, self.asinh_scale, self.gain_floor)
         return Split(X, split.y, split.lengths, Y, split.groups)
 
     def summary(self) -> dict:

@@ -26,6 +26,9 @@ REGISTRY = {
 assert tuple(REGISTRY) == contract.ARCHS
 
 
+FROM_DATA = ("n_features", "n_classes", "levels")   # config fields training sets from the data, not --set
+
+
 def check_arch(arch: str) -> str:
     if arch not in REGISTRY:
         raise UsageError(f"unknown architecture '{arch}': choose one of {', '.join(REGISTRY)}")
@@ -38,6 +41,7 @@ def check_arch(arch: str) -> str:
 LIMITS = {
     "n_features": (int, 1, 4096),
     "n_classes": (int, 1, 4096),           # 1: a regression model with one target
+    "levels": (int, 0, 4096),              # the gain stage's log levels (`edgeseq.data.gain_features`)
     "hidden": (int, 1, 4096),
     "layers": (int, 1, 16),
     "dropout": (float, 0.0, 0.95),
@@ -85,7 +89,7 @@ def make_config(arch: str, **overrides):
     names = {f.name for f in fields(cfg_cls)}
     unknown = sorted(set(overrides) - names)
     if unknown:
-        settable = sorted(names - set(fixed) - {"n_features", "n_classes"})
+        settable = sorted(names - set(fixed) - set(FROM_DATA))
         raise UsageError(f"'{arch}' has no setting {', '.join(unknown)}; it has {', '.join(settable)}")
     for name, value in fixed.items():
         if name in overrides and overrides[name] != value:

@@ -55,7 +55,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from edgeseq import contract
-from edgeseq.models.common import Normalize, last_valid, output_layers
+from edgeseq.models.common import Normalize, gain_specs, last_valid, output_layers
 
 SCAN_CHUNK = 8                # readings per chunk of the parallel scan: work and memory O(T * SCAN_CHUNK * d_state)
 TIMESCALES = (1.0, 100.0)     # initial 1/(λΔ) range in readings: a reading's worth up to a whole sequence
@@ -123,6 +123,7 @@ class SSMConfig:
     layers: int = 2          # two layers of 32 states: the GRU's 64 floats per stream
     dropout: float = 0.1     # on each layer's output and on the head input
     selective: bool = False  # True: the decay and input gain depend on the reading (Mamba-style)
+    levels: int = 0          # log levels the gain stage adds (one per gained channel; training sets it)
 
     def __post_init__(self):
         if not isinstance(self.selective, bool):
@@ -194,19 +195,20 @@ class SSM(nn.Module):
     def __init__(self, config: SSMConfig):
         super().__init__()
         self.config = config
-        self.norm = Normalize(config.n_features)
-        self.encoder = nn.Linear(config.n_features, config.d_model)
+        self.norm = Normalize(config.n_features, config.levels)
+        self.encoder = nn.Linear(config.n_features + config.levels, config.d_model)
         self.layers = nn.ModuleList(SSMLayer(config) for _ in range(config.layers))
         self.ln_f, self.drop, self.head = output_layers(config)
 
-    def _hidden(self, x, state=None):
-        """x (B, T, F), state (per layer (B, d_state)) or None -> (normalised outputs of the last
-        layer (B, T, d_model), last states)."""
-        h, last = self.encoder(self.norm(x)), []
+    def _hidden(self, x, state=None, u=None):
+        """x (B, T, F), state (per layer (B, d_state)) or None, u the gain stage's state or None
+        -> (normalised outputs of the last layer (B, T, d_model), last states, last u)."""
+        xn, u = self.norm.run(x, u) if self.norm.gain else (self.norm(x), None)
+        h, last = self.encoder(xn), []
         for i, layer in enumerate(self.layers):
             h, s = layer(h, None if state is None else state[i])
             last.append(s)
-        return self.ln_f(h), tuple(last)
+        return self.ln_f(h), tuple(last), u
 
     def forward_all(self, x: torch.Tensor) -> torch.Tensor:
         """x (B, T, F) -> logits after every reading (B, T, C), from zero state."""
@@ -221,33 +223,43 @@ class SSM(nn.Module):
         chunk returned (None: zero state), `fresh` (B,) bool: rows that start from zero state
         here -> (logits after every reading (B, T, C), carry: the last state of each layer,
         detached, so gradients stop at the chunk's start)."""
+        carry, u = carry if self.norm.gain and carry is not None else (carry, None)
         if carry is not None and fresh is not None:
             keep = (~fresh).to(x.dtype).unsqueeze(1)          # (B, 1)
             carry = tuple(s * keep for s in carry)
-        h, last = self._hidden(x, carry)
-        return self.head(self.drop(h)), tuple(s.detach() for s in last)
+            u = None if u is None else u * keep
+        h, last, u = self._hidden(x, carry, u)
+        last = tuple(s.detach() for s in last)
+        return self.head(self.drop(h)), (last, u) if self.norm.gain else last
 
     def init_state(self, batch: int) -> tuple:
-        """Zero state for `batch` streams: one (batch, d_state) float32 tensor per layer."""
-        return tuple(torch.zeros(batch, self.config.d_state) for _ in range(self.config.layers))
+        """Zero state for `batch` streams: one (batch, d_state) float32 tensor per layer, then
+        the gain stage's (batch, F) where the model has one."""
+        gain = (torch.zeros(batch, self.config.n_features),) if self.norm.gain else ()
+        return tuple(torch.zeros(batch, self.config.d_state) for _ in range(self.config.layers)) + gain
 
     def step(self, x: torch.Tensor, state: tuple | None = None):
         """x (B, F) raw reading, state (per layer (B, d_state) float32; None: zeros) ->
         (logits (B, C), next state)."""
         if state is None:
             state = self.init_state(x.shape[0])
-        h, new = self.encoder(self.norm(x)), []
+        if self.norm.gain:
+            (xn, u), state = self.norm.step(x, state[-1]), state[:-1]
+        else:
+            xn, u = self.norm(x), None
+        h, new = self.encoder(xn), []
         for layer, s in zip(self.layers, state):
             h, s = layer.step(h, s)
             new.append(s)
-        return self.head(self.ln_f(h)), tuple(new)
+        return self.head(self.ln_f(h)), tuple(new) + ((u,) if u is not None else ())
 
     def state_specs(self) -> list:
         """The step graph's state: per layer i, `state_in.{i}` -> `state_out.{i}`, float32
         (batch, d_state), kind fixed, role `s.{i}`."""
-        return [contract.StateSpec(name=contract.state_in(i), output=contract.state_out(i),
-                                   shape=(contract.BATCH_AXIS, self.config.d_state), role=f"s.{i}")
-                for i in range(self.config.layers)]
+        specs = [contract.StateSpec(name=contract.state_in(i), output=contract.state_out(i),
+                                    shape=(contract.BATCH_AXIS, self.config.d_state), role=f"s.{i}")
+                 for i in range(self.config.layers)]
+        return specs + gain_specs(self.norm, len(specs))
 
     def macs_per_reading(self) -> int:
         """Multiply-accumulates of the dense projections for one reading (the recurrence and the
@@ -255,4 +267,4 @@ class SSM(nn.Module):
         c = self.config
         d, N = c.d_model, c.d_state
         per_layer = d * (2 * N + d if c.selective else N + d) + N * d + d * d
-        return c.n_features * d + c.layers * per_layer + d * c.n_classes
+        return (c.n_features + c.levels) * d + c.layers * per_layer + d * c.n_classes

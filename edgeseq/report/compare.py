@@ -44,7 +44,8 @@ def twin_key(meta) -> str:
     the normalisation, so a float model and its int8 exports share the key."""
     norm = meta.normalization or {}
     return json.dumps([meta.arch, meta.mode, meta.config, list(meta.labels), list(meta.features),
-                       norm.get("mean"), norm.get("std"), norm.get("asinh_scale")], sort_keys=True)
+                       norm.get("mean"), norm.get("std"), norm.get("asinh_scale"),
+                       norm.get("gain_floor"), norm.get("gain_release")], sort_keys=True)
 
 
 def compare_models(paths: list, data: str | None = None, readings: int = STREAM_READINGS,

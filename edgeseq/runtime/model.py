@@ -97,11 +97,17 @@ def load_model(path: str | os.PathLike, provider: str = "cpu", threads: int = 1)
 def check_transform(meta, graph, shown: str) -> None:
     """ModelFileError (one line) when the metadata's input transform (`asinh_scale` in
     edgeseq.normalization) and the graph's (`Div(reading, s)` then `Asinh`) disagree: one
-    without the other, or scales apart by more than float32 rounding. The runtime's reading
+    without the other, or scales apart by more than float32 rounding; or the gain stage
+    (`gain_floor`) is in one and not the other. The runtime's reading
     bounds and probes follow the metadata, the step follows the graph."""
     import numpy as np
 
     from edgeseq.runtime.native.graphread import transform_nodes
+    gained = any(n.op_type == "Abs" and n.input[:1] == [contract.READING] for n in graph.nodes)
+    if gained != ((meta.normalization or {}).get("gain_floor") is not None):
+        what = ("has a gain_floor but the graph has no gain stage (Abs of the reading)" if not gained else
+                "has no gain_floor but the graph runs a gain stage (Abs of the reading)")
+        raise ModelFileError(f"'{shown}': metadata {contract.META_NORM} {what}; export it again")
     nodes, names = transform_nodes(graph)
     said = (meta.normalization or {}).get("asinh_scale")
     if bool(nodes) != (said is not None):

@@ -50,6 +50,15 @@ def reading_bounds(meta, n: int) -> tuple:
     norm = meta.normalization
     if norm is None:
         return np.full(n, NO_NORM_LIMIT, np.float32), None, "float32 max / 4, the most this model takes"
+    if norm.get("gain_floor") is not None:            # the gain stage: |x| / floor must stay finite
+        fl = np.asarray(norm["gain_floor"], np.float64)
+        on = fl > 0
+        scale = norm.get("input_scale")
+        hi, lo, why = reading_bounds(type("Linear", (), {"normalization": {
+            "mean": norm["mean"][:n], "std": norm["std"][:n], **({"input_scale": scale[:n]} if scale else {})}})(), n)
+        hi = np.where(on, np.minimum(fl, 1.0) * NO_NORM_LIMIT, hi).astype(np.float32)
+        lo = None if lo is None else np.where(on, -hi, lo).astype(np.float32)
+        return hi, lo, why + "; float32 max / 4 times the gain floor on a gained channel"
     if norm.get("asinh_scale") is not None:
         a = np.asarray(norm["asinh_scale"], np.float64)
         return (np.minimum(a, 1.0) * NO_NORM_LIMIT).astype(np.float32), None, \

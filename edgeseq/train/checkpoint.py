@@ -5,6 +5,7 @@ rebuilds its model."""
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -19,9 +20,11 @@ CHECKPOINT = "checkpoint.pt"
 def model_from_checkpoint(ckpt: dict):
     model = build_model(ckpt["arch"], ckpt["config"])
     model.load_state_dict(ckpt["state_dict"])
-    scale = (ckpt.get("normalization") or {}).get("asinh_scale")
-    if scale is not None:                       # the input transform's scale: not in the state dict
-        model.norm.set(model.norm.mean, model.norm.std, scale)
+    norm = ckpt.get("normalization") or {}
+    scale, floor = norm.get("asinh_scale"), norm.get("gain_floor")
+    if scale is not None or floor is not None:  # the input transform's settings: not in the state dict
+        from edgeseq.data import GAIN_RELEASE
+        model.norm.set(model.norm.mean, model.norm.std, scale, floor, norm.get("gain_release", GAIN_RELEASE))
     return model.eval()
 
 
@@ -199,8 +202,20 @@ def check_checkpoint(ckpt: dict, shown) -> None:
         raise bad(f"labels must be {C} names, as the model has {C} outputs")
     if not isinstance(features, (list, tuple)) or len(features) != F or not all(isinstance(x, str) for x in features):
         raise bad(f"features must be {F} names, as the model reads {F} channels")
-    if not isinstance(norm, dict) or not _numbers(norm.get("mean"), F) or not _numbers(norm.get("std"), F, True):
-        raise bad(f"normalization must hold a mean and a std of {F} finite numbers each, the stds above 0")
+    G = model.config.levels if hasattr(model.config, "levels") else 0
+    if not isinstance(norm, dict) or not _numbers(norm.get("mean"), F + G) or not _numbers(norm.get("std"), F + G, True):
+        raise bad(f"normalization must hold a mean and a std of {F + G} finite numbers each, the stds above 0")
+    floor = norm.get("gain_floor")
+    if floor is not None or G:
+        ok = isinstance(floor, list) and len(floor) == F and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0 for x in floor)
+        if not ok or sum(x > 0 for x in floor) != G or not G:
+            raise bad(f"normalization's gain_floor must be {F} finite numbers >= 0, {G} of them above 0 "
+                      f"(the config's levels)")
+        release = norm.get("gain_release")
+        if not isinstance(release, (int, float)) or isinstance(release, bool) or not math.isfinite(release) \
+                or release <= 0 or norm.get("asinh_scale") is not None:
+            raise bad("normalization's gain_release must be a number above 0, without an asinh_scale beside it")
     if norm.get("asinh_scale") is not None and not _numbers(norm["asinh_scale"], F, True):
         raise bad(f"normalization's asinh_scale must be {F} finite numbers above 0")
     for k in ("mean", "std"):                   # the graph computes with the weights' copy: the same numbers

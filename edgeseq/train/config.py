@@ -57,9 +57,10 @@ class TrainConfig:
                               # it where its validation loss is lower (`edgeseq.train.loop.kept_attempt`; 0: never)
     ema: float = 0.0          # decay of a moving average of the weights (`edgeseq.train.loop.ema_decay`), stepped
                               # after every update; the average is validated, kept and written (0: none)
-    input_transform: str = "auto"  # "auto": asinh(reading / scale) first on a channel whose sequences'
-                                   # amplitudes span three decades or more (`edgeseq.data.asinh_scales`);
-                                   # "asinh": on every channel; "none": the reading as it is
+    input_transform: str = "auto"  # "auto": on a channel whose sequences' amplitudes span three decades or
+                                   # more, the gain stage (rnn, gru, lstm, ssm; `edgeseq.data.gain_floors`)
+                                   # or else asinh(reading / scale) (`edgeseq.data.asinh_scales`);
+                                   # "asinh" / "gain": on every channel; "none": the reading as it is
 
 
 # Per-architecture defaults, chosen on BasicMotions (figures in README). Augmentation is AUTO for

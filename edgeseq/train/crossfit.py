@@ -99,9 +99,9 @@ def out_of_fold(arch: str, dataset: Dataset, folds: int = FOLDS, orders: int = 2
     "train_accuracy": per part, "converged": per part, the training schedule's verdict}. Raises UsageError (`fold_of`; an architecture that does not
     stream, e.g. bigru) and what `train` raises."""
     from edgeseq.runtime.never_reset import joined_streams
-    from edgeseq.models import build_model, make_config
+    from edgeseq.models import FROM_DATA, build_model, make_config
     fold = fold_of(dataset.train, folds, seed, dataset.labels)
-    model_overrides = {k: v for k, v in (config or {}).items() if k not in ("n_features", "n_classes")}
+    model_overrides = {k: v for k, v in (config or {}).items() if k not in FROM_DATA}
     probe = build_model(arch, make_config(arch, n_features=dataset.n_features, n_classes=len(dataset.labels),
                                           **model_overrides))
     if not hasattr(probe, "forward_stream"):

@@ -71,10 +71,10 @@ from torch import nn
 from torch.optim.swa_utils import AveragedModel
 
 import edgeseq
-from edgeseq.data import Dataset, Normalization, Split, load_dataset, since_change
+from edgeseq.data import GAIN_ARCHS, Dataset, Normalization, Split, load_dataset, since_change
 from edgeseq.data.augment import Augmenter, for_data, resolve_triples
 from edgeseq.errors import DataError, UsageError, printable
-from edgeseq.models import build_model, check_arch, config_dict, make_config
+from edgeseq.models import FROM_DATA, build_model, check_arch, config_dict, make_config
 from edgeseq.models.transformer import SHIFT_INVARIANT, TransformerConfig, window_for
 from edgeseq.runtime.evaluate import GRACE, grace_for
 from edgeseq.train.config import DEFAULTS, TRAIN_LIMITS, TRAIN_OPTIONS, TrainConfig, check_train_config
@@ -145,7 +145,7 @@ def train(arch: str, dataset: Dataset | str = "basicmotions", train_config: Trai
     for a run that diverged (a weight not finite; a restart that diverges is left out)."""
     check_arch(arch)
     tc = check_train_config(train_config or DEFAULTS.get(arch, TrainConfig()))
-    for name in ("n_features", "n_classes"):
+    for name in FROM_DATA:
         if name in (model_overrides or {}):
             raise UsageError(f"'{arch}' setting {name} comes from the data; drop it from the settings")
     for name in model_overrides or {}:
@@ -401,21 +401,22 @@ def _train(arch, dataset, tc, model_overrides, progress=True, seed: int | None =
     """One training run; `seed` (a restart's, `attempt_seed`) seeds the initialisation, the
     augmentation and the epochs' order instead of `tc.seed`, which still carves the validation
     split, so a run and its restarts are scored on the same sequences."""
+    norm = Normalization.fit(dataset.train, dataset.features, tc.input_transform, gain=arch in GAIN_ARCHS)
+    levels = {"levels": norm.levels} if norm.levels else {}
     config = make_config(arch, n_features=dataset.n_features, n_classes=len(dataset.labels),
-                         **data_settings(arch, model_overrides, dataset.train))
+                         **data_settings(arch, model_overrides, dataset.train), **levels)
     restart, seed = seed is not None, (tc.seed if seed is None else seed)
     torch.manual_seed(seed)
     np.random.seed(seed % 2**32)
     rng = np.random.default_rng(seed)
     model = build_model(arch, config)
-    norm = Normalization.fit(dataset.train, dataset.features, tc.input_transform)
-    model.norm.set(norm.mean, norm.std, norm.asinh_scale)
+    model.norm.set(norm.mean, norm.std, norm.asinh_scale, norm.gain_floor, norm.gain_release)
 
     tr, val, held = validation_split(dataset, tc)
     aug, aug_why = for_data(tc.augment, dataset.features)   # AUTO: by the channels (motion data or not)
     tc = replace(tc, augment=aug)
     augment = Augmenter(aug, dataset.features, norm.std, norm.constant, seed,
-                        norm.asinh_scale) if aug.active else None
+                        norm.asinh_scale, norm.gain_floor) if aug.active else None
     resolve_triples(aug, dataset.features)                     # channels named that the data lacks: refused, always
     streaming = tc.stream_weight > 0 and hasattr(model, "forward_stream")
     plan = plan_epoch(tr.lengths, tc, streaming, chunked(model))
@@ -480,8 +481,8 @@ def _train(arch, dataset, tc, model_overrides, progress=True, seed: int | None =
 
     bar = Progress(arch, dataset, plan, with_final(epochs), progress, early=stopper is not None, held=held, extend=EXTEND,
                    restarts=0 if restart else tc.restarts)     # a restart says where it stands itself
-    if bar.enabled and norm.constant is not None and norm.constant.any():
-        names = ", ".join(f"'{dataset.features[i]}'" for i in np.flatnonzero(norm.constant))
+    if bar.enabled and norm.constant is not None and norm.constant[:dataset.n_features].any():
+        names = ", ".join(f"'{dataset.features[i]}'" for i in np.flatnonzero(norm.constant[:dataset.n_features]))
         bar._say(f"channel(s) {names} do not vary in the training data: the model will ignore them")
     if bar.enabled:
         bar.start(_time_update(model, opt, sched, update, plan, tr.X.shape[2], streaming, averaged))

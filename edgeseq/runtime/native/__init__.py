@@ -120,6 +120,8 @@ def _meta_reason(meta) -> str | None:
     """Why the metadata alone rules the native step out, or None."""
     if meta.mode != "stream":
         return f"a {meta.arch} model reads whole windows: onnxruntime only"
+    if any(s.role == contract.GAIN_ROLE for s in meta.state):
+        return "the native step does not carry the gain stage (input_transform gain): onnxruntime only"
     if meta.arch == "transformer" or any(s.kind == contract.KIND_GROWING for s in meta.state):
         return _attn.meta_reason(meta)                     # the KV cache: attn.py
     if meta.arch not in KINDS and meta.arch != "ssm":
