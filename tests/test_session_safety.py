@@ -368,7 +368,7 @@ def test_a_bad_snapshot_changes_nothing(tiny, arch):
     good = sess.snapshot()
     sess.push(readings(1, 2, seed=5)[0])                       # now != good
     before = sess.snapshot()
-    bad = _bad_snapshots(good, sess.growing, sess.max_history)
+    bad = _bad_snapshots(good, sess.growing, sess.max_history if sess.on_full == "error" else None)  # slide keeps the newest
     for name, snap in bad:
         with pytest.raises(UsageError, match="session state unchanged"):
             sess.restore(snap)
@@ -698,3 +698,30 @@ def test_a_recurrent_file_named_as_another_cell_is_refused_where_its_weights_are
                                              r"\[\d+, \d+\], a GRU's; export it again"):
         StreamSession(dst, backend="native")
     assert StreamSession(src, backend="native").backend == "native"
+
+
+@pytest.mark.parametrize("backend", ["onnxruntime", "native"])
+def test_a_longer_cache_restored_under_slide_keeps_its_newest_rows(tiny, backend):
+    """A snapshot (or state file) whose cache is longer than this session's max_history: under
+    on_full 'slide' the newest rows are kept, as sliding would have kept them, and the stream
+    goes on exactly as one that slid from the start; under 'error' it is refused."""
+    import edgeseq.runtime.native as native
+    if backend == "native" and not native.available():
+        pytest.skip(f"native backend not built: {native.why_unavailable()}")
+    path = tiny("transformer")
+    X = readings(12, 2)
+    long = StreamSession(path, streams=2, max_history=20, backend=backend)
+    slid = StreamSession(path, streams=2, max_history=4, on_full="slide", backend=backend)
+    for x in X:
+        long.push(x)
+        slid.push(x)
+    snap = long.snapshot()
+    assert snap["state"][0].shape[2] == 12
+    sess = StreamSession(path, streams=2, max_history=4, on_full="slide", backend=backend)
+    sess.restore(snap)
+    assert sess.history == 4 and same_state(sess.snapshot(), slid.snapshot())
+    for x in readings(5, 2, seed=3):
+        assert np.allclose(sess.push(x), slid.push(x), atol=1e-6)
+    strict = StreamSession(path, streams=2, max_history=4, on_full="error", backend=backend)
+    with pytest.raises(UsageError, match="more than this session's max_history 4"):
+        strict.restore(snap)

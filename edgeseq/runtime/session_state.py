@@ -129,7 +129,13 @@ class SnapshotChecks:
                           "cannot have written it")
             out.append(f)
         if history is not None and self.max_history is not None and history > self.max_history:
-            raise bad(f"holds {history} history rows, more than this session's max_history {self.max_history}")
+            if self.on_full != "slide":
+                raise bad(f"holds {history} history rows, more than this session's max_history {self.max_history} "
+                          "(with on_full 'slide' the newest would be kept)")
+            keep = range(history - self.max_history, history)    # what sliding would have kept: the newest rows
+            out = [np.ascontiguousarray(np.take(f, keep, axis=contract.GROWING_HISTORY_AXIS))
+                   if spec.kind == contract.KIND_GROWING else f for spec, f in zip(specs, out)]
+            history = self.max_history
         if history is not None and history > MAX_HISTORY:
             raise bad(f"holds {history} history rows, more than any model takes ({MAX_HISTORY:,})")
         try:
