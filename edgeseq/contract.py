@@ -115,6 +115,7 @@ KINDS = (KIND_FIXED, KIND_GROWING)
 STATE_DTYPES = ("float32",)  # the runtime allocates and feeds float32 state
 MODES = ("stream", "window")
 STATE_ROLES = {"rnn": ("h",), "gru": ("h",), "lstm": ("h", "c"), "ssm": ("s",), "transformer": ("key", "value")}
+F32_TINY, F32_LARGEST = 1.1754944e-38, 3.4028234e38   # float32's smallest normal and largest finite values
 GAIN_ROLE = "gain"   # the gain stage's state (B, F), after the architecture's own; in any streaming model's state
                                         # each architecture's state tensors, by the role before ".<layer>"
 GROWING_HISTORY_AXIS = 2
@@ -316,11 +317,11 @@ def _gain(v: dict) -> None:
     if "asinh_scale" in v:
         _fail(META_NORM, "has both asinh_scale and gain_floor; a model has one input transform")
     if not isinstance(floor, list) or not floor or not all(_is_number(x) and x >= 0 for x in floor) \
-            or not any(x > 0 for x in floor):
-        _fail(META_NORM, f"'gain_floor' must be a list of one number >= 0 per feature, one or more > 0, "
-              f"got {_show(floor)}")
-    if not _is_number(release) or release <= 0:
-        _fail(META_NORM, f"'gain_release' must be a number > 0, got {_show(release)}")
+            or not any(x > 0 for x in floor) or not all(x == 0 or F32_TINY <= x <= F32_LARGEST for x in floor):
+        _fail(META_NORM, f"'gain_floor' must be a list of one number per feature, 0 or within float32's normal "
+              f"range ({F32_TINY:.3g}..{F32_LARGEST:.3g}), one or more > 0, got {_show(floor)}")
+    if not _is_number(release) or not F32_TINY <= release <= 1e6:
+        _fail(META_NORM, f"'gain_release' must be a number > 0 (nepers a reading, at most 1e6), got {_show(release)}")
 
 
 def raw_readings(norm, z):
@@ -578,10 +579,15 @@ class ModelMeta:
             if len(self.normalization["mean"]) != F + G:
                 _fail(META_NORM, f"has {len(self.normalization['mean'])} means and stds for {F} features"
                       + (f" and {G} gain levels" if G else ""))
-            gained = [s for s in self.state if s.role == GAIN_ROLE]
+            gained = [i for i, s in enumerate(self.state) if s.role == GAIN_ROLE]
             if bool(G) != bool(gained) or self.mode == "window" and G:
                 _fail(META_NORM, "has a gain stage but no state of role 'gain'" if G else
                       "has no gain_floor but the state lists one of role 'gain'")
+            if gained and (gained != [len(self.state) - 1] or list(self.state[-1].shape) != [BATCH_AXIS, F]):
+                _fail(META_STATE, f"must list the gain stage's state last, of shape ['{BATCH_AXIS}', {F}], once")
+            levels = (self.config or {}).get("levels") if isinstance(self.config, dict) else None
+            if levels is not None and levels != G:
+                _fail(META_CONFIG, f"says levels {levels!r} but {META_NORM} gains {G} channel(s)")
         for name in (LOGITS, PROBS):
             if name == PROBS and name not in outputs:
                 continue

@@ -193,3 +193,16 @@ def test_calibrate_split_cross_writes_settings_chosen_on_unseen_sequences(runner
     assert e.startswith("Error: --backend chooses how MODEL runs; --split cross runs the parts' models in torch")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cross.onnx", "cross.png"] or \
         sorted(p.name for p in tmp_path.iterdir()) == ["cross.onnx"]
+
+
+def test_calibrate_split_cross_takes_the_default_automatic_augmentation(runner, exported, monkeypatch):
+    """The architecture's own defaults (augmentation `auto`, resolved by the data's channels),
+    only shortened: the folds' settings are checked before anything trains."""
+    from dataclasses import replace
+    gru = exported("gru")[0]
+    assert crossfit.DEFAULTS["gru"].augment == "auto"
+    monkeypatch.setitem(crossfit.DEFAULTS, "gru", replace(crossfit.DEFAULTS["gru"], epochs=2))
+    r = runner.invoke(cli, ["calibrate", str(gru), "--background", "Standing", "--split", "cross", "--folds", "2",
+                            "--orders", "1", "--dry-run", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["folds"] == 2

@@ -259,3 +259,92 @@ def test_training_writes_the_stage_and_its_exports_validate(trained, tmp_path):
         assert sess.backend == "onnxruntime" and sess.meta.state[-1].role == contract.GAIN_ROLE
         probs = np.stack([sess.push(x) for x in wide_readings(20, 2)])
         assert np.isfinite(probs).all() and np.allclose(probs.sum(-1), 1, atol=1e-5)
+
+
+def _edited(src, dst, key, change):
+    """A copy of model file `src` at `dst` with metadata `key` (JSON) passed through `change`."""
+    import json
+
+    import onnx
+    proto = onnx.load(str(src))
+    for p in proto.metadata_props:
+        if p.key == key:
+            p.value = json.dumps(change(json.loads(p.value)))
+    onnx.save(proto, str(dst))
+    return dst
+
+
+def _swap_last_roles(state):
+    state[-1]["role"], state[-2]["role"] = state[-2]["role"], state[-1]["role"]
+    return state
+
+
+@pytest.mark.parametrize("key,change,match", [
+    (contract.META_NORM, lambda n: {**n, "gain_floor": [f * 1e6 for f in n["gain_floor"]]}, "gain floors"),
+    (contract.META_NORM, lambda n: {**n, "gain_floor": n["gain_floor"][::-1]}, "other channels"),
+    (contract.META_NORM, lambda n: {**n, "gain_floor": [n["gain_floor"][0]] * 2, "mean": n["mean"] + [0.0],
+                                    "std": n["std"] + [1.0]}, "gains 2 channel"),
+    (contract.META_NORM, lambda n: {**n, "gain_release": 1e30}, "gain_release"),
+    (contract.META_NORM, lambda n: {**n, "gain_release": 0.2}, "gain_release"),
+    (contract.META_NORM, lambda n: {**n, "gain_floor": [1e-46, 0.0]}, "float32's normal range"),
+    (contract.META_STATE, _swap_last_roles, "gain stage's state last"),
+    (contract.META_CONFIG, lambda c: {**c, "levels": 2}, "levels 2"),
+])
+def test_a_file_whose_gain_metadata_and_graph_disagree_is_refused_when_opened(models, tmp_path, key, change, match):
+    from edgeseq.errors import EdgeseqError
+    from edgeseq.runtime import StreamSession
+    dst = _edited(models("gru"), tmp_path / "m.onnx", key, change)
+    with pytest.raises(EdgeseqError, match=match):
+        StreamSession(dst)
+
+
+def test_a_restored_gain_state_the_stage_cannot_write_is_refused(models):
+    from edgeseq.runtime import StreamSession
+    sess = StreamSession(models("gru"), streams=2)
+    for x in wide_readings(10, 2):
+        sess.push(x)
+    good = sess.snapshot()
+    for value in (1e18, 1e6, 100.0):
+        bad = {"position": good["position"], "state": [a.copy() for a in good["state"]]}
+        bad["state"][-1][0, 0] = value
+        with pytest.raises(UsageError, match="gain stage's level"):
+            sess.restore(bad)
+        assert all(np.array_equal(a, b) for a, b in zip(sess.snapshot()["state"], good["state"]))
+    fine = {"position": good["position"], "state": [a.copy() for a in good["state"]]}
+    fine["state"][-1][0, 0] = 80.0                      # a level the stage can reach
+    sess.restore(fine)
+
+
+def test_checkpoint_floors_beyond_float32_are_refused_in_one_line():
+    from edgeseq.train.checkpoint import check_checkpoint
+    ck = gained_checkpoint("gru")
+    for floor in ([1e-46, 0.0], [1e39, 0.0]):
+        with pytest.raises(ModelFileError, match="float32's normal range"):
+            check_checkpoint({**ck, "normalization": {**ck["normalization"], "gain_floor": floor}}, "ck.pt")
+
+
+def test_the_floor_covers_the_training_readings_and_refusals_name_each_channels_reason(models):
+    from edgeseq.runtime.session_checks import NO_NORM_LIMIT
+    split = wide_split()
+    split.X[0, :, 0] *= 1e34                                   # one sequence near float32's top
+    floor, _ = gain_floors(split, "auto")
+    assert floor[0] * NO_NORM_LIMIT >= 0.999e3 * np.abs(split.X[..., 0]).max()
+    from edgeseq.runtime import StreamSession
+    sess = StreamSession(models("gru"))
+    with pytest.raises(ReadingError, match="'current', beyond float32 max / 4 times the channel's gain floor"):
+        sess.push(np.array([3e38, 5.0], np.float32))
+    with pytest.raises(ReadingError) as e:
+        sess.push(np.array([1.0, 3e38], np.float32))
+    assert "'temp', beyond 1e12 standard deviations" in str(e.value) and "gain floor" not in str(e.value)
+
+
+def test_a_constant_channel_beside_a_gained_one_trains_and_is_ignored():
+    from edgeseq.data import Dataset
+    from edgeseq.train import TrainConfig, train
+    split, test = wide_split(20, 20, seed=0), wide_split(8, 20, seed=1)
+    for s in (split, test):
+        s.X[..., 1] = 5.0
+    ds = Dataset("wide", split, test, [f"c{i}" for i in range(C)], ["current", "temp"])
+    ckpt = train("gru", ds, TrainConfig(epochs=1, input_transform="gain"), {"hidden": 4}, progress=False)
+    assert ckpt["config"]["levels"] == 2                                 # gain: every channel that is not all zeros
+    assert ckpt["metrics"]["ignored_channels"] == ["temp", "level of temp"]

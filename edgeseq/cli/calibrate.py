@@ -167,7 +167,7 @@ def _fold_training(arch: str, settings, features):
     import difflib
     from dataclasses import fields, replace
 
-    from edgeseq.data.augment import parse_settings, resolve_triples
+    from edgeseq.data.augment import for_data, parse_settings, resolve_triples
     from edgeseq.errors import DataError
     from edgeseq.models import REGISTRY
     from edgeseq.train import (DEFAULTS, EARLY_SETTINGS, TRAIN_OPTIONS, TRAIN_SETTINGS, TrainConfig, check_train_config,
@@ -192,7 +192,8 @@ def _fold_training(arch: str, settings, features):
                          "fixed one; drop epochs or those settings")
     tc = check_train_config(replace(tc, augment=augment, **rest))
     try:
-        resolve_triples(tc.augment, features)           # a channel the data lacks: refused before anything trains
+        resolve_triples(for_data(tc.augment, features)[0], features)   # a channel the data lacks: refused before
+                                                                       # anything trains (auto resolved first)
     except DataError as e:
         raise UsageError(str(e)) from None
     return tc, given

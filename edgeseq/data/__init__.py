@@ -200,12 +200,16 @@ def gain_floors(split: Split, mode: str = "auto", names=None) -> tuple:
     mode "auto": those whose sequence amplitudes (`sequence_amplitudes`) span ASINH_RANGE or
     more between their 10th and 90th percentile, as `asinh_scales` finds them; "gain": every
     channel that is not all zeros. A gained channel's floor is GAIN_FLOOR x its 10th-percentile
-    amplitude. None where no channel qualifies."""
+    amplitude, and at least 1,000 x its largest |reading| / (float32 max / 4), so that a run's
+    reading bound (floor x float32 max / 4, `edgeseq.runtime.session_checks.reading_bounds`)
+    covers every training reading with room. None where no channel qualifies."""
     F = split.X.shape[2]
     names = [str(n) for n in names] if names is not None else [f"channel {f}" for f in range(F)]
     if not len(split.lengths):
         return None, "none"
     amp = sequence_amplitudes(split)
+    mask = np.arange(split.X.shape[1])[None, :] < split.lengths[:, None]
+    top = np.abs(split.X[mask].astype(np.float64)).max(0)
     floor, span = np.zeros(F), np.ones(F)
     for f in range(F):
         a = amp[amp[:, f] > 0, f]
@@ -213,7 +217,7 @@ def gain_floors(split: Split, mode: str = "auto", names=None) -> tuple:
             lo, hi = np.quantile(a, (0.1, 0.9))
             span[f] = hi / max(lo, F32_TINY)
             if mode == "gain" or span[f] >= ASINH_RANGE:
-                floor[f] = max(lo * GAIN_FLOOR, 1e-30)
+                floor[f] = max(lo * GAIN_FLOOR, top[f] / F32_MAX_4 * 1e3, 1e-30)
     if not (floor > 0).any():
         return None, "none"
     why = "gain on " + ", ".join(f"{names[f]} (amplitudes span {span[f]:.3g}x, floor {floor[f]:.3g})"

@@ -108,6 +108,10 @@ def check_transform(meta, graph, shown: str) -> None:
         what = ("has a gain_floor but the graph has no gain stage (Abs of the reading)" if not gained else
                 "has no gain_floor but the graph runs a gain stage (Abs of the reading)")
         raise ModelFileError(f"'{shown}': metadata {contract.META_NORM} {what}; export it again")
+    if gained:
+        what = _gain_disagrees(meta, graph)
+        if what:
+            raise ModelFileError(f"'{shown}': metadata {contract.META_NORM} {what}; export it again")
     nodes, names = transform_nodes(graph)
     said = (meta.normalization or {}).get("asinh_scale")
     if bool(nodes) != (said is not None):
@@ -124,6 +128,37 @@ def check_transform(meta, graph, shown: str) -> None:
         if got is None or not (np.abs(got - want) <= 1e-6 * np.abs(want)).all():
             raise ModelFileError(f"'{shown}': metadata {contract.META_NORM}'s asinh_scale is not what the graph "
                                  "divides the reading by; export it again")
+
+
+def _gain_disagrees(meta, graph) -> str | None:
+    """What the metadata's gain stage (`gain_floor`, `gain_release`) says that the graph's
+    constants do not (`Max(Abs(reading), floor)`, `Sub(gain state, release)`, `Mul(., on)`),
+    or None where they agree within float32 rounding."""
+    import numpy as np
+    init, nodes = graph.initializers, graph.nodes
+    norm = meta.normalization
+    want = np.asarray(norm["gain_floor"], np.float64)
+    abs_out = next(n.output[0] for n in nodes if n.op_type == "Abs" and n.input[:1] == [contract.READING])
+    peak = next((n for n in nodes if n.op_type == "Max" and n.input[:1] == [abs_out]), None)
+    state = next((s for s in meta.state if s.role == contract.GAIN_ROLE), None)
+    sub = next((n for n in nodes if state is not None and n.op_type == "Sub" and n.input[:1] == [state.name]), None)
+    mul = next((n for n in nodes if state is not None and n.op_type == "Mul" and state.output in n.output), None)
+    if peak is None or sub is None or mul is None or not all(
+            len(n.input) > 1 and n.input[1] in init for n in (peak, sub, mul)):
+        return "has a gain stage the graph does not compute as edgeseq exports it"
+    try:
+        safe = np.broadcast_to(np.asarray(init[peak.input[1]], np.float64).reshape(-1), want.shape)
+        on = np.broadcast_to(np.asarray(init[mul.input[1]], np.float64).reshape(-1), want.shape)
+        release = float(np.asarray(init[sub.input[1]], np.float64).reshape(-1)[0])
+    except (ValueError, TypeError, IndexError):
+        return "has gain floors that are not one per feature of the graph's"
+    if not np.array_equal(on > 0, want > 0):
+        return "gains other channels than the graph does"
+    if not (np.abs(safe - want) <= 1e-6 * np.abs(want))[want > 0].all():
+        return "gives gain floors that are not the graph's"
+    if abs(release - float(norm["gain_release"])) > 1e-6 * abs(release):
+        return f"gives gain_release {norm['gain_release']} but the graph's is {release:.7g}"
+    return None
 
 
 def model_data(path: str | os.PathLike, data: str | None = None):

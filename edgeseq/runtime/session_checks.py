@@ -5,6 +5,7 @@ wrong with one (ReadingChecks, off the hot path)."""
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -25,6 +26,7 @@ NO_NORM_LIMIT = F32_MAX / 4      # |reading| bound for a model without normaliza
 STATE_H_BOUND = 1.0 + 2.0 ** -5  # RNN/GRU/LSTM h: tanh outputs, with room for half a step of an int8 grid
 STATE_C_BOUND = 2.0 ** 25        # LSTM c grows by |i g| <= 1 a reading: in float32 that moves it no further
 STATE_C_BOUND_INT8 = ((1 << 31) - 1) / (1 << 15)  # the native int8 step holds c as int32 Q15
+GAIN_BOUND = math.log(NO_NORM_LIMIT) * 1.001   # the gain state: log(|reading| / floor) for readings within bounds
 STATE_BOUND = 2.0 ** 64          # SSM state, KV cache: projections of LayerNorm outputs, far below this
 DTYPE_WORDS = {"c": "complex numbers", "b": "true/false values", "O": "Python objects", "U": "text",
                "S": "bytes", "V": "records", "M": "dates", "m": "time spans"}
@@ -46,7 +48,9 @@ def reading_bounds(meta, n: int) -> tuple:
     large against its spread or against float32 gets the exact two-sided check lo <= x <= hi.
     Without normalization metadata |x| <= float32 max / 4. With an input transform
     (asinh(x / scale), at most 89.5 for any finite float32 quotient) the bound is on the
-    quotient: |x| <= scale x float32 max / 4, and float32 max / 4 at most."""
+    quotient: |x| <= scale x float32 max / 4, and float32 max / 4 at most. With the gain stage
+    (`gain_floor`) a gained channel's bound is its floor x float32 max / 4 (|x| / floor must stay
+    finite; float32 max / 4 at most) and `why` is then a list, one reason per channel."""
     norm = meta.normalization
     if norm is None:
         return np.full(n, NO_NORM_LIMIT, np.float32), None, "float32 max / 4, the most this model takes"
@@ -58,7 +62,7 @@ def reading_bounds(meta, n: int) -> tuple:
             "mean": norm["mean"][:n], "std": norm["std"][:n], **({"input_scale": scale[:n]} if scale else {})}})(), n)
         hi = np.where(on, np.minimum(fl, 1.0) * NO_NORM_LIMIT, hi).astype(np.float32)
         lo = None if lo is None else np.where(on, -hi, lo).astype(np.float32)
-        return hi, lo, why + "; float32 max / 4 times the gain floor on a gained channel"
+        return hi, lo, ["float32 max / 4 times the channel's gain floor (the gain stage)" if g else why for g in on]
     if norm.get("asinh_scale") is not None:
         a = np.asarray(norm["asinh_scale"], np.float64)
         return (np.minimum(a, 1.0) * NO_NORM_LIMIT).astype(np.float32), None, \
@@ -128,7 +132,8 @@ class ReadingChecks:
         if not np.isfinite(value):
             return ReadingError(f"{where}; drop or repair it, stream state unchanged")
         limit = f"|value| must be at most {float(self._hi[f]):.3g} there; " if self._lo is None else ""
-        return ReadingError(f"{where}, beyond {self._beyond}; {limit}check the sensor and its units; "
+        why = self._beyond[f] if isinstance(self._beyond, list) else self._beyond
+        return ReadingError(f"{where}, beyond {why}; {limit}check the sensor and its units; "
                             "stream state unchanged")
 
     @staticmethod

@@ -11,7 +11,7 @@ import onnxruntime as ort
 from edgeseq import contract
 from edgeseq.errors import UsageError
 from edgeseq.runtime.session_checks import MAX_HISTORY, MAX_POSITION, STATE_BOUND, STATE_C_BOUND, \
-    STATE_C_BOUND_INT8, STATE_H_BOUND
+    STATE_C_BOUND_INT8, STATE_H_BOUND, GAIN_BOUND
 
 
 class SnapshotChecks:
@@ -21,6 +21,9 @@ class SnapshotChecks:
     def _state_bound(self, spec: contract.StateSpec) -> tuple:
         """(largest |value| the model writes into state `spec`, why): see `restore`."""
         arch, role = self.meta.arch, spec.role
+        if role == contract.GAIN_ROLE:
+            return GAIN_BOUND, ("the gain stage's level over its floor is at most log(float32 max / 4), 87.3 "
+                                "nepers, for any reading the session takes")
         if not role and arch in ("rnn", "gru") and spec.kind == contract.KIND_FIXED:
             role = "h."
         if arch in ("rnn", "gru", "lstm") and role.startswith("h."):

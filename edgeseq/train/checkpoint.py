@@ -207,15 +207,18 @@ def check_checkpoint(ckpt: dict, shown) -> None:
         raise bad(f"normalization must hold a mean and a std of {F + G} finite numbers each, the stds above 0")
     floor = norm.get("gain_floor")
     if floor is not None or G:
+        from edgeseq.contract import F32_LARGEST, F32_TINY
         ok = isinstance(floor, list) and len(floor) == F and all(
-            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0 for x in floor)
+            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+            and (x == 0 or F32_TINY <= x <= F32_LARGEST) for x in floor)
         if not ok or sum(x > 0 for x in floor) != G or not G:
-            raise bad(f"normalization's gain_floor must be {F} finite numbers >= 0, {G} of them above 0 "
-                      f"(the config's levels)")
+            raise bad(f"normalization's gain_floor must be {F} numbers, 0 or within float32's normal range, {G} of "
+                      f"them above 0 (the config's levels)")
         release = norm.get("gain_release")
         if not isinstance(release, (int, float)) or isinstance(release, bool) or not math.isfinite(release) \
-                or release <= 0 or norm.get("asinh_scale") is not None:
-            raise bad("normalization's gain_release must be a number above 0, without an asinh_scale beside it")
+                or not F32_TINY <= release <= 1e6 or norm.get("asinh_scale") is not None:
+            raise bad("normalization's gain_release must be a number above 0 (at most 1e6), without an asinh_scale "
+                      "beside it")
     if norm.get("asinh_scale") is not None and not _numbers(norm["asinh_scale"], F, True):
         raise bad(f"normalization's asinh_scale must be {F} finite numbers above 0")
     for k in ("mean", "std"):                   # the graph computes with the weights' copy: the same numbers

@@ -248,11 +248,20 @@ def data_settings(arch: str, overrides: dict | None, split: Split) -> dict:
     where they are not given. A Transformer with positions "none" or "sinusoid" and no `window`
     setting gets `window_for` the training sequences' lengths (50 on BasicMotions, 17 on spoken
     digits); with ALiBi (the default) its recency bias does what the short window did, and the
-    window stays WINDOW (docs/measured.md); a given window, 0 included, is kept."""
+    window stays WINDOW (docs/measured.md); a given window, 0 included, is kept. An SSM with no
+    `selective` setting is selective on single-channel data (SELECTIVE_CHANNELS): its decay and
+    input gain then follow the reading, which the one signal's shape needs (measured on the
+    seven single-channel sets of docs/training.md; on the two multichannel ones the fixed decay
+    held its figures)."""
     settings = dict(overrides or {})
     if arch == "transformer" and "window" not in settings and settings.get("positions", POSITIONS) != "alibi":
         settings["window"] = window_for(split.lengths)
+    if arch == "ssm" and "selective" not in settings and split.X.shape[2] <= SELECTIVE_CHANNELS:
+        settings["selective"] = True
     return settings
+
+
+SELECTIVE_CHANNELS = 1   # an SSM trained on data with at most this many channels is selective by default
 
 
 MIN_DELTA = 0.01      # a validation loss this share below the best counts as better (at no lower accuracy)
@@ -600,7 +609,9 @@ def _train(arch, dataset, tc, model_overrides, progress=True, seed: int | None =
         "updates": schedule["updates"],
         "stream_training": streaming,
         "plan": asdict(plan),
-        "ignored_channels": [dataset.features[i] for i in ignored],
+        "ignored_channels": [dataset.features[i] if i < dataset.n_features else
+                             f"level of {dataset.features[np.flatnonzero(norm.gain_floor > 0)[i - dataset.n_features]]}"
+                             for i in ignored],
         "augment": {**augment.summary(), "why": aug_why} if augment else None,
         "input_transform": norm.transform_why,
         "schedule": schedule,
