@@ -253,3 +253,14 @@ def test_ssm_beside_the_others_in_compare_and_firmware(exported, int8, tmp_path)
     assert (tmp_path / "c").is_dir() and any((tmp_path / "c").glob("*.c"))
     if native.available():
         assert StreamSession(ssm, backend="native").backend == StreamSession(q, backend="native").backend == "native"
+
+
+def test_an_ssm_is_selective_by_default_on_single_channel_data_only():
+    from edgeseq.data import Split
+    from edgeseq.train.loop import data_settings
+    one = Split(np.zeros((4, 10, 1), np.float32), np.array([0, 1, 0, 1]), np.full(4, 10))
+    six = Split(np.zeros((4, 10, 6), np.float32), np.array([0, 1, 0, 1]), np.full(4, 10))
+    assert data_settings("ssm", None, one) == {"selective": True}
+    assert data_settings("ssm", {"selective": False}, one) == {"selective": False}   # a given setting wins
+    assert data_settings("ssm", {"d_model": 16}, six) == {"d_model": 16}             # several channels: fixed
+    assert "selective" not in data_settings("gru", None, one)
