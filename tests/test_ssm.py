@@ -264,3 +264,24 @@ def test_an_ssm_is_selective_by_default_on_single_channel_data_only():
     assert data_settings("ssm", {"selective": False}, one) == {"selective": False}   # a given setting wins
     assert data_settings("ssm", {"d_model": 16}, six) == {"d_model": 16}             # several channels: fixed
     assert "selective" not in data_settings("gru", None, one)
+
+
+def test_train_says_when_the_data_made_the_ssm_selective(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((12, 20, 1)).astype(np.float32)
+    np.savez("one.npz", X=X[:8], y=np.arange(8) % 2, X_test=X[8:], y_test=np.arange(4) % 2,
+             features=np.array(["value"]))
+    runner = CliRunner()
+    r = runner.invoke(cli, ["train", "--arch", "ssm", "--data", "one.npz", "--out", "run", "--epochs", "1",
+                            "--quiet", "--no-baseline", "--set", "d_model=4", "--set", "d_state=4"])
+    assert r.exit_code == 0, r.output
+    assert "model: selective=true, chosen for this data (--set NAME=VALUE chooses otherwise)" in r.output
+    metrics = json.loads((tmp_path / "run" / "metrics.json").read_text())["metrics"]
+    assert metrics["model_from_data"] == {"selective": True}
+    r = runner.invoke(cli, ["train", "--arch", "ssm", "--data", "one.npz", "--out", "run2", "--epochs", "1",
+                            "--quiet", "--no-baseline", "--set", "d_model=4", "--set", "d_state=4",
+                            "--set", "selective=false"])
+    assert r.exit_code == 0, r.output
+    assert "model:" not in r.output
+    assert json.loads((tmp_path / "run2" / "metrics.json").read_text())["metrics"]["model_from_data"] == {}

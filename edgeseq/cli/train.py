@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import click
@@ -130,6 +131,9 @@ def train(arch, data, out, epochs, lr, seed, settings, as_json, quiet, features,
         click.echo(f"augment: {describe(m['augment'])}")
         if (m.get("input_transform") or "none").startswith(("asinh", "gain")):
             click.echo(printable(f"input: {m['input_transform']}"))
+        if m.get("model_from_data"):
+            chosen = ", ".join(f"{k}={json.dumps(v)}" for k, v in m["model_from_data"].items())
+            click.echo(f"model: {chosen}, chosen for this data (--set NAME=VALUE chooses otherwise)")
         if dataset.ignored:
             click.echo(printable(f"columns: features {', '.join(dataset.features)}; ignored "
                                  + ", ".join(f"{name or repr(name)} ({why})" for name, why in dataset.ignored.items())))

@@ -412,8 +412,9 @@ def _train(arch, dataset, tc, model_overrides, progress=True, seed: int | None =
     split, so a run and its restarts are scored on the same sequences."""
     norm = Normalization.fit(dataset.train, dataset.features, tc.input_transform, gain=arch in GAIN_ARCHS)
     levels = {"levels": norm.levels} if norm.levels else {}
-    config = make_config(arch, n_features=dataset.n_features, n_classes=len(dataset.labels),
-                         **data_settings(arch, model_overrides, dataset.train), **levels)
+    chosen = data_settings(arch, model_overrides, dataset.train)
+    from_data = {k: v for k, v in chosen.items() if k not in (model_overrides or {})}
+    config = make_config(arch, n_features=dataset.n_features, n_classes=len(dataset.labels), **chosen, **levels)
     restart, seed = seed is not None, (tc.seed if seed is None else seed)
     torch.manual_seed(seed)
     np.random.seed(seed % 2**32)
@@ -609,6 +610,7 @@ def _train(arch, dataset, tc, model_overrides, progress=True, seed: int | None =
         "updates": schedule["updates"],
         "stream_training": streaming,
         "plan": asdict(plan),
+        "model_from_data": from_data,
         "ignored_channels": [dataset.features[i] if i < dataset.n_features else
                              f"level of {dataset.features[np.flatnonzero(norm.gain_floor > 0)[i - dataset.n_features]]}"
                              for i in ignored],
