@@ -115,7 +115,8 @@ KINDS = (KIND_FIXED, KIND_GROWING)
 STATE_DTYPES = ("float32",)  # the runtime allocates and feeds float32 state
 MODES = ("stream", "window")
 STATE_ROLES = {"rnn": ("h",), "gru": ("h",), "lstm": ("h", "c"), "ssm": ("s",), "transformer": ("key", "value")}
-F32_TINY, F32_LARGEST = 1.1754944e-38, 3.4028234e38   # float32's smallest normal and largest finite values
+F32_TINY, F32_LARGEST = 1.1754943508222875e-38, 3.4028234663852886e38   # float32's smallest normal and largest
+                                                                          # finite values, exactly
 GAIN_ROLE = "gain"   # the gain stage's state (B, F), after the architecture's own; in any streaming model's state
                                         # each architecture's state tensors, by the role before ".<layer>"
 GROWING_HISTORY_AXIS = 2
@@ -316,10 +317,15 @@ def _gain(v: dict) -> None:
     floor, release = v.get("gain_floor"), v.get("gain_release")
     if "asinh_scale" in v:
         _fail(META_NORM, "has both asinh_scale and gain_floor; a model has one input transform")
-    if not isinstance(floor, list) or not floor or not all(_is_number(x) and x >= 0 for x in floor) \
-            or not any(x > 0 for x in floor) or not all(x == 0 or F32_TINY <= x <= F32_LARGEST for x in floor):
-        _fail(META_NORM, f"'gain_floor' must be a list of one number per feature, 0 or within float32's normal "
-              f"range ({F32_TINY:.3g}..{F32_LARGEST:.3g}), one or more > 0, got {_show(floor)}")
+    want = (f"a list of one number per feature, 0 or within float32's normal range ({F32_TINY:.3g}.."
+            f"{F32_LARGEST:.3g}), one or more > 0")
+    if not isinstance(floor, list) or not floor or not any(_is_number(x) and x > 0 for x in floor):
+        _fail(META_NORM, f"'gain_floor' must be {want}, got {_show(floor)}")
+    for i, x in enumerate(floor):
+        if not _is_number(x) or not (x == 0 or F32_TINY <= x <= F32_LARGEST):
+            _fail(META_NORM, f"'gain_floor' entry {i} is {x if _is_number(x) else _show(x)}; it must be 0 or "
+                  f"within float32's normal range "
+                  f"({F32_TINY:.3g}..{F32_LARGEST:.3g})")
     if not _is_number(release) or not F32_TINY <= release <= 1e6:
         _fail(META_NORM, f"'gain_release' must be a number > 0 (nepers a reading, at most 1e6), got {_show(release)}")
 
@@ -586,7 +592,7 @@ class ModelMeta:
             if gained and (gained != [len(self.state) - 1] or list(self.state[-1].shape) != [BATCH_AXIS, F]):
                 _fail(META_STATE, f"must list the gain stage's state last, of shape ['{BATCH_AXIS}', {F}], once")
             levels = (self.config or {}).get("levels") if isinstance(self.config, dict) else None
-            if levels is not None and levels != G:
+            if levels is not None and (type(levels) is not int or levels != G):
                 _fail(META_CONFIG, f"says levels {levels!r} but {META_NORM} gains {G} channel(s)")
         for name in (LOGITS, PROBS):
             if name == PROBS and name not in outputs:

@@ -104,6 +104,8 @@ def main(argv=None):
         if publisher:
             publisher.with_events(sess.decision is not None, anomaly=sess.meta.kind == "anomaly",
                                   targets=sess.meta.task["targets"] if sess.meta.kind == "regress" else None)
+        if sess.backend_note:                   # why auto did not run the native step, as `edgeseq stream` says
+            print(printable(f"note: onnxruntime backend, not native: {sess.backend_note}"), file=sys.stderr)
         model_hash = sess.model_sha256          # the bytes the session runs, read once
         start = 0
         if state_file:

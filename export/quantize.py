@@ -467,6 +467,22 @@ def dataset_for(ckpt: dict, data: str | Dataset | None) -> Dataset:
     return ds.for_labels(ckpt["labels"], f"data '{ds.name}'", LABELS_REMEDY)     # by name, as eval reads it
 
 
+def check_readings(meta, ds: Dataset) -> None:
+    """DataError (one line) where a valid reading of `ds`'s training or test split lies beyond
+    what a session of the model `meta` describes takes (`reading_bounds`): calibrating or
+    scoring on it would compute with Inf, which the session refuses a reading to prevent."""
+    from edgeseq.runtime.session_checks import reading_bounds
+    hi, lo, why = reading_bounds(meta, len(meta.features))
+    for name, split in (("training", ds.train), ("test", ds.test)):
+        X = split.X[np.arange(split.X.shape[1])[None, :] < split.lengths[:, None]]       # (readings, F)
+        ok = np.abs(X) <= hi if lo is None else (X >= lo) & (X <= hi)
+        if not ok.all():
+            r, f = np.argwhere(~ok)[0]
+            reason = why[f] if isinstance(why, list) else why
+            raise DataError(f"data '{ds.name}': a {name} reading has {float(X[r, f]):g} in '{meta.features[f]}', "
+                            f"beyond {reason}, which the model cannot take; check the data, or train on it")
+
+
 def export_int8(ckpt: dict, out, scheme: str = DEFAULT_SCHEME, data=None, max_history: int | None = None,
                 max_error: float = MAX_ERROR, max_accuracy_drop: float = MAX_ACCURACY_DROP,
                 keep_anyway: bool = False, stream_readings: int = STREAM_READINGS, seed: int = 0,
@@ -525,6 +541,7 @@ def export_int8(ckpt: dict, out, scheme: str = DEFAULT_SCHEME, data=None, max_hi
     given = ckpt
     ckpt, _ = equalize_input(ckpt, ds.train)
     proto, meta, model = build_graph(ckpt, max_history, split=True)
+    check_readings(meta, ds)
     meta.weights_sha256 = weights_sha256(given)          # the checkpoint as trained, as its float export records
     # The working directory lies beside `out` under the same temporary name as its final file
     # (`.<name>.<pid>.<random>.tmp`): one a killed export left is removed by the next export

@@ -289,6 +289,7 @@ def _swap_last_roles(state):
     (contract.META_NORM, lambda n: {**n, "gain_floor": [1e-46, 0.0]}, "float32's normal range"),
     (contract.META_STATE, _swap_last_roles, "gain stage's state last"),
     (contract.META_CONFIG, lambda c: {**c, "levels": 2}, "levels 2"),
+    (contract.META_CONFIG, lambda c: {**c, "levels": True}, "levels True"),
 ])
 def test_a_file_whose_gain_metadata_and_graph_disagree_is_refused_when_opened(models, tmp_path, key, change, match):
     from edgeseq.errors import EdgeseqError
@@ -304,7 +305,7 @@ def test_a_restored_gain_state_the_stage_cannot_write_is_refused(models):
     for x in wide_readings(10, 2):
         sess.push(x)
     good = sess.snapshot()
-    for value in (1e18, 1e6, 100.0):
+    for value in (1e18, 1e6, 100.0, -50.0):
         bad = {"position": good["position"], "state": [a.copy() for a in good["state"]]}
         bad["state"][-1][0, 0] = value
         with pytest.raises(UsageError, match="gain stage's level"):
@@ -348,3 +349,59 @@ def test_a_constant_channel_beside_a_gained_one_trains_and_is_ignored():
     ckpt = train("gru", ds, TrainConfig(epochs=1, input_transform="gain"), {"hidden": 4}, progress=False)
     assert ckpt["config"]["levels"] == 2                                 # gain: every channel that is not all zeros
     assert ckpt["metrics"]["ignored_channels"] == ["temp", "level of temp"]
+
+
+@pytest.mark.parametrize("node,scale", [("Add", 1.5), ("Div", 1000.0)])
+def test_graph_gain_constants_other_than_the_metadata_are_refused(models, tmp_path, node, scale):
+    """The level's log(floor) (Add) and the floor the log divides by (Div) are the metadata's too."""
+    import onnx
+    from onnx import numpy_helper
+
+    from edgeseq.runtime import StreamSession
+    proto = onnx.load(str(models("gru")))
+    init = {t.name: t for t in proto.graph.initializer}
+    abs_out = next(n.output[0] for n in proto.graph.node if n.op_type == "Abs")
+    peak = next(n for n in proto.graph.node if n.op_type == "Max" and n.input[0] == abs_out)
+    if node == "Add":
+        target = next(n for n in proto.graph.node if n.op_type == "Add" and n.input[0] == "state_out.2")
+    else:
+        target = next(n for n in proto.graph.node if n.op_type == "Div" and n.input[0] == peak.output[0])
+    value = numpy_helper.to_array(init[target.input[1]]) * np.float32(scale)
+    name = target.input[1] + "_edited"
+    proto.graph.initializer.append(numpy_helper.from_array(value.astype(np.float32), name))
+    target.input[1] = name
+    onnx.save(proto, str(tmp_path / "m.onnx"))
+    with pytest.raises(ModelFileError, match="gain floors that are not the graph's"):
+        StreamSession(tmp_path / "m.onnx")
+
+
+def test_floors_at_float32s_exact_limits_are_accepted():
+    tiny, top = float(np.finfo(np.float32).tiny), float(np.finfo(np.float32).max)
+    contract._gain({"gain_floor": [tiny, 0.0, top], "gain_release": 0.1})
+    with pytest.raises(contract.MetadataError, match="entry 1 is 1e-39"):
+        contract._gain({"gain_floor": [tiny, 1e-39], "gain_release": 0.1})
+
+
+def test_int8_export_refuses_data_beyond_the_models_reading_bounds_in_one_line(tmp_path):
+    from edgeseq.data import Dataset
+    from edgeseq.errors import DataError
+    from export.quantize import export_int8
+    ck = gained_checkpoint("gru")
+    split, test = wide_split(20, 30, seed=0), wide_split(8, 30, seed=1)
+    test.X[2, 5, 0] = 3e37                                  # far beyond floor x float32 max / 4
+    ds = Dataset("wide", split, test, [f"c{i}" for i in range(C)], ["current", "temp"])
+    (tmp_path / "m.onnx").write_bytes(b"good")
+    with pytest.raises(DataError, match=r"data 'wide': a test reading has 3e\+37 in 'current', beyond float32 max"):
+        export_int8(ck, tmp_path / "m.onnx", data=ds)
+    assert (tmp_path / "m.onnx").read_bytes() == b"good" and len(list(tmp_path.iterdir())) == 1
+
+
+def test_a_run_bound_for_the_firmware_takes_asinh_where_auto_would_gain():
+    from edgeseq.data import Dataset
+    from edgeseq.train import TrainConfig, train
+    ds = Dataset("wide", wide_split(), wide_split(8, 40, seed=1), [f"c{i}" for i in range(C)],
+                 ["current", "temp"])
+    assert gain_floors(ds.train, "auto")[0] is not None                 # auto would gain this channel
+    ck = train("gru", ds, TrainConfig(epochs=1, gain_stage=False), {"hidden": 4}, progress=False)
+    assert "asinh_scale" in ck["normalization"] and "gain_floor" not in ck["normalization"]
+    assert "levels" not in ck["config"] or ck["config"]["levels"] == 0

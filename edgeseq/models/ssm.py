@@ -18,7 +18,7 @@ Parameterisation and discretisation. Each state n is the continuous-time system
 ds/dt = λ_n (x(t) - s) (unit gain at rest: s settles at x), discretised by zero-order hold
 (x held over one reading of length Δ): a = exp(-λΔ), and s_t = a s_{t-1} + (1 - a) x_t is
 exact for a piecewise-constant input. λΔ > 0 by construction:
-- fixed (default): one parameter per state, log_rate = log(λΔ), so a = exp(-exp(log_rate));
+- fixed (`selective=False`): one parameter per state, log_rate = log(λΔ), so a = exp(-exp(log_rate));
 - selective (`selective=True`, Mamba-style): the step depends on the reading, Δ_t =
   softplus(δ_t) from the input projection, λ = exp(log_lambda), a_t = exp(-λ ⊙ Δ_t): the
   layer decides per reading how much to forget and how much to take in.
@@ -31,9 +31,11 @@ The state is real, not complex as in S4D and LRU: it stays a plain float32 tenso
 d_state] per layer in the step graph, every state a float the budget counts (a complex state
 holds two), and the step needs no complex arithmetic, which ONNX lacks. The selective variant
 keeps the same state and step contract; only a_t and the input gain become functions of the
-reading. The fixed decay is the default: on BasicMotions (seed 0) the selective variant
-scores the same (per sequence 0.975 against 1.000, never-reset per reading 0.991 against
-0.990) with 2,112 more parameters and about 1.5x the step time.
+reading. The config's default is the fixed decay; training makes a classifier of
+single-channel data selective (`edgeseq.train.loop.data_settings`): on BasicMotions (seed 0)
+the selective variant scored 0.975 per sequence against 1.000 (never-reset per reading 0.991
+against 0.990) with 2,112 more parameters and about 1.5x the step time, and on the
+single-channel public sets of docs/training.md higher on six of seven.
 
 Parallel form: `diagonal_scan` solves the recurrence over a whole sequence at once, in
 chunks of `SCAN_CHUNK` readings. Inside a chunk, state t is sum_j exp(L_t - L_j) x'_j over

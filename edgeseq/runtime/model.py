@@ -132,8 +132,9 @@ def check_transform(meta, graph, shown: str) -> None:
 
 def _gain_disagrees(meta, graph) -> str | None:
     """What the metadata's gain stage (`gain_floor`, `gain_release`) says that the graph's
-    constants do not (`Max(Abs(reading), floor)`, `Sub(gain state, release)`, `Mul(., on)`),
-    or None where they agree within float32 rounding."""
+    constants do not (`Max(Abs(reading), floor)`, `Div(., floor)`, `Sub(gain state, release)`,
+    `Mul(., on)`, `Add(next gain state, log(floor) on gained channels)`), or None where they
+    agree within float32 rounding."""
     import numpy as np
     init, nodes = graph.initializers, graph.nodes
     norm = meta.normalization
@@ -143,18 +144,22 @@ def _gain_disagrees(meta, graph) -> str | None:
     state = next((s for s in meta.state if s.role == contract.GAIN_ROLE), None)
     sub = next((n for n in nodes if state is not None and n.op_type == "Sub" and n.input[:1] == [state.name]), None)
     mul = next((n for n in nodes if state is not None and n.op_type == "Mul" and state.output in n.output), None)
-    if peak is None or sub is None or mul is None or not all(
-            len(n.input) > 1 and n.input[1] in init for n in (peak, sub, mul)):
+    div = next((n for n in nodes if peak is not None and n.op_type == "Div" and n.input[:1] == peak.output[:1]), None)
+    add = next((n for n in nodes if state is not None and n.op_type == "Add" and n.input[:1] == [state.output]), None)
+    parts = (peak, div, sub, mul, add)
+    if any(n is None for n in parts) or not all(len(n.input) > 1 and n.input[1] in init for n in parts):
         return "has a gain stage the graph does not compute as edgeseq exports it"
     try:
-        safe = np.broadcast_to(np.asarray(init[peak.input[1]], np.float64).reshape(-1), want.shape)
-        on = np.broadcast_to(np.asarray(init[mul.input[1]], np.float64).reshape(-1), want.shape)
+        safe, over, on, log = (np.broadcast_to(np.asarray(init[n.input[1]], np.float64).reshape(-1), want.shape)
+                               for n in (peak, div, mul, add))
         release = float(np.asarray(init[sub.input[1]], np.float64).reshape(-1)[0])
     except (ValueError, TypeError, IndexError):
         return "has gain floors that are not one per feature of the graph's"
     if not np.array_equal(on > 0, want > 0):
         return "gains other channels than the graph does"
-    if not (np.abs(safe - want) <= 1e-6 * np.abs(want))[want > 0].all():
+    floor_log = np.log(np.where(want > 0, want, 1.0))
+    if not (np.abs(safe - want) <= 1e-6 * np.abs(want))[want > 0].all() or not np.array_equal(over, safe) \
+            or not (np.abs(log - floor_log * (want > 0)) <= 1e-5 * np.maximum(np.abs(floor_log), 1.0)).all():
         return "gives gain floors that are not the graph's"
     if abs(release - float(norm["gain_release"])) > 1e-6 * abs(release):
         return f"gives gain_release {norm['gain_release']} but the graph's is {release:.7g}"

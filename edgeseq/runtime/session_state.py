@@ -22,8 +22,8 @@ class SnapshotChecks:
         """(largest |value| the model writes into state `spec`, why): see `restore`."""
         arch, role = self.meta.arch, spec.role
         if role == contract.GAIN_ROLE:
-            return GAIN_BOUND, ("the gain stage's level over its floor is at most log(float32 max / 4), 87.3 "
-                                "nepers, for any reading the session takes")
+            return GAIN_BOUND, ("the gain stage's level over its floor lies within 0..log(float32 max / 4), "
+                                "0..87.3 nepers, for any reading the session takes")
         if not role and arch in ("rnn", "gru") and spec.kind == contract.KIND_FIXED:
             role = "h."
         if arch in ("rnn", "gru", "lstm") and role.startswith("h."):
@@ -125,7 +125,7 @@ class SnapshotChecks:
             if not np.isfinite(f).all():
                 raise bad(f"{what} holds NaN or Inf (or values beyond float32's range)")
             bound, why = self._state_bound(spec)
-            beyond = np.abs(f) > bound
+            beyond = (np.abs(f) > bound) | ((f < 0) if spec.role == contract.GAIN_ROLE else False)
             if beyond.any():
                 at = np.unravel_index(int(np.argmax(beyond)), f.shape)
                 raise bad(f"{what} holds {float(f[at]):g} (stream {at[0]}), beyond +-{bound:g}: {why}; this model "

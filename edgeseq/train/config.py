@@ -61,6 +61,8 @@ class TrainConfig:
                                    # more, the gain stage (rnn, gru, lstm, ssm; `edgeseq.data.gain_floors`)
                                    # or else asinh(reading / scale) (`edgeseq.data.asinh_scales`);
                                    # "asinh" / "gain": on every channel; "none": the reading as it is
+    gain_stage: bool = True   # whether "auto" may choose the gain stage; False for models bound for the
+                              # firmware, which does not run it (`edgeseq tune`): asinh there instead
 
 
 # Per-architecture defaults, chosen on BasicMotions (figures in README). Augmentation is AUTO for

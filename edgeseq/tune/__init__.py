@@ -153,7 +153,8 @@ def objective(trial, search: Search) -> list:
     trial.set_user_attr("schedule", schedule)
     caps = search.caps()
     try:
-        tc = replace(DEFAULTS[arch], seed=search.settings["seed"], **schedule)
+        # bound for the firmware, which has no gain stage: `auto` takes asinh for wide channels
+        tc = replace(DEFAULTS[arch], seed=search.settings["seed"], gain_stage=False, **schedule)
         if any(v is not None for v in search.settings["limits"].values()):
             m = untrained_figures(arch, settings, tc, search)
             if m is not None and over_limits(m, caps):             # not trained: no accuracy to report
@@ -555,7 +556,7 @@ def retrain(search: Search, chosen: dict) -> dict:
         return kept
     _say(search, f"retraining trial {chosen['trial']} ({describe(arch, settings, schedule)}) on all "
                  f"{len(full.train)} training sequences; then the test split, once")
-    tc = replace(DEFAULTS[arch], seed=search.settings["seed"], **schedule)
+    tc = replace(DEFAULTS[arch], seed=search.settings["seed"], gain_stage=False, **schedule)
     ckpt = train(arch, full, tc, settings, progress=False)
     save_checkpoint(ckpt, model)
     f = export_model(ckpt, model / "model.onnx")
