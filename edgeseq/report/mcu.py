@@ -13,6 +13,7 @@ again at each window (same weights, calibrated on the same data).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 CORE, OPT, TARGET = "cortex-m4", "-O2", "nrf52840"
@@ -100,6 +101,7 @@ def mcu_panel(models: dict, ckpts: dict, ds, windows, tmp) -> dict:
         for w in sorted(paths):
             who = f"the transformer of window {w}"
             rows.append(measure_row(paths[w]))
-    except DataError as e:
-        return {**base, "available": False, "reason": f"the integer step refused {who}: {e}"}
+    except DataError as e:                  # the model's file name, not the report's temporary folder
+        why = re.sub(r"'[^']*/([^/']+\.onnx)'", r"'\1'", str(e))
+        return {**base, "available": False, "reason": f"the integer step refused {who}: {why}"}
     return {**base, "available": True, "fixed": fixed, "transformer": rows}
