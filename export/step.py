@@ -88,8 +88,7 @@ class FusedRecurrentStep(nn.Module):
 
     def forward(self, reading, *state):
         H = self.H
-        (inp, gain), new = gain_step(self.model.norm, reading, state), []
-        state = state[:len(state) - len(gain)]
+        (inp, state, gain), new = self.model.norm.step_from(reading, state), []
         for layer in range(self.layers):
             h = state[layer * self.n_state]
             if self.split and self.kind == "gru":
@@ -124,15 +123,6 @@ class FusedRecurrentStep(nn.Module):
             inp = h
         logits = self.model.head(inp)
         return (logits, torch.softmax(logits, -1), *new, *gain)
-
-
-def gain_step(norm, reading, state) -> tuple:
-    """(normalised reading, [the gain stage's next state] or []): the gain stage reads the last
-    state input (`Normalize.step`) where the model has one."""
-    if norm.gain:
-        xn, u = norm.step(reading, state[-1])
-        return xn, [u]
-    return norm(reading), []
 
 
 class SSMStep(nn.Module):
@@ -182,8 +172,7 @@ class SSMStep(nn.Module):
 
     def forward(self, reading, *state):
         N, d = self.N, self.d
-        (xn, gain), new = gain_step(self.model.norm, reading, state), []
-        state = state[:len(state) - len(gain)]
+        (xn, state, gain), new = self.model.norm.step_from(reading, state), []
         u = self.model.encoder(xn)                                                # (B, d)
         for i, layer in enumerate(self.model.layers):
             p = lambda name: getattr(self, f"ssm{i}_{name}")                      # noqa: E731

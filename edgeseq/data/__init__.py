@@ -257,6 +257,13 @@ def gain_features(x: np.ndarray, floor, release: float = GAIN_RELEASE, u0=None) 
     return np.concatenate([np.asarray(x, np.float64) / np.exp(level), level[..., on]], -1)
 
 
+def model_inputs(names: list, floor) -> list:
+    """The names of what a model reads, F + G: the channels `names`, then "level of NAME" for
+    each channel the gain stage gains (`floor` > 0; None: the channels alone)."""
+    names = [str(n) for n in names]
+    return names if floor is None else names + [f"level of {names[f]}" for f in np.flatnonzero(np.asarray(floor) > 0)]
+
+
 def asinh_forward(x: np.ndarray, scale) -> np.ndarray:
     """Readings [..., F] through the input transform as the graph computes it (float32
     Div, then Asinh); `scale` None: x as it is."""
@@ -322,7 +329,7 @@ class Normalization:
         if floor is not None:
             scale = None
             values = np.concatenate([gain_features(split.X[i, :n], floor) for i, n in enumerate(split.lengths) if n])
-            names = names + [f"level of {names[f]}" for f in np.flatnonzero(floor > 0)]
+            names = model_inputs(names, floor)
         else:
             scale, why = asinh_scales(split, "auto" if transform == "gain" else transform, names)
         reach = None

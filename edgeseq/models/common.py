@@ -73,7 +73,10 @@ class Normalize(nn.Module):
     def run(self, x, u0=None):
         """The gain stage over a chunk: x (B, T, F) raw, u0 (B, F) or None (zeros) -> (normalised
         (B, T, F + G), the state after the chunk's last reading (B, F)). A running maximum in
-        float64 (`edgeseq.data.gain_levels`), no gradient (nothing before it is trained)."""
+        float64 (`edgeseq.data.gain_levels`), no gradient (nothing before it is trained).
+        Without the gain stage: (normalised x, None)."""
+        if not self.gain:
+            return self(x), None
         with torch.no_grad():
             xd, r = x.double(), self.release
             safe = self.gain_safe.double()
@@ -86,6 +89,15 @@ class Normalize(nn.Module):
             level = u + self.gain_log.double()
             feats = torch.cat([xd / torch.exp(level), level[..., self.gain_idx]], -1).float()
         return (feats - self.mean) / self.std, u[:, -1].float()
+
+    def step_from(self, x, state: tuple) -> tuple:
+        """One reading x (B, F) raw from a model's whole step state (the gain stage's last where
+        the model has one) -> (normalised reading, the model's own state, the gain stage's next
+        state as a tuple: (u,) or ())."""
+        if not self.gain:
+            return self(x), state, ()
+        xn, u = self.step(x, state[-1])
+        return xn, state[:-1], (u,)
 
     def step(self, x, u):
         """One reading through the gain stage, as the graph computes it: x (B, F) raw, u (B, F)
@@ -167,7 +179,7 @@ class RecurrentClassifier(nn.Module):
             keep = (~fresh).to(x.dtype).view(1, -1, 1)        # (1, B, 1): the layer's state is (layers, B, H)
             carry = tuple(s * keep for s in carry) if isinstance(carry, tuple) else carry * keep
             u = None if u is None else u * keep.view(-1, 1)
-        xn, u = self.norm.run(x, u) if self.norm.gain else (self.norm(x), None)
+        xn, u = self.norm.run(x, u)
         out, state = self.rnn(xn, carry)                      # (B, T, H)
         carry = tuple(s.detach() for s in state) if isinstance(state, tuple) else state.detach()
         return self.head(self.drop(out)), (carry, u) if self.norm.gain else carry
@@ -181,10 +193,7 @@ class RecurrentClassifier(nn.Module):
         """x (B, F), state (tensors per layer, then the gain stage's) -> (logits (B, C), next state)."""
         if state is None:
             state = self.init_state(x.shape[0])
-        if self.norm.gain:
-            (inp, u), state = self.norm.step(x, state[-1]), state[:-1]
-        else:
-            inp, u = self.norm(x), None
+        inp, state, gain = self.norm.step_from(x, state)
         new = []
         for layer in range(self.config.layers):
             s = state[layer * self.n_state:(layer + 1) * self.n_state]
@@ -196,7 +205,7 @@ class RecurrentClassifier(nn.Module):
             s = self.cell(gi, s, w_hh, b_hh)
             new.extend(s)
             inp = s[0]
-        return self.head(inp), tuple(new) + ((u,) if u is not None else ())
+        return self.head(inp), tuple(new) + gain
 
     def cell(self, gi, state, w_hh, b_hh):
         raise NotImplementedError

@@ -205,7 +205,7 @@ class SSM(nn.Module):
     def _hidden(self, x, state=None, u=None):
         """x (B, T, F), state (per layer (B, d_state)) or None, u the gain stage's state or None
         -> (normalised outputs of the last layer (B, T, d_model), last states, last u)."""
-        xn, u = self.norm.run(x, u) if self.norm.gain else (self.norm(x), None)
+        xn, u = self.norm.run(x, u)
         h, last = self.encoder(xn), []
         for i, layer in enumerate(self.layers):
             h, s = layer(h, None if state is None else state[i])
@@ -245,15 +245,12 @@ class SSM(nn.Module):
         (logits (B, C), next state)."""
         if state is None:
             state = self.init_state(x.shape[0])
-        if self.norm.gain:
-            (xn, u), state = self.norm.step(x, state[-1]), state[:-1]
-        else:
-            xn, u = self.norm(x), None
+        xn, state, gain = self.norm.step_from(x, state)
         h, new = self.encoder(xn), []
         for layer, s in zip(self.layers, state):
             h, s = layer.step(h, s)
             new.append(s)
-        return self.head(self.ln_f(h)), tuple(new) + ((u,) if u is not None else ())
+        return self.head(self.ln_f(h)), tuple(new) + gain
 
     def state_specs(self) -> list:
         """The step graph's state: per layer i, `state_in.{i}` -> `state_out.{i}`, float32

@@ -54,30 +54,27 @@ def reading_bounds(meta, n: int) -> tuple:
     norm = meta.normalization
     if norm is None:
         return np.full(n, NO_NORM_LIMIT, np.float32), None, "float32 max / 4, the most this model takes"
-    if norm.get("gain_floor") is not None:            # the gain stage: |x| / floor must stay finite
-        fl = np.asarray(norm["gain_floor"], np.float64)
-        on = fl > 0
-        scale = norm.get("input_scale")
-        hi, lo, why = reading_bounds(type("Linear", (), {"normalization": {
-            "mean": norm["mean"][:n], "std": norm["std"][:n], **({"input_scale": scale[:n]} if scale else {})}})(), n)
-        hi = np.where(on, np.minimum(fl, 1.0) * NO_NORM_LIMIT, hi).astype(np.float32)
-        lo = None if lo is None else np.where(on, -hi, lo).astype(np.float32)
-        return hi, lo, ["float32 max / 4 times the channel's gain floor (the gain stage)" if g else why for g in on]
     if norm.get("asinh_scale") is not None:
         a = np.asarray(norm["asinh_scale"], np.float64)
         return (np.minimum(a, 1.0) * NO_NORM_LIMIT).astype(np.float32), None, \
             "float32 max / 4 times the input transform's scale (at most float32 max / 4)"
-    with np.errstate(over="ignore", invalid="ignore"):
-        mean = np.asarray(norm["mean"], np.float64)
-        s = np.asarray(norm["std"], np.float64) * np.asarray(norm.get("input_scale") or [1.0] * n, np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):          # the first n features: the readings'
+        mean = np.asarray(norm["mean"], np.float64)[:n]
+        s = np.asarray(norm["std"], np.float64)[:n] * np.asarray(norm.get("input_scale") or [1.0] * n, np.float64)[:n]
         half = np.minimum(READING_SIGMAS * s, NO_NORM_LIMIT)
         m = np.abs(mean)
         why = f"{READING_SIGMAS:.0e} standard deviations of the training data".replace("e+", "e")
         if (m <= half / 2).all():            # then |x - mean| <= 2 * half <= float32 max / 2
-            return (m + half).astype(np.float32), None, why
-        lo = np.clip(mean - half, -F32_MAX, F32_MAX).astype(np.float32)
-        hi = np.clip(mean + half, -F32_MAX, F32_MAX).astype(np.float32)
-    return hi, lo, why
+            hi, lo = (m + half).astype(np.float32), None
+        else:
+            lo = np.clip(mean - half, -F32_MAX, F32_MAX).astype(np.float32)
+            hi = np.clip(mean + half, -F32_MAX, F32_MAX).astype(np.float32)
+    if norm.get("gain_floor") is None:
+        return hi, lo, why
+    on = np.asarray(norm["gain_floor"], np.float64) > 0      # the gain stage: |x| / floor must stay finite
+    hi = np.where(on, np.minimum(np.asarray(norm["gain_floor"], np.float64), 1.0) * NO_NORM_LIMIT, hi).astype(np.float32)
+    lo = None if lo is None else np.where(on, -hi, lo).astype(np.float32)
+    return hi, lo, ["float32 max / 4 times the channel's gain floor (the gain stage)" if g else why for g in on]
 
 
 def default_backend() -> str:

@@ -71,7 +71,7 @@ from torch import nn
 from torch.optim.swa_utils import AveragedModel
 
 import edgeseq
-from edgeseq.data import GAIN_ARCHS, Dataset, Normalization, Split, load_dataset, since_change
+from edgeseq.data import GAIN_ARCHS, Dataset, Normalization, Split, load_dataset, model_inputs, since_change
 from edgeseq.data.augment import Augmenter, for_data, resolve_triples
 from edgeseq.errors import DataError, UsageError, printable
 from edgeseq.models import FROM_DATA, build_model, check_arch, config_dict, make_config
@@ -614,9 +614,7 @@ def _train(arch, dataset, tc, model_overrides, progress=True, seed: int | None =
         "stream_training": streaming,
         "plan": asdict(plan),
         "model_from_data": from_data,
-        "ignored_channels": [dataset.features[i] if i < dataset.n_features else
-                             f"level of {dataset.features[np.flatnonzero(norm.gain_floor > 0)[i - dataset.n_features]]}"
-                             for i in ignored],
+        "ignored_channels": [model_inputs(dataset.features, norm.gain_floor)[i] for i in ignored],
         "augment": {**augment.summary(), "why": aug_why} if augment else None,
         "input_transform": norm.transform_why,
         "schedule": schedule,
