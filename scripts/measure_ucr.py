@@ -249,14 +249,25 @@ def cmd_baseline(args):
 
 
 def cmd_merge(args):
+    """A's rows into B, each under `remeasured` with A's command, its date and `--why` (`--added`:
+    rows of sets B did not have, marked so); A's 1-NN DTW rows into B's `baseline`, each under its
+    `added` with A's baseline command. B's published figures and kinds are brought up to date."""
     src, dst = Path(args.source), Path(args.into)
     a, b = json.loads(src.read_text()), json.loads(dst.read_text())
     again = b.setdefault("remeasured", {})
-    for key, row in a["rows"].items():
+    for key, row in a.get("rows", {}).items():
         b["rows"][key] = row
-        again[key] = {"command": a["meta"]["command"], "date": row["date"], "why": args.why}
+        again[key] = {"command": a["meta"]["command"], "date": row["date"], "why": args.why,
+                      **({"added": True} if args.added else {})}
+    base = (a.get("baseline") or {}).get("rows", {})
+    for name, row in base.items():
+        b.setdefault("baseline", {"rows": {}})["rows"][name] = row
+        b["baseline"].setdefault("added", {})[name] = {"command": a["baseline"]["meta"]["command"],
+                                                       "date": row["date"]}
+    b["published"] = {k: {"dtw": v[0], "rocket": v[1]} for k, v in PUBLISHED.items()}
+    b["kinds"] = {k: v[1] for k, v in SETS.items()}
     dst.write_text(json.dumps(b, indent=1) + "\n")
-    print(f"merged {len(a['rows'])} rows of {src} into {dst}")
+    print(f"merged {len(a.get('rows', {}))} rows and {len(base)} baseline rows of {src} into {dst}")
 
 
 def cmd_table(args):
@@ -289,6 +300,7 @@ def main(argv=None):
     m.add_argument("--from", dest="source", required=True)
     m.add_argument("--into", required=True)
     m.add_argument("--why", required=True, help="what changed for these rows, for the caption")
+    m.add_argument("--added", action="store_true", help="the rows are of sets the table did not have")
     b = sub.add_parser("baseline", help="1-NN DTW as `edgeseq train` scores it, on every set")
     b.add_argument("--sets", required=True, help="folder `convert` wrote")
     b.add_argument("--only", nargs="+", choices=list(SETS))

@@ -864,13 +864,15 @@ def render_ucr(d: dict, source: str) -> str:
         bm = d["baseline"].get("meta", {})
         how += (f"; 1-NN DTW measured here: `{bm.get('command', 'python scripts/measure_ucr.py baseline')}`, "
                 f"{next(iter(here.values()))['library']}, {bm.get('date', '?')}")
+        for name, r in (d["baseline"].get("added") or {}).items():
+            how += f" ({name}: `{r['command']}`, {r['date']})"
     again = {}
     for key, r in (d.get("remeasured") or {}).items():
-        again.setdefault((r["command"], r["why"]), []).append((key, r["date"]))
-    for (cmd, why), keys in again.items():
+        again.setdefault((r["command"], r["why"], bool(r.get("added"))), []).append((key, r["date"]))
+    for (cmd, why, added), keys in again.items():
         dates = sorted({date for _, date in keys})
-        how += (f"; {', '.join(k for k, _ in keys)} measured again after {why} (`{cmd}`, "
-                f"{' to '.join(dict.fromkeys([dates[0], dates[-1]]))})")
+        how += (f"; {', '.join(k for k, _ in keys)} {'added' if added else 'measured again after'} {why} "
+                f"(`{cmd}`, {' to '.join(dict.fromkeys([dates[0], dates[-1]]))})")
     return "\n\n".join([machine_line(d, source, how), table, text])
 
 
