@@ -358,3 +358,12 @@ def task_models(data, task: str, root, epochs: int):
             cache[arch] = (ck, path)
         return cache[arch]
     return get
+
+
+def module_from_file(name: str, path):
+    """The Python file at `path` (a script or an example, not a package module) imported as `name`."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

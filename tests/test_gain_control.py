@@ -2,7 +2,6 @@
 stream would compute from a reset at each sequence's start, checked against a plain
 reading-by-reading loop, on prefixes, and under a change of the readings' units."""
 
-import importlib.util
 import math
 from pathlib import Path
 
@@ -14,10 +13,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def ucr():
-    spec = importlib.util.spec_from_file_location("measure_ucr_probe", ROOT / "scripts" / "measure_ucr.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from helpers import module_from_file
+    return module_from_file("measure_ucr_probe", ROOT / "scripts" / "measure_ucr.py")
 
 
 def _plain(x, n, tau, floor):

