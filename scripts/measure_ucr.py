@@ -198,6 +198,12 @@ def machine() -> dict:
             "torch": torch.__version__, "onnxruntime": onnxruntime.__version__, "numpy": np.__version__}
 
 
+def published_and_kinds() -> dict:
+    """The table's published figures and kinds of signal, as the JSON keeps them."""
+    return {"published": {k: {"dtw": v[0], "rocket": v[1]} for k, v in PUBLISHED.items()},
+            "kinds": {k: v[1] for k, v in SETS.items()}}
+
+
 def chosen_sets(args) -> list:
     """The sets to run: `--only`'s (each must be there), else every set `convert` wrote into
     `--sets` (and the embedded ones), those it did not write named on one line."""
@@ -215,8 +221,7 @@ def cmd_run(args):
     out = Path(args.json)
     doc = json.loads(out.read_text()) if out.exists() else {}
     rows = doc.setdefault("rows", {})
-    doc["published"] = {k: {"dtw": v[0], "rocket": v[1]} for k, v in PUBLISHED.items()}
-    doc["kinds"] = {k: v[1] for k, v in SETS.items()}
+    doc.update(published_and_kinds())
     for name in chosen_sets(args):
         ds = load_dataset(data_spec(name, args.sets))
         for arch in args.archs:
@@ -278,8 +283,7 @@ def cmd_merge(args):
         b.setdefault("baseline", {"rows": {}})["rows"][name] = row
         b["baseline"].setdefault("added", {})[name] = {"command": a["baseline"]["meta"]["command"],
                                                        "date": row["date"]}
-    b["published"] = {k: {"dtw": v[0], "rocket": v[1]} for k, v in PUBLISHED.items()}
-    b["kinds"] = {k: v[1] for k, v in SETS.items()}
+    b.update(published_and_kinds())
     dst.write_text(json.dumps(b, indent=1) + "\n")
     print(f"merged {len(a.get('rows', {}))} rows and {len(base)} baseline rows of {src} into {dst}")
 

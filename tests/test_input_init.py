@@ -43,7 +43,7 @@ def test_one_channel_draws_the_input_matrix_by_its_fan_in(arch):
     names = getattr(model, "input_weights", None) or (model.input_weight,)
     before = {n: model.get_parameter(n).detach().clone() for n in names}
     assert all(w.abs().max() <= 64 ** -0.5 for w in before.values())          # torch's U(+-1/sqrt(hidden))
-    said = init_inputs(model, "auto", split(1))
+    said = init_inputs(model, arch, "auto", split(1))
     assert said.startswith("fan_in") and "N(0, 1/1)" in said
     for n in names:
         w = model.get_parameter(n).detach()
@@ -56,14 +56,14 @@ def test_several_channels_keep_torch_draw_unless_asked():
     torch.manual_seed(0)
     model = build_model("gru", make_config("gru", n_features=6, n_classes=2, hidden=64))
     w0 = model.rnn.weight_ih_l0.detach().clone()
-    assert init_inputs(model, "auto", split(6)) is None
+    assert init_inputs(model, "gru", "auto", split(6)) is None
     assert torch.equal(model.rnn.weight_ih_l0, w0)
-    said = init_inputs(model, "fan_in", split(6))
+    said = init_inputs(model, "gru", "fan_in", split(6))
     assert "N(0, 1/6)" in said and "given" in said
     assert 0.8 * 6 ** -0.5 < model.rnn.weight_ih_l0.std().item() < 1.2 * 6 ** -0.5
     one = build_model("gru", make_config("gru", n_features=1, n_classes=2))
     w1 = one.rnn.weight_ih_l0.detach().clone()
-    assert init_inputs(one, "torch", split(1)) is None and torch.equal(one.rnn.weight_ih_l0, w1)
+    assert init_inputs(one, "gru", "torch", split(1)) is None and torch.equal(one.rnn.weight_ih_l0, w1)
 
 
 @pytest.mark.parametrize("arch", ["ssm", "transformer"])
@@ -71,7 +71,7 @@ def test_models_whose_encoder_is_linear_keep_its_draw(arch):
     torch.manual_seed(0)
     model = build_model(arch, make_config(arch, n_features=1, n_classes=2))
     w0 = model.get_parameter(model.input_weight).detach().clone()
-    assert init_inputs(model, "fan_in", split(1)) is None
+    assert init_inputs(model, arch, "fan_in", split(1)) is None
     assert torch.equal(model.get_parameter(model.input_weight), w0)
 
 

@@ -136,7 +136,7 @@ class RecurrentConfig:
 
 def lecun_normal(weight: torch.Tensor) -> torch.Tensor:
     """Draw `weight` (out, fan_in) in place from N(0, 1/fan_in) (LeCun et al. 1998, "Efficient
-    BackProp"; flax's default for a dense kernel): each gate's pre-activation from the normalised
+    BackProp"): each gate's pre-activation from the normalised
     reading then has the variance of one reading, whatever the channel count. Torch draws every
     recurrent weight from U(+-1/sqrt(hidden)), the right fan-in for the recurrent matrices and for
     deeper layers but not for the first layer's input matrix: with one channel and 64 units the

@@ -272,11 +272,11 @@ FAN_IN_CHANNELS = 1      # input_init auto: data with at most this many channels
 INPUT_INIT_ARCHS = ("rnn", "gru", "lstm", "bigru", "bilstm")   # the models whose first input matrix it draws
 
 
-def init_inputs(model, how: str, split: Split) -> str | None:
-    """Draw the first input matrix of a recurrent model (rnn, gru, lstm, bigru, bilstm: torch's
-    fused layers) from N(0, 1/inputs) (`lecun_normal`) where `how` is "fan_in", or "auto" on data
-    of at most FAN_IN_CHANNELS channels; the other models (their input is an nn.Linear, already
-    drawn by its fan-in) and "torch" keep their draw. In place, before the optimiser sees the
+def init_inputs(model, arch: str, how: str, split: Split) -> str | None:
+    """Draw the first input matrix of a recurrent model (INPUT_INIT_ARCHS: torch's fused layers)
+    from N(0, 1/inputs) (`lecun_normal`) where `how` is "fan_in", or "auto" on data of at most
+    FAN_IN_CHANNELS channels; the other models (their input is an nn.Linear, already drawn by its
+    fan-in) and "torch" keep their draw. In place, before the optimiser sees the
     weights. Classifiers only: anomaly and regression models (`edgeseq.train.forecast`) keep
     torch's draw. Returns what was done, for `metrics["input_init"]` (None: nothing).
 
@@ -288,11 +288,9 @@ def init_inputs(model, how: str, split: Split) -> str | None:
     reset 0.9906 against 0.9935) and on JapaneseVowels (12) about the same (CHANGELOG, measured
     during development). The gain stage's log level is one more input: a gained channel gives
     N(0, 1/2)."""
-    if how == "torch" or (how == "auto" and split.X.shape[2] > FAN_IN_CHANNELS):
+    if arch not in INPUT_INIT_ARCHS or how == "torch" or (how == "auto" and split.X.shape[2] > FAN_IN_CHANNELS):
         return None
     names = getattr(model, "input_weights", None) or (model.input_weight,)
-    if not all(n.endswith("weight_ih_l0") for n in names):
-        return None                          # an nn.Linear encoder: drawn by its fan-in already
     with torch.no_grad():
         for name in names:
             lecun_normal(model.get_parameter(name))
@@ -458,7 +456,7 @@ def _train(arch, dataset, tc, model_overrides, progress=True, seed: int | None =
     rng = np.random.default_rng(seed)
     model = build_model(arch, config)
     model.norm.set(norm.mean, norm.std, norm.asinh_scale, norm.gain_floor, norm.gain_release)
-    input_init = init_inputs(model, tc.input_init, dataset.train)
+    input_init = init_inputs(model, arch, tc.input_init, dataset.train)
 
     tr, val, held = validation_split(dataset, tc)
     aug, aug_why = for_data(tc.augment, dataset.features)   # AUTO: by the channels (motion data or not)
