@@ -42,17 +42,27 @@ def basicmotions():
     return load_dataset("basicmotions")
 
 
+BRIEF = 20    # epochs of the bidirectional models of `trained`
+
+
 @pytest.fixture(scope="session")
 def trained(basicmotions, tmp_path_factory):
     """arch -> checkpoint trained with that architecture's default schedule and seed 0 (every
-    worker reads the one saved checkpoint back, so all see the same dict)."""
-    from edgeseq.train import load_checkpoint, save_checkpoint, train
+    worker reads the one saved checkpoint back, so all see the same dict). The bidirectional
+    models, whose tests need a window model and never its accuracy, train a fixed BRIEF epochs
+    (seconds, against about 25 s to early stopping)."""
+    from dataclasses import replace
+
+    from edgeseq.train import DEFAULTS, load_checkpoint, save_checkpoint, train
     cache = {}
+
+    def fit(arch):
+        tc = replace(DEFAULTS[arch], epochs=BRIEF) if arch in ("bigru", "bilstm") else None
+        return train(arch, basicmotions, tc, progress=False)
 
     def get(arch):
         if arch not in cache:
-            cache[arch] = made_once(tmp_path_factory, f"trained-{arch}",
-                                    lambda d: save_checkpoint(train(arch, basicmotions, progress=False), d),
+            cache[arch] = made_once(tmp_path_factory, f"trained-{arch}", lambda d: save_checkpoint(fit(arch), d),
                                     load_checkpoint)
         return cache[arch]
     return get

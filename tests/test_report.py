@@ -98,40 +98,28 @@ def test_recurrent_state_is_flat_and_the_cache_grows_per_reading(report):
     assert r["rss"]["transformer"]["state_bytes"] == (cap(None) or QUICK["rss_growing"]) * per_reading
 
 
-def test_the_microcontroller_panel_is_in_the_report(report):
+def test_the_microcontroller_panel_measures_ram_and_cycles_against_history(report):
+    """The report's int8 models on the emulated M4: a fixed state costs the same at any history,
+    a KV ring grows with the readings it keeps, and so do its cycles."""
+    from edgeseq.report import mcu
+    from edgeseq.report.edge_pages import _mcu_line, _tables
+
     out, r, _ = report
     p = r["mcu"]
     md = (out / "report.md").read_text()
     if not p["available"]:
         assert f"On a microcontroller: not measured ({p['reason']})." in md
-        return
+        pytest.skip(p["reason"])
     assert [t["history"] for t in p["transformer"]] == [4, 16] and set(p["fixed"]) == {"gru", "ssm"}
     assert "![On a microcontroller](mcu.png)" in md and (out / "mcu.png").read_bytes()[:8] == PNG
-
-
-def test_mcu_panel_measures_ram_and_cycles_against_history(basicmotions, tmp_path):
-    """Tiny models on the emulated M4: a fixed state costs the same at any history, a KV ring
-    grows with the readings it keeps, and so do its cycles."""
-    from edgeseq.report import mcu
-    from edgeseq.report.bench import _random_checkpoint
-    from edgeseq.report.edge_pages import _mcu_line, _tables
-    from export import export_int8
-
-    if mcu.toolchain_missing():
-        pytest.skip(mcu.toolchain_missing())
-    gru = tmp_path / "gru-int8.onnx"
-    export_int8(_random_checkpoint("gru", hidden=8), gru, "static", data=basicmotions, keep_anyway=True)
-    tr = _random_checkpoint("transformer", d_model=8, heads=2, layers=1, d_ff=16, window=4)
-    p = mcu.mcu_panel({"gru": {"int8": {"path": str(gru)}}}, {"transformer": tr}, basicmotions, (2, 8), tmp_path)
-    assert p["available"] and p["readings"] == mcu.READINGS
-    g, (t2, t8) = p["fixed"]["gru"], p["transformer"]
-    assert g["state_bytes"] > 0 and g["cycles_per_step"] > 0 and g["bit_exact_readings"] == mcu.READINGS
-    assert (t2["history"], t8["history"]) == (2, 8)
-    assert t8["cache_bytes"] == 4 * t2["cache_bytes"] > 0 and t8["ram_bytes"] > t2["ram_bytes"]
-    assert t8["cycles_per_step"] > t2["cycles_per_step"] > 0 and t8["us_per_reading"] > 0
-    r = {"mcu": p}
-    title, head, rows = next(t for t in _tables_of(r, _tables) if t[0].startswith("On a microcontroller"))
-    assert [row[1] for row in rows] == ["any", "2", "8"]
+    assert p["readings"] == mcu.READINGS
+    for g in p["fixed"].values():
+        assert g["state_bytes"] > 0 and g["cycles_per_step"] > 0 and g["bit_exact_readings"] == mcu.READINGS
+    t4, t16 = p["transformer"]
+    assert t16["cache_bytes"] == 4 * t4["cache_bytes"] > 0 and t16["ram_bytes"] > t4["ram_bytes"]
+    assert t16["cycles_per_step"] > t4["cycles_per_step"] > 0 and t16["us_per_reading"] > 0
+    title, head, rows = next(t for t in _tables_of({"mcu": p}, _tables) if t[0].startswith("On a microcontroller"))
+    assert [row[1] for row in rows] == ["any", "any", "4", "16"]
     assert _mcu_line(p).startswith("On an emulated cortex-m4")
 
 
