@@ -17,6 +17,7 @@ from edgeseq.errors import DataError, UsageError
 from edgeseq.runtime.evaluate import grace_for
 from edgeseq.train import (DEFAULTS, EarlyStopping, TrainConfig, diagnose, epoch_budget, model_from_checkpoint, train,
                            validation_scores, validation_split)
+from edgeseq.cli.train import schedule_line
 from edgeseq.train.loop import EXTEND
 from edgeseq.train.plan import CHUNK_MAX, CHUNK_MIN, chunk_for, plan_epoch
 
@@ -128,6 +129,49 @@ def test_no_validation_split_with_explicit_epochs_or_too_little_data(easy):
                progress=False)
     s = ck["metrics"]["schedule"]
     assert s["mode"] == "budget" and s["epochs_run"] == s["max_epochs"] and "too few" in s["validation"]
+
+
+def test_without_a_validation_split_a_model_still_learning_gets_another_cosine_cycle(easy, capsys):
+    """No validation split: at the end of the budget a model still learning its training data
+    trains one more cosine cycle of the budget's length from RESTART_LR of `lr` (up to EXTEND
+    times the budget) and says so; one that does not learn at all (a learning rate too low to
+    move it) stops at the budget, told to train longer or faster."""
+    from edgeseq.train.loop import RESTART_LR
+    tc = replace(DEFAULTS["gru"], val_fraction=0.0, budget_updates=1, min_epochs=10, augment="none")
+    ck = train("gru", easy, tc, TINY, progress=True)
+    s, curve = ck["metrics"]["schedule"], ck["metrics"]["curve"]
+    assert s["mode"] == "budget" and s["budget_epochs"] == 10 and s["cycles"] == 2
+    assert s["epochs_run"] == len(curve) == s["max_epochs"] == EXTEND * 10
+    lrs = [p["lr"] for p in curve]
+    assert lrs[0] == tc.lr and lrs[10] == pytest.approx(RESTART_LR * tc.lr)
+    assert all(b < a for a, b in zip(lrs[:10], lrs[1:10])) and all(b < a for a, b in zip(lrs[10:], lrs[11:]))
+    assert curve[9]["fit"] < 0.9 <= ck["metrics"]["train_accuracy"]         # it underfit at the budget's end
+    assert "another cosine cycle of 10 epochs" in capsys.readouterr().err
+    slow = train("gru", easy, replace(tc, lr=1e-6), TINY, progress=False)
+    s = slow["metrics"]["schedule"]
+    assert s["cycles"] == 1 and s["epochs_run"] == 10 and not s["converged"] and "try --epochs 20" in s["advice"]
+    assert schedule_line(ck["metrics"]["schedule"]).startswith("20 epochs, the whole budget and a second cosine cycle")
+    assert schedule_line(s).startswith("10 epochs, the whole budget (no validation split")
+
+
+def _curve(losses, fits):
+    return [{"epoch": i + 1, "loss": a, "fit": f} for i, (a, f) in enumerate(zip(losses, fits))]
+
+
+@pytest.mark.parametrize("losses, fits, counted, grows", [
+    ([2.0 - 0.1 * i for i in range(10)], [0.5] * 10, 30, True),            # the loss still falls 5% a fifth
+    ([2.0 - 0.1 * i for i in range(10)], [0.5] * 9 + [0.99], 30, False),   # ... but every sequence is right
+    ([1.0] * 10, [0.3, 0.3] + [0.5] * 8, 30, True),                        # a flat loss, the fit rising underfit
+    ([1.0] * 10, [0.3, 0.3] + [0.34] * 8, 30, False),                      # one sequence of 30 is no rise
+    ([1.0] * 10, [0.3, 0.3] + [0.95] * 8, 30, False),                      # fit above 0.9: nothing to grow for
+    ([1.0] * 10, [0.3] * 10, 30, False),                                   # learning nothing
+    ([2.0 - 0.1 * i for i in range(5)], [0.3] * 5, 30, False),             # under 10 epochs: no loss trend ...
+    ([1.0] * 5, [0.3, 0.6, 0.6, 0.6, 0.6], 30, True),                      # ... the fit's still counts
+])
+def test_still_learning_reads_the_loss_and_the_fit(losses, fits, counted, grows):
+    from edgeseq.train.loop import still_learning
+    assert still_learning(_curve(losses, fits), counted) is grows
+    assert still_learning([{"epoch": 1, "loss": 1.0}]) is False                # no fit recorded: never
 
 
 def test_explicit_epochs_train_exactly_that_many_on_every_sequence(easy):

@@ -328,7 +328,9 @@ def schedule_line(s: dict | None) -> str:
     if s["mode"] == "fixed":
         return f"{s['epochs_run']} epochs (fixed)"
     if s["mode"] == "budget":
-        return f"{s['epochs_run']} epochs, the whole budget (no validation split: {s['validation']})"
+        again = (" and a second cosine cycle of it, the model still learning" if (s.get("cycles") or 1) > 1
+                 else "")
+        return f"{s['epochs_run']} epochs, the whole budget{again} (no validation split: {s['validation']})"
     how = "stopped early" if s["stopped"] == "early" else "budget spent"
     final = s.get("final_epochs") or 0
     tail = f", then {final} over every training sequence" if final else ""

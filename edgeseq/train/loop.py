@@ -48,7 +48,9 @@ and it keeps its last epoch rather than the best validation loss's (`EarlyStoppi
 A run that stopped early still far from fitting its training data (`stalled`) trains again from
 a new initialisation, up to `restarts` times, on the same validation split (`kept_attempt`).
 Where the training split is too small to hold out anything, the budget runs in full on a cosine
-schedule. Every epoch's loss, validation
+schedule; where at its end the training loss is still falling and the model has not yet fit its
+training sequences (`still_learning`), another cosine cycle of the budget's length follows, from
+RESTART_LR of `lr` (a warm restart), up to EXTEND times the budget. Every epoch's loss, validation
 loss and accuracy and learning rate are in the checkpoint's `metrics["curve"]`; `diagnose` says
 plainly when the model did not converge and what to try.
 
@@ -307,6 +309,8 @@ FIT_DELTA = 0.01      # a training accuracy this much above the best so far: the
 LR_MAX = TRAIN_LIMITS["lr"][2]   # the highest learning rate `train` accepts
 ACC_SLACK = 0.02      # an underfit model's last epoch is kept within this validation accuracy of the best's
 EXTEND = 2            # the epoch budget grows up to this many times while the model is still learning
+RESTART_LR = 0.5      # without a validation split, a grown budget's cosine cycle starts at this share of `lr`
+FIT_ALL = 0.99        # ... and it grows only while an epoch's fit is below this (something left to learn)
 
 
 def epoch_budget(plan: Plan, tc: TrainConfig, streaming: bool) -> int:
@@ -577,6 +581,7 @@ def _train(arch, dataset, tc, model_overrides, progress=True, seed: int | None =
         return total_loss / plan.per_epoch
 
     limit, epoch = epochs, 0      # the budget, grown while the model is still learning (EXTEND)
+    cycles = 1                    # cosine cycles run without a validation split
     while epoch < limit:
         lr = opt.param_groups[0]["lr"]
         history.append(run_epoch(epoch, tr))
@@ -598,6 +603,16 @@ def _train(arch, dataset, tc, model_overrides, progress=True, seed: int | None =
                 bar.grow(with_final(limit))
         else:
             curve.append(point)
+            if tc.epochs is None and epoch + 1 == limit and limit < EXTEND * epochs and still_learning(curve, fit[1]):
+                # SGDR: another cosine cycle of the budget's length from RESTART_LR of the peak
+                limit, cycle = limit + epochs, epochs * plan.per_epoch
+                cycles += 1
+                if bar.enabled:
+                    bar._say(f"still learning its training data at the end of the budget of {epochs} epochs (fit "
+                             f"{curve[-1].get('fit', 0.0):.3f}): another cosine cycle of {epochs} epochs")
+                sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s, n=cycle: RESTART_LR * 0.5 * (
+                    1 + math.cos(math.pi * min(s, n) / n)))
+                bar.grow(with_final(limit))
         epoch += 1
     final = 0
     if stopper is not None:
@@ -633,6 +648,8 @@ def _train(arch, dataset, tc, model_overrides, progress=True, seed: int | None =
                 "stopped": "fixed" if tc.epochs is not None else stopped,
                 "patience": patience if stopper else None, "validation": held, "final_epochs": final,
                 "updates": updates_run}
+    if stopper is None and tc.epochs is None:
+        schedule["cycles"] = cycles
     if stopper is not None and stopper.fit_max >= 0:
         schedule["fit"] = round(stopper.fit_max, 5)        # the highest fit of an epoch: `stalled` reads it
     schedule.update(diagnose(curve, train_acc, schedule, tc, arch))
@@ -707,6 +724,35 @@ def check_finite(model, arch: str, dataset: Dataset, tc: TrainConfig) -> None:
                         f"{tc.lr / 10:g}) or look for extreme readings in the data")
 
 
+def loss_falling(run: list) -> tuple | None:
+    """(mean loss of the fifth of the epochs before the last fifth, of the last fifth) where the
+    last is still 5% below the one before (at least 10 epochs of `run`, curve points), else None."""
+    n = len(run)
+    if n < 10:
+        return None
+    k = max(1, n // 5)
+    last, before = np.mean([p["loss"] for p in run[-k:]]), np.mean([p["loss"] for p in run[-2 * k:-k]])
+    return (float(before), float(last)) if last < 0.95 * before else None
+
+
+def still_learning(curve: list, counted: int = 0) -> bool:
+    """Without a validation split, at the end of the budget (curve points with each epoch's
+    `fit`; `counted` the sequences the last epoch's fit counted): the last epoch's fit below
+    FIT_ALL, and either the training loss still falling (`loss_falling`) or the mean fit of the
+    last fifth of the epochs below UNDERFIT though at least a step above the first fifth's (a
+    step: FIT_DELTA or two of `counted` sequences, whichever is more, as `EarlyStopping` counts a
+    rise; a cosine's last epochs barely move the loss, learnt or not). Such a run trains another
+    cosine cycle (warm restarts, Loshchilov & Hutter 2017, SGDR), up to EXTEND times the budget."""
+    fits = [p["fit"] for p in curve if "fit" in p]
+    if not fits or fits[-1] >= FIT_ALL:
+        return False
+    if loss_falling(curve) is not None:
+        return True
+    k = max(1, len(fits) // 5)
+    first, last = float(np.mean(fits[:k])), float(np.mean(fits[-k:]))
+    return first + max(FIT_DELTA, 2 / counted if counted else 0.0) <= last < UNDERFIT
+
+
 def diagnose(curve: list, train_accuracy: float, schedule: dict, tc: TrainConfig, arch: str = "gru") -> dict:
     """{'converged': bool, 'advice': one line or None}: not converged when the training
     accuracy is below UNDERFIT (the model underfits), or when the budget ran out while the
@@ -721,11 +767,9 @@ def diagnose(curve: list, train_accuracy: float, schedule: dict, tc: TrainConfig
     if schedule["stopped"] == "budget" and best is not None \
             and n - best < max(1, schedule.get("patience") or tc.patience) // 3 + 1:
         advice.append(f"the validation loss was still falling when the budget of {budget} epochs ran out")
-    if schedule["mode"] != "early-stopping" and n >= 10:
-        k = max(1, n // 5)
-        last, before = np.mean([p["loss"] for p in run[-k:]]), np.mean([p["loss"] for p in run[-2 * k:-k]])
-        if last < 0.95 * before:
-            advice.append(f"the training loss was still falling at the last epoch ({before:.3f} -> {last:.3f})")
+    falling = loss_falling(run) if schedule["mode"] != "early-stopping" else None
+    if falling is not None:
+        advice.append(f"the training loss was still falling at the last epoch ({falling[0]:.3f} -> {falling[1]:.3f})")
     if train_accuracy < UNDERFIT:
         advice.append(f"training accuracy {train_accuracy:.3f} is far below 1: the model underfits")
     if advice:

@@ -201,6 +201,9 @@ class Progress:
             self.bar.refresh()
 
     def _say(self, line: str):
+        if getattr(self, "bar", None) is not None:               # above a bar on a terminal, not through it
+            self.bar.write(safe_text(line), file=self.out)
+            return
         print(safe_text(line), file=self.out, flush=True)       # names in it are escaped where it is built
 
     def start(self, seconds_per_update: float):
@@ -222,7 +225,8 @@ class Progress:
                      f"more time{'s' if self.restarts != 1 else ''}" if self.restarts else "")
             self._say(f"  validation: {self.held}; training stops when its score has not improved for a while{again}")
         elif self.held:
-            self._say(f"  no validation split ({self.held}): the whole budget runs")
+            self._say(f"  no validation split ({self.held}): the whole budget runs, and once more while the "
+                      "model is still learning its training data")
         if estimate > self.LONG:
             self._say("  that is long: fewer epochs (--epochs), a smaller model (--set hidden=32) or fewer "
                       "readings (downsample the recordings) shorten it; --quiet hides this progress")
