@@ -158,20 +158,21 @@ def _curve(losses, fits):
     return [{"epoch": i + 1, "loss": a, "fit": f} for i, (a, f) in enumerate(zip(losses, fits))]
 
 
-@pytest.mark.parametrize("losses, fits, counted, grows", [
-    ([2.0 - 0.1 * i for i in range(10)], [0.5] * 10, 30, True),            # the loss still falls 5% a fifth
-    ([2.0 - 0.1 * i for i in range(10)], [0.5] * 9 + [0.99], 30, False),   # ... but every sequence is right
-    ([1.0] * 10, [0.3, 0.3] + [0.5] * 8, 30, True),                        # a flat loss, the fit rising underfit
-    ([1.0] * 10, [0.3, 0.3] + [0.34] * 8, 30, False),                      # one sequence of 30 is no rise
-    ([1.0] * 10, [0.3, 0.3] + [0.95] * 8, 30, False),                      # fit above 0.9: nothing to grow for
-    ([1.0] * 10, [0.3] * 10, 30, False),                                   # learning nothing
-    ([2.0 - 0.1 * i for i in range(5)], [0.3] * 5, 30, False),             # under 10 epochs: no loss trend ...
-    ([1.0] * 5, [0.3, 0.6, 0.6, 0.6, 0.6], 30, True),                      # ... the fit's still counts
+@pytest.mark.parametrize("losses, fits, acc, grows", [
+    ([2.0 - 0.1 * i for i in range(10)], [0.5] * 10, 0.5, True),             # the loss still falls 5% a fifth
+    ([2.0 - 0.1 * i for i in range(10)], [0.5] * 10, 1.0, False),            # ... but every sequence is right
+    ([0.02 - 0.001 * i for i in range(10)], [0.5] * 10, 0.5, False),         # ... a fall of a few thousandths
+    ([1.0] * 10, [0.3, 0.3] + [0.5] * 8, 0.5, True),                         # a flat loss, the fit rising underfit
+    ([1.0] * 10, [0.3, 0.3] + [0.34] * 8, 0.34, False),                      # one sequence of 30 is no rise
+    ([1.0] * 10, [0.3, 0.3] + [0.95] * 8, 0.95, False),                      # fit above 0.9: nothing to grow for
+    ([1.0] * 10, [0.3] * 10, 0.3, False),                                    # learning nothing
+    ([2.0 - 0.1 * i for i in range(5)], [0.3] * 5, 0.3, False),              # under 10 epochs: no loss trend ...
+    ([1.0] * 5, [0.3, 0.6, 0.6, 0.6, 0.6], 0.6, True),                       # ... the fit's still counts
 ])
-def test_still_learning_reads_the_loss_and_the_fit(losses, fits, counted, grows):
+def test_still_learning_reads_the_loss_and_the_fit(losses, fits, acc, grows):
     from edgeseq.train.loop import still_learning
-    assert still_learning(_curve(losses, fits), counted) is grows
-    assert still_learning([{"epoch": 1, "loss": 1.0}]) is False                # no fit recorded: never
+    assert still_learning(_curve(losses, fits), 30, acc) is grows
+    assert still_learning([{"epoch": 1, "loss": 1.0}], 30, 0.3) is False       # no fit recorded: never
 
 
 def test_explicit_epochs_train_exactly_that_many_on_every_sequence(easy):

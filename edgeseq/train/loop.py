@@ -310,7 +310,8 @@ LR_MAX = TRAIN_LIMITS["lr"][2]   # the highest learning rate `train` accepts
 ACC_SLACK = 0.02      # an underfit model's last epoch is kept within this validation accuracy of the best's
 EXTEND = 2            # the epoch budget grows up to this many times while the model is still learning
 RESTART_LR = 0.5      # without a validation split, a grown budget's cosine cycle starts at this share of `lr`
-FIT_ALL = 0.99        # ... and it grows only while an epoch's fit is below this (something left to learn)
+FIT_ALL = 0.99        # ... and it grows only while the training accuracy is below this (something left to learn)
+LOSS_EPS = 0.01       # a training loss still falling falls by at least this much (nats), not only 5%
 
 
 def epoch_budget(plan: Plan, tc: TrainConfig, streaming: bool) -> int:
@@ -603,13 +604,15 @@ def _train(arch, dataset, tc, model_overrides, progress=True, seed: int | None =
                 bar.grow(with_final(limit))
         else:
             curve.append(point)
-            if tc.epochs is None and epoch + 1 == limit and limit < EXTEND * epochs and still_learning(curve, fit[1]):
+            if tc.epochs is None and epoch + 1 == limit and limit < EXTEND * epochs \
+                    and still_learning(curve, fit[1], fitted := accuracy(judged, tr)):
                 # SGDR: another cosine cycle of the budget's length from RESTART_LR of the peak
                 limit, cycle = limit + epochs, epochs * plan.per_epoch
                 cycles += 1
                 if bar.enabled:
-                    bar._say(f"still learning its training data at the end of the budget of {epochs} epochs (fit "
-                             f"{curve[-1].get('fit', 0.0):.3f}): another cosine cycle of {epochs} epochs")
+                    bar._say(f"train {arch}: still learning its training data at the end of the budget of {epochs} "
+                             f"epochs (training accuracy {fitted:.3f}): another cosine cycle of "
+                             f"{epochs} epochs")
                 sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s, n=cycle: RESTART_LR * 0.5 * (
                     1 + math.cos(math.pi * min(s, n) / n)))
                 bar.grow(with_final(limit))
@@ -726,25 +729,27 @@ def check_finite(model, arch: str, dataset: Dataset, tc: TrainConfig) -> None:
 
 def loss_falling(run: list) -> tuple | None:
     """(mean loss of the fifth of the epochs before the last fifth, of the last fifth) where the
-    last is still 5% below the one before (at least 10 epochs of `run`, curve points), else None."""
+    last is still 5% and at least LOSS_EPS below the one before (at least 10 epochs of `run`,
+    curve points), else None: a loss near 0 that halves is no sign of more to learn."""
     n = len(run)
     if n < 10:
         return None
     k = max(1, n // 5)
     last, before = np.mean([p["loss"] for p in run[-k:]]), np.mean([p["loss"] for p in run[-2 * k:-k]])
-    return (float(before), float(last)) if last < 0.95 * before else None
+    return (float(before), float(last)) if last < 0.95 * before and before - last >= LOSS_EPS else None
 
 
-def still_learning(curve: list, counted: int = 0) -> bool:
+def still_learning(curve: list, counted: int = 0, train_accuracy: float = 0.0) -> bool:
     """Without a validation split, at the end of the budget (curve points with each epoch's
-    `fit`; `counted` the sequences the last epoch's fit counted): the last epoch's fit below
-    FIT_ALL, and either the training loss still falling (`loss_falling`) or the mean fit of the
+    `fit`; `counted` the sequences the last epoch's fit counted; `train_accuracy` the weights'
+    accuracy on the training split, `accuracy`, not the fit of augmented updates, which one
+    missed sequence of three puts at 0.667): the training accuracy below FIT_ALL, and either the training loss still falling (`loss_falling`) or the mean fit of the
     last fifth of the epochs below UNDERFIT though at least a step above the first fifth's (a
     step: FIT_DELTA or two of `counted` sequences, whichever is more, as `EarlyStopping` counts a
     rise; a cosine's last epochs barely move the loss, learnt or not). Such a run trains another
     cosine cycle (warm restarts, Loshchilov & Hutter 2017, SGDR), up to EXTEND times the budget."""
     fits = [p["fit"] for p in curve if "fit" in p]
-    if not fits or fits[-1] >= FIT_ALL:
+    if not fits or train_accuracy >= FIT_ALL:
         return False
     if loss_falling(curve) is not None:
         return True
@@ -757,8 +762,8 @@ def diagnose(curve: list, train_accuracy: float, schedule: dict, tc: TrainConfig
     """{'converged': bool, 'advice': one line or None}: not converged when the training
     accuracy is below UNDERFIT (the model underfits), or when the budget ran out while the
     validation score was still improving (its best epoch in the last third of the patience),
-    or, on a fixed schedule, when the loss of the last fifth of the epochs is still 5% below
-    the fifth before it."""
+    or, on a fixed schedule or budget, when the loss of the last fifth of the epochs is still
+    falling (`loss_falling`: 5% and LOSS_EPS below the fifth before it)."""
     run = [p for p in curve if not p.get("final")]          # the final epochs over every sequence aside
     n = len(run)
     budget = schedule.get("max_epochs") or n
