@@ -53,11 +53,12 @@ def trained(basicmotions, tmp_path_factory):
     (seconds, against about 25 s to early stopping)."""
     from dataclasses import replace
 
+    from edgeseq.contract import WINDOW_ARCHS
     from edgeseq.train import DEFAULTS, load_checkpoint, save_checkpoint, train
     cache = {}
 
     def fit(arch):
-        tc = replace(DEFAULTS[arch], epochs=BRIEF) if arch in ("bigru", "bilstm") else None
+        tc = replace(DEFAULTS[arch], epochs=BRIEF) if arch in WINDOW_ARCHS else None
         return train(arch, basicmotions, tc, progress=False)
 
     def get(arch):

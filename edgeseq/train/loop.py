@@ -582,7 +582,6 @@ def _train(arch, dataset, tc, model_overrides, progress=True, seed: int | None =
         return total_loss / plan.per_epoch
 
     limit, epoch = epochs, 0      # the budget, grown while the model is still learning (EXTEND)
-    cycles = 1                    # cosine cycles run without a validation split
     while epoch < limit:
         lr = opt.param_groups[0]["lr"]
         history.append(run_epoch(epoch, tr))
@@ -608,7 +607,6 @@ def _train(arch, dataset, tc, model_overrides, progress=True, seed: int | None =
                     and still_learning(curve, fit[1], fitted := accuracy(judged, tr)):
                 # SGDR: another cosine cycle of the budget's length from RESTART_LR of the peak
                 limit, cycle = limit + epochs, epochs * plan.per_epoch
-                cycles += 1
                 if bar.enabled:
                     bar._say(f"train {arch}: still learning its training data at the end of the budget of {epochs} "
                              f"epochs (training accuracy {fitted:.3f}): another cosine cycle of "
@@ -652,7 +650,7 @@ def _train(arch, dataset, tc, model_overrides, progress=True, seed: int | None =
                 "patience": patience if stopper else None, "validation": held, "final_epochs": final,
                 "updates": updates_run}
     if stopper is None and tc.epochs is None:
-        schedule["cycles"] = cycles
+        schedule["cycles"] = 2 if limit > epochs else 1        # cosine cycles: a grown budget ran a second
     if stopper is not None and stopper.fit_max >= 0:
         schedule["fit"] = round(stopper.fit_max, 5)        # the highest fit of an epoch: `stalled` reads it
     schedule.update(diagnose(curve, train_acc, schedule, tc, arch))
@@ -743,8 +741,9 @@ def still_learning(curve: list, counted: int = 0, train_accuracy: float = 0.0) -
     """Without a validation split, at the end of the budget (curve points with each epoch's
     `fit`; `counted` the sequences the last epoch's fit counted; `train_accuracy` the weights'
     accuracy on the training split, `accuracy`, not the fit of augmented updates, which one
-    missed sequence of three puts at 0.667): the training accuracy below FIT_ALL, and either the training loss still falling (`loss_falling`) or the mean fit of the
-    last fifth of the epochs below UNDERFIT though at least a step above the first fifth's (a
+    missed sequence of three puts at 0.667): the training accuracy below FIT_ALL, and either the
+    training loss still falling (`loss_falling`) or the mean fit of the last fifth of the epochs
+    below UNDERFIT though at least a step above the first fifth's (a
     step: FIT_DELTA or two of `counted` sequences, whichever is more, as `EarlyStopping` counts a
     rise; a cosine's last epochs barely move the loss, learnt or not). Such a run trains another
     cosine cycle (warm restarts, Loshchilov & Hutter 2017, SGDR), up to EXTEND times the budget."""

@@ -201,7 +201,7 @@ class Progress:
             self.bar.refresh()
 
     def _say(self, line: str):
-        if getattr(self, "bar", None) is not None:               # above a bar on a terminal, not through it
+        if self.bar is not None:               # above a bar on a terminal, not through it
             self.bar.write(safe_text(line), file=self.out)
             return
         print(safe_text(line), file=self.out, flush=True)       # names in it are escaped where it is built
